@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "streamq/options.hpp"
+#include "streamq/task.hpp"
+
+namespace streamq {
+
+/// Consumer configuration. Validated by the Consumer constructor (ConfigError names the field).
+struct ConsumerOptions {
+  ConnectionOptions connection{};
+  std::string stream = "task_queue";
+  /// Consumer group; created at id 0 with MKSTREAM if missing, so tasks enqueued before the
+  /// first worker started are run.
+  std::string group = "workers";
+  /// Name in the group. Empty = "<hostname>-<pid>-<random>", unique per process. A stable
+  /// name (one per worker slot) lets a restarted worker replay its own pending entries at once
+  /// instead of waiting for claim_min_idle; never run two live processes with the same name.
+  std::string consumer_name;
+  /// Handler threads.
+  int concurrency = 4;
+  /// Most entries held at once (queued, running, or awaiting their ack). Bigger batches are
+  /// faster; smaller ones share work more evenly between workers. Must be >= concurrency.
+  int prefetch = 64;
+  /// XREADGROUP BLOCK time. connection.socket_timeout must exceed it by at least 1 s.
+  std::chrono::milliseconds block{1000};
+  /// An entry pending this long without a heartbeat is taken by another consumer's
+  /// reclaimer. Must be >= 3 * heartbeat_interval.
+  std::chrono::milliseconds claim_min_idle{30000};
+  /// How often this consumer runs XAUTOCLAIM for other consumers' stalled entries.
+  std::chrono::milliseconds reclaim_interval{5000};
+  /// How often the leases of held entries are renewed (owner-checked XCLAIM ... JUSTID).
+  std::chrono::milliseconds heartbeat_interval{5000};
+  /// An entry delivered more often than this (its worker died while running it, each time)
+  /// is dead-lettered before its handler runs again. Must be >= 1.
+  int max_deliveries = 5;
+  /// After stop(), running handlers get this long to finish before run() returns anyway.
+  std::chrono::milliseconds shutdown_grace{10000};
+  /// Payloads larger or deeper than these are dead-lettered without running.
+  std::size_t max_payload_bytes = 1 << 20;
+  int max_payload_depth = 64;
+  /// max_retries for entries that lack the field (the seed's default).
+  int default_max_retries = 3;
+  /// When true, run() stops on SIGINT or SIGTERM (handlers are installed for the duration of
+  /// run() and the previous ones restored). Off by default: the library installs no signal
+  /// handler unless asked.
+  bool stop_on_signals = false;
+};
+
+/// Counters since the Consumer was built. All reads are relaxed snapshots.
+struct ConsumerMetrics {
+  std::uint64_t done = 0;           // handler returned; acked and deleted
+  std::uint64_t retried = 0;        // retry copy written
+  std::uint64_t dead_lettered = 0;  // moved to the dead-letter stream (any reason)
+  std::uint64_t reclaimed = 0;      // taken from other consumers (or replayed) to run
+  std::uint64_t stale = 0;          // completions dropped because another consumer owns the entry
+  std::uint64_t reconnects = 0;     // connections rebuilt after an error
+};
+
+/// Runs handlers for tasks of one stream, with at-least-once delivery: an entry is removed
+/// only after its handler returned, or after it was moved to `<stream>:dlq`. Handlers must be
+/// idempotent: a task can run more than once (a worker died after running it but before its
+/// ack reached Redis, or its lease was lost).
+///
+/// @code
+///   streamq::Consumer consumer({.stream = "task_queue", .stop_on_signals = true});
+///   consumer.on("send_email", [](const streamq::Task& task) {
+///     send_email(task.json().at("to").get<std::string>());
+///   });
+///   consumer.run();
+/// @endcode
+///
+/// A handler that returns normally completes the task. One that throws
+/// streamq::PermanentError dead-letters it at once; any other exception retries it (a copy
+/// with retry_count + 1 and last_error) while retry_count < max_retries, then dead-letters it.
+///
+/// Thread safety: register handlers before run(); run() once; stop() and metrics() from any
+/// thread. Handlers run concurrently on `concurrency` threads. Movable (not while running).
+class Consumer {
+ public:
+  using Handler = std::function<void(const Task&)>;
+
+  /// Validates the options. Does not connect.
+  explicit Consumer(ConsumerOptions options = {});
+  /// Stops, and waits for every thread (including handlers that outlived the grace period).
+  ~Consumer();
+  Consumer(Consumer&&) noexcept;
+  Consumer& operator=(Consumer&&) noexcept;
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+  /// Registers the handler for `task_type`. @throws ConfigError (empty type, duplicate, or
+  /// called after run()).
+  void on(std::string task_type, Handler handler);
+  /// Handler for task types nobody registered; without one they are dead-lettered
+  /// ("no_handler"). @throws ConfigError after run().
+  void on_unknown(Handler handler);
+
+  /// Connects, creates the group if needed, replays this consumer's own pending entries, then
+  /// reads, runs and completes tasks until stop() (or a signal, if enabled). Connection
+  /// failures are retried with backoff, forever, and logged. Returns after in-flight work
+  /// finished or the grace period ran out; entries not finished stay pending and are released
+  /// so another consumer can take them at once.
+  /// @throws ReplyError when Redis refuses the set-up (WRONGPASS, NOPERM, WRONGTYPE: the stream
+  ///   key holds something else), ConfigError if called twice.
+  void run();
+
+  /// Asks run() to return: reading stops at once, running handlers finish. Thread-safe;
+  /// callable before run() (run() then returns at once). Not async-signal-safe: from a signal
+  /// handler use ConsumerOptions::stop_on_signals instead.
+  void stop() noexcept;
+
+  /// This consumer's name in the group.
+  const std::string& name() const noexcept;
+  ConsumerMetrics metrics() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace streamq

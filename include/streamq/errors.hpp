@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace streamq {
+
+/// Root of every exception streamq throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The connection to Redis failed: refused, reset, closed, or unreachable within the
+/// connect timeout. The connection is dropped and rebuilt (with backoff) on the next call.
+/// The outcome of a write that was in flight is unknown: a retried enqueue should reuse its
+/// task id.
+class ConnectionError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A command got no answer within the socket timeout. Same consequences as ConnectionError.
+class TimeoutError : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
+
+/// Redis answered with an error reply. prefix() is the server's error code, the first word
+/// of the reply: "NOGROUP", "WRONGTYPE", "OOM", "NOPERM", "WRONGPASS", "ERR", ...
+/// The connection stays usable.
+class ReplyError : public Error {
+ public:
+  explicit ReplyError(const std::string& server_message);
+  /// The first word of the server's message ("WRONGTYPE", "OOM", ...).
+  const std::string& prefix() const noexcept { return prefix_; }
+
+ private:
+  std::string prefix_;
+};
+
+/// An option or URL is invalid. The message names the field.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The queue's unfinished backlog reached ProducerOptions::max_len and the overflow policy
+/// is Overflow::reject. Nothing of a refused task was written.
+/// From enqueue_batch, batch_ids() has one slot per task of the batch, in order: the id of
+/// each task that was written, an empty string for each refused one.
+class QueueFullError : public Error {
+ public:
+  explicit QueueFullError(const std::string& what, std::vector<std::string> batch_ids = {})
+      : Error(what), batch_ids_(std::move(batch_ids)) {}
+  /// Per-task ids of the batch (empty strings for refused tasks); empty for a single enqueue.
+  const std::vector<std::string>& batch_ids() const noexcept { return batch_ids_; }
+  /// How many tasks of the batch were written.
+  std::size_t accepted() const noexcept {
+    std::size_t n = 0;
+    for (const auto& id : batch_ids_) n += id.empty() ? 0 : 1;
+    return n;
+  }
+
+ private:
+  std::vector<std::string> batch_ids_;
+};
+
+/// A payload was refused before anything was sent: larger than the size cap, not JSON, or
+/// nested deeper than the depth cap.
+class PayloadError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Thrown by a handler to say "do not retry": the task goes to the dead-letter stream at
+/// once, with this message as its error.
+class PermanentError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace streamq

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <functional>
+#include <string_view>
+
+namespace streamq {
+
+/// Severity of a library log line.
+enum class LogLevel { debug, info, warning, error };
+
+/// Receives every log line the library emits at or above the configured level. Called from
+/// library threads (the Consumer's reader, handler and completer threads) concurrently: the
+/// function must be thread-safe. It must not throw.
+using LogHandler = std::function<void(LogLevel level, std::string_view message)>;
+
+/// Replace the process-wide log handler. An empty function restores the default, which writes
+/// "streamq <level>: <message>" lines to stderr. Thread-safe.
+void set_log_handler(LogHandler handler);
+
+/// Lines below this level are not formatted nor delivered. Default: LogLevel::info.
+/// Thread-safe.
+void set_log_level(LogLevel level);
+
+/// Text name of a level: "debug", "info", "warning", "error".
+std::string_view to_string(LogLevel level) noexcept;
+
+}  // namespace streamq

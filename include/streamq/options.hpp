@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace streamq {
+
+/// Where and how to reach Redis. Shared by Producer, Consumer and StatsReader.
+struct ConnectionOptions {
+  /// `redis://[user[:password]@]host[:port][/db]` or `unix:///path/to/redis.sock[?db=N]`
+  /// (unix URLs also take `user=` and `password=` query parameters). User and password may
+  /// be percent-encoded. Default port 6379, default db 0.
+  std::string url = "redis://127.0.0.1:6379";
+  /// Upper bound for establishing a connection (TCP connect plus AUTH/SELECT/SETNAME).
+  std::chrono::milliseconds connect_timeout{2000};
+  /// Upper bound for one command's reply. The Consumer's blocking read waits up to
+  /// ConsumerOptions::block, so the Consumer requires socket_timeout > block + 1 s.
+  std::chrono::milliseconds socket_timeout{5000};
+  /// Sent with CLIENT SETNAME after every connect; empty = "streamq-<role>".
+  /// Must not contain spaces.
+  std::string client_name;
+  /// Reconnect backoff: the n-th consecutive attempt waits a uniformly random time in
+  /// [0, min(backoff_max, backoff_base * 2^n)] ("full jitter").
+  std::chrono::milliseconds backoff_base{50};
+  std::chrono::milliseconds backoff_max{2000};
+};
+
+/// What a Producer does when the queue is full.
+enum class Overflow {
+  /// Refuse the task with QueueFullError when the stream holds max_len or more unfinished
+  /// entries (streamq deletes finished entries, so XLEN is the backlog). Checked and written
+  /// in one server-side script, so MAXLEN never trims work nobody has run. Default.
+  reject,
+  /// The seed's behaviour: always add, and let `XADD MAXLEN ~ max_len` trim the oldest
+  /// entries, read or not. Trimmed unread tasks are gone; trimmed pending ones are
+  /// dead-lettered as "body lost" by the Consumer's reclaimer.
+  trim_oldest,
+};
+
+/// Producer configuration. Validated by the Producer constructor (ConfigError names the field).
+struct ProducerOptions {
+  ConnectionOptions connection{};
+  /// Stream key. Every other key of the queue is derived from it (`<stream>:dlq`, ...), so a
+  /// name like `{orders}` keeps the whole queue in one Redis Cluster slot.
+  std::string stream = "task_queue";
+  /// Backlog bound, and the `MAXLEN ~` argument of every XADD. Must be > 0.
+  std::int64_t max_len = 10000;
+  Overflow overflow = Overflow::reject;
+  /// Payloads larger than this are refused with PayloadError before anything is sent.
+  std::size_t max_payload_bytes = 1 << 20;
+  /// Payloads nested deeper than this (arrays/objects) are refused with PayloadError: the
+  /// Consumer would dead-letter them anyway. Keep equal to ConsumerOptions::max_payload_depth.
+  int max_payload_depth = 64;
+  /// Retries allowed after the first attempt, unless an enqueue call says otherwise.
+  int default_max_retries = 3;
+};
+
+/// StatsReader configuration.
+struct StatsOptions {
+  ConnectionOptions connection{};
+  std::string stream = "task_queue";
+  /// Report only this consumer group; empty = every group of the stream.
+  std::string group;
+};
+
+}  // namespace streamq

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "streamq/options.hpp"
+
+namespace streamq {
+
+/// One consumer of a group, from XINFO CONSUMERS.
+struct ConsumerInfo {
+  std::string name;
+  /// Entries delivered to this consumer and not yet acknowledged.
+  std::int64_t pending = 0;
+  /// Milliseconds since this consumer last read or claimed (Redis 7.0 `idle`).
+  std::int64_t idle_ms = 0;
+};
+
+/// One consumer group, from XINFO GROUPS, XINFO CONSUMERS and XPENDING.
+struct GroupInfo {
+  std::string name;
+  /// Delivered, not yet acknowledged entries (the group's PEL).
+  std::int64_t pending = 0;
+  /// Entries not yet delivered to the group (Redis >= 7.0). Unset when Redis cannot tell
+  /// (after XDEL/trimming, or on 6.2); it overstates readable entries after trimming.
+  std::optional<std::int64_t> lag;
+  std::string last_delivered_id;
+  std::vector<ConsumerInfo> consumers;
+  /// Idle time of the oldest pending entry (lowest id in the PEL); unset when none.
+  std::optional<std::int64_t> oldest_pending_idle_ms;
+};
+
+/// A snapshot of one queue's health.
+struct QueueStats {
+  std::string stream;
+  /// False when the stream key does not exist (every number is then 0).
+  bool exists = false;
+  /// XLEN: unfinished entries (streamq deletes finished ones).
+  std::int64_t length = 0;
+  /// Entries ever added to the stream (Redis >= 7.0; 0 when unknown).
+  std::int64_t entries_added = 0;
+  /// Sum of every reported group's pending count.
+  std::int64_t pending_total = 0;
+  /// XLEN of `<stream>:dlq`.
+  std::int64_t dlq_length = 0;
+  /// ZCARD of `<stream>:delayed` (delayed tasks; 0 while no task is delayed).
+  std::int64_t delayed = 0;
+  /// Id of the oldest entry still in the stream; empty when the stream is empty.
+  std::string oldest_entry_id;
+  /// Age of that entry by the server's clock (its id's millisecond part vs TIME).
+  std::optional<std::int64_t> oldest_entry_age_ms;
+  std::vector<GroupInfo> groups;
+
+  /// JSON object; the seed's keys (queue_length, pending_total, consumers_active,
+  /// dlq_length, oldest_message) plus everything above.
+  std::string to_json() const;
+  /// Prometheus text exposition (format 0.0.4): `streamq_*` metrics with `stream`, `group`
+  /// and `consumer` labels, each with # HELP and # TYPE lines.
+  std::string to_prometheus() const;
+};
+
+/// Reads queue health without changing anything (and without creating any key).
+///
+/// Thread safety: calls on one StatsReader must not overlap. Movable, not copyable.
+class StatsReader {
+ public:
+  /// Validates the options; connects lazily.
+  explicit StatsReader(StatsOptions options = {});
+  ~StatsReader();
+  StatsReader(StatsReader&&) noexcept;
+  StatsReader& operator=(StatsReader&&) noexcept;
+  StatsReader(const StatsReader&) = delete;
+  StatsReader& operator=(const StatsReader&) = delete;
+
+  /// Takes a snapshot. Issues (pipelined) TIME, EXISTS, XINFO STREAM, XINFO GROUPS, XLEN of
+  /// the dead-letter stream, ZCARD of the delayed set, then XINFO CONSUMERS and an XPENDING
+  /// per group. All read-only.
+  /// @throws ConnectionError / TimeoutError, ReplyError (e.g. WRONGTYPE, NOPERM).
+  QueueStats read();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace streamq

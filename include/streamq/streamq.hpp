@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: MIT
+// Umbrella header: everything a program needs to enqueue, run and watch tasks.
+#pragma once
+
+#include "streamq/consumer.hpp"
+#include "streamq/errors.hpp"
+#include "streamq/log.hpp"
+#include "streamq/options.hpp"
+#include "streamq/producer.hpp"
+#include "streamq/stats.hpp"
+#include "streamq/task.hpp"
+#include "streamq/version.hpp"

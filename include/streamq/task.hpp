@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace streamq {
+
+/// Names of the wire-format fields (compatible with the seed's Python queue).
+namespace field {
+inline constexpr std::string_view task_id = "task_id";
+inline constexpr std::string_view task_type = "task_type";
+inline constexpr std::string_view payload = "payload";
+inline constexpr std::string_view created_at = "created_at";
+inline constexpr std::string_view max_retries = "max_retries";
+inline constexpr std::string_view retry_count = "retry_count";
+inline constexpr std::string_view last_error = "last_error";
+// Added to dead-lettered entries.
+inline constexpr std::string_view error = "error";
+inline constexpr std::string_view failed_at = "failed_at";
+inline constexpr std::string_view original_id = "original_id";
+inline constexpr std::string_view consumer = "consumer";
+inline constexpr std::string_view reason = "reason";
+}  // namespace field
+
+/// Ordered field/value pairs of one stream entry, bytes as stored.
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+/// A task as a handler sees it: decoded and validated before the handler runs.
+///
+/// Thread safety: a Task is immutable once built; the handler gets a const reference that is
+/// valid until it returns.
+class Task {
+ public:
+  Task() = default;
+  Task(std::string entry_id, Fields fields, nlohmann::json payload, std::int64_t deliveries,
+       std::chrono::system_clock::time_point created_at, int retry_count, int max_retries);
+
+  /// The task id (`task_id`): stays the same across retries.
+  const std::string& id() const noexcept { return value_at(id_index_); }
+  /// The handler key (`task_type`).
+  const std::string& type() const noexcept { return value_at(type_index_); }
+  /// The payload as JSON text, exactly as stored.
+  const std::string& payload() const noexcept { return value_at(payload_index_); }
+  /// The parsed payload.
+  const nlohmann::json& json() const noexcept { return payload_; }
+  /// Retries done before this attempt (0 on the first).
+  int retry_count() const noexcept { return retry_count_; }
+  /// Retries allowed after the first attempt.
+  int max_retries() const noexcept { return max_retries_; }
+  /// When the task was first enqueued (`created_at`, UTC).
+  std::chrono::system_clock::time_point created_at() const noexcept { return created_at_; }
+  /// The stream entry id of this attempt (changes on every retry).
+  const std::string& entry_id() const noexcept { return entry_id_; }
+  /// How many times Redis has delivered this entry (1 unless it was reclaimed or replayed).
+  std::int64_t deliveries() const noexcept { return deliveries_; }
+  /// Every field of the entry, including extra ones, in stored order.
+  const Fields& fields() const noexcept { return fields_; }
+  /// The value of one field, if present.
+  std::optional<std::string_view> field(std::string_view name) const noexcept;
+
+ private:
+  const std::string& value_at(std::size_t index) const noexcept;
+
+  std::string entry_id_;
+  Fields fields_;
+  // Positions in fields_ (npos when absent), so the payload bytes are stored once.
+  std::size_t id_index_ = static_cast<std::size_t>(-1);
+  std::size_t type_index_ = static_cast<std::size_t>(-1);
+  std::size_t payload_index_ = static_cast<std::size_t>(-1);
+  nlohmann::json payload_;
+  std::int64_t deliveries_ = 1;
+  std::chrono::system_clock::time_point created_at_{};
+  int retry_count_ = 0;
+  int max_retries_ = 3;
+};
+
+}  // namespace streamq

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: MIT
+// The wire format: task entries in and out, timestamps, ids, payload guards.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "connection.hpp"
+#include "streamq/task.hpp"
+
+namespace streamq::detail {
+
+using TimePoint = std::chrono::system_clock::time_point;
+
+/// `2026-11-29T18:00:00.123456` (UTC, microseconds, no zone), as Python's
+/// datetime.utcnow().isoformat() writes it.
+std::string format_timestamp(TimePoint t);
+/// Accepts `YYYY-MM-DDTHH:MM:SS[.f{1,9}][Z|±HH:MM|±HHMM]` (also a space instead of `T`).
+std::optional<TimePoint> parse_timestamp(std::string_view text);
+
+/// A random UUID v4 in its 36-character text form.
+std::string new_uuid_v4();
+
+/// Largest nesting depth of arrays/objects in `json`, counting no deeper than `limit + 1`.
+/// Only brackets outside strings count; the text need not be valid JSON.
+int json_depth(std::string_view json, int limit);
+
+/// Why a payload is refused, or nullopt when it is fine: size, depth, then syntax.
+std::optional<std::string> payload_problem(std::string_view json, std::size_t max_bytes,
+                                           int max_depth);
+
+/// Parses a non-negative decimal integer (no sign, no spaces); nullopt otherwise.
+std::optional<int> parse_count(std::string_view text);
+
+/// A task about to be written.
+struct NewTask {
+  std::string_view task_id;
+  std::string_view task_type;
+  std::string_view payload;
+  TimePoint created_at;
+  int max_retries = 3;
+  const std::vector<std::pair<std::string, std::string>>* extra_fields = nullptr;
+};
+
+/// Appends the task's field/value strings to `argv` in the seed's order (task_id, task_type,
+/// payload, created_at, max_retries, retry_count, then extras) and returns how many strings
+/// were added. The views must outlive the command.
+std::size_t append_new_task(Argv& argv, const NewTask& task);
+
+/// How many strings append_new_task adds for `task`.
+inline std::size_t new_task_string_count(const NewTask& task) {
+  return 12 + (task.extra_fields != nullptr ? 2 * task.extra_fields->size() : 0);
+}
+
+/// True for the field names the wire format and the dead-letter stream reserve.
+bool is_reserved_field(std::string_view name) noexcept;
+
+/// Limits the decoder enforces on untrusted entries.
+struct DecodeLimits {
+  std::size_t max_payload_bytes = 1 << 20;
+  int max_payload_depth = 64;
+  int default_max_retries = 3;
+};
+
+/// A decoded task, or the reason it cannot run (the entry then goes to the dead-letter stream).
+using Decoded = std::variant<Task, std::string>;
+
+/// Validates and decodes one entry. Never throws for bad input: every problem becomes a reason.
+/// `fields` is moved into the Task on success and left intact otherwise (for the dead-letter
+/// entry, which keeps the raw bytes).
+Decoded decode_task(std::string entry_id, Fields& fields, std::int64_t deliveries,
+                    const DecodeLimits& limits);
+
+}  // namespace streamq::detail

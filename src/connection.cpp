@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: MIT
+#include "connection.hpp"
+
+#include <signal.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <thread>
+
+#include "hiredis_compat.hpp"
+#include "streamq/errors.hpp"
+
+namespace streamq::detail {
+namespace {
+
+/// hiredis writes with plain write(); a write to a reset socket raises SIGPIPE, whose default
+/// action kills the process. hiredis 0.14 cannot pass MSG_NOSIGNAL, so while we write we block
+/// SIGPIPE on this thread and consume a SIGPIPE that our write raised before restoring the
+/// caller's mask. Process-wide handlers are left alone.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() noexcept {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0;
+  }
+  ~SigpipeGuard() {
+    if (!blocked_) return;
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_{};
+  sigset_t old_{};
+  bool was_pending_ = false;
+  bool blocked_ = false;
+};
+
+timeval to_timeval(Millis ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+}  // namespace
+
+ConnectionConfig make_connection_config(const ConnectionOptions& options, std::string_view role) {
+  ConnectionConfig c;
+  c.endpoint = parse_url(options.url);
+  if (options.connect_timeout.count() <= 0) throw ConfigError("connection.connect_timeout must be > 0");
+  if (options.socket_timeout.count() <= 0) throw ConfigError("connection.socket_timeout must be > 0");
+  if (options.backoff_base.count() <= 0) throw ConfigError("connection.backoff_base must be > 0");
+  if (options.backoff_max < options.backoff_base) {
+    throw ConfigError("connection.backoff_max must be >= connection.backoff_base");
+  }
+  c.connect_timeout = options.connect_timeout;
+  c.socket_timeout = options.socket_timeout;
+  c.backoff_base = options.backoff_base;
+  c.backoff_max = options.backoff_max;
+  c.client_name = options.client_name.empty() ? "streamq-" + std::string(role) : options.client_name;
+  if (std::any_of(c.client_name.begin(), c.client_name.end(),
+                  [](unsigned char ch) { return ch <= ' ' || ch >= 127; })) {
+    throw ConfigError("connection.client_name must be printable ASCII without spaces");
+  }
+  return c;
+}
+
+Backoff::Backoff(Millis base, Millis max) : base_(base), max_(max), rng_(std::random_device{}()) {}
+
+Millis Backoff::delay() {
+  if (failures_ == 0) return Millis{0};
+  const int shift = std::min(failures_, 20);
+  const auto cap = std::min<std::int64_t>(max_.count(), base_.count() << shift);
+  std::uniform_int_distribution<std::int64_t> dist(0, cap);
+  return Millis{dist(rng_)};
+}
+
+Connection::Connection(ConnectionConfig config)
+    : config_(std::move(config)), backoff_(config_.backoff_base, config_.backoff_max) {}
+
+Connection::~Connection() { disconnect(); }
+
+void Connection::disconnect() noexcept {
+  if (ctx_ != nullptr) {
+    redisFree(ctx_);
+    ctx_ = nullptr;
+  }
+}
+
+void Connection::set_timeout(Millis timeout) {
+  if (redisSetTimeout(ctx_, to_timeval(timeout)) != REDIS_OK) fail("setting the socket timeout");
+}
+
+void Connection::fail(const char* during) {
+  const int saved_errno = errno;
+  std::string message = "redis " + config_.endpoint.describe() + ": " + during;
+  bool timeout = false;
+  if (ctx_ != nullptr) {
+    timeout = is_timeout(*ctx_, saved_errno);
+    message += ": ";
+    message += timeout ? "timed out" : (ctx_->errstr[0] != '\0' ? ctx_->errstr : "I/O error");
+  }
+  disconnect();
+  if (timeout) throw TimeoutError(message);
+  throw ConnectionError(message);
+}
+
+void Connection::connect() {
+  if (ctx_ != nullptr) return;
+  const Endpoint& ep = config_.endpoint;
+  const timeval tv = to_timeval(config_.connect_timeout);
+  ctx_ = ep.is_unix() ? redisConnectUnixWithTimeout(ep.unix_path.c_str(), tv)
+                      : redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
+  backoff_.fail();  // until the session is fully set up
+  if (ctx_ == nullptr) throw ConnectionError("redis " + ep.describe() + ": cannot allocate a context");
+  if (ctx_->err != 0) fail("connect");
+  // The handshake is bounded by the connect timeout; commands by the socket timeout.
+  set_timeout(config_.connect_timeout);
+  if (!ep.is_unix()) redisEnableKeepAlive(ctx_);
+
+  std::vector<Argv> hello;
+  if (!ep.password.empty()) {
+    hello.push_back(ep.user.empty() ? Argv{"AUTH", ep.password} : Argv{"AUTH", ep.user, ep.password});
+  }
+  if (ep.db != 0) {
+    Argv select{"SELECT"};
+    select.add(static_cast<std::int64_t>(ep.db));
+    hello.push_back(std::move(select));
+  }
+  hello.push_back(Argv{"CLIENT", "SETNAME", config_.client_name});
+  hello.push_back(Argv{"CLIENT", "ID"});
+  std::vector<Reply> replies = pipeline(hello);
+  for (const Reply& r : replies) {
+    if (r.view().is_error()) {
+      std::string text(r.view().error());
+      disconnect();
+      throw ReplyError(text);  // WRONGPASS, NOPERM, ...: a configuration problem, not I/O
+    }
+  }
+  client_id_ = replies.back().view().integer();
+  set_timeout(config_.socket_timeout);
+  backoff_.reset();
+  generation_ += 1;
+}
+
+void Connection::connect_with_backoff() {
+  if (ctx_ != nullptr) return;
+  const Millis delay = backoff_delay();
+  if (delay.count() > 0) std::this_thread::sleep_for(delay);
+  connect();
+}
+
+Reply Connection::command(const Argv& argv) {
+  if (ctx_ == nullptr) connect();
+  void* raw = nullptr;
+  {
+    SigpipeGuard guard;
+    raw = redisCommandArgv(ctx_, static_cast<int>(argv.size()), const_cast<const char**>(argv.data()),
+                           argv.lengths());
+  }
+  if (raw == nullptr) fail("command");
+  return Reply(static_cast<redisReply*>(raw));
+}
+
+std::vector<Reply> Connection::pipeline(const std::vector<Argv>& commands) {
+  if (ctx_ == nullptr) connect();
+  std::vector<Reply> replies;
+  replies.reserve(commands.size());
+  SigpipeGuard guard;
+  for (const Argv& argv : commands) {
+    if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()),
+                               const_cast<const char**>(argv.data()), argv.lengths()) != REDIS_OK) {
+      fail("pipeline");
+    }
+  }
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) fail("pipeline");
+    replies.emplace_back(static_cast<redisReply*>(raw));
+  }
+  return replies;
+}
+
+}  // namespace streamq::detail

@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: MIT
+// One Redis connection: RAII owner of a redisContext, argv-only commands and pipelines,
+// session set-up on every connect, typed errors, reconnect backoff with full jitter.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reply.hpp"
+#include "streamq/options.hpp"
+#include "url.hpp"
+
+struct redisContext;
+
+namespace streamq::detail {
+
+using Millis = std::chrono::milliseconds;
+
+/// Validated connection settings.
+struct ConnectionConfig {
+  Endpoint endpoint;
+  Millis connect_timeout{2000};
+  Millis socket_timeout{5000};
+  std::string client_name;
+  Millis backoff_base{50};
+  Millis backoff_max{2000};
+};
+
+/// Validates ConnectionOptions; `role` names the default client name ("streamq-<role>").
+/// Throws ConfigError naming the field.
+ConnectionConfig make_connection_config(const ConnectionOptions& options, std::string_view role);
+
+/// The arguments of one command. Views are stored as is (the caller keeps the bytes alive
+/// until the command is sent); numbers and other temporaries are copied into owned storage.
+class Argv {
+ public:
+  Argv() = default;
+  Argv(Argv&&) noexcept = default;
+  Argv& operator=(Argv&&) noexcept = default;
+  Argv(const Argv&) = delete;
+  Argv& operator=(const Argv&) = delete;
+  Argv(std::initializer_list<std::string_view> args) {
+    for (auto a : args) add(a);
+  }
+  Argv& add(std::string_view arg) {
+    ptrs_.push_back(arg.data());
+    lens_.push_back(arg.size());
+    return *this;
+  }
+  /// Copies `arg` into storage owned by this Argv.
+  Argv& add_copy(std::string arg) {
+    owned_.push_back(std::make_unique<std::string>(std::move(arg)));
+    return add(*owned_.back());
+  }
+  Argv& add(std::int64_t number) { return add_copy(std::to_string(number)); }
+  /// Replaces argument `i` (a view, as add()).
+  void set(std::size_t i, std::string_view arg) {
+    ptrs_[i] = arg.data();
+    lens_[i] = arg.size();
+  }
+  void clear() {
+    ptrs_.clear();
+    lens_.clear();
+    owned_.clear();
+  }
+  std::size_t size() const noexcept { return ptrs_.size(); }
+  const char* const* data() const noexcept { return ptrs_.data(); }
+  const std::size_t* lengths() const noexcept { return lens_.data(); }
+
+ private:
+  std::vector<const char*> ptrs_;
+  std::vector<std::size_t> lens_;
+  // Each owned string lives in its own allocation, so neither growing this vector nor moving
+  // the Argv (into a std::vector<Argv>, say) moves the bytes ptrs_ points at.
+  std::vector<std::unique_ptr<std::string>> owned_;
+};
+
+/// Exponential backoff with full jitter: after n consecutive failures the next attempt waits
+/// a uniformly random time in [0, min(max, base * 2^n)]; 0 when nothing failed.
+class Backoff {
+ public:
+  Backoff(Millis base, Millis max);
+  void fail() noexcept { ++failures_; }
+  void reset() noexcept { failures_ = 0; }
+  int failures() const noexcept { return failures_; }
+  Millis delay();
+
+ private:
+  Millis base_;
+  Millis max_;
+  int failures_ = 0;
+  std::minstd_rand rng_;
+};
+
+/// One connection. Not thread-safe: one thread at a time.
+///
+/// After any I/O error or timeout the context is dropped (hiredis contexts cannot be reused
+/// after an error) and the call throws ConnectionError/TimeoutError; the next call connects
+/// again. Server error replies do not drop the connection and are returned as replies.
+class Connection {
+ public:
+  explicit Connection(ConnectionConfig config);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  /// Connects now if not connected (no waiting). Throws ConnectionError/TimeoutError, or
+  /// ReplyError when the server refuses the session set-up (WRONGPASS, NOPERM, ...).
+  void connect();
+  /// As connect(), but first sleeps the backoff delay when the previous attempt failed.
+  /// For callers that have nothing else to wait on (Producer, StatsReader).
+  void connect_with_backoff();
+  bool connected() const noexcept { return ctx_ != nullptr; }
+  void disconnect() noexcept;
+
+  /// Sends one command and reads its reply (connecting first if needed).
+  Reply command(const Argv& argv);
+  /// Sends all commands in one write and reads their replies in order.
+  std::vector<Reply> pipeline(const std::vector<Argv>& commands);
+
+  /// Randomised delay before the next connect attempt (0 after a success).
+  Millis backoff_delay() { return backoff_.delay(); }
+  /// Consecutive failed connects (0 once connected).
+  int failures() const noexcept { return backoff_.failures(); }
+  /// Incremented by every successful connect; lets callers notice a reconnect.
+  std::uint64_t generation() const noexcept { return generation_; }
+  /// CLIENT ID of the current connection.
+  std::int64_t client_id() const noexcept { return client_id_; }
+  const ConnectionConfig& config() const noexcept { return config_; }
+
+ private:
+  [[noreturn]] void fail(const char* during);
+  void set_timeout(Millis timeout);
+
+  ConnectionConfig config_;
+  redisContext* ctx_ = nullptr;
+  Backoff backoff_;
+  std::uint64_t generation_ = 0;
+  std::int64_t client_id_ = -1;
+};
+
+}  // namespace streamq::detail

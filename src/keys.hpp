@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: MIT
+// Every Redis key of a queue is derived here from the stream name, so `{orders}` keeps all
+// of a queue's keys in one Redis Cluster slot.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace streamq::detail {
+
+struct QueueKeys {
+  std::string stream;   // the task stream itself
+  std::string dlq;      // dead-letter stream
+  std::string delayed;  // sorted set of delayed tasks (score = due time)
+};
+
+inline QueueKeys queue_keys(std::string_view stream) {
+  const std::string s(stream);
+  return QueueKeys{s, s + ":dlq", s + ":delayed"};
+}
+
+}  // namespace streamq::detail

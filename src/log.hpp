@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <string_view>
+
+#include "streamq/log.hpp"
+
+namespace streamq::detail {
+
+/// True when a line at `level` would be delivered (check before building an expensive message).
+bool log_enabled(LogLevel level) noexcept;
+/// Delivers one line to the user's handler (or stderr). Never throws.
+void log(LogLevel level, std::string_view message) noexcept;
+
+}  // namespace streamq::detail

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: MIT
+// Owning and non-owning views of hiredis replies with checked accessors.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+struct redisReply;
+
+namespace streamq::detail {
+
+/// A non-owning view of one reply node. Accessors throw streamq::Error ("protocol: ...") when
+/// the node has an unexpected type, so a surprising server answer becomes an exception,
+/// never undefined behaviour.
+class ReplyView {
+ public:
+  explicit ReplyView(const redisReply* r) noexcept : r_(r) {}
+
+  bool is_nil() const noexcept;
+  bool is_error() const noexcept;
+  bool is_array() const noexcept;
+  bool is_integer() const noexcept;
+  bool is_string() const noexcept;  // bulk string or status
+
+  std::string_view str() const;      // bulk string or status
+  std::string_view error() const;    // error text
+  std::int64_t integer() const;
+  /// Integer reply, or a bulk string holding an integer (as XINFO sometimes answers).
+  std::int64_t as_int() const;
+  std::size_t size() const;  // array length (0 for nil)
+  ReplyView operator[](std::size_t i) const;
+
+  /// Throws ReplyError when this node is an error reply.
+  const ReplyView& check() const;
+
+  /// Looks `key` up in a flat [k1, v1, k2, v2, ...] array (XINFO replies); nil view if absent.
+  ReplyView field(std::string_view key) const;
+
+  const redisReply* raw() const noexcept { return r_; }
+
+ private:
+  const redisReply* r_;
+};
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const noexcept;
+};
+
+/// Owns a top-level reply.
+class Reply {
+ public:
+  Reply() = default;
+  explicit Reply(redisReply* r) noexcept : r_(r) {}
+  ReplyView view() const noexcept { return ReplyView(r_.get()); }
+  ReplyView operator*() const noexcept { return view(); }
+  explicit operator bool() const noexcept { return static_cast<bool>(r_); }
+
+ private:
+  std::unique_ptr<redisReply, ReplyDeleter> r_;
+};
+
+}  // namespace streamq::detail

@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: MIT
+#include "scripts.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+namespace streamq::detail {
+namespace {
+
+// enqueue — add a batch of tasks unless the backlog would exceed max_len.
+// KEYS[1] = stream
+// ARGV[1] = max_len, ARGV[2] = n (tasks), then per task: m (number of field/value strings)
+//           followed by the m strings.
+// Returns the n new entry ids, or the error "QUEUEFULL ..." (nothing written).
+// streamq deletes finished entries, so XLEN is the unfinished backlog; adding only while it
+// stays <= max_len means no XADD here ever needs MAXLEN, so no unread task is ever trimmed.
+constexpr const char* kEnqueue = R"lua(
+local max_len = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local len = redis.call('XLEN', KEYS[1])
+if len + n > max_len then
+  return redis.error_reply('QUEUEFULL ' .. KEYS[1] .. ' holds ' .. len ..
+    ' unfinished tasks; adding ' .. n .. ' would exceed max_len ' .. max_len)
+end
+local ids = {}
+local i = 3
+for t = 1, n do
+  local m = tonumber(ARGV[i])
+  ids[t] = redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 1, i + m))
+  i = i + m + 1
+end
+return ids
+)lua";
+
+// move — owner-checked retry or dead-letter of one entry.
+// KEYS[1] = stream, KEYS[2] = destination (the stream itself for a retry copy, or the dlq)
+// ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id,
+// ARGV[4] = MAXLEN ~ for the destination XADD ("0" = none), ARGV[5..] = fields of the new entry.
+// Returns the new entry id; 0 when the entry is no longer pending (acked or gone);
+// -1 when another consumer owns it (it was reclaimed: that consumer decides its fate).
+// XACK alone does not check ownership, so the check and the writes share one script.
+constexpr const char* kMove = R"lua(
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 then return 0 end
+if p[1][2] ~= ARGV[2] then return -1 end
+local id
+if ARGV[4] ~= '0' then
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, 5))
+else
+  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+return id
+)lua";
+
+// lease — owner-checked lease renewal (heartbeat) or release.
+// KEYS[1] = stream
+// ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = idle to set in ms ("0" renews the lease;
+//           a large value releases the entries so any reclaimer takes them at once),
+// ARGV[4..] = entry ids.
+// Returns the ids this consumer no longer owns (reclaimed by another, acked, or deleted).
+// XCLAIM ... JUSTID keeps the delivery counter; min-idle 0 would steal an entry from its new
+// owner, hence the XPENDING check per id.
+constexpr const char* kLease = R"lua(
+local owned = {}
+local lost = {}
+for i = 4, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #p == 1 and p[1][2] == ARGV[2] then
+    owned[#owned + 1] = ARGV[i]
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+if #owned > 0 then
+  local args = {'XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0}
+  for _, id in ipairs(owned) do args[#args + 1] = id end
+  args[#args + 1] = 'IDLE'
+  args[#args + 1] = ARGV[3]
+  args[#args + 1] = 'JUSTID'
+  redis.call(unpack(args))
+end
+return lost
+)lua";
+
+// fetch_pending — take pending entries to run: reclaim idle ones from any consumer
+// (XAUTOCLAIM), or replay this consumer's own (after a start or a reconnect).
+// KEYS[1] = stream, KEYS[2] = dlq
+// ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = mode ("auto" | "own"),
+// ARGV[4] = cursor (auto: XAUTOCLAIM start id; own: exclusive start id, "-" to begin),
+// ARGV[5] = count, ARGV[6] = min idle ms (auto), ARGV[7] = max deliveries,
+// ARGV[8] = failed_at text for dead-letter entries, ARGV[9..] = ids this consumer is
+//           running now (never handed out again).
+// Returns {next cursor ("0-0" = done), {{id, {fields}, deliveries}, ...}, dead-lettered count}.
+// Entries whose body is gone (trimmed or XDELed: XAUTOCLAIM's third reply element on 7.0,
+// nil bodies on 6.2 and in replays) and entries delivered more than max deliveries times
+// (their handler may crash the worker) go to the dead-letter stream here, atomically with
+// their removal from the PEL, so neither can vanish between two commands.
+constexpr const char* kFetchPending = R"lua(
+local stream, dlq, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local max_deliveries = tonumber(ARGV[7])
+local running = {}
+for i = 9, #ARGV do running[ARGV[i]] = true end
+local reserved = {error = true, failed_at = true, original_id = true, consumer = true, reason = true}
+local dead = 0
+local function dead_letter(id, fields, reason, err)
+  local args = {}
+  if fields then
+    for i = 1, #fields, 2 do
+      if not reserved[fields[i]] then
+        args[#args + 1] = fields[i]
+        args[#args + 1] = fields[i + 1]
+      end
+    end
+  end
+  for _, v in ipairs({'error', err, 'failed_at', ARGV[8], 'original_id', id,
+                      'consumer', me, 'reason', reason}) do
+    args[#args + 1] = v
+  end
+  redis.call('XADD', dlq, '*', unpack(args))
+  redis.call('XACK', stream, group, id)
+  redis.call('XDEL', stream, id)
+  dead = dead + 1
+end
+local function lost(id)
+  dead_letter(id, nil, 'body_lost',
+    'body lost: the entry was trimmed or deleted before it was done')
+end
+
+local entries = {}
+local cursor = '0-0'
+if ARGV[3] == 'auto' then
+  local r = redis.call('XAUTOCLAIM', stream, group, me, ARGV[6], ARGV[4], 'COUNT', ARGV[5])
+  cursor = r[1]
+  for _, e in ipairs(r[2]) do
+    if not running[e[1]] then entries[#entries + 1] = e end
+  end
+  for _, id in ipairs(r[3] or {}) do lost(id) end
+else
+  local start = ARGV[4] == '-' and '-' or ('(' .. ARGV[4])
+  local p = redis.call('XPENDING', stream, group, start, '+', ARGV[5], me)
+  for _, item in ipairs(p) do
+    local id = item[1]
+    cursor = id
+    if not running[id] then
+      local c = redis.call('XCLAIM', stream, group, me, 0, id)
+      if #c == 0 or not c[1] then
+        lost(id)  -- 7.0 drops a pending id whose entry is gone (6.2 returns nil for it)
+      else
+        entries[#entries + 1] = c[1]
+      end
+    end
+  end
+end
+
+local run = {}
+for _, e in ipairs(entries) do
+  local id, fields = e[1], e[2]
+  if not fields then
+    lost(id)
+  else
+    local p = redis.call('XPENDING', stream, group, id, id, 1)
+    local n = (p[1] and p[1][4]) or 1
+    if n > max_deliveries then
+      dead_letter(id, fields, 'max_deliveries', 'delivered ' .. n .. ' times (limit ' ..
+        max_deliveries .. '); the worker may have died while running it')
+    else
+      run[#run + 1] = {id, fields, n}
+    end
+  end
+end
+return {cursor, run, dead}
+)lua";
+
+struct Sources {
+  std::array<std::string, static_cast<std::size_t>(ScriptId::count_)> text;
+  std::array<std::string, static_cast<std::size_t>(ScriptId::count_)> sha;
+  Sources() {
+    text = {kEnqueue, kMove, kLease, kFetchPending};
+    for (std::size_t i = 0; i < text.size(); ++i) sha[i] = sha1_hex(text[i]);
+  }
+};
+
+const Sources& sources() {
+  static const Sources s;
+  return s;
+}
+
+std::uint32_t rol(std::uint32_t v, int n) { return (v << n) | (v >> (32 - n)); }
+
+}  // namespace
+
+std::string sha1_hex(std::string_view data) {
+  std::uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
+  std::string msg(data);
+  const std::uint64_t bits = static_cast<std::uint64_t>(data.size()) * 8;
+  msg.push_back(static_cast<char>(0x80));
+  while (msg.size() % 64 != 56) msg.push_back('\0');
+  for (int i = 7; i >= 0; --i) msg.push_back(static_cast<char>((bits >> (i * 8)) & 0xFF));
+  for (std::size_t off = 0; off < msg.size(); off += 64) {
+    std::uint32_t w[80];
+    for (int i = 0; i < 16; ++i) {
+      const auto* p = reinterpret_cast<const unsigned char*>(msg.data() + off + i * 4);
+      w[i] = (std::uint32_t(p[0]) << 24) | (std::uint32_t(p[1]) << 16) | (std::uint32_t(p[2]) << 8) | p[3];
+    }
+    for (int i = 16; i < 80; ++i) w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    std::uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; ++i) {
+      std::uint32_t f, k;
+      if (i < 20) { f = (b & c) | (~b & d); k = 0x5A827999; }
+      else if (i < 40) { f = b ^ c ^ d; k = 0x6ED9EBA1; }
+      else if (i < 60) { f = (b & c) | (b & d) | (c & d); k = 0x8F1BBCDC; }
+      else { f = b ^ c ^ d; k = 0xCA62C1D6; }
+      const std::uint32_t t = rol(a, 5) + f + e + k + w[i];
+      e = d; d = c; c = rol(b, 30); b = a; a = t;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e;
+  }
+  char out[41];
+  for (int i = 0; i < 5; ++i) std::snprintf(out + i * 8, 9, "%08x", h[i]);
+  return std::string(out, 40);
+}
+
+const std::string& script_source(ScriptId id) { return sources().text[static_cast<std::size_t>(id)]; }
+const std::string& script_sha(ScriptId id) { return sources().sha[static_cast<std::size_t>(id)]; }
+
+bool ScriptRunner::known(ScriptId id) const {
+  return known_generation_[static_cast<std::size_t>(id)] == conn_.generation() && conn_.connected();
+}
+
+void ScriptRunner::mark_known(ScriptId id) {
+  known_generation_[static_cast<std::size_t>(id)] = conn_.generation();
+}
+
+Argv ScriptRunner::begin(ScriptId id, int numkeys) const {
+  Argv argv;
+  if (known(id)) {
+    argv.add("EVALSHA").add(script_sha(id));
+  } else {
+    argv.add("EVAL").add(script_source(id));
+  }
+  argv.add(static_cast<std::int64_t>(numkeys));
+  return argv;
+}
+
+bool ScriptRunner::is_noscript(const Reply& r) {
+  return r.view().is_error() && r.view().error().starts_with("NOSCRIPT");
+}
+
+void ScriptRunner::use_eval(ScriptId id, Argv& argv) {
+  argv.set(0, "EVAL");
+  argv.set(1, script_source(id));
+}
+
+Reply ScriptRunner::call(ScriptId id, Argv& argv) {
+  Reply r = conn_.command(argv);
+  if (is_noscript(r)) {
+    use_eval(id, argv);
+    r = conn_.command(argv);
+  }
+  if (!r.view().is_error() || !is_noscript(r)) mark_known(id);
+  return r;
+}
+
+std::vector<Reply> ScriptRunner::call_pipelined(const std::vector<ScriptId>& ids,
+                                                std::vector<Argv>& argvs) {
+  std::vector<Reply> replies = conn_.pipeline(argvs);
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    if (ids[i] == not_a_script) continue;
+    if (is_noscript(replies[i])) {
+      use_eval(ids[i], argvs[i]);
+      replies[i] = conn_.command(argvs[i]);
+    }
+    mark_known(ids[i]);
+  }
+  return replies;
+}
+
+}  // namespace streamq::detail

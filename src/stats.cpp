@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: MIT
+#include "streamq/stats.hpp"
+
+#include <charconv>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "connection.hpp"
+#include "keys.hpp"
+#include "streamq/errors.hpp"
+
+namespace streamq {
+namespace {
+
+StatsOptions validated(StatsOptions o) {
+  if (o.stream.empty()) throw ConfigError("stream must not be empty");
+  return o;
+}
+
+std::int64_t id_millis(std::string_view id) {
+  std::int64_t ms = 0;
+  const auto dash = id.find('-');
+  const std::string_view part = id.substr(0, dash);
+  std::from_chars(part.data(), part.data() + part.size(), ms);
+  return ms;
+}
+
+std::optional<std::int64_t> optional_int(detail::ReplyView v) {
+  if (v.is_nil()) return std::nullopt;
+  return v.as_int();
+}
+
+// Prometheus label values escape backslash, double quote and newline.
+std::string label_value(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+class Exposition {
+ public:
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    out_ << "# HELP " << name << ' ' << help << '\n' << "# TYPE " << name << ' ' << type << '\n';
+  }
+  void sample(std::string_view name, std::initializer_list<std::pair<std::string_view, std::string_view>> labels,
+              double value) {
+    out_ << name << '{';
+    bool first = true;
+    for (const auto& [k, v] : labels) {
+      if (!first) out_ << ',';
+      first = false;
+      out_ << k << "=\"" << label_value(v) << '"';
+    }
+    out_ << "} " << value << '\n';
+  }
+  std::string str() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+};
+
+}  // namespace
+
+std::string QueueStats::to_json() const {
+  using nlohmann::json;
+  json groups_json = json::array();
+  std::int64_t consumers_total = 0;
+  for (const GroupInfo& g : groups) {
+    json consumers_json = json::array();
+    for (const ConsumerInfo& c : g.consumers) {
+      consumers_json.push_back({{"name", c.name}, {"pending", c.pending}, {"idle_ms", c.idle_ms}});
+    }
+    consumers_total += static_cast<std::int64_t>(g.consumers.size());
+    groups_json.push_back({{"name", g.name},
+                           {"pending", g.pending},
+                           {"lag", g.lag ? json(*g.lag) : json(nullptr)},
+                           {"last_delivered_id", g.last_delivered_id},
+                           {"consumers", consumers_json},
+                           {"oldest_pending_idle_ms",
+                            g.oldest_pending_idle_ms ? json(*g.oldest_pending_idle_ms) : json(nullptr)}});
+  }
+  const json doc = {
+      {"stream", stream},
+      {"exists", exists},
+      {"queue_length", length},
+      {"entries_added", entries_added},
+      {"pending_total", pending_total},
+      {"consumers_active", consumers_total},
+      {"dlq_length", dlq_length},
+      {"delayed", delayed},
+      {"oldest_message", oldest_entry_id.empty() ? json(nullptr) : json(oldest_entry_id)},
+      {"oldest_entry_age_ms", oldest_entry_age_ms ? json(*oldest_entry_age_ms) : json(nullptr)},
+      {"groups", groups_json},
+  };
+  return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string QueueStats::to_prometheus() const {
+  Exposition e;
+  const std::string_view s = stream;
+  e.family("streamq_stream_length", "gauge", "Entries in the stream (unfinished tasks).");
+  e.sample("streamq_stream_length", {{"stream", s}}, static_cast<double>(length));
+  e.family("streamq_entries_added_total", "counter", "Entries ever added to the stream.");
+  e.sample("streamq_entries_added_total", {{"stream", s}}, static_cast<double>(entries_added));
+  e.family("streamq_pending_total", "gauge", "Delivered, unacknowledged entries over all groups.");
+  e.sample("streamq_pending_total", {{"stream", s}}, static_cast<double>(pending_total));
+  e.family("streamq_dlq_length", "gauge", "Entries in the dead-letter stream.");
+  e.sample("streamq_dlq_length", {{"stream", s}}, static_cast<double>(dlq_length));
+  e.family("streamq_delayed", "gauge", "Tasks waiting in the delayed set.");
+  e.sample("streamq_delayed", {{"stream", s}}, static_cast<double>(delayed));
+  e.family("streamq_oldest_entry_age_seconds", "gauge", "Age of the oldest entry in the stream.");
+  e.sample("streamq_oldest_entry_age_seconds", {{"stream", s}},
+           static_cast<double>(oldest_entry_age_ms.value_or(0)) / 1000.0);
+
+  e.family("streamq_group_pending", "gauge", "Delivered, unacknowledged entries of a group.");
+  for (const auto& g : groups) e.sample("streamq_group_pending", {{"stream", s}, {"group", g.name}}, static_cast<double>(g.pending));
+  e.family("streamq_group_lag", "gauge", "Entries not yet delivered to a group (approximate; absent when unknown).");
+  for (const auto& g : groups) {
+    if (g.lag) e.sample("streamq_group_lag", {{"stream", s}, {"group", g.name}}, static_cast<double>(*g.lag));
+  }
+  e.family("streamq_group_consumers", "gauge", "Consumers registered in a group.");
+  for (const auto& g : groups) {
+    e.sample("streamq_group_consumers", {{"stream", s}, {"group", g.name}}, static_cast<double>(g.consumers.size()));
+  }
+  e.family("streamq_oldest_pending_idle_seconds", "gauge", "Idle time of a group's oldest pending entry.");
+  for (const auto& g : groups) {
+    e.sample("streamq_oldest_pending_idle_seconds", {{"stream", s}, {"group", g.name}},
+             static_cast<double>(g.oldest_pending_idle_ms.value_or(0)) / 1000.0);
+  }
+  e.family("streamq_consumer_pending", "gauge", "Entries a consumer holds unacknowledged.");
+  for (const auto& g : groups) {
+    for (const auto& c : g.consumers) {
+      e.sample("streamq_consumer_pending", {{"stream", s}, {"group", g.name}, {"consumer", c.name}}, static_cast<double>(c.pending));
+    }
+  }
+  e.family("streamq_consumer_idle_seconds", "gauge", "Time since a consumer last read or claimed.");
+  for (const auto& g : groups) {
+    for (const auto& c : g.consumers) {
+      e.sample("streamq_consumer_idle_seconds", {{"stream", s}, {"group", g.name}, {"consumer", c.name}},
+               static_cast<double>(c.idle_ms) / 1000.0);
+    }
+  }
+  return e.str();
+}
+
+struct StatsReader::Impl {
+  explicit Impl(StatsOptions o)
+      : options(validated(std::move(o))),
+        keys(detail::queue_keys(options.stream)),
+        conn(detail::make_connection_config(options.connection, "stats")) {}
+
+  QueueStats read() {
+    using detail::Argv;
+    conn.connect_with_backoff();
+    QueueStats st;
+    st.stream = options.stream;
+
+    std::vector<Argv> first;
+    first.push_back(Argv{"TIME"});
+    first.push_back(Argv{"EXISTS", keys.stream});
+    first.push_back(Argv{"XLEN", keys.dlq});
+    first.push_back(Argv{"ZCARD", keys.delayed});
+    first.push_back(Argv{"XINFO", "STREAM", keys.stream});
+    first.push_back(Argv{"XINFO", "GROUPS", keys.stream});
+    const auto r = conn.pipeline(first);
+    const detail::ReplyView time = r[0].view().check();
+    const std::int64_t now_ms = time[0].as_int() * 1000 + time[1].as_int() / 1000;
+    st.exists = r[1].view().integer() == 1;
+    st.dlq_length = r[2].view().integer();
+    st.delayed = r[3].view().integer();
+    if (!st.exists) return st;  // XINFO answered "no such key"; nothing else to read
+
+    const detail::ReplyView info = r[4].view().check();
+    st.length = info.field("length").as_int();
+    if (auto added = info.field("entries-added"); !added.is_nil()) st.entries_added = added.as_int();
+    if (auto first_entry = info.field("first-entry"); !first_entry.is_nil()) {
+      st.oldest_entry_id = std::string(first_entry[0].str());
+      st.oldest_entry_age_ms = std::max<std::int64_t>(0, now_ms - id_millis(st.oldest_entry_id));
+    }
+
+    const detail::ReplyView groups = r[5].view().check();
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const detail::ReplyView g = groups[i];
+      GroupInfo gi;
+      gi.name = std::string(g.field("name").str());
+      if (!options.group.empty() && gi.name != options.group) continue;
+      gi.pending = g.field("pending").as_int();
+      gi.last_delivered_id = std::string(g.field("last-delivered-id").str());
+      gi.lag = optional_int(g.field("lag"));
+      st.pending_total += gi.pending;
+      st.groups.push_back(std::move(gi));
+    }
+
+    std::vector<Argv> per_group;
+    for (const GroupInfo& g : st.groups) {
+      per_group.push_back(Argv{"XINFO", "CONSUMERS", keys.stream, g.name});
+      per_group.push_back(Argv{"XPENDING", keys.stream, g.name, "-", "+", "1"});
+    }
+    const auto gr = conn.pipeline(per_group);
+    for (std::size_t i = 0; i < st.groups.size(); ++i) {
+      GroupInfo& g = st.groups[i];
+      const detail::ReplyView consumers = gr[2 * i].view().check();
+      for (std::size_t c = 0; c < consumers.size(); ++c) {
+        const detail::ReplyView ci = consumers[c];
+        g.consumers.push_back(ConsumerInfo{std::string(ci.field("name").str()),
+                                           ci.field("pending").as_int(), ci.field("idle").as_int()});
+      }
+      const detail::ReplyView oldest = gr[2 * i + 1].view().check();
+      if (oldest.size() > 0) g.oldest_pending_idle_ms = oldest[0][2].as_int();
+    }
+    return st;
+  }
+
+  StatsOptions options;
+  detail::QueueKeys keys;
+  detail::Connection conn;
+};
+
+StatsReader::StatsReader(StatsOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+StatsReader::~StatsReader() = default;
+StatsReader::StatsReader(StatsReader&&) noexcept = default;
+StatsReader& StatsReader::operator=(StatsReader&&) noexcept = default;
+
+QueueStats StatsReader::read() { return impl_->read(); }
+
+}  // namespace streamq

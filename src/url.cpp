@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: MIT
+#include "url.hpp"
+
+#include <charconv>
+
+#include "streamq/errors.hpp"
+
+namespace streamq::detail {
+namespace {
+
+[[noreturn]] void bad(std::string_view url, const std::string& why) {
+  throw ConfigError("connection.url \"" + std::string(url) + "\": " + why);
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string percent_decode(std::string_view url, std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out.push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) bad(url, "truncated percent escape");
+    const int hi = hex_digit(in[i + 1]);
+    const int lo = hex_digit(in[i + 2]);
+    if (hi < 0 || lo < 0) bad(url, "invalid percent escape");
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return out;
+}
+
+int parse_int(std::string_view url, std::string_view text, const char* what, int lo, int hi) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < lo ||
+      value > hi) {
+    bad(url, std::string("invalid ") + what + " \"" + std::string(text) + "\"");
+  }
+  return value;
+}
+
+void parse_query(std::string_view url, std::string_view query, Endpoint& ep) {
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view item = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos) bad(url, "query parameter without '='");
+    const std::string_view key = item.substr(0, eq);
+    const std::string_view value = item.substr(eq + 1);
+    if (key == "db") {
+      ep.db = parse_int(url, value, "db", 0, 1 << 20);
+    } else if (key == "user") {
+      ep.user = percent_decode(url, value);
+    } else if (key == "password") {
+      ep.password = percent_decode(url, value);
+    } else {
+      bad(url, "unknown query parameter \"" + std::string(key) + "\"");
+    }
+  }
+}
+
+}  // namespace
+
+std::string Endpoint::describe() const {
+  return is_unix() ? unix_path : host + ":" + std::to_string(port);
+}
+
+Endpoint parse_url(std::string_view url) {
+  Endpoint ep;
+  constexpr std::string_view tcp = "redis://";
+  constexpr std::string_view unix_scheme = "unix://";
+  if (url.starts_with(unix_scheme)) {
+    std::string_view rest = url.substr(unix_scheme.size());
+    const auto q = rest.find('?');
+    if (q != std::string_view::npos) {
+      parse_query(url, rest.substr(q + 1), ep);
+      rest = rest.substr(0, q);
+    }
+    if (rest.empty() || rest.front() != '/') bad(url, "unix socket path must be absolute");
+    ep.unix_path = percent_decode(url, rest);
+    return ep;
+  }
+  if (url.starts_with("rediss://")) bad(url, "TLS (rediss://) is not supported by this build");
+  if (!url.starts_with(tcp)) bad(url, "scheme must be redis:// or unix://");
+
+  std::string_view rest = url.substr(tcp.size());
+  const auto q = rest.find('?');
+  if (q != std::string_view::npos) {
+    parse_query(url, rest.substr(q + 1), ep);
+    rest = rest.substr(0, q);
+  }
+  // The last '@' separates credentials: an unencoded '@' may appear in a password.
+  const auto at = rest.rfind('@');
+  if (at != std::string_view::npos) {
+    const std::string_view cred = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    const auto colon = cred.find(':');
+    if (colon == std::string_view::npos) {
+      // redis://secret@host is how redis-py and redis-cli spell "password only".
+      ep.password = percent_decode(url, cred);
+    } else {
+      ep.user = percent_decode(url, cred.substr(0, colon));
+      ep.password = percent_decode(url, cred.substr(colon + 1));
+    }
+  }
+  const auto slash = rest.find('/');
+  std::string_view hostport = rest.substr(0, slash);
+  if (slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    if (!db.empty()) ep.db = parse_int(url, db, "db", 0, 1 << 20);
+  }
+  if (hostport.starts_with('[')) {  // [ipv6]:port
+    const auto close = hostport.find(']');
+    if (close == std::string_view::npos) bad(url, "unterminated IPv6 address");
+    ep.host = std::string(hostport.substr(1, close - 1));
+    hostport = hostport.substr(close + 1);
+    if (!hostport.empty()) {
+      if (hostport.front() != ':') bad(url, "garbage after IPv6 address");
+      ep.port = parse_int(url, hostport.substr(1), "port", 1, 65535);
+    }
+  } else {
+    const auto colon = hostport.rfind(':');
+    ep.host = std::string(hostport.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      ep.port = parse_int(url, hostport.substr(colon + 1), "port", 1, 65535);
+    }
+  }
+  if (ep.host.empty()) bad(url, "missing host");
+  return ep;
+}
+
+}  // namespace streamq::detail
