@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: MIT
+// Option validation of the public handles (no server: constructors do not connect), the
+// connection settings, reconnect backoff and the script hashes EVALSHA relies on.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "connection.hpp"
+#include "scripts.hpp"
+#include "streamq/streamq.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using streamq::ConfigError;
+using streamq::ConnectionOptions;
+using streamq::Consumer;
+using streamq::ConsumerOptions;
+using streamq::Producer;
+using streamq::ProducerOptions;
+using streamq::StatsOptions;
+using streamq::StatsReader;
+
+// Constructs a Handle from `options`; it must throw ConfigError whose message names `field`.
+template <class Handle, class Options>
+void expect_refused(Options options, const std::string& field) {
+  SCOPED_TRACE(field);
+  try {
+    Handle handle(std::move(options));
+    ADD_FAILURE() << "constructed despite a bad " << field;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+
+// Mistakes in the connection options, shared by every handle.
+struct ConnectionMistake {
+  const char* field;
+  std::function<void(ConnectionOptions&)> apply;
+};
+
+std::vector<ConnectionMistake> connection_mistakes() {
+  return {
+      {"connection.url", [](ConnectionOptions& c) { c.url = "http://localhost:6379"; }},
+      {"connection.url", [](ConnectionOptions& c) { c.url = "redis://localhost:0"; }},
+      {"connection.url", [](ConnectionOptions& c) { c.url = ""; }},
+      {"connect_timeout", [](ConnectionOptions& c) { c.connect_timeout = 0ms; }},
+      {"connect_timeout", [](ConnectionOptions& c) { c.connect_timeout = -5ms; }},
+      {"socket_timeout", [](ConnectionOptions& c) { c.socket_timeout = 0ms; }},
+      {"backoff_base", [](ConnectionOptions& c) { c.backoff_base = 0ms; }},
+      {"backoff_max", [](ConnectionOptions& c) {
+         c.backoff_base = 100ms;
+         c.backoff_max = 99ms;
+       }},
+      {"client_name", [](ConnectionOptions& c) { c.client_name = "my worker"; }},
+      {"client_name", [](ConnectionOptions& c) { c.client_name = "tab\tname"; }},
+      {"client_name", [](ConnectionOptions& c) { c.client_name = "caf\xc3\xa9"; }},
+  };
+}
+
+// ---------------------------------------------------------------- Producer
+
+TEST(ProducerOptions, DefaultsConstructWithoutAServer) {
+  EXPECT_NO_THROW(Producer{});
+  // Nothing listens on port 1: a constructor that connected would throw here.
+  Producer p({.connection = {.url = "redis://127.0.0.1:1"}, .stream = "orders", .max_len = 5});
+  EXPECT_EQ(p.options().stream, "orders");
+  EXPECT_EQ(p.options().max_len, 5);
+  EXPECT_EQ(p.options().connection.url, "redis://127.0.0.1:1");
+}
+
+TEST(ProducerOptions, RefusesBadValues) {
+  expect_refused<Producer>(ProducerOptions{.stream = ""}, "stream");
+  expect_refused<Producer>(ProducerOptions{.max_len = 0}, "max_len");
+  expect_refused<Producer>(ProducerOptions{.max_len = -1}, "max_len");
+  expect_refused<Producer>(ProducerOptions{.overflow = static_cast<streamq::Overflow>(7)},
+                           "overflow");
+  expect_refused<Producer>(ProducerOptions{.max_payload_bytes = 0}, "max_payload_bytes");
+  expect_refused<Producer>(ProducerOptions{.max_payload_depth = 0}, "max_payload_depth");
+  expect_refused<Producer>(ProducerOptions{.default_max_retries = -1}, "default_max_retries");
+  EXPECT_NO_THROW(Producer(ProducerOptions{.max_len = 1, .max_payload_bytes = 1,
+                                           .max_payload_depth = 1, .default_max_retries = 0}));
+}
+
+TEST(ProducerOptions, RefusesBadConnectionOptions) {
+  for (const auto& m : connection_mistakes()) {
+    ProducerOptions o;
+    m.apply(o.connection);
+    expect_refused<Producer>(std::move(o), m.field);
+  }
+}
+
+// ---------------------------------------------------------------- StatsReader
+
+TEST(StatsOptions, DefaultsConstructWithoutAServer) {
+  EXPECT_NO_THROW(StatsReader{});
+  EXPECT_NO_THROW(StatsReader({.connection = {.url = "redis://127.0.0.1:1"}, .group = "g"}));
+}
+
+TEST(StatsOptions, RefusesBadValues) {
+  expect_refused<StatsReader>(StatsOptions{.stream = ""}, "stream");
+  for (const auto& m : connection_mistakes()) {
+    StatsOptions o;
+    m.apply(o.connection);
+    expect_refused<StatsReader>(std::move(o), m.field);
+  }
+}
+
+// ---------------------------------------------------------------- Consumer
+
+TEST(ConsumerOptions, DefaultsConstructWithoutAServer) {
+  EXPECT_NO_THROW(Consumer{});
+  EXPECT_NO_THROW(Consumer({.connection = {.url = "redis://127.0.0.1:1"}}));
+}
+
+struct ConsumerMistake {
+  const char* field;
+  std::function<void(ConsumerOptions&)> apply;
+};
+
+TEST(ConsumerOptions, RefusesBadValues) {
+  const std::vector<ConsumerMistake> mistakes = {
+      {"stream", [](ConsumerOptions& o) { o.stream = ""; }},
+      {"group", [](ConsumerOptions& o) { o.group = ""; }},
+      {"concurrency", [](ConsumerOptions& o) { o.concurrency = 0; }},
+      {"concurrency", [](ConsumerOptions& o) { o.concurrency = -2; }},
+      {"prefetch", [](ConsumerOptions& o) {
+         o.concurrency = 8;
+         o.prefetch = 7;
+       }},
+      {"block", [](ConsumerOptions& o) { o.block = 0ms; }},
+      // The phantom-delivery guard: the read must not time out while the server still
+      // holds the client blocked.
+      {"socket_timeout", [](ConsumerOptions& o) {
+         o.block = 2000ms;
+         o.connection.socket_timeout = 2500ms;
+       }},
+      {"socket_timeout", [](ConsumerOptions& o) {
+         o.block = 2000ms;
+         o.connection.socket_timeout = 2999ms;
+       }},
+      {"socket_timeout", [](ConsumerOptions& o) { o.connection.socket_timeout = 1000ms; }},
+      {"heartbeat_interval", [](ConsumerOptions& o) { o.heartbeat_interval = 0ms; }},
+      {"claim_min_idle", [](ConsumerOptions& o) {
+         o.heartbeat_interval = 5000ms;
+         o.claim_min_idle = 14999ms;
+       }},
+      {"reclaim_interval", [](ConsumerOptions& o) { o.reclaim_interval = 0ms; }},
+      {"max_deliveries", [](ConsumerOptions& o) { o.max_deliveries = 0; }},
+      {"shutdown_grace", [](ConsumerOptions& o) { o.shutdown_grace = -1ms; }},
+      {"max_payload_bytes", [](ConsumerOptions& o) { o.max_payload_bytes = 0; }},
+      {"max_payload_depth", [](ConsumerOptions& o) { o.max_payload_depth = 0; }},
+      {"default_max_retries", [](ConsumerOptions& o) { o.default_max_retries = -1; }},
+  };
+  for (const auto& m : mistakes) {
+    ConsumerOptions o;
+    m.apply(o);
+    expect_refused<Consumer>(std::move(o), m.field);
+  }
+}
+
+TEST(ConsumerOptions, RefusesBadConnectionOptions) {
+  for (const auto& m : connection_mistakes()) {
+    ConsumerOptions o;
+    m.apply(o.connection);
+    expect_refused<Consumer>(std::move(o), m.field);
+  }
+}
+
+TEST(ConsumerOptions, BoundaryValuesAreAccepted) {
+  // socket_timeout == block + 1 s, claim_min_idle == 3 * heartbeat, prefetch == concurrency,
+  // zero grace, a single delivery.
+  EXPECT_NO_THROW(Consumer({.connection = {.socket_timeout = 3000ms},
+                            .concurrency = 2,
+                            .prefetch = 2,
+                            .block = 2000ms,
+                            .claim_min_idle = 15000ms,
+                            .heartbeat_interval = 5000ms,
+                            .max_deliveries = 1,
+                            .shutdown_grace = 0ms,
+                            .default_max_retries = 0}));
+}
+
+TEST(ConsumerName, DefaultIsHostPidAndRandomSuffix) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  const std::string prefix = std::string(host) + "-" + std::to_string(getpid()) + "-";
+  const Consumer a;
+  const Consumer b;
+  for (const std::string& name : {a.name(), b.name()}) {
+    ASSERT_EQ(name.size(), prefix.size() + 8) << name;
+    EXPECT_EQ(name.substr(0, prefix.size()), prefix) << name;
+    EXPECT_TRUE(std::regex_match(name.substr(prefix.size()), std::regex("[0-9a-f]{8}"))) << name;
+  }
+  EXPECT_NE(a.name(), b.name());
+}
+
+TEST(ConsumerName, GivenNameIsKept) {
+  Consumer c({.consumer_name = "worker-slot-3"});
+  EXPECT_EQ(c.name(), "worker-slot-3");
+  Consumer moved(std::move(c));
+  EXPECT_EQ(moved.name(), "worker-slot-3");
+}
+
+TEST(ConsumerHandlers, RegistrationMistakes) {
+  Consumer c;
+  const Consumer::Handler noop = [](const streamq::Task&) {};
+  EXPECT_NO_THROW(c.on("send_email", noop));
+  EXPECT_NO_THROW(c.on("resize_image", noop));
+  EXPECT_THROW(c.on("", noop), ConfigError);
+  EXPECT_THROW(c.on("empty_handler", Consumer::Handler{}), ConfigError);
+  try {
+    c.on("send_email", noop);
+    ADD_FAILURE() << "duplicate handler accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("send_email"), std::string::npos) << e.what();
+  }
+  // The refused empty handler did not take the name.
+  EXPECT_NO_THROW(c.on("empty_handler", noop));
+}
+
+// ---------------------------------------------------------------- connection settings
+
+TEST(ConnectionConfig, DefaultClientNameNamesTheRole) {
+  const auto producer = streamq::detail::make_connection_config({}, "producer");
+  EXPECT_EQ(producer.client_name, "streamq-producer");
+  EXPECT_EQ(streamq::detail::make_connection_config({}, "consumer").client_name, "streamq-consumer");
+  EXPECT_EQ(producer.endpoint.host, "127.0.0.1");
+  EXPECT_EQ(producer.endpoint.port, 6379);
+  EXPECT_EQ(producer.connect_timeout, 2000ms);
+  EXPECT_EQ(producer.socket_timeout, 5000ms);
+  EXPECT_EQ(producer.backoff_base, 50ms);
+  EXPECT_EQ(producer.backoff_max, 2000ms);
+}
+
+TEST(ConnectionConfig, GivenValuesAreKept) {
+  const auto c = streamq::detail::make_connection_config(
+      {.url = "redis://u:p@cache:6390/2",
+       .connect_timeout = 300ms,
+       .socket_timeout = 7000ms,
+       .client_name = "billing-worker",
+       .backoff_base = 10ms,
+       .backoff_max = 10ms},
+      "consumer");
+  EXPECT_EQ(c.client_name, "billing-worker");
+  EXPECT_EQ(c.endpoint.host, "cache");
+  EXPECT_EQ(c.endpoint.port, 6390);
+  EXPECT_EQ(c.endpoint.db, 2);
+  EXPECT_EQ(c.endpoint.user, "u");
+  EXPECT_EQ(c.endpoint.password, "p");
+  EXPECT_EQ(c.connect_timeout, 300ms);
+  EXPECT_EQ(c.socket_timeout, 7000ms);
+  EXPECT_EQ(c.backoff_base, 10ms);
+  EXPECT_EQ(c.backoff_max, 10ms);
+}
+
+// ---------------------------------------------------------------- backoff
+
+void check_backoff(std::chrono::milliseconds base, std::chrono::milliseconds max) {
+  streamq::detail::Backoff b(base, max);
+  EXPECT_EQ(b.delay(), 0ms);
+  EXPECT_EQ(b.failures(), 0);
+  for (int n = 1; n <= 30; ++n) {
+    b.fail();
+    ASSERT_EQ(b.failures(), n);
+    const std::int64_t cap = std::min<std::int64_t>(max.count(), base.count() << n);
+    std::int64_t highest = 0;
+    for (int draw = 0; draw < 300; ++draw) {
+      const auto d = b.delay().count();
+      ASSERT_GE(d, 0) << "n=" << n;
+      ASSERT_LE(d, cap) << "n=" << n;
+      highest = std::max(highest, d);
+    }
+    // Full jitter spreads over the whole window: 300 uniform draws all below half the cap
+    // would happen with probability 2^-300.
+    EXPECT_GT(highest, cap / 2) << "n=" << n << " cap=" << cap;
+  }
+  b.reset();
+  EXPECT_EQ(b.failures(), 0);
+  for (int draw = 0; draw < 10; ++draw) EXPECT_EQ(b.delay(), 0ms);
+}
+
+TEST(Backoff, FullJitterWithinTheExponentialCap) { check_backoff(50ms, 2000ms); }
+
+TEST(Backoff, ReachesALargeMax) { check_backoff(1ms, 60000ms); }
+
+// ---------------------------------------------------------------- script hashes
+
+TEST(Sha1, KnownVectors) {
+  using streamq::detail::sha1_hex;
+  EXPECT_EQ(sha1_hex(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+  EXPECT_EQ(sha1_hex("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+  EXPECT_EQ(sha1_hex("The quick brown fox jumps over the lazy dog"),
+            "2fd4e1c67a2d28fced849ee1bb76e7391b93eb12");
+  // Padding edges: 55, 56 and 64 bytes.
+  EXPECT_EQ(sha1_hex(std::string(55, 'a')), "c1c8bbdc22796e28c0e15163d20899b65621d65a");
+  EXPECT_EQ(sha1_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
+  EXPECT_EQ(sha1_hex(std::string(64, 'a')), "0098ba824b5c16427bd7a1122a5a442a25ec644d");
+  EXPECT_EQ(sha1_hex(std::string(1000000, 'a')), "34aa973cd4c4daa4f61eeb2bdbad27316534016f");
+}
+
+TEST(Sha1, ScriptShaIsTheHashOfItsSource) {
+  using streamq::detail::ScriptId;
+  std::set<std::string> shas;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(ScriptId::count_); ++i) {
+    const auto id = static_cast<ScriptId>(i);
+    const std::string& source = streamq::detail::script_source(id);
+    EXPECT_FALSE(source.empty()) << i;
+    EXPECT_EQ(streamq::detail::script_sha(id), streamq::detail::sha1_hex(source)) << i;
+    EXPECT_TRUE(std::regex_match(streamq::detail::script_sha(id), std::regex("[0-9a-f]{40}")));
+    shas.insert(streamq::detail::script_sha(id));
+  }
+  EXPECT_EQ(shas.size(), static_cast<std::size_t>(ScriptId::count_));
+}
+
+}  // namespace

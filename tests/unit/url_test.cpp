@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+// Connection URL parsing: what each accepted form means and which mistakes are refused.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "streamq/errors.hpp"
+#include "url.hpp"
+
+namespace {
+
+using streamq::detail::Endpoint;
+using streamq::detail::parse_url;
+
+// Runs parse_url on a URL that must be refused and returns the ConfigError message.
+std::string refusal(const std::string& url) {
+  try {
+    const Endpoint ep = parse_url(url);
+    ADD_FAILURE() << "accepted " << url << " as host=" << ep.host << " port=" << ep.port
+                  << " db=" << ep.db << " unix=" << ep.unix_path;
+  } catch (const streamq::ConfigError& e) {
+    return e.what();
+  }
+  return {};
+}
+
+TEST(Url, HostOnlyUsesDefaults) {
+  const Endpoint ep = parse_url("redis://cache.internal");
+  EXPECT_EQ(ep.host, "cache.internal");
+  EXPECT_EQ(ep.port, 6379);
+  EXPECT_EQ(ep.db, 0);
+  EXPECT_TRUE(ep.user.empty());
+  EXPECT_TRUE(ep.password.empty());
+  EXPECT_FALSE(ep.is_unix());
+  EXPECT_EQ(ep.describe(), "cache.internal:6379");
+}
+
+TEST(Url, HostAndPort) {
+  const Endpoint ep = parse_url("redis://127.0.0.1:6380");
+  EXPECT_EQ(ep.host, "127.0.0.1");
+  EXPECT_EQ(ep.port, 6380);
+  EXPECT_EQ(ep.db, 0);
+}
+
+TEST(Url, TrailingSlashWithoutDbKeepsDbZero) {
+  const Endpoint ep = parse_url("redis://localhost:7000/");
+  EXPECT_EQ(ep.host, "localhost");
+  EXPECT_EQ(ep.port, 7000);
+  EXPECT_EQ(ep.db, 0);
+}
+
+TEST(Url, UserPasswordHostPortDb) {
+  const Endpoint ep = parse_url("redis://alice:s3cret@redis.example:6390/3");
+  EXPECT_EQ(ep.user, "alice");
+  EXPECT_EQ(ep.password, "s3cret");
+  EXPECT_EQ(ep.host, "redis.example");
+  EXPECT_EQ(ep.port, 6390);
+  EXPECT_EQ(ep.db, 3);
+}
+
+TEST(Url, PasswordOnly) {
+  const Endpoint ep = parse_url("redis://secret@localhost");
+  EXPECT_TRUE(ep.user.empty());
+  EXPECT_EQ(ep.password, "secret");
+  EXPECT_EQ(ep.host, "localhost");
+  EXPECT_EQ(ep.port, 6379);
+}
+
+TEST(Url, EmptyUserWithPassword) {
+  const Endpoint ep = parse_url("redis://:secret@localhost:6379/1");
+  EXPECT_TRUE(ep.user.empty());
+  EXPECT_EQ(ep.password, "secret");
+  EXPECT_EQ(ep.db, 1);
+}
+
+TEST(Url, PercentEncodedCredentialsAreDecoded) {
+  const Endpoint ep = parse_url("redis://us%65r%3Ax:p%40ss%2f%25@host:6379");
+  EXPECT_EQ(ep.user, "user:x");
+  EXPECT_EQ(ep.password, "p@ss/%");
+  EXPECT_EQ(ep.host, "host");
+}
+
+TEST(Url, LastAtSeparatesCredentialsFromHost) {
+  const Endpoint ep = parse_url("redis://bob:p@ss@w@rd@db.local:6381/2");
+  EXPECT_EQ(ep.user, "bob");
+  EXPECT_EQ(ep.password, "p@ss@w@rd");
+  EXPECT_EQ(ep.host, "db.local");
+  EXPECT_EQ(ep.port, 6381);
+  EXPECT_EQ(ep.db, 2);
+}
+
+TEST(Url, Ipv6WithPort) {
+  const Endpoint ep = parse_url("redis://[::1]:6380");
+  EXPECT_EQ(ep.host, "::1");
+  EXPECT_EQ(ep.port, 6380);
+}
+
+TEST(Url, Ipv6WithoutPortAndWithCredentialsAndDb) {
+  const Endpoint ep = parse_url("redis://u:p@[fe80::1:2]/4");
+  EXPECT_EQ(ep.host, "fe80::1:2");
+  EXPECT_EQ(ep.port, 6379);
+  EXPECT_EQ(ep.user, "u");
+  EXPECT_EQ(ep.password, "p");
+  EXPECT_EQ(ep.db, 4);
+}
+
+TEST(Url, UnixSocketWithQuery) {
+  const Endpoint ep = parse_url("unix:///tmp/r.sock?db=2&password=x");
+  EXPECT_TRUE(ep.is_unix());
+  EXPECT_EQ(ep.unix_path, "/tmp/r.sock");
+  EXPECT_TRUE(ep.host.empty());
+  EXPECT_EQ(ep.db, 2);
+  EXPECT_EQ(ep.password, "x");
+  EXPECT_TRUE(ep.user.empty());
+  EXPECT_EQ(ep.describe(), "/tmp/r.sock");
+}
+
+TEST(Url, UnixSocketUserAndEncodedPassword) {
+  const Endpoint ep = parse_url("unix:///var/run/redis/redis.sock?user=app&password=a%26b%3Dc");
+  EXPECT_EQ(ep.unix_path, "/var/run/redis/redis.sock");
+  EXPECT_EQ(ep.user, "app");
+  EXPECT_EQ(ep.password, "a&b=c");
+  EXPECT_EQ(ep.db, 0);
+}
+
+TEST(Url, UnixSocketDefaults) {
+  const Endpoint ep = parse_url("unix:///tmp/redis.sock");
+  EXPECT_EQ(ep.unix_path, "/tmp/redis.sock");
+  EXPECT_EQ(ep.db, 0);
+  EXPECT_TRUE(ep.password.empty());
+}
+
+TEST(Url, DescribeNeverShowsCredentials) {
+  const Endpoint tcp = parse_url("redis://alice:hunter2@redis.example:6390/3");
+  EXPECT_EQ(tcp.describe(), "redis.example:6390");
+  EXPECT_EQ(tcp.describe().find("hunter2"), std::string::npos);
+  EXPECT_EQ(tcp.describe().find("alice"), std::string::npos);
+
+  const Endpoint pw_only = parse_url("redis://hunter2@localhost");
+  EXPECT_EQ(pw_only.describe().find("hunter2"), std::string::npos);
+
+  const Endpoint sock = parse_url("unix:///tmp/r.sock?user=alice&password=hunter2");
+  EXPECT_EQ(sock.describe(), "/tmp/r.sock");
+}
+
+struct BadUrl {
+  const char* url;
+  const char* detail;  // a word the message must contain besides "connection.url"
+};
+
+class UrlRefused : public ::testing::TestWithParam<BadUrl> {};
+
+TEST_P(UrlRefused, ThrowsConfigErrorNamingTheField) {
+  const std::string url = GetParam().url;
+  const std::string message = refusal(url);
+  EXPECT_NE(message.find("connection.url"), std::string::npos) << message;
+  // The explanation must say what is wrong on its own, not merely echo the URL back.
+  std::string reason = message;
+  if (!url.empty()) {
+    if (const auto at = reason.find(url); at != std::string::npos) reason.erase(at, url.size());
+  }
+  EXPECT_NE(reason.find(GetParam().detail), std::string::npos) << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mistakes, UrlRefused,
+    ::testing::Values(BadUrl{"http://localhost:6379", "scheme"},
+                      BadUrl{"localhost:6379", "scheme"},
+                      BadUrl{"", "scheme"},
+                      BadUrl{"rediss://localhost:6380", "TLS"},
+                      BadUrl{"redis://", "host"},
+                      BadUrl{"redis://:6379", "host"},
+                      BadUrl{"redis://user:pw@:6379/0", "host"},
+                      BadUrl{"redis://localhost:0", "port"},
+                      BadUrl{"redis://localhost:70000", "port"},
+                      BadUrl{"redis://localhost:abc", "port"},
+                      BadUrl{"redis://localhost:", "port"},
+                      BadUrl{"redis://localhost:-1", "port"},
+                      BadUrl{"redis://[::1]:0", "port"},
+                      BadUrl{"redis://[::1", "IPv6"},
+                      BadUrl{"redis://localhost/abc", "db"},
+                      BadUrl{"redis://localhost/-1", "db"},
+                      BadUrl{"redis://localhost/1x", "db"},
+                      BadUrl{"unix:///tmp/r.sock?db=x", "db"},
+                      BadUrl{"redis://user:p%zzss@localhost", "percent"},
+                      BadUrl{"redis://user:pass%4@localhost", "percent"},
+                      BadUrl{"redis://user:pass%@localhost", "percent"},
+                      BadUrl{"unix://tmp/r.sock", "absolute"},
+                      BadUrl{"unix://", "absolute"},
+                      BadUrl{"unix:///tmp/r.sock?timeout=5", "timeout"},
+                      BadUrl{"redis://localhost?foo=bar", "foo"},
+                      BadUrl{"unix:///tmp/r.sock?db", "="}));
+
+TEST(Url, RefusalIsAStreamqError) {
+  // Callers that catch the root type see URL mistakes too.
+  EXPECT_THROW(parse_url("http://x"), streamq::Error);
+}
+
+}  // namespace
