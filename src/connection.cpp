@@ -87,8 +87,10 @@ Backoff::Backoff(Millis base, Millis max) : base_(base), max_(max), rng_(std::ra
 
 Millis Backoff::delay() {
   if (failures_ == 0) return Millis{0};
-  const int shift = std::min(failures_, 20);
-  const auto cap = std::min<std::int64_t>(max_.count(), base_.count() << shift);
+  // base * 2^failures, saturating at max (no shift overflow however many failures).
+  std::int64_t cap = base_.count();
+  for (int i = 0; i < failures_ && cap < max_.count(); ++i) cap *= 2;
+  cap = std::min<std::int64_t>(cap, max_.count());
   std::uniform_int_distribution<std::int64_t> dist(0, cap);
   return Millis{dist(rng_)};
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -44,6 +45,7 @@ struct Work {
   Fields fields;
   std::int64_t deliveries = 1;
   bool has_body = true;
+  bool reclaimed = false;  // from fetch_pending: the start script must count the attempt
 };
 
 enum class Outcome { ack, retry, dead_letter };
@@ -245,13 +247,14 @@ struct Consumer::Impl {
     const ReplyView entries = r[1];
     for (std::size_t i = 0; i < entries.size(); ++i) {
       out.push_back(read_entry(entries[i], entries[i][2].integer()));
+      out.back().reclaimed = true;
     }
     const std::int64_t dead = r[2].integer();
     if (dead > 0) {
       m.dead_lettered += static_cast<std::uint64_t>(dead);
       detail::log(LogLevel::warning, std::to_string(dead) + " pending entries of " + keys.stream +
-                                         " dead-lettered (body lost or delivered more than " +
-                                         max_deliveries_text + " times)");
+                                         " dead-lettered (body lost, or started " + max_deliveries_text +
+                                         " times without finishing)");
     }
     m.reclaimed += out.size();
     return std::string(r[0].str());
@@ -420,7 +423,31 @@ struct Consumer::Impl {
     }
   }
 
+  /// Counts the attempt before a reclaimed or replayed entry runs (owner-checked XCLAIM
+  /// RETRYCOUNT), so the poison check sees how often it was started, not how often it was
+  /// merely prefetched by workers that died. False when another consumer owns it now.
+  /// Uses this handler thread's own connection, made on first need (reclaims are rare).
+  bool start_reclaimed(Work& w, std::unique_ptr<detail::Connection>& conn) {
+    try {
+      if (!conn) conn = std::make_unique<detail::Connection>(reader_conn.config());
+      detail::ScriptRunner scripts(*conn);
+      Argv argv = scripts.begin(detail::ScriptId::start, 1);
+      argv.add(keys.stream).add(opt.group).add(opt.consumer_name).add(w.id).add(w.deliveries + 1);
+      const detail::Reply r = scripts.call(detail::ScriptId::start, argv);
+      if (r.view().check().integer() == 0) {
+        detail::log(LogLevel::warning, "entry " + w.id + " was taken by another consumer before it started");
+        return false;
+      }
+    } catch (const std::exception& e) {
+      // Running it anyway keeps at-least-once; only this attempt goes uncounted.
+      detail::log(LogLevel::warning, "could not count the start of entry " + w.id + ": " + e.what());
+    }
+    w.deliveries += 1;
+    return true;
+  }
+
   void handler_main() {
+    std::unique_ptr<detail::Connection> start_conn;
     std::optional<Completion> done;
     std::unique_lock lock(mutex);
     for (;;) {
@@ -440,6 +467,13 @@ struct Consumer::Impl {
         continue;
       }
       lock.unlock();
+      if (w.reclaimed && !start_reclaimed(w, start_conn)) {
+        lock.lock();
+        held.erase(w.id);
+        m.stale += 1;
+        reader_cv.notify_one();
+        continue;
+      }
       done = process(w);
       lock.lock();
     }

@@ -93,10 +93,14 @@ return lost
 // ARGV[8] = failed_at text for dead-letter entries, ARGV[9..] = ids this consumer is
 //           running now (never handed out again).
 // Returns {next cursor ("0-0" = done), {{id, {fields}, deliveries}, ...}, dead-lettered count}.
+//
+// Claims use JUSTID, which leaves the delivery counter alone: the counter is raised by the
+// `start` script only when a handler really starts the entry. So the entries a crashed worker
+// had merely prefetched are not charged for its crash; only the ones it was running are.
 // Entries whose body is gone (trimmed or XDELed: XAUTOCLAIM's third reply element on 7.0,
-// nil bodies on 6.2 and in replays) and entries delivered more than max deliveries times
-// (their handler may crash the worker) go to the dead-letter stream here, atomically with
-// their removal from the PEL, so neither can vanish between two commands.
+// an empty XRANGE otherwise) and entries already started max deliveries times (their handler
+// may crash the worker) go to the dead-letter stream here, atomically with their removal
+// from the PEL, so neither can vanish between two commands.
 constexpr const char* kFetchPending = R"lua(
 local stream, dlq, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local max_deliveries = tonumber(ARGV[7])
@@ -128,56 +132,64 @@ local function lost(id)
     'body lost: the entry was trimmed or deleted before it was done')
 end
 
-local entries = {}
+local claimed = {}  -- {id, deliveries} now owned by this consumer, not running here
 local cursor = '0-0'
 if ARGV[3] == 'auto' then
-  local r = redis.call('XAUTOCLAIM', stream, group, me, ARGV[6], ARGV[4], 'COUNT', ARGV[5])
+  local r = redis.call('XAUTOCLAIM', stream, group, me, ARGV[6], ARGV[4], 'COUNT', ARGV[5], 'JUSTID')
   cursor = r[1]
-  for _, e in ipairs(r[2]) do
-    if not running[e[1]] then entries[#entries + 1] = e end
+  for _, id in ipairs(r[2]) do
+    if not running[id] then
+      local p = redis.call('XPENDING', stream, group, id, id, 1)
+      claimed[#claimed + 1] = {id, (p[1] and p[1][4]) or 1}
+    end
   end
   for _, id in ipairs(r[3] or {}) do lost(id) end
 else
   local start = ARGV[4] == '-' and '-' or ('(' .. ARGV[4])
   local p = redis.call('XPENDING', stream, group, start, '+', ARGV[5], me)
   for _, item in ipairs(p) do
-    local id = item[1]
-    cursor = id
-    if not running[id] then
-      local c = redis.call('XCLAIM', stream, group, me, 0, id)
-      if #c == 0 or not c[1] then
-        lost(id)  -- 7.0 drops a pending id whose entry is gone (6.2 returns nil for it)
-      else
-        entries[#entries + 1] = c[1]
-      end
-    end
+    cursor = item[1]
+    if not running[item[1]] then claimed[#claimed + 1] = {item[1], item[4]} end
   end
 end
 
 local run = {}
-for _, e in ipairs(entries) do
-  local id, fields = e[1], e[2]
-  if not fields then
+for _, c in ipairs(claimed) do
+  local id, n = c[1], c[2]
+  local body = redis.call('XRANGE', stream, id, id)
+  if #body == 0 then
     lost(id)
+  elseif n >= max_deliveries then
+    dead_letter(id, body[1][2], 'max_deliveries', 'started ' .. n .. ' times (limit ' ..
+      max_deliveries .. ') without finishing; its worker may have died running it')
   else
-    local p = redis.call('XPENDING', stream, group, id, id, 1)
-    local n = (p[1] and p[1][4]) or 1
-    if n > max_deliveries then
-      dead_letter(id, fields, 'max_deliveries', 'delivered ' .. n .. ' times (limit ' ..
-        max_deliveries .. '); the worker may have died while running it')
-    else
-      run[#run + 1] = {id, fields, n}
+    if ARGV[3] == 'own' then
+      redis.call('XCLAIM', stream, group, me, 0, id, 'JUSTID')  -- reset idle: it is queued here
     end
+    run[#run + 1] = {id, body[1][2], n}
   end
 end
 return {cursor, run, dead}
+)lua";
+
+// start — record that a handler starts a reclaimed or replayed entry.
+// KEYS[1] = stream
+// ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id, ARGV[4] = new delivery count.
+// Returns 1, or 0 when this consumer no longer owns the entry (then it must not run it).
+// XCLAIM ... RETRYCOUNT sets the counter the poison check reads; JUSTID keeps it from being
+// bumped a second time; the XPENDING check keeps min-idle 0 from stealing the entry.
+constexpr const char* kStart = R"lua(
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', ARGV[4], 'JUSTID')
+return 1
 )lua";
 
 struct Sources {
   std::array<std::string, static_cast<std::size_t>(ScriptId::count_)> text;
   std::array<std::string, static_cast<std::size_t>(ScriptId::count_)> sha;
   Sources() {
-    text = {kEnqueue, kMove, kLease, kFetchPending};
+    text = {kEnqueue, kMove, kLease, kFetchPending, kStart};
     for (std::size_t i = 0; i < text.size(); ++i) sha[i] = sha1_hex(text[i]);
   }
 };

@@ -20,6 +20,7 @@ enum class ScriptId : std::size_t {
   move,          // owner-checked retry copy / dead-letter, with XACK + XDEL of the original
   lease,         // owner-checked XCLAIM ... JUSTID (heartbeat, release)
   fetch_pending, // XAUTOCLAIM or own-PEL replay, with poison and lost-body handling
+  start,         // owner-checked delivery count bump when a handler starts a reclaimed entry
   count_
 };
 

@@ -2,6 +2,7 @@
 #include "streamq/stats.hpp"
 
 #include <charconv>
+#include <cstdio>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -44,13 +45,34 @@ std::string label_value(std::string_view v) {
   return out;
 }
 
+using Labels = std::initializer_list<std::pair<std::string_view, std::string_view>>;
+
+/// Prometheus text format. Values are written exactly: integers as integers and
+/// millisecond durations as seconds with three decimals (a double through an ostream would
+/// round 1234567 to 1.23457e+06).
 class Exposition {
  public:
   void family(std::string_view name, std::string_view type, std::string_view help) {
     out_ << "# HELP " << name << ' ' << help << '\n' << "# TYPE " << name << ' ' << type << '\n';
   }
-  void sample(std::string_view name, std::initializer_list<std::pair<std::string_view, std::string_view>> labels,
-              double value) {
+  void sample(std::string_view name, Labels labels, std::int64_t value) {
+    begin(name, labels);
+    out_ << value << '\n';
+  }
+  void sample_seconds(std::string_view name, Labels labels, std::int64_t millis) {
+    begin(name, labels);
+    if (millis < 0) {
+      out_ << '-';
+      millis = -millis;
+    }
+    char frac[4];
+    std::snprintf(frac, sizeof frac, "%03d", static_cast<int>(millis % 1000));
+    out_ << millis / 1000 << '.' << frac << '\n';
+  }
+  std::string str() const { return out_.str(); }
+
+ private:
+  void begin(std::string_view name, Labels labels) {
     out_ << name << '{';
     bool first = true;
     for (const auto& [k, v] : labels) {
@@ -58,11 +80,9 @@ class Exposition {
       first = false;
       out_ << k << "=\"" << label_value(v) << '"';
     }
-    out_ << "} " << value << '\n';
+    out_ << "} ";
   }
-  std::string str() const { return out_.str(); }
 
- private:
   std::ostringstream out_;
 };
 
@@ -106,45 +126,46 @@ std::string QueueStats::to_prometheus() const {
   Exposition e;
   const std::string_view s = stream;
   e.family("streamq_stream_length", "gauge", "Entries in the stream (unfinished tasks).");
-  e.sample("streamq_stream_length", {{"stream", s}}, static_cast<double>(length));
+  e.sample("streamq_stream_length", {{"stream", s}}, length);
   e.family("streamq_entries_added_total", "counter", "Entries ever added to the stream.");
-  e.sample("streamq_entries_added_total", {{"stream", s}}, static_cast<double>(entries_added));
-  e.family("streamq_pending_total", "gauge", "Delivered, unacknowledged entries over all groups.");
-  e.sample("streamq_pending_total", {{"stream", s}}, static_cast<double>(pending_total));
+  e.sample("streamq_entries_added_total", {{"stream", s}}, entries_added);
+  e.family("streamq_pending", "gauge", "Delivered, unacknowledged entries over all groups.");
+  e.sample("streamq_pending", {{"stream", s}}, pending_total);
   e.family("streamq_dlq_length", "gauge", "Entries in the dead-letter stream.");
-  e.sample("streamq_dlq_length", {{"stream", s}}, static_cast<double>(dlq_length));
+  e.sample("streamq_dlq_length", {{"stream", s}}, dlq_length);
   e.family("streamq_delayed", "gauge", "Tasks waiting in the delayed set.");
-  e.sample("streamq_delayed", {{"stream", s}}, static_cast<double>(delayed));
+  e.sample("streamq_delayed", {{"stream", s}}, delayed);
   e.family("streamq_oldest_entry_age_seconds", "gauge", "Age of the oldest entry in the stream.");
-  e.sample("streamq_oldest_entry_age_seconds", {{"stream", s}},
-           static_cast<double>(oldest_entry_age_ms.value_or(0)) / 1000.0);
+  e.sample_seconds("streamq_oldest_entry_age_seconds", {{"stream", s}}, oldest_entry_age_ms.value_or(0));
 
   e.family("streamq_group_pending", "gauge", "Delivered, unacknowledged entries of a group.");
-  for (const auto& g : groups) e.sample("streamq_group_pending", {{"stream", s}, {"group", g.name}}, static_cast<double>(g.pending));
-  e.family("streamq_group_lag", "gauge", "Entries not yet delivered to a group (approximate; absent when unknown).");
+  for (const auto& g : groups) e.sample("streamq_group_pending", {{"stream", s}, {"group", g.name}}, g.pending);
+  e.family("streamq_group_lag", "gauge",
+           "Entries not yet delivered to a group (approximate; absent when Redis cannot tell).");
   for (const auto& g : groups) {
-    if (g.lag) e.sample("streamq_group_lag", {{"stream", s}, {"group", g.name}}, static_cast<double>(*g.lag));
+    if (g.lag) e.sample("streamq_group_lag", {{"stream", s}, {"group", g.name}}, *g.lag);
   }
   e.family("streamq_group_consumers", "gauge", "Consumers registered in a group.");
   for (const auto& g : groups) {
-    e.sample("streamq_group_consumers", {{"stream", s}, {"group", g.name}}, static_cast<double>(g.consumers.size()));
+    e.sample("streamq_group_consumers", {{"stream", s}, {"group", g.name}},
+             static_cast<std::int64_t>(g.consumers.size()));
   }
   e.family("streamq_oldest_pending_idle_seconds", "gauge", "Idle time of a group's oldest pending entry.");
   for (const auto& g : groups) {
-    e.sample("streamq_oldest_pending_idle_seconds", {{"stream", s}, {"group", g.name}},
-             static_cast<double>(g.oldest_pending_idle_ms.value_or(0)) / 1000.0);
+    e.sample_seconds("streamq_oldest_pending_idle_seconds", {{"stream", s}, {"group", g.name}},
+                     g.oldest_pending_idle_ms.value_or(0));
   }
   e.family("streamq_consumer_pending", "gauge", "Entries a consumer holds unacknowledged.");
   for (const auto& g : groups) {
     for (const auto& c : g.consumers) {
-      e.sample("streamq_consumer_pending", {{"stream", s}, {"group", g.name}, {"consumer", c.name}}, static_cast<double>(c.pending));
+      e.sample("streamq_consumer_pending", {{"stream", s}, {"group", g.name}, {"consumer", c.name}}, c.pending);
     }
   }
   e.family("streamq_consumer_idle_seconds", "gauge", "Time since a consumer last read or claimed.");
   for (const auto& g : groups) {
     for (const auto& c : g.consumers) {
-      e.sample("streamq_consumer_idle_seconds", {{"stream", s}, {"group", g.name}, {"consumer", c.name}},
-               static_cast<double>(c.idle_ms) / 1000.0);
+      e.sample_seconds("streamq_consumer_idle_seconds", {{"stream", s}, {"group", g.name}, {"consumer", c.name}},
+                       c.idle_ms);
     }
   }
   return e.str();

@@ -8,8 +8,26 @@
 namespace streamq::detail {
 namespace {
 
+/// The URL without its password, for messages that end up in logs.
+std::string redacted(std::string_view url) {
+  std::string out(url);
+  const auto scheme = out.find("://");
+  const auto at = out.rfind('@');
+  if (scheme != std::string::npos && at != std::string::npos && at > scheme) {
+    const auto colon = out.find(':', scheme + 3);
+    const auto from = colon != std::string::npos && colon < at ? colon + 1 : scheme + 3;
+    out.replace(from, at - from, "***");
+  }
+  const auto pw = out.find("password=");
+  if (pw != std::string::npos) {
+    const auto end = out.find('&', pw);
+    out.replace(pw + 9, (end == std::string::npos ? out.size() : end) - pw - 9, "***");
+  }
+  return out;
+}
+
 [[noreturn]] void bad(std::string_view url, const std::string& why) {
-  throw ConfigError("connection.url \"" + std::string(url) + "\": " + why);
+  throw ConfigError("connection.url \"" + redacted(url) + "\": " + why);
 }
 
 int hex_digit(char c) {
@@ -71,7 +89,9 @@ void parse_query(std::string_view url, std::string_view query, Endpoint& ep) {
 }  // namespace
 
 std::string Endpoint::describe() const {
-  return is_unix() ? unix_path : host + ":" + std::to_string(port);
+  if (is_unix()) return unix_path;
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 Endpoint parse_url(std::string_view url) {

@@ -38,8 +38,10 @@ struct ConsumerOptions {
   std::chrono::milliseconds reclaim_interval{5000};
   /// How often the leases of held entries are renewed (owner-checked XCLAIM ... JUSTID).
   std::chrono::milliseconds heartbeat_interval{5000};
-  /// An entry delivered more often than this (its worker died while running it, each time)
-  /// is dead-lettered before its handler runs again. Must be >= 1.
+  /// Crash-loop guard: an entry whose handler was started this many times without finishing
+  /// (its worker died while running it, each time) is dead-lettered ("max_deliveries")
+  /// instead of being run again. Entries a dead worker had only prefetched are not charged.
+  /// Must be >= 1.
   int max_deliveries = 5;
   /// After stop(), running handlers get this long to finish before run() returns anyway.
   std::chrono::milliseconds shutdown_grace{10000};

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -64,10 +65,14 @@ class Producer {
   std::string enqueue(std::string_view task_type, std::string_view payload_json,
                       const EnqueueOptions& options = {});
 
-  /// Same, serialising a JSON value (any JSON value, as the seed's json.dumps allows).
-  std::string enqueue(std::string_view task_type, const nlohmann::json& payload,
+  /// Same, serialising a JSON value (any JSON value, as the seed's json.dumps allows):
+  /// `producer.enqueue("send_email", nlohmann::json{{"to", "a@b.c"}})`. A template so that a
+  /// string literal payload picks the JSON-text overload above.
+  template <class Json, std::enable_if_t<std::is_same_v<Json, nlohmann::json>, int> = 0>
+  std::string enqueue(std::string_view task_type, const Json& payload,
                       const EnqueueOptions& options = {}) {
-    return enqueue(task_type, std::string_view(payload.dump()), options);
+    const std::string text = payload.dump();
+    return enqueue(task_type, std::string_view(text), options);
   }
 
   /// Enqueues many tasks in one pipeline and returns their ids in the order given. Every

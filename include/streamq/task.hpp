@@ -60,7 +60,8 @@ class Task {
   std::chrono::system_clock::time_point created_at() const noexcept { return created_at_; }
   /// The stream entry id of this attempt (changes on every retry).
   const std::string& entry_id() const noexcept { return entry_id_; }
-  /// How many times Redis has delivered this entry (1 unless it was reclaimed or replayed).
+  /// Which attempt at this stream entry this is: 1 on first delivery, +1 each time it runs
+  /// again after its worker died or lost it (a retry is a new entry and starts at 1).
   std::int64_t deliveries() const noexcept { return deliveries_; }
   /// Every field of the entry, including extra ones, in stored order.
   const Fields& fields() const noexcept { return fields_; }

@@ -158,7 +158,7 @@ TEST(Prometheus, StreamLevelValues) {
   const Exposition e = parse_exposition(sample_stats().to_prometheus());
   EXPECT_EQ(value_of(e, "streamq_stream_length", kStreamLabel), 17);
   EXPECT_EQ(value_of(e, "streamq_entries_added_total", kStreamLabel), 4200);
-  EXPECT_EQ(value_of(e, "streamq_pending_total", kStreamLabel), 5);
+  EXPECT_EQ(value_of(e, "streamq_pending", kStreamLabel), 5);
   EXPECT_EQ(value_of(e, "streamq_dlq_length", kStreamLabel), 2);
   EXPECT_EQ(value_of(e, "streamq_delayed", kStreamLabel), 3);
   EXPECT_DOUBLE_EQ(value_of(e, "streamq_oldest_entry_age_seconds", kStreamLabel), 90.5);
@@ -280,6 +280,19 @@ TEST(StatsJson, NonUtf8NamesDoNotBreakTheDocument) {
   const json doc = json::parse(text);
   EXPECT_TRUE(doc.at("stream").get<std::string>().starts_with("bad"));
   EXPECT_TRUE(doc.at("stream").get<std::string>().ends_with("name"));
+}
+
+TEST(Prometheus, LargeValuesAreExact) {
+  streamq::QueueStats st;
+  st.stream = "q";
+  st.exists = true;
+  st.entries_added = 1234567890123;
+  st.length = 10000001;
+  st.oldest_entry_age_ms = 1234567;
+  const std::string text = st.to_prometheus();
+  EXPECT_NE(text.find("streamq_entries_added_total{stream=\"q\"} 1234567890123\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("streamq_stream_length{stream=\"q\"} 10000001\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("streamq_oldest_entry_age_seconds{stream=\"q\"} 1234.567\n"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -196,4 +196,18 @@ TEST(Url, RefusalIsAStreamqError) {
   EXPECT_THROW(parse_url("http://x"), streamq::Error);
 }
 
+TEST(Url, RefusalsNeverShowThePassword) {
+  const std::string tcp = refusal("redis://alice:hunter2@cache:0");
+  EXPECT_EQ(tcp.find("hunter2"), std::string::npos) << tcp;
+  EXPECT_NE(tcp.find("alice:***@cache:0"), std::string::npos) << tcp;
+  const std::string only = refusal("redis://hunter2@cache:99999");
+  EXPECT_EQ(only.find("hunter2"), std::string::npos) << only;
+  const std::string unix_url = refusal("unix:///tmp/r.sock?password=hunter2&db=x");
+  EXPECT_EQ(unix_url.find("hunter2"), std::string::npos) << unix_url;
+}
+
+TEST(Url, DescribeBracketsIpv6) {
+  EXPECT_EQ(parse_url("redis://[::1]:6380").describe(), "[::1]:6380");
+}
+
 }  // namespace

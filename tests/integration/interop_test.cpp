@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: MIT
+// Wire compatibility with the seed's Python queue, in both directions: raw entries written
+// the way the seed writes them, and the seed's own Python code (tests/interop/seed_queue.py).
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "codec.hpp"
+#include "redis_server.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// Runs a command, returns its stdout; the exit status goes to `status`.
+std::string run(const std::string& command, int& status) {
+  std::string out;
+  FILE* f = popen(command.c_str(), "r");
+  if (f == nullptr) return out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  status = pclose(f);
+  return out;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+    out.push_back(text.substr(start, nl - start));
+  }
+  return out;
+}
+
+std::string seed_script() { return std::string(STREAMQ_SOURCE_DIR) + "/tests/interop/seed_queue.py"; }
+
+class InteropTest : public ::testing::Test {
+ protected:
+  RedisServer server;
+  Client client{server.url()};
+  std::string stream = unique_key();
+};
+
+TEST_F(InteropTest, SeedShapedEntriesRunInAStreamqWorker) {
+  // Exactly what TaskProducer.send_task writes: json.dumps separators, isoformat() with and
+  // without microseconds (Python drops ".000000"), a retry copy with retry_count "1".
+  const std::vector<std::vector<std::string>> entries = {
+      {"task_id", "7d0f7a0c-3c1e-4a8e-9a53-2f1f3f0e5a11", "task_type", "send_email", "payload",
+       R"({"to": "user@example.com", "template": "order_confirmation", "order_id": 12345})",
+       "created_at", "2025-12-01T09:30:15.250000", "max_retries", "3", "retry_count", "0"},
+      {"task_id", "0b5c3f8e-6a7d-4e0f-8f1a-9c2d3e4f5a6b", "task_type", "generate_pdf", "payload",
+       R"({"report_type": "monthly", "period": "2025-12"})", "created_at", "2025-12-01T09:30:16",
+       "max_retries", "3", "retry_count", "1"},
+  };
+  for (const auto& e : entries) {
+    std::vector<std::string> args{"XADD", stream, "MAXLEN", "~", "10000", "*"};
+    args.insert(args.end(), e.begin(), e.end());
+    client.cmd(args).view().check();
+  }
+  std::mutex m;
+  std::vector<std::string> seen;
+  RunningConsumer rc({.connection = {.url = server.url()}, .stream = stream, .block = 200ms},
+                     [&](Consumer& c) {
+                       c.on("send_email", [&](const Task& t) {
+                         std::lock_guard lock(m);
+                         EXPECT_EQ(t.json()["order_id"], 12345);
+                         EXPECT_EQ(t.retry_count(), 0);
+                         EXPECT_EQ(detail::format_timestamp(t.created_at()), "2025-12-01T09:30:15.250000");
+                         seen.push_back(t.id());
+                       });
+                       c.on("generate_pdf", [&](const Task& t) {
+                         std::lock_guard lock(m);
+                         EXPECT_EQ(t.json()["period"], "2025-12");
+                         EXPECT_EQ(t.retry_count(), 1);
+                         EXPECT_EQ(detail::format_timestamp(t.created_at()), "2025-12-01T09:30:16.000000");
+                         seen.push_back(t.id());
+                       });
+                     });
+  ASSERT_TRUE(wait_until([&] { return client.integer({"XLEN", stream}) == 0; }));
+  rc.stop();
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(client.integer({"XLEN", stream + ":dlq"}), 0);
+}
+
+TEST_F(InteropTest, SeedPythonProducerFeedsAStreamqWorker) {
+  int status = -1;
+  const std::string out = run("/usr/bin/python3 " + seed_script() + " produce " + server.url() + " '" + stream + "' 20", status);
+  ASSERT_EQ(status, 0) << out;
+  const auto ids = lines(out);
+  ASSERT_EQ(ids.size(), 20u);
+  std::mutex m;
+  std::set<std::string> seen;
+  RunningConsumer rc({.connection = {.url = server.url()}, .stream = stream, .block = 200ms},
+                     [&](Consumer& c) {
+                       c.on("send_email", [&](const Task& t) {
+                         EXPECT_EQ(t.json()["to"], "user@example.com");
+                         std::lock_guard lock(m);
+                         seen.insert(t.id());
+                       });
+                     });
+  ASSERT_TRUE(wait_until([&] { return client.integer({"XLEN", stream}) == 0; }));
+  rc.stop();
+  EXPECT_EQ(seen, std::set<std::string>(ids.begin(), ids.end()));
+}
+
+TEST_F(InteropTest, StreamqProducerFeedsTheSeedPythonConsumer) {
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  std::vector<std::string> ids;
+  ids.push_back(producer.enqueue("send_email", nlohmann::json{{"to", "a@b.c"}}));
+  ids.push_back(producer.enqueue("generate_pdf", nlohmann::json{{"period", "2026-11"}}, {.max_retries = 5}));
+  ids.push_back(producer.enqueue("reindex", nlohmann::json::array({1, 2})));
+  int status = -1;
+  const std::string out = run("/usr/bin/python3 " + seed_script() + " consume " + server.url() + " '" + stream + "' 3", status);
+  ASSERT_EQ(status, 0) << out;
+  const auto got = lines(out);
+  ASSERT_EQ(got.size(), 3u) << out;
+  const auto a = nlohmann::json::parse(got[0]), b = nlohmann::json::parse(got[1]), c = nlohmann::json::parse(got[2]);
+  EXPECT_EQ(a["task_id"], ids[0]);
+  EXPECT_EQ(a["payload"]["to"], "a@b.c");
+  EXPECT_EQ(a["retry_count"], 0);
+  EXPECT_EQ(a["max_retries"], 3);
+  EXPECT_EQ(b["task_type"], "generate_pdf");
+  EXPECT_EQ(b["max_retries"], 5);
+  EXPECT_EQ(c["payload"], nlohmann::json::array({1, 2}));
+}
+
+}  // namespace
+}  // namespace streamq::test

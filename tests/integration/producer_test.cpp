@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: MIT
+#include <chrono>
+#include <regex>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "codec.hpp"
+#include "redis_server.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ProducerTest : public ::testing::Test {
+ protected:
+  RedisServer server;
+  Client client{server.url()};
+  std::string stream = unique_key();
+
+  ProducerOptions options() const { return {.connection = {.url = server.url()}, .stream = stream}; }
+};
+
+TEST_F(ProducerTest, WritesTheSeedWireFormat) {
+  Producer producer(options());
+  const auto before = std::chrono::system_clock::now();
+  const std::string id = producer.enqueue("send_email", nlohmann::json{{"to", "user@example.com"}, {"order_id", 12345}});
+  const auto after = std::chrono::system_clock::now();
+
+  const auto entries = client.xrange(stream);
+  ASSERT_EQ(entries.size(), 1u);
+  const auto& f = entries[0].second;
+  ASSERT_EQ(f.size(), 6u);
+  const char* names[] = {"task_id", "task_type", "payload", "created_at", "max_retries", "retry_count"};
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_EQ(f[i].first, names[i]);
+  EXPECT_EQ(f[0].second, id);
+  EXPECT_TRUE(std::regex_match(id, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")));
+  EXPECT_EQ(f[1].second, "send_email");
+  EXPECT_EQ(nlohmann::json::parse(f[2].second), (nlohmann::json{{"to", "user@example.com"}, {"order_id", 12345}}));
+  EXPECT_TRUE(std::regex_match(f[3].second, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})"))) << f[3].second;
+  const auto created = detail::parse_timestamp(f[3].second);
+  ASSERT_TRUE(created.has_value());
+  EXPECT_GE(*created, std::chrono::time_point_cast<std::chrono::microseconds>(before) - 1us);
+  EXPECT_LE(*created, after);
+  EXPECT_EQ(f[4].second, "3");
+  EXPECT_EQ(f[5].second, "0");
+}
+
+TEST_F(ProducerTest, CallerIdMaxRetriesAndExtraFieldsRoundTrip) {
+  Producer producer(options());
+  const std::string id = producer.enqueue("reindex", "[1,2,3]",
+                                          {.task_id = "order-42", .max_retries = 0,
+                                           .extra_fields = {{"priority", "high"}}});
+  EXPECT_EQ(id, "order-42");
+  const auto f = client.xrange(stream).at(0).second;
+  EXPECT_EQ(Client::get(f, "task_id"), "order-42");
+  EXPECT_EQ(Client::get(f, "max_retries"), "0");
+  EXPECT_EQ(Client::get(f, "payload"), "[1,2,3]");
+  EXPECT_EQ(Client::get(f, "priority"), "high");
+  EXPECT_THROW(producer.enqueue("t", "{}", {.extra_fields = {{"retry_count", "9"}}}), ConfigError);
+  EXPECT_THROW(producer.enqueue("", "{}"), ConfigError);
+  EXPECT_THROW(producer.enqueue("t", "{}", {.max_retries = -1}), ConfigError);
+}
+
+TEST_F(ProducerTest, BinaryAndHostileBytesRoundTripExactly) {
+  Producer producer(options());
+  const std::string type = std::string("type %s %n\r\n*1\r\n") + '\0' + "end";
+  const std::string payload = "\"%s\\r\\n\\u0000 *3\\r\\n$3\"";
+  const std::string id = std::string("id with spaces %d\r\n") + '\0';
+  producer.enqueue(type, payload, {.task_id = id});
+  const auto f = client.xrange(stream).at(0).second;
+  EXPECT_EQ(Client::get(f, "task_type"), type);
+  EXPECT_EQ(Client::get(f, "payload"), payload);
+  EXPECT_EQ(Client::get(f, "task_id"), id);
+}
+
+TEST_F(ProducerTest, BatchKeepsOrder) {
+  Producer producer(options());
+  std::vector<TaskSpec> batch;
+  for (int i = 0; i < 1000; ++i) batch.push_back({"n", nlohmann::json{{"i", i}}.dump()});
+  const auto ids = producer.enqueue_batch(batch);
+  ASSERT_EQ(ids.size(), 1000u);
+  const auto entries = client.xrange(stream);
+  ASSERT_EQ(entries.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(Client::get(entries[i].second, "task_id"), ids[i]);
+    EXPECT_EQ(nlohmann::json::parse(Client::get(entries[i].second, "payload"))["i"], i);
+  }
+  EXPECT_TRUE(producer.enqueue_batch({}).empty());
+}
+
+TEST_F(ProducerTest, FullQueueRefusesInsteadOfTrimming) {
+  auto o = options();
+  o.max_len = 10;
+  Producer producer(o);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back(producer.enqueue("t", "{}"));
+  EXPECT_THROW(producer.enqueue("t", "{}"), QueueFullError);
+  EXPECT_EQ(client.integer({"XLEN", stream}), 10);
+  // Every accepted task is still there: nothing was trimmed.
+  const auto entries = client.xrange(stream);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(Client::get(entries[i].second, "task_id"), ids[i]);
+  // Finished tasks are deleted by the consumer; that frees room.
+  client.cmd({"XDEL", stream, entries[0].first});
+  EXPECT_NO_THROW(producer.enqueue("t", "{}"));
+}
+
+TEST_F(ProducerTest, FullQueueRefusesBatchChunksWhole) {
+  auto o = options();
+  o.max_len = 300;
+  Producer producer(o);
+  std::vector<TaskSpec> batch(600, TaskSpec{"t", "{}"});
+  try {
+    producer.enqueue_batch(batch);
+    FAIL() << "no QueueFullError";
+  } catch (const QueueFullError& e) {
+    ASSERT_EQ(e.batch_ids().size(), 600u);
+    EXPECT_EQ(e.accepted(), 256u);  // the first chunk of 256 fits, the next ones do not
+    for (std::size_t i = 0; i < 600; ++i) EXPECT_EQ(e.batch_ids()[i].empty(), i >= 256) << i;
+  }
+  EXPECT_EQ(client.integer({"XLEN", stream}), 256);
+}
+
+TEST_F(ProducerTest, TrimPolicyBehavesLikeTheSeed) {
+  auto o = options();
+  o.max_len = 100;
+  o.overflow = Overflow::trim_oldest;
+  Producer producer(o);
+  for (int i = 0; i < 1000; ++i) producer.enqueue("t", "{}");
+  const auto len = client.integer({"XLEN", stream});
+  EXPECT_GE(len, 100);
+  EXPECT_LT(len, 300);  // MAXLEN ~ trims whole nodes (100 entries each by default)
+  std::vector<TaskSpec> batch(500, TaskSpec{"t", "{}"});
+  EXPECT_EQ(producer.enqueue_batch(batch).size(), 500u);
+  EXPECT_LT(client.integer({"XLEN", stream}), 300);
+}
+
+TEST_F(ProducerTest, PayloadGuardsRefuseBeforeSending) {
+  Producer producer(options());
+  const std::string too_big = "\"" + std::string(1u << 20, 'x') + "\"";
+  EXPECT_THROW(producer.enqueue("t", too_big), PayloadError);
+  EXPECT_THROW(producer.enqueue("t", "{not json"), PayloadError);
+  EXPECT_THROW(producer.enqueue("t", std::string(65, '[') + std::string(65, ']')), PayloadError);
+  EXPECT_THROW(producer.enqueue_batch({{"t", "{}"}, {"t", "nope"}}), PayloadError);
+  EXPECT_EQ(client.integer({"EXISTS", stream}), 0);  // nothing at all was written
+  EXPECT_NO_THROW(producer.enqueue("t", std::string(64, '[') + std::string(64, ']')));
+}
+
+TEST_F(ProducerTest, WrongTypeKeyGivesReplyError) {
+  client.cmd({"SET", stream, "not a stream"});
+  for (Overflow policy : {Overflow::reject, Overflow::trim_oldest}) {
+    auto o = options();
+    o.overflow = policy;
+    Producer producer(o);
+    try {
+      producer.enqueue("t", "{}");
+      FAIL() << "no error for a string key";
+    } catch (const ReplyError& e) {
+      EXPECT_EQ(e.prefix(), "WRONGTYPE") << e.what();
+    }
+  }
+}
+
+TEST_F(ProducerTest, RedisOutOfMemoryGivesReplyError) {
+  client.cmd({"CONFIG", "SET", "maxmemory", "1"});
+  Producer producer(options());
+  try {
+    producer.enqueue("t", "{}");
+    FAIL() << "no OOM error";
+  } catch (const ReplyError& e) {
+    EXPECT_EQ(e.prefix(), "OOM") << e.what();
+  }
+  client.cmd({"CONFIG", "SET", "maxmemory", "0"});
+  EXPECT_NO_THROW(producer.enqueue("t", "{}"));
+}
+
+TEST_F(ProducerTest, SurvivesScriptCacheFlush) {
+  Producer producer(options());
+  producer.enqueue("t", "{}");
+  client.cmd({"SCRIPT", "FLUSH"});
+  EXPECT_NO_THROW(producer.enqueue("t", "{}"));
+  EXPECT_NO_THROW(producer.enqueue_batch({{"t", "{}"}, {"t", "{}"}}));
+  EXPECT_EQ(client.integer({"XLEN", stream}), 4);
+}
+
+}  // namespace
+}  // namespace streamq::test

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: MIT
+// Fault-injection scenarios (research/reliability-and-redis-semantics.md §8): worker
+// processes killed with SIGKILL, a task that kills its worker, Redis killed mid-flow.
+// Oracle: every task whose enqueue returned is done or dead-lettered; nothing unexpected ran;
+// duplicates are counted and bounded.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "redis_server.hpp"
+#include "running_consumer.hpp"
+
+extern char** environ;
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// One streamq_test_worker process.
+class WorkerProcess {
+ public:
+  explicit WorkerProcess(std::vector<std::string> args) : args_(std::move(args)) { start(); }
+  ~WorkerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  void start() {
+    std::vector<char*> argv;
+    for (auto& a : args_) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ASSERT_EQ(posix_spawn(&pid_, args_[0].c_str(), nullptr, nullptr, argv.data(), environ), 0);
+  }
+  void kill9() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  /// True when the process has died on its own (it is then reaped).
+  bool died() {
+    if (pid_ <= 0) return true;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  std::vector<std::string> args_;
+  pid_t pid_ = -1;
+};
+
+std::map<std::string, std::int64_t> hash(Client& c, const std::string& key) {
+  std::map<std::string, std::int64_t> out;
+  const detail::Reply r = c.cmd({"HGETALL", key});
+  const auto v = r.view().check();
+  for (std::size_t i = 0; i + 1 < v.size(); i += 2) out[std::string(v[i].str())] = v[i + 1].as_int();
+  return out;
+}
+
+std::int64_t pending(Client& c, const std::string& stream) {
+  const detail::Reply r = c.cmd({"XPENDING", stream, "workers"});
+  return r.view().is_error() ? -1 : r.view()[0].integer();
+}
+
+TEST(Reliability, WorkersKilledAtRandomLoseNothing) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  constexpr int kTasks = 5000, kWorkers = 4, kPrefetch = 8, kConcurrency = 2;
+  Producer producer({.connection = {.url = server.url()}, .stream = stream, .max_len = 100000});
+  std::vector<TaskSpec> batch(kTasks, TaskSpec{"work", R"({"ms":3})"});
+  const auto ids = producer.enqueue_batch(batch);
+
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int i = 0; i < kWorkers; ++i) {
+    workers.push_back(std::make_unique<WorkerProcess>(std::vector<std::string>{
+        STREAMQ_TEST_WORKER, server.url(), stream, "slot-" + std::to_string(i),
+        "concurrency=" + std::to_string(kConcurrency), "prefetch=" + std::to_string(kPrefetch)}));
+  }
+  std::mt19937 rng(12345);
+  int kills = 0;
+  for (int i = 0; i < 25 && client.integer({"HLEN", stream + ":done"}) < kTasks; ++i) {
+    std::this_thread::sleep_for(150ms);  // the fault schedule: one kill every 150 ms
+    auto& w = workers[rng() % kWorkers];
+    w->kill9();
+    w->start();
+    ++kills;
+  }
+  ASSERT_TRUE(wait_until([&] {
+    return client.integer({"HLEN", stream + ":done"}) == kTasks && client.integer({"XLEN", stream}) == 0 &&
+           pending(client, stream) == 0;
+  }, 60s)) << "done " << client.integer({"HLEN", stream + ":done"}) << " of " << kTasks;
+
+  const auto done = hash(client, stream + ":done");
+  std::int64_t runs = 0;
+  for (const auto& id : ids) {
+    ASSERT_TRUE(done.count(id)) << "lost task " << id;
+  }
+  for (const auto& [id, n] : done) runs += n;
+  EXPECT_EQ(done.size(), static_cast<std::size_t>(kTasks));  // nothing unexpected ran
+  EXPECT_EQ(client.integer({"XLEN", stream + ":dlq"}), 0);
+  // A kill can repeat at most what the victim held: its prefetch window.
+  EXPECT_LE(runs - kTasks, static_cast<std::int64_t>(kills) * kPrefetch);
+  std::printf("kills=%d duplicates=%lld\n", kills, static_cast<long long>(runs - kTasks));
+}
+
+TEST(Reliability, TaskThatKillsItsWorkerIsDeadLetteredAfterTheLimit) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  std::vector<TaskSpec> batch(200, TaskSpec{"work", "{}"});
+  const std::string poison = producer.enqueue("crash", "{}");
+  producer.enqueue_batch(batch);
+
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int i = 0; i < 3; ++i) {
+    workers.push_back(std::make_unique<WorkerProcess>(std::vector<std::string>{
+        STREAMQ_TEST_WORKER, server.url(), stream, "slot-" + std::to_string(i), "max_deliveries=3",
+        "min_idle_ms=600", "heartbeat_ms=150", "reclaim_ms=100"}));
+  }
+  int deaths = 0;
+  ASSERT_TRUE(wait_until([&] {
+    for (auto& w : workers) {
+      if (w->died()) {  // a supervisor restarts crashed workers under the same name
+        ++deaths;
+        w->start();
+      }
+    }
+    return client.integer({"XLEN", stream + ":dlq"}) == 1 && client.integer({"HLEN", stream + ":done"}) == 200 &&
+           pending(client, stream) == 0;
+  }, 60s));
+  const auto dead = client.xrange(stream + ":dlq").at(0).second;
+  EXPECT_EQ(Client::get(dead, "task_id"), poison);
+  EXPECT_EQ(Client::get(dead, "reason"), "max_deliveries");
+  const auto attempts = hash(client, stream + ":attempts");
+  EXPECT_GE(attempts.at(poison), 1);
+  EXPECT_LE(attempts.at(poison), 3);  // never run again once delivered more than 3 times
+  EXPECT_LE(deaths, 3);
+}
+
+TEST(Reliability, RedisKilledAndRestartedWithAofLosesNothingAcknowledged) {
+  RedisServer server({.appendonly = true});
+  Client client(server.url());
+  const std::string stream = unique_key();
+  const std::string done_key = stream + ":done";
+  constexpr int kTasks = 3000;
+
+  std::atomic<int> handled{0};
+  ConsumerOptions options{.connection = {.url = server.url(), .backoff_base = 20ms, .backoff_max = 500ms},
+                          .stream = stream,
+                          .block = 200ms};
+  RunningConsumer rc(options, [&](Consumer& c) {
+    c.on("work", [&](const Task& t) {
+      thread_local std::unique_ptr<Client> recorder;
+      if (!recorder) recorder = std::make_unique<Client>(server.url());
+      try {
+        recorder->cmd({"HINCRBY", done_key, t.id(), "1"}).view().check();
+      } catch (...) {
+        recorder.reset();  // a dead context is never reused
+        throw;             // not recorded: let streamq retry it
+      }
+      ++handled;
+    });
+  });
+
+  Producer producer({.connection = {.url = server.url(), .backoff_base = 20ms, .backoff_max = 500ms},
+                     .stream = stream, .max_len = 100000});
+  std::vector<std::string> acked, indeterminate;
+  for (int i = 0; i < kTasks; ++i) {
+    if (i == kTasks / 3 || i == kTasks / 2) server.restart();  // kill -9, then start on the same AOF
+    const std::string id = "task-" + std::to_string(i);
+    try {
+      producer.enqueue("work", "{}", {.task_id = id, .max_retries = 100});
+      acked.push_back(id);
+    } catch (const ConnectionError&) {
+      indeterminate.push_back(id);  // the write may or may not have reached the AOF
+    }
+  }
+  ASSERT_TRUE(wait_until([&] {
+    try {
+      return client.integer({"XLEN", stream}) == 0 && pending(client, stream) == 0;
+    } catch (const ConnectionError&) {
+      return false;
+    }
+  }, 60s));
+  rc.stop();
+  Client after(server.url());
+  const auto done = hash(after, done_key);
+  for (const auto& id : acked) EXPECT_TRUE(done.count(id)) << "acknowledged task lost: " << id;
+  for (const auto& [id, n] : done) EXPECT_TRUE(id.starts_with("task-")) << "unexpected " << id;
+  EXPECT_EQ(after.integer({"XLEN", stream + ":dlq"}), 0);
+  EXPECT_GE(rc.consumer().metrics().reconnects, 2u);
+  std::printf("acked=%zu indeterminate=%zu done=%zu\n", acked.size(), indeterminate.size(), done.size());
+}
+
+}  // namespace
+}  // namespace streamq::test

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: MIT
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "redis_server.hpp"
+
+namespace streamq::test {
+namespace {
+
+class StatsTest : public ::testing::Test {
+ protected:
+  RedisServer server;
+  Client client{server.url()};
+  std::string stream = unique_key();
+  StatsOptions options() const { return {.connection = {.url = server.url()}, .stream = stream}; }
+};
+
+TEST_F(StatsTest, MissingQueueReadsZerosAndCreatesNothing) {
+  StatsReader reader(options());
+  const QueueStats st = reader.read();
+  EXPECT_FALSE(st.exists);
+  EXPECT_EQ(st.length, 0);
+  EXPECT_EQ(st.pending_total, 0);
+  EXPECT_EQ(st.dlq_length, 0);
+  EXPECT_EQ(st.delayed, 0);
+  EXPECT_TRUE(st.groups.empty());
+  EXPECT_TRUE(st.oldest_entry_id.empty());
+  EXPECT_EQ(client.integer({"DBSIZE"}), 0);
+  EXPECT_FALSE(st.to_prometheus().empty());
+  EXPECT_EQ(nlohmann::json::parse(st.to_json())["queue_length"], 0);
+}
+
+TEST_F(StatsTest, EmptyStreamWithGroup) {
+  client.cmd({"XGROUP", "CREATE", stream, "workers", "0", "MKSTREAM"}).view().check();
+  const QueueStats st = StatsReader(options()).read();
+  EXPECT_TRUE(st.exists);
+  EXPECT_EQ(st.length, 0);
+  ASSERT_EQ(st.groups.size(), 1u);
+  EXPECT_EQ(st.groups[0].pending, 0);
+  EXPECT_EQ(st.groups[0].lag, 0);
+  EXPECT_FALSE(st.groups[0].oldest_pending_idle_ms.has_value());
+  EXPECT_TRUE(st.oldest_entry_id.empty());
+}
+
+TEST_F(StatsTest, BusyQueue) {
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  std::vector<TaskSpec> batch(10, TaskSpec{"t", "{}"});
+  producer.enqueue_batch(batch);
+  client.cmd({"XGROUP", "CREATE", stream, "workers", "0"}).view().check();
+  client.cmd({"XGROUP", "CREATE", stream, "audit", "$"}).view().check();
+  client.cmd({"XREADGROUP", "GROUP", "workers", "c1", "COUNT", "3", "STREAMS", stream, ">"}).view().check();
+  client.cmd({"XADD", stream + ":dlq", "*", "error", "x"});
+  client.cmd({"XADD", stream + ":dlq", "*", "error", "y"});
+  client.cmd({"ZADD", stream + ":delayed", "1", "a"});
+
+  const QueueStats st = StatsReader(options()).read();
+  EXPECT_TRUE(st.exists);
+  EXPECT_EQ(st.length, 10);
+  EXPECT_EQ(st.entries_added, 10);
+  EXPECT_EQ(st.pending_total, 3);
+  EXPECT_EQ(st.dlq_length, 2);
+  EXPECT_EQ(st.delayed, 1);
+  EXPECT_EQ(st.oldest_entry_id, client.xrange(stream).at(0).first);
+  ASSERT_TRUE(st.oldest_entry_age_ms.has_value());
+  EXPECT_GE(*st.oldest_entry_age_ms, 0);
+  ASSERT_EQ(st.groups.size(), 2u);
+  const GroupInfo& w = st.groups[0].name == "workers" ? st.groups[0] : st.groups[1];
+  EXPECT_EQ(w.pending, 3);
+  EXPECT_EQ(w.lag, 7);
+  EXPECT_EQ(w.last_delivered_id, client.xrange(stream).at(2).first);
+  ASSERT_EQ(w.consumers.size(), 1u);
+  EXPECT_EQ(w.consumers[0].name, "c1");
+  EXPECT_EQ(w.consumers[0].pending, 3);
+  EXPECT_GE(w.consumers[0].idle_ms, 0);
+  EXPECT_TRUE(w.oldest_pending_idle_ms.has_value());
+
+  // Filtered to one group.
+  auto o = options();
+  o.group = "workers";
+  const QueueStats only = StatsReader(o).read();
+  ASSERT_EQ(only.groups.size(), 1u);
+  EXPECT_EQ(only.pending_total, 3);
+
+  // The two alert lines of the seed: dlq_length > 0, pending_total > 100.
+  const auto doc = nlohmann::json::parse(st.to_json());
+  EXPECT_EQ(doc["dlq_length"], 2);
+  EXPECT_EQ(doc["pending_total"], 3);
+  EXPECT_EQ(doc["queue_length"], 10);
+  EXPECT_EQ(doc["consumers_active"], 1);
+
+  const std::string prom = st.to_prometheus();
+  const std::regex line_re(R"((# (HELP|TYPE) streamq_[a-z_]+ .+)|(streamq_[a-z_]+\{[a-z_]+="(\\.|[^"\\])*"(,[a-z_]+="(\\.|[^"\\])*")*\} -?[0-9.e+]+))");
+  std::istringstream in(prom);
+  std::string line;
+  int samples = 0;
+  while (std::getline(in, line)) {
+    EXPECT_TRUE(std::regex_match(line, line_re)) << line;
+    samples += line.starts_with("streamq_") ? 1 : 0;
+  }
+  EXPECT_GT(samples, 10);
+  EXPECT_NE(prom.find("streamq_dlq_length{stream=\"" + stream + "\"} 2\n"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("streamq_group_pending{stream=\"" + stream + "\",group=\"workers\"} 3\n"), std::string::npos);
+  EXPECT_NE(prom.find("streamq_group_lag{stream=\"" + stream + "\",group=\"workers\"} 7\n"), std::string::npos);
+}
+
+TEST_F(StatsTest, WrongTypeStreamKeyGivesReplyError) {
+  client.cmd({"SET", stream, "x"});
+  try {
+    StatsReader(options()).read();
+    FAIL() << "no error";
+  } catch (const ReplyError& e) {
+    EXPECT_EQ(e.prefix(), "WRONGTYPE");
+  }
+}
+
+}  // namespace
+}  // namespace streamq::test

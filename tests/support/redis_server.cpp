@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+#include "redis_server.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "streamq/errors.hpp"
+
+extern char** environ;
+
+namespace streamq::test {
+namespace {
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot find a free port");
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+detail::ConnectionConfig client_config(const std::string& url) {
+  ConnectionOptions o;
+  o.url = url;
+  o.connect_timeout = std::chrono::milliseconds(1000);
+  o.socket_timeout = std::chrono::milliseconds(10000);
+  o.client_name = "streamq-test";
+  return detail::make_connection_config(o, "test");
+}
+
+}  // namespace
+
+RedisServer::RedisServer(RedisServerOptions options) : options_(std::move(options)) {
+  char tmpl[] = "/tmp/streamq-test-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  for (int attempt = 0;; ++attempt) {
+    port_ = free_port();
+    try {
+      spawn();
+      wait_ready();
+      return;
+    } catch (const std::exception&) {
+      if (pid_ > 0) kill9();
+      if (attempt == 2) throw;  // three ports tried: not a port race
+    }
+  }
+}
+
+RedisServer::~RedisServer() {
+  if (pid_ > 0) {
+    kill(pid_, SIGCONT);
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+void RedisServer::spawn() {
+  const char* env_binary = std::getenv("STREAMQ_REDIS_SERVER");
+  const std::string binary = env_binary != nullptr ? env_binary : "redis-server";
+  std::vector<std::string> args = {binary,     "--port",      std::to_string(port_),
+                                   "--bind",   "127.0.0.1",   "--save",
+                                   "",         "--dir",       dir_,
+                                   "--daemonize", "no",       "--loglevel",
+                                   "warning",  "--logfile",   dir_ + "/redis.log",
+                                   "--appendonly", options_.appendonly ? "yes" : "no",
+                                   "--appendfsync", "always", "--maxmemory-policy",
+                                   "noeviction"};
+  for (const auto& a : options_.extra) args.push_back(a);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawnp(&pid, binary.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+    throw std::runtime_error("cannot start " + binary + " (is redis-server installed?)");
+  }
+  pid_ = pid;
+}
+
+void RedisServer::wait_ready() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("redis-server exited at start (port " + std::to_string(port_) + ")");
+    }
+    try {
+      Client c(url());
+      const detail::Reply r = c.cmd({"PING"});
+      if (r.view().is_string() && r.view().str() == "PONG") return;
+    } catch (const ReplyError& e) {
+      if (e.prefix() == "NOAUTH") return;  // up, and wants a password
+    } catch (const std::exception&) {
+      // not listening yet (or still loading its AOF)
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw std::runtime_error("redis-server did not answer PING within 10 s");
+}
+
+void RedisServer::kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+void RedisServer::restart() {
+  kill9();
+  spawn();
+  wait_ready();
+}
+
+void RedisServer::pause() { kill(pid_, SIGSTOP); }
+void RedisServer::resume() { kill(pid_, SIGCONT); }
+
+Client::Client(const std::string& url) : conn_(client_config(url)) {}
+
+detail::Reply Client::cmd(std::initializer_list<std::string_view> args) {
+  detail::Argv argv;
+  for (auto a : args) argv.add(a);
+  return conn_.command(argv);
+}
+
+detail::Reply Client::cmd(const std::vector<std::string>& args) {
+  detail::Argv argv;
+  for (const auto& a : args) argv.add(a);
+  return conn_.command(argv);
+}
+
+std::int64_t Client::integer(std::initializer_list<std::string_view> args) {
+  return cmd(args).view().integer();
+}
+
+std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> Client::xrange(
+    const std::string& key) {
+  const detail::Reply r = cmd({"XRANGE", key, "-", "+"});
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> out;
+  const detail::ReplyView v = r.view().check();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    std::vector<std::pair<std::string, std::string>> fields;
+    const detail::ReplyView f = v[i][1];
+    for (std::size_t k = 0; k + 1 < f.size(); k += 2) {
+      fields.emplace_back(f[k].str(), f[k + 1].str());
+    }
+    out.emplace_back(std::string(v[i][0].str()), std::move(fields));
+  }
+  return out;
+}
+
+std::string Client::get(const std::vector<std::pair<std::string, std::string>>& fields,
+                        std::string_view name) {
+  for (const auto& [k, v] : fields) {
+    if (k == name) return v;
+  }
+  return {};
+}
+
+bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (predicate()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling interval
+  }
+}
+
+std::string unique_key(std::string_view suffix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string base = info != nullptr ? std::string(info->test_suite_name()) + "." + info->name() : "test";
+  return "streamq-test:{" + base + "}:" + std::string(suffix);
+}
+
+}  // namespace streamq::test

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: MIT
+// Test support: a private redis-server per test, and a raw client to inspect it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "connection.hpp"
+#include "reply.hpp"
+
+namespace streamq::test {
+
+struct RedisServerOptions {
+  bool appendonly = false;         // AOF with appendfsync always when true
+  std::vector<std::string> extra;  // more redis-server arguments
+};
+
+/// Starts `redis-server` (or $STREAMQ_REDIS_SERVER) on a free 127.0.0.1 port with a temp dir,
+/// waits for PING, and stops only that process (by pid) when destroyed. Throws
+/// std::runtime_error when redis-server cannot be started.
+class RedisServer {
+ public:
+  explicit RedisServer(RedisServerOptions options = {});
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const noexcept { return port_; }
+  pid_t pid() const noexcept { return pid_; }
+  const std::string& dir() const noexcept { return dir_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+  /// SIGKILL the server and reap it.
+  void kill9();
+  /// Start again on the same port and directory (AOF is replayed when enabled).
+  void restart();
+  void pause();   // SIGSTOP
+  void resume();  // SIGCONT
+
+ private:
+  void spawn();
+  void wait_ready();
+
+  RedisServerOptions options_;
+  std::string dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+/// A raw client for assertions (argv commands, replies as detail::Reply).
+class Client {
+ public:
+  explicit Client(const std::string& url);
+  detail::Reply cmd(std::initializer_list<std::string_view> args);
+  detail::Reply cmd(const std::vector<std::string>& args);
+  std::int64_t integer(std::initializer_list<std::string_view> args);
+  /// Entries of XRANGE key - + as (id, fields).
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> xrange(
+      const std::string& key);
+  /// Field value of an entry, or empty.
+  static std::string get(const std::vector<std::pair<std::string, std::string>>& fields,
+                         std::string_view name);
+
+ private:
+  detail::Connection conn_;
+};
+
+/// Polls `predicate` until it holds or `timeout` passes; returns its last value.
+bool wait_until(const std::function<bool()>& predicate,
+                std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+/// A key name unique to the running test ("<Suite>.<Test>:<suffix>").
+std::string unique_key(std::string_view suffix = "q");
+
+}  // namespace streamq::test

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT
+// A worker process for the reliability tests, which kill it with SIGKILL and start it again.
+// Usage: streamq_test_worker <url> <stream> <consumer-name> [key=value ...]
+//   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries
+// Task types:
+//   work   sleep payload "ms" milliseconds, then HINCRBY <stream>:done <task_id> 1
+//   crash  HINCRBY <stream>:attempts <task_id> 1, then abort() the process
+// Records go through the test's own Redis connection (one per handler thread).
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <streamq/streamq.hpp>
+
+#include "connection.hpp"
+
+namespace {
+
+std::string g_url;
+
+void record(const std::string& key, const std::string& task_id) {
+  thread_local std::unique_ptr<streamq::detail::Connection> conn;
+  if (!conn) {
+    streamq::ConnectionOptions o;
+    o.url = g_url;
+    conn = std::make_unique<streamq::detail::Connection>(streamq::detail::make_connection_config(o, "recorder"));
+  }
+  conn->command(streamq::detail::Argv{"HINCRBY", key, task_id, "1"}).view().check();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::cerr << "usage: streamq_test_worker <url> <stream> <consumer> [key=value ...]\n";
+    return 2;
+  }
+  g_url = argv[1];
+  const std::string stream = argv[2];
+  std::map<std::string, long> kv;
+  for (int i = 4; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto eq = a.find('=');
+    kv[a.substr(0, eq)] = std::stol(a.substr(eq + 1));
+  }
+  auto get = [&](const char* k, long def) { return kv.count(k) ? kv[k] : def; };
+  using ms = std::chrono::milliseconds;
+  streamq::Consumer consumer({.connection = {.url = g_url},
+                              .stream = stream,
+                              .consumer_name = argv[3],
+                              .concurrency = static_cast<int>(get("concurrency", 2)),
+                              .prefetch = static_cast<int>(get("prefetch", 8)),
+                              .block = ms(200),
+                              .claim_min_idle = ms(get("min_idle_ms", 1500)),
+                              .reclaim_interval = ms(get("reclaim_ms", 250)),
+                              .heartbeat_interval = ms(get("heartbeat_ms", 300)),
+                              .max_deliveries = static_cast<int>(get("max_deliveries", 5)),
+                              .stop_on_signals = true});
+  consumer.on("work", [&](const streamq::Task& task) {
+    const int sleep_ms = task.json().value("ms", 0);
+    if (sleep_ms > 0) std::this_thread::sleep_for(ms(sleep_ms));
+    record(stream + ":done", task.id());
+  });
+  consumer.on("crash", [&](const streamq::Task& task) {
+    record(stream + ":attempts", task.id());
+    std::abort();
+  });
+  consumer.run();
+  return 0;
+}
