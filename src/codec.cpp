@@ -171,7 +171,7 @@ std::size_t append_new_task(Argv& argv, const NewTask& task) {
   argv.add(field::task_id).add(task.task_id);
   argv.add(field::task_type).add(task.task_type);
   argv.add(field::payload).add(task.payload);
-  argv.add(field::created_at).add_copy(format_timestamp(task.created_at));
+  argv.add(field::created_at).add(task.created_at);
   argv.add(field::max_retries).add(static_cast<std::int64_t>(task.max_retries));
   argv.add(field::retry_count).add("0");
   if (task.extra_fields != nullptr) {

@@ -42,7 +42,7 @@ struct NewTask {
   std::string_view task_id;
   std::string_view task_type;
   std::string_view payload;
-  TimePoint created_at;
+  std::string_view created_at;  // format_timestamp() text, shared by a batch
   int max_retries = 3;
   const std::vector<std::pair<std::string, std::string>>* extra_fields = nullptr;
 };

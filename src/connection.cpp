@@ -182,22 +182,38 @@ Reply Connection::command(const Argv& argv) {
   return Reply(static_cast<redisReply*>(raw));
 }
 
-std::vector<Reply> Connection::pipeline(const std::vector<Argv>& commands) {
+void Connection::append(const Argv& argv) {
   if (ctx_ == nullptr) connect();
+  if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), const_cast<const char**>(argv.data()),
+                             argv.lengths()) != REDIS_OK) {
+    fail("pipeline");
+  }
+}
+
+void Connection::flush() {
+  if (ctx_ == nullptr) return;
+  SigpipeGuard guard;
+  int done = 0;
+  while (!done) {
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) fail("pipeline write");
+  }
+}
+
+Reply Connection::read_reply() {
+  if (ctx_ == nullptr) fail("pipeline read");
+  void* raw = nullptr;
+  {
+    SigpipeGuard guard;  // redisGetReply writes whatever is still queued first
+    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) fail("pipeline");
+  }
+  return Reply(static_cast<redisReply*>(raw));
+}
+
+std::vector<Reply> Connection::pipeline(const std::vector<Argv>& commands) {
+  for (const Argv& argv : commands) append(argv);
   std::vector<Reply> replies;
   replies.reserve(commands.size());
-  SigpipeGuard guard;
-  for (const Argv& argv : commands) {
-    if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()),
-                               const_cast<const char**>(argv.data()), argv.lengths()) != REDIS_OK) {
-      fail("pipeline");
-    }
-  }
-  for (std::size_t i = 0; i < commands.size(); ++i) {
-    void* raw = nullptr;
-    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) fail("pipeline");
-    replies.emplace_back(static_cast<redisReply*>(raw));
-  }
+  for (std::size_t i = 0; i < commands.size(); ++i) replies.push_back(read_reply());
   return replies;
 }
 

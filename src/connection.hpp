@@ -124,6 +124,13 @@ class Connection {
   /// Sends all commands in one write and reads their replies in order.
   std::vector<Reply> pipeline(const std::vector<Argv>& commands);
 
+  /// Streaming pipeline, for callers that build commands while earlier ones are on the wire:
+  /// append() queues a command (connecting first if needed), flush() writes everything
+  /// queued so the server can start on it, read_reply() returns the next reply in order.
+  void append(const Argv& argv);
+  void flush();
+  Reply read_reply();
+
   /// Randomised delay before the next connect attempt (0 after a success).
   Millis backoff_delay() { return backoff_.delay(); }
   /// Consecutive failed connects (0 once connected).

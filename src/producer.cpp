@@ -12,7 +12,8 @@
 namespace streamq {
 namespace {
 
-constexpr std::size_t kChunk = 256;  // tasks per enqueue script call: keeps each call short
+constexpr std::size_t kChunk = 64;  // tasks per enqueue script call: small enough that Redis runs one
+                                     // chunk while the next is formatted (measured: 64 beats 16-256)
 
 ProducerOptions validated(ProducerOptions o) {
   if (o.stream.empty()) throw ConfigError("stream must not be empty");
@@ -41,7 +42,7 @@ struct Producer::Impl {
 
   /// Checks one task and its per-call options; throws before anything is sent.
   detail::NewTask prepare(std::string_view type, std::string_view payload, const EnqueueOptions& eo,
-                          std::string& id_storage, detail::TimePoint now) const {
+                          std::string& id_storage, std::string_view created_at) const {
     if (type.empty()) throw ConfigError("task_type must not be empty");
     if (eo.max_retries && *eo.max_retries < 0) throw ConfigError("max_retries must be >= 0");
     for (const auto& [name, value] : eo.extra_fields) {
@@ -54,7 +55,7 @@ struct Producer::Impl {
       throw PayloadError(*problem);
     }
     id_storage = eo.task_id.empty() ? detail::new_uuid_v4() : eo.task_id;
-    return detail::NewTask{id_storage, type, payload, now,
+    return detail::NewTask{id_storage, type, payload, created_at,
                            eo.max_retries.value_or(options.default_max_retries), &eo.extra_fields};
   }
 
@@ -94,8 +95,8 @@ std::string Producer::enqueue(std::string_view task_type, std::string_view paylo
                               const EnqueueOptions& options) {
   Impl& im = *impl_;
   std::string id;
-  const detail::NewTask task =
-      im.prepare(task_type, payload_json, options, id, std::chrono::system_clock::now());
+  const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
+  const detail::NewTask task = im.prepare(task_type, payload_json, options, id, created_at);
   im.conn.connect_with_backoff();
   detail::Reply reply;
   if (im.options.overflow == Overflow::trim_oldest) {
@@ -115,9 +116,9 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
   std::vector<std::string> ids(tasks.size());
   std::vector<detail::NewTask> prepared;
   prepared.reserve(tasks.size());
-  const auto now = std::chrono::system_clock::now();
+  const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    prepared.push_back(im.prepare(tasks[i].task_type, tasks[i].payload, tasks[i].options, ids[i], now));
+    prepared.push_back(im.prepare(tasks[i].task_type, tasks[i].payload, tasks[i].options, ids[i], created_at));
   }
   if (tasks.empty()) return ids;
   im.conn.connect_with_backoff();
@@ -131,13 +132,17 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
     return ids;
   }
 
+  // Each chunk goes on the wire as soon as it is built, so Redis runs chunk k while the
+  // next one is being formatted.
   std::vector<detail::Argv> argvs;
   std::vector<detail::ScriptId> script_ids;
   for (std::size_t first = 0; first < prepared.size(); first += kChunk) {
     argvs.push_back(im.reject_argv(prepared, first, std::min(prepared.size(), first + kChunk)));
     script_ids.push_back(detail::ScriptId::enqueue);
+    im.conn.append(argvs.back());
+    im.conn.flush();
   }
-  const std::vector<detail::Reply> replies = im.scripts.call_pipelined(script_ids, argvs);
+  const std::vector<detail::Reply> replies = im.scripts.collect(script_ids, argvs);
   std::string full_message;
   for (std::size_t c = 0; c < replies.size(); ++c) {
     if (is_queue_full(replies[c])) {

@@ -277,7 +277,14 @@ Reply ScriptRunner::call(ScriptId id, Argv& argv) {
 
 std::vector<Reply> ScriptRunner::call_pipelined(const std::vector<ScriptId>& ids,
                                                 std::vector<Argv>& argvs) {
-  std::vector<Reply> replies = conn_.pipeline(argvs);
+  for (const Argv& argv : argvs) conn_.append(argv);
+  return collect(ids, argvs);
+}
+
+std::vector<Reply> ScriptRunner::collect(const std::vector<ScriptId>& ids, std::vector<Argv>& argvs) {
+  std::vector<Reply> replies;
+  replies.reserve(argvs.size());
+  for (std::size_t i = 0; i < argvs.size(); ++i) replies.push_back(conn_.read_reply());
   for (std::size_t i = 0; i < replies.size(); ++i) {
     if (ids[i] == not_a_script) continue;
     if (is_noscript(replies[i])) {

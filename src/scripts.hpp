@@ -50,6 +50,10 @@ class ScriptRunner {
   /// Sends many commands in one pipeline; script calls (ids[i] != not_a_script) answered
   /// NOSCRIPT are re-run one by one with EVAL.
   std::vector<Reply> call_pipelined(const std::vector<ScriptId>& ids, std::vector<Argv>& argvs);
+  /// The same in two halves, so the caller can build and flush commands while earlier ones
+  /// run: append each command with Connection::append, then collect() reads the replies of
+  /// all of them (argvs must still hold them, for NOSCRIPT re-runs).
+  std::vector<Reply> collect(const std::vector<ScriptId>& ids, std::vector<Argv>& argvs);
 
  private:
   bool known(ScriptId id) const;

@@ -77,7 +77,7 @@ class Producer {
 
   /// Enqueues many tasks in one pipeline and returns their ids in the order given. Every
   /// payload is validated before anything is sent. With Overflow::reject the tasks are
-  /// written in chunks of up to 256 per script call, each chunk all-or-nothing (it fits in
+  /// written in chunks of up to 64 per script call, each chunk all-or-nothing (it fits in
   /// the remaining capacity or none of it is written); when a chunk is refused the call
   /// throws QueueFullError whose batch_ids() says which tasks were written.
   /// @throws as enqueue.

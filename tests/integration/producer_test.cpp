@@ -118,7 +118,7 @@ TEST_F(ProducerTest, FullQueueRefusesBatchChunksWhole) {
     FAIL() << "no QueueFullError";
   } catch (const QueueFullError& e) {
     ASSERT_EQ(e.batch_ids().size(), 600u);
-    EXPECT_EQ(e.accepted(), 256u);  // the first chunk of 256 fits, the next ones do not
+    EXPECT_EQ(e.accepted(), 256u);  // four chunks of 64 fit; the fifth would exceed 300
     for (std::size_t i = 0; i < 600; ++i) EXPECT_EQ(e.batch_ids()[i].empty(), i >= 256) << i;
   }
   EXPECT_EQ(client.integer({"XLEN", stream}), 256);

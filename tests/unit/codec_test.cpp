@@ -245,7 +245,7 @@ TEST(ParseCount, RejectsEverythingElse) {
 // ---------------------------------------------------------------- writing entries
 
 TEST(AppendNewTask, WritesTheSeedFieldsInOrder) {
-  const TimePoint created = from_micros(kKnownMicros);
+  const std::string created = d::format_timestamp(from_micros(kKnownMicros));
   const d::NewTask task{"id-1", "send_email", R"({"to":"a@b"})", created, 7, nullptr};
   Argv argv{"XADD", "q", "*"};
   const std::size_t added = d::append_new_task(argv, task);
@@ -263,7 +263,8 @@ TEST(AppendNewTask, WritesTheSeedFieldsInOrder) {
 TEST(AppendNewTask, ExtrasFollowTheStandardFields) {
   const std::vector<std::pair<std::string, std::string>> extras = {{"priority", "high"},
                                                                    {"tenant", "acme"}};
-  const d::NewTask task{"id-2", "resize", "[1,2]", from_micros(kKnownMicros), 0, &extras};
+  const std::string created = d::format_timestamp(from_micros(kKnownMicros));
+  const d::NewTask task{"id-2", "resize", "[1,2]", created, 0, &extras};
   Argv argv;
   const std::size_t added = d::append_new_task(argv, task);
   EXPECT_EQ(added, 16u);

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Runs the whole comparison in one go on a private redis-server (loopback, free port, no
+# persistence): redis-benchmark's XADD of a streamq-sized task as the physical reference,
+# then every streamq scenario, and prints one table with ratios measured in this run.
+# Usage: bench/run.sh [build-dir]   (default: build-bench, configured Release here)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-bench}
+if [[ ! -x $build/bench/streamq-bench ]]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTREAMQ_BUILD_TESTS=OFF -DSTREAMQ_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build "$build" -j2 --target streamq-bench >/dev/null
+fi
+bench=$build/bench/streamq-bench
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+dir=$(mktemp -d)
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+  --daemonize no --loglevel warning --logfile "$dir/redis.log" &
+pid=$!
+trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+url=redis://127.0.0.1:$port
+cli() { redis-cli -p "$port" "$@" >/dev/null; }
+
+# The same fields and sizes as a streamq task (see bench/streamq_bench.cpp).
+task=(task_id 3f2c1a9e-7b4d-4c8e-9f10-2a3b4c5d6e7f task_type send_email
+      payload '{"to":"user@example.com","template":"order_confirmation","order_id":12345}'
+      created_at 2026-11-29T18:00:00.123456 max_retries 3 retry_count 0)
+ref() {  # ref <pipeline> -> requests per second
+  redis-benchmark -p "$port" -c 1 -n "$1" -P "$2" -q XADD bench:ref MAXLEN '~' 10000 '*' "${task[@]}" |
+    tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1
+}
+ref_p1=$(ref 100000 1)
+ref_p64=$(ref 1000000 64)
+cli DEL bench:ref
+
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+run() { "$bench" "$@" --url "$url"; }
+
+enqueue=$(run enqueue --stream b:enq --count 100000); cli DEL b:enq
+batch=$(run enqueue-batch --stream b:batch --count 1000000 --batch 1000); cli DEL b:batch
+run preload --stream b:drain --count 200000 >/dev/null
+drain=$(run drain --stream b:drain --count 200000); cli DEL b:drain
+latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
+retry=$(run retry --stream b:retry --count 50000); cli DEL b:retry
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(redis-server --version | awk '{print $3}'), loopback, no persistence"
+printf '%-16s %12s %8s %28s %10s\n' scenario tasks/s ratio latency_us_p50/p90/p99/max peak_rss_mb
+printf '%-16s %12.0f %8s %28s %10s\n' "ref XADD -P 1" "$ref_p1" 1.00 - -
+printf '%-16s %12.0f %8s %28s %10s\n' "ref XADD -P 64" "$ref_p64" 1.00 - -
+line() {  # line <name> <result> <reference>
+  local lat=-
+  [[ -n $(field p50_us "$2") ]] && lat="$(field p50_us "$2")/$(field p90_us "$2")/$(field p99_us "$2")/$(field max_us "$2")"
+  local r=-
+  [[ -n $3 ]] && r=$(ratio "$(field tasks_per_s "$2")" "$3")
+  printf '%-16s %12s %8s %28s %10s\n' "$1" "$(field tasks_per_s "$2")" "$r" "$lat" "$(field peak_rss_mb "$2")"
+}
+line enqueue "$enqueue" "$ref_p1"
+line enqueue-batch "$batch" "$ref_p64"
+line drain "$drain" ""
+line "latency@5k/s" "$latency" ""
+line retry "$retry" ""
+echo
+echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64"

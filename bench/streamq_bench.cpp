@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: MIT
+// streamq-bench: one scenario per run, one result line (key=value) on stdout.
+//   streamq-bench <scenario> --url URL [--stream S] [--count N] [--batch B] [--rate R]
+// Scenarios:
+//   enqueue        N single enqueues on one connection
+//   enqueue-batch  N tasks through enqueue_batch in batches of B (default 1000)
+//   preload        N tasks enqueued in batches (setup for drain; prints nothing measured)
+//   drain          a Consumer with default options and a no-op handler runs the N preloaded
+//                  tasks; time from run() to the last ack
+//   latency        a producer at R tasks/s (default 5000) for N tasks and a consumer in the
+//                  same process; time from enqueue returning to the handler starting
+//   retry          N tasks that fail once and then succeed: throughput through the retry script
+// Every scenario prints the process's peak RSS (getrusage ru_maxrss).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <streamq/streamq.hpp>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// A payload about the size of the seed's send_email task.
+const std::string kPayload =
+    R"({"to":"user@example.com","template":"order_confirmation","order_id":12345})";
+
+struct Args {
+  std::string scenario;
+  std::string url = "redis://127.0.0.1:6379";
+  std::string stream = "bench";
+  long count = 100000;
+  long batch = 1000;
+  long rate = 5000;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  if (argc < 2) throw std::invalid_argument("missing scenario");
+  a.scenario = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--url") a.url = v;
+    else if (k == "--stream") a.stream = v;
+    else if (k == "--count") a.count = std::stol(v);
+    else if (k == "--batch") a.batch = std::stol(v);
+    else if (k == "--rate") a.rate = std::stol(v);
+    else throw std::invalid_argument("unknown flag " + k);
+  }
+  return a;
+}
+
+long peak_rss_kb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void report(const Args& a, double seconds, const std::string& extra = "") {
+  std::printf("scenario=%s tasks=%ld seconds=%.3f tasks_per_s=%.0f peak_rss_mb=%.1f%s\n", a.scenario.c_str(),
+              a.count, seconds, static_cast<double>(a.count) / seconds, peak_rss_kb() / 1024.0, extra.c_str());
+}
+
+streamq::ProducerOptions producer_options(const Args& a) {
+  // max_len above the run's size: the default reject policy stays on, but never refuses here.
+  return {.connection = {.url = a.url}, .stream = a.stream, .max_len = std::max(10000L, 2 * a.count)};
+}
+
+void enqueue_batches(streamq::Producer& p, long count, long batch) {
+  std::vector<streamq::TaskSpec> tasks;
+  for (long done = 0; done < count; done += batch) {
+    tasks.assign(static_cast<std::size_t>(std::min(batch, count - done)), {"send_email", kPayload});
+    p.enqueue_batch(tasks);
+  }
+}
+
+/// Runs `consumer` until `finished` turns true, from another thread that stops it.
+void run_until(streamq::Consumer& consumer, std::atomic<bool>& finished) {
+  std::thread watcher([&] {
+    while (!finished.load()) std::this_thread::sleep_for(1ms);  // bench only: poll for the end
+    consumer.stop();
+  });
+  consumer.run();
+  watcher.join();
+}
+
+streamq::ConsumerOptions consumer_options(const Args& a) {
+  return {.connection = {.url = a.url}, .stream = a.stream, .group = "bench"};
+}
+
+std::string percentiles(std::vector<double>& us) {
+  std::sort(us.begin(), us.end());
+  auto at = [&](double q) { return us[static_cast<std::size_t>(q * static_cast<double>(us.size() - 1))]; };
+  char buf[160];
+  std::snprintf(buf, sizeof buf, " p50_us=%.0f p90_us=%.0f p99_us=%.0f max_us=%.0f", at(0.5), at(0.9), at(0.99),
+                us.back());
+  return buf;
+}
+
+int scenario_main(const Args& a) {
+  if (a.scenario == "enqueue") {
+    streamq::Producer p(producer_options(a));
+    p.enqueue("send_email", kPayload);  // connect outside the timed part
+    const auto t = Clock::now();
+    for (long i = 0; i < a.count; ++i) p.enqueue("send_email", kPayload);
+    report(a, seconds_since(t));
+  } else if (a.scenario == "enqueue-batch" || a.scenario == "preload") {
+    streamq::Producer p(producer_options(a));
+    p.enqueue_batch({});
+    const auto t = Clock::now();
+    enqueue_batches(p, a.count, a.batch);
+    if (a.scenario == "enqueue-batch") report(a, seconds_since(t), " batch=" + std::to_string(a.batch));
+  } else if (a.scenario == "drain") {
+    std::atomic<long> done{0};
+    std::atomic<bool> finished{false};
+    streamq::Consumer c(consumer_options(a));
+    c.on("send_email", [&](const streamq::Task&) {
+      if (++done == a.count) finished = true;
+    });
+    const auto t = Clock::now();
+    run_until(c, finished);  // run() returns after the final acks are flushed
+    report(a, seconds_since(t));
+  } else if (a.scenario == "latency") {
+    std::vector<std::atomic<std::int64_t>> sent(static_cast<std::size_t>(a.count));
+    std::vector<double> latency_us(static_cast<std::size_t>(a.count));
+    std::atomic<long> done{0};
+    std::atomic<bool> finished{false};
+    streamq::Consumer c(consumer_options(a));
+    c.on("send_email", [&](const streamq::Task& t) {
+      const auto now = Clock::now().time_since_epoch().count();
+      const auto i = static_cast<std::size_t>(t.json()["i"].get<long>());
+      std::int64_t s;
+      while ((s = sent[i].load()) == 0) std::this_thread::yield();  // enqueue has not returned yet
+      latency_us[i] = static_cast<double>(std::max<std::int64_t>(0, now - s)) / 1000.0;
+      if (++done == a.count) finished = true;
+    });
+    std::thread producer([&] {
+      streamq::Producer p(producer_options(a));
+      p.enqueue("warmup", "{}");
+      const auto start = Clock::now();
+      const auto interval = std::chrono::nanoseconds(1000000000L / a.rate);
+      for (long i = 0; i < a.count; ++i) {
+        std::this_thread::sleep_until(start + i * interval);  // the offered rate
+        p.enqueue("send_email", "{\"i\":" + std::to_string(i) + "}");
+        sent[static_cast<std::size_t>(i)] = Clock::now().time_since_epoch().count();
+      }
+    });
+    const auto t = Clock::now();
+    c.on_unknown([](const streamq::Task&) {});
+    run_until(c, finished);
+    producer.join();
+    report(a, seconds_since(t), " offered_per_s=" + std::to_string(a.rate) + percentiles(latency_us));
+  } else if (a.scenario == "retry") {
+    streamq::Producer p(producer_options(a));
+    enqueue_batches(p, a.count, a.batch);
+    std::atomic<long> done{0};
+    std::atomic<bool> finished{false};
+    streamq::Consumer c(consumer_options(a));
+    c.on("send_email", [&](const streamq::Task& t) {
+      if (t.retry_count() == 0) throw std::runtime_error("first attempt fails");
+      if (++done == a.count) finished = true;
+    });
+    streamq::set_log_level(streamq::LogLevel::warning);  // one info line per retry otherwise
+    const auto t = Clock::now();
+    run_until(c, finished);
+    report(a, seconds_since(t));
+  } else {
+    throw std::invalid_argument("unknown scenario " + a.scenario);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return scenario_main(parse(argc, argv));
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "streamq-bench: " << e.what() << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|latency|retry"
+              << " --url URL [--stream S] [--count N] [--batch B] [--rate R]\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "streamq-bench: " << e.what() << '\n';
+    return 1;
+  }
+}
