@@ -738,6 +738,7 @@ struct Consumer::Impl {
   void run() {
     if (started) throw ConfigError("Consumer::run() can be called only once");
     started = true;
+    if (stop_requested.load()) return;
     std::optional<detail::SignalRegistration> signals;
     if (opt.stop_on_signals) signals.emplace([this] { request_stop(); });
     if (!set_up()) return;

@@ -49,6 +49,14 @@ class WorkerProcess {
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  /// Sends `sig` and waits for the exit; returns the wait status.
+  int signal_and_wait(int sig) {
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
   /// True when the process has died on its own (it is then reaped).
   bool died() {
     if (pid_ <= 0) return true;
@@ -208,6 +216,28 @@ TEST(Reliability, RedisKilledAndRestartedWithAofLosesNothingAcknowledged) {
   EXPECT_EQ(after.integer({"XLEN", stream + ":dlq"}), 0);
   EXPECT_GE(rc.consumer().metrics().reconnects, 2u);
   std::printf("acked=%zu indeterminate=%zu done=%zu\n", acked.size(), indeterminate.size(), done.size());
+}
+
+TEST(Reliability, SigtermFinishesRunningTasksAndExitsCleanly) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  std::vector<TaskSpec> batch(20, TaskSpec{"work", R"({"ms":300})"});
+  producer.enqueue_batch(batch);
+  WorkerProcess worker({STREAMQ_TEST_WORKER, server.url(), stream, "slot-0", "concurrency=2", "prefetch=8"});
+  ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) >= 2; }));
+  const int status = worker.signal_and_wait(SIGTERM);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const auto done_after_stop = client.integer({"HLEN", stream + ":done"});
+  // Everything it ran was acknowledged; the rest is pending nowhere or released, not lost.
+  EXPECT_EQ(client.integer({"XLEN", stream}), 20 - done_after_stop);
+  // A worker under another name (30 s claim_min_idle) finishes the rest at once.
+  WorkerProcess other({STREAMQ_TEST_WORKER, server.url(), stream, "slot-1", "min_idle_ms=30000",
+                       "heartbeat_ms=5000"});
+  ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) == 20; }, 30s));
+  EXPECT_EQ(pending(client, stream), 0);
 }
 
 }  // namespace
