@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: MIT
+// streamq-worker: runs the demo task types (send_email, generate_pdf, reindex, and
+// always_fail, which fails through its retries into the dead-letter stream) until SIGINT or
+// SIGTERM, or with --exit-when-idle MS once no task arrived for that long. (Entries another
+// worker left pending are reclaimed every reclaim_interval, 5 s by default: an idle time
+// shorter than that can exit before taking them.)
+//
+//   streamq-worker --stream task_queue --concurrency 4
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <streamq/streamq.hpp>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr const char* kUsage =
+    "usage: streamq-worker [--url redis://127.0.0.1:6379] [--stream task_queue]\n"
+    "                      [--group workers] [--consumer NAME] [--concurrency 4]\n"
+    "                      [--exit-when-idle MS]\n";
+
+/// Reads "--name value" pairs into `flags`, which holds every known flag with its default.
+void parse_flags(int argc, char** argv, std::map<std::string, std::string>& flags) {
+  for (int i = 1; i < argc; i += 2) {
+    const std::string name = argv[i];
+    if (!flags.contains(name)) throw std::invalid_argument("unknown flag " + name);
+    if (i + 1 >= argc) throw std::invalid_argument(name + " needs a value");
+    flags[name] = argv[i + 1];
+  }
+}
+
+int to_int(const std::string& name, const std::string& text, int min) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < min) {
+    throw std::invalid_argument(name + " must be an integer >= " + std::to_string(min));
+  }
+  return value;
+}
+
+/// Handlers run on several threads: one mutex keeps each output line whole.
+void say(const std::string& line) {
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  std::cout << line << std::endl;
+}
+
+/// When a handler last started or finished a task. Handlers store it, the idle watch reads it.
+class Activity {
+ public:
+  void touch() noexcept { last_.store(Clock::now().time_since_epoch().count()); }
+  Clock::time_point last() const noexcept { return Clock::time_point(Clock::duration(last_.load())); }
+
+ private:
+  std::atomic<Clock::rep> last_{Clock::now().time_since_epoch().count()};
+};
+
+/// Calls consumer.stop() once `activity` lies `idle` in the past. Destroy it before the
+/// consumer: its thread uses the consumer.
+class IdleWatch {
+ public:
+  IdleWatch(streamq::Consumer& consumer, const Activity& activity, milliseconds idle)
+      : thread_([this, &consumer, &activity, idle] {
+          std::unique_lock lock(mutex_);
+          for (;;) {
+            // Handlers only store a timestamp; waking once per idle period to re-check it
+            // costs less than notifying on every task.
+            if (cv_.wait_until(lock, activity.last() + idle, [this] { return done_; })) return;
+            if (Clock::now() >= activity.last() + idle) {
+              say("no task for " + std::to_string(idle.count()) + " ms; stopping");
+              consumer.stop();
+              return;
+            }
+          }
+        }) {}
+
+  ~IdleWatch() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  IdleWatch(const IdleWatch&) = delete;
+  IdleWatch& operator=(const IdleWatch&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last member: starts after the others are built
+};
+
+/// A demo handler returns a short note on what it did, or throws.
+using DemoHandler = std::function<std::string(const streamq::Task&)>;
+
+/// Wraps a demo handler: one output line per attempt, and activity for the idle watch. An
+/// exception still propagates, so the Consumer retries or dead-letters the task.
+streamq::Consumer::Handler logged(DemoHandler handler, Activity& activity) {
+  return [handler = std::move(handler), &activity](const streamq::Task& task) {
+    activity.touch();
+    const std::string what = task.type() + " " + task.id() +
+                             " retry_count=" + std::to_string(task.retry_count());
+    try {
+      const std::string note = handler(task);
+      activity.touch();
+      say("done   " + what + " (" + note + ")");
+    } catch (const std::exception& e) {
+      activity.touch();
+      say("failed " + what + ": " + e.what());
+      throw;
+    }
+  };
+}
+
+/// The payload's `key` as text; "?" when the payload has no such key.
+std::string payload_text(const streamq::Task& task, const char* key) {
+  const nlohmann::json& p = task.json();
+  if (!p.is_object() || !p.contains(key)) return "?";
+  return p[key].is_string() ? p[key].get<std::string>() : p[key].dump();
+}
+
+void simulate_work(milliseconds duration) { std::this_thread::sleep_for(duration); }
+
+std::string send_email(const streamq::Task& task) {
+  const std::string to = payload_text(task, "to");
+  // Retrying cannot fix a missing address: PermanentError dead-letters the task at once.
+  if (to == "?") throw streamq::PermanentError("payload has no \"to\" address");
+  simulate_work(milliseconds(5));
+  return "email to " + to;
+}
+
+std::string generate_pdf(const streamq::Task& task) {
+  simulate_work(milliseconds(15));
+  return "report " + payload_text(task, "report_type") + " " + payload_text(task, "period");
+}
+
+std::string reindex(const streamq::Task& task) {
+  simulate_work(milliseconds(10));
+  return "indexed into " + payload_text(task, "index");
+}
+
+std::string always_fail(const streamq::Task&) {
+  throw std::runtime_error("simulated failure");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  std::map<std::string, std::string> flags{
+      {"--url", "redis://127.0.0.1:6379"}, {"--stream", "task_queue"}, {"--group", "workers"},
+      {"--consumer", ""},                  {"--concurrency", "4"},     {"--exit-when-idle", ""}};
+  int concurrency = 0;
+  int exit_when_idle_ms = 0;
+  try {
+    parse_flags(argc, argv, flags);
+    concurrency = to_int("--concurrency", flags["--concurrency"], 1);
+    if (!flags["--exit-when-idle"].empty()) {
+      exit_when_idle_ms = to_int("--exit-when-idle", flags["--exit-when-idle"], 1);
+    }
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "streamq-worker: " << e.what() << '\n' << kUsage;
+    return 2;
+  }
+
+  // Outlives the consumer: a handler still running past the shutdown grace period may touch it.
+  Activity activity;
+  try {
+    streamq::ConsumerOptions options{.stream = flags["--stream"],
+                                     .group = flags["--group"],
+                                     .consumer_name = flags["--consumer"],  // empty: generated
+                                     .concurrency = concurrency,
+                                     .stop_on_signals = true};
+    options.connection.url = flags["--url"];
+    streamq::Consumer consumer(options);
+    consumer.on("send_email", logged(send_email, activity));
+    consumer.on("generate_pdf", logged(generate_pdf, activity));
+    consumer.on("reindex", logged(reindex, activity));
+    consumer.on("always_fail", logged(always_fail, activity));
+    // Declared after the consumer, so it is destroyed (and its thread joined) first.
+    std::optional<IdleWatch> idle_watch;
+    if (exit_when_idle_ms > 0) idle_watch.emplace(consumer, activity, milliseconds(exit_when_idle_ms));
+
+    say("worker " + consumer.name() + " on " + flags["--stream"] + " (group " + flags["--group"] +
+        "); Ctrl-C to stop");
+    consumer.run();
+
+    const streamq::ConsumerMetrics m = consumer.metrics();
+    say("metrics: done=" + std::to_string(m.done) + " retried=" + std::to_string(m.retried) +
+        " dead_lettered=" + std::to_string(m.dead_lettered) +
+        " reclaimed=" + std::to_string(m.reclaimed) + " stale=" + std::to_string(m.stale) +
+        " reconnects=" + std::to_string(m.reconnects));
+  } catch (const streamq::Error& e) {
+    std::cerr << "streamq-worker: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The streamq demo: builds the examples, starts a private redis-server on a free loopback
+# port, enqueues tasks of the seed's three types plus one that always fails, runs a worker
+# until the queue is drained, and shows the statistics and the dead-letter stream.
+# Exits non-zero if any step fails or the queue does not end as expected.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "Dependencies"
+bash scripts/install-deps.sh
+
+step "Build (Release, build-demo)"
+cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=Release \
+  -DSTREAMQ_BUILD_EXAMPLES=ON -DSTREAMQ_BUILD_TESTS=OFF -DSTREAMQ_BUILD_BENCH=OFF >/dev/null
+cmake --build build-demo -j2
+bin=build-demo/examples
+
+step "Private redis-server"
+redis_dir=$(mktemp -d)
+redis_pid=
+cleanup() {
+  local status=$?
+  # Only the server this script started, by its pid.
+  if [[ -n $redis_pid ]]; then
+    kill "$redis_pid" 2>/dev/null || true
+    wait "$redis_pid" 2>/dev/null || true
+  fi
+  rm -rf "$redis_dir"
+  exit "$status"
+}
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$redis_dir" \
+  --daemonize no --logfile "$redis_dir/redis.log" &
+redis_pid=$!
+deadline=$((SECONDS + 10))
+until [[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]]; do
+  if ! kill -0 "$redis_pid" 2>/dev/null || ((SECONDS >= deadline)); then
+    echo "demo: redis-server on port $port did not answer PING; its log:" >&2
+    cat "$redis_dir/redis.log" >&2 || true
+    exit 1
+  fi
+  sleep 0.1
+done
+url="redis://127.0.0.1:$port"
+stream=demo_tasks
+echo "redis-server pid $redis_pid listening on $url"
+
+step "Enqueue 20 send_email, 5 generate_pdf, 5 reindex and 1 always_fail (max 2 retries)"
+enqueue() {
+  local type=$1 count=$2 payload=$3
+  shift 3
+  local ids
+  ids=$("$bin/streamq-producer" --url "$url" --stream "$stream" --type "$type" \
+        --count "$count" --payload "$payload" "$@")
+  printf '%-13s %2d task(s), first id %s\n' "$type" "$count" "$(head -n 1 <<<"$ids")"
+}
+enqueue send_email 20 '{"to":"user@example.com","template":"order_confirmation","order_id":12345}'
+enqueue generate_pdf 5 '{"report_type":"monthly","period":"2025-12"}'
+enqueue reindex 5 '{"index":"catalog","document":{"sku":"TB-205-55-R16"}}'
+enqueue always_fail 1 '{"note":"fails on every attempt"}' --max-retries 2
+
+step "Stats before the worker runs"
+"$bin/streamq-stats" --url "$url" --stream "$stream"
+
+step "Worker (stops after 1.5 s without a task)"
+"$bin/streamq-worker" --url "$url" --stream "$stream" --consumer demo-worker-1 \
+  --concurrency 4 --exit-when-idle 1500 | tee "$redis_dir/worker.out"
+
+step "Stats after the worker drained the queue (JSON)"
+"$bin/streamq-stats" --url "$url" --stream "$stream"
+
+step "Stats after the worker drained the queue (Prometheus)"
+"$bin/streamq-stats" --url "$url" --stream "$stream" --format prometheus
+
+step "Dead-letter stream $stream:dlq"
+redis-cli -p "$port" XRANGE "$stream:dlq" - +
+
+step "Check"
+length=$(redis-cli -p "$port" XLEN "$stream")
+pending=$(redis-cli -p "$port" XPENDING "$stream" workers | head -n 1)
+dlq=$(redis-cli -p "$port" XLEN "$stream:dlq")
+dlq_type=$(redis-cli -p "$port" --raw XRANGE "$stream:dlq" - + | awk 'prev == "task_type" { print; exit } { prev = $0 }')
+done=$(sed -n 's/^metrics: done=\([0-9]*\).*/\1/p' "$redis_dir/worker.out")
+if [[ $done != 30 || $length != 0 || $pending != 0 || $dlq != 1 || $dlq_type != always_fail ]]; then
+  echo "demo: FAILED: done ${done:-?}, stream length $length, pending $pending," \
+       "dead letters $dlq (${dlq_type:-none}); expected 30, 0, 0, 1 (always_fail)" >&2
+  exit 1
+fi
+echo "demo OK: 30 tasks done, always_fail dead-lettered after 2 retries, nothing left pending"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Installs what streamq needs to build, test and run its demo on Debian bookworm (as root).
+# Idempotent: installs only the missing packages, and touches apt only when one is missing.
+# Installing redis-server may start Debian's system redis service; streamq's scripts never
+# use it (they run private servers), and this script does not start, stop or configure it.
+set -euo pipefail
+
+packages=(cmake g++ make pkg-config libhiredis-dev nlohmann-json3-dev libgtest-dev
+          redis-server redis-tools python3)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if ! dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed$'; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all dependencies present"
+  exit 0
+fi
+
+if ((EUID != 0)); then
+  echo "install-deps: missing packages: ${missing[*]}; run as root (sudo bash $0)" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
