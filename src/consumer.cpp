@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -38,6 +39,7 @@ constexpr const char* kReleaseIdle = "100000000000";
 constexpr std::size_t kFetchCount = 100;   // XAUTOCLAIM / replay batch (the server scans 10x)
 constexpr std::size_t kLeaseChunk = 500;   // ids per lease script call
 constexpr Millis kUnblockRetry{50};        // resend CLIENT UNBLOCK while the reader lingers
+constexpr Millis kReclaimSoon{50};         // next reclaim when more may wait, or no room now
 
 /// One delivered entry waiting for (or in) a handler.
 struct Work {
@@ -169,11 +171,13 @@ struct Consumer::Impl {
   std::unordered_map<std::string, Held> held;
   std::vector<Completion> completions;
   bool stopping = false;
+  bool suspect_running = false;  // a reclaimed entry is running (see next_runnable)
   bool control_waiting = false;
   bool reader_done = false;
   int handlers_alive = 0;
 
   std::atomic<bool> stop_requested{false};
+  std::atomic<bool> replayed_once{false};  // the reader finished its first own-PEL replay
   std::atomic<std::int64_t> reader_client_id{-1};
   bool started = false;
   std::thread reader_thread;
@@ -212,17 +216,23 @@ struct Consumer::Impl {
   }
 
   /// Hands entries to the handlers; entries already held are not handed out twice.
-  void deliver(std::vector<Work>&& works) {
-    if (works.empty()) return;
+  /// Returns how many were queued.
+  std::size_t deliver(std::vector<Work>&& works) {
+    if (works.empty()) return 0;
     const auto now = Clock::now();
+    std::size_t queued = 0;
     {
       std::lock_guard lock(mutex);
       for (Work& w : works) {
-        if (held.try_emplace(w.id, Held{now}).second) queue.push_back(std::move(w));
+        if (held.try_emplace(w.id, Held{now}).second) {
+          queue.push_back(std::move(w));
+          ++queued;
+        }
       }
     }
-    if (works.size() == 1) work_cv.notify_one();
-    else work_cv.notify_all();
+    if (queued == 1) work_cv.notify_one();
+    else if (queued > 1) work_cv.notify_all();
+    return queued;
   }
 
   /// XGROUP CREATE <stream> <group> 0 MKSTREAM; an existing group is fine.
@@ -256,7 +266,6 @@ struct Consumer::Impl {
                                          " dead-lettered (body lost, or started " + max_deliveries_text +
                                          " times without finishing)");
     }
-    m.reclaimed += out.size();
     return std::string(r[0].str());
   }
 
@@ -269,13 +278,20 @@ struct Consumer::Impl {
     while (!stop_requested.load()) {
       std::vector<Work> works;
       const std::string next = fetch_pending(reader_scripts, "own", cursor, kFetchCount, works);
-      if (!works.empty()) {
-        detail::log(LogLevel::info, "replaying " + std::to_string(works.size()) +
-                                        " pending entries of consumer " + opt.consumer_name);
+      if (const std::size_t n = deliver(std::move(works)); n > 0) {
+        m.reclaimed += n;
+        detail::log(LogLevel::info, "replaying " + std::to_string(n) + " pending entries of consumer " +
+                                        opt.consumer_name);
       }
-      deliver(std::move(works));
-      if (next == "0-0" || next == cursor) return;
+      if (next == "0-0" || next == cursor) break;
       cursor = next;
+    }
+    if (!replayed_once.load()) {
+      {
+        std::lock_guard lock(mutex);  // the control loop waits on this flag under the mutex
+        replayed_once = true;
+      }
+      control_cv.notify_all();
     }
   }
 
@@ -446,9 +462,20 @@ struct Consumer::Impl {
     return true;
   }
 
+  /// The next entry a handler may take. Reclaimed or replayed entries are suspects (the
+  /// worker that held them may have died running one of them), so they run one at a time:
+  /// a task that kills its worker then takes no other reclaimed task down with it, and
+  /// innocent entries are not charged again and again for its crashes. Fresh entries run
+  /// freely beside them. Call with the mutex held.
+  std::deque<Work>::iterator next_runnable() {
+    if (!suspect_running) return queue.begin();
+    return std::find_if(queue.begin(), queue.end(), [](const Work& w) { return !w.reclaimed; });
+  }
+
   void handler_main() {
     std::unique_ptr<detail::Connection> start_conn;
     std::optional<Completion> done;
+    bool suspect = false;  // this thread runs the one suspect allowed at a time
     std::unique_lock lock(mutex);
     for (;;) {
       if (done) {
@@ -456,27 +483,33 @@ struct Consumer::Impl {
         done.reset();
         if (control_waiting) control_cv.notify_one();
       }
-      work_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (suspect) {
+        suspect = suspect_running = false;
+        work_cv.notify_all();  // another suspect may go now
+      }
+      work_cv.wait(lock, [&] { return stopping || next_runnable() != queue.end(); });
       if (stopping) break;  // queued entries stay pending; the control loop releases them
-      Work w = std::move(queue.front());
-      queue.pop_front();
+      const auto next = next_runnable();
+      Work w = std::move(*next);
+      queue.erase(next);
       if (auto it = held.find(w.id); it != held.end() && it->second.lost) {
         held.erase(it);  // another consumer owns it now: not ours to run
         m.stale += 1;
         reader_cv.notify_one();
         continue;
       }
+      suspect = suspect_running = w.reclaimed;
       lock.unlock();
-      if (w.reclaimed && !start_reclaimed(w, start_conn)) {
-        lock.lock();
+      const bool ours = !w.reclaimed || start_reclaimed(w, start_conn);
+      if (ours) done = process(w);
+      lock.lock();
+      if (!ours) {
         held.erase(w.id);
         m.stale += 1;
         reader_cv.notify_one();
-        continue;
       }
-      done = process(w);
-      lock.lock();
     }
+    if (suspect) suspect_running = false;
     --handlers_alive;
     control_cv.notify_all();
   }
@@ -595,7 +628,8 @@ struct Consumer::Impl {
     lease(ids, "0");
   }
 
-  /// Takes stalled entries of other consumers; returns true when more may be waiting.
+  /// Takes stalled entries of other consumers; returns true when it should run again soon:
+  /// more may be waiting, or there was no room this time.
   bool reclaim(std::string& cursor) {
     std::size_t room;
     {
@@ -603,14 +637,13 @@ struct Consumer::Impl {
       const auto prefetch = static_cast<std::size_t>(opt.prefetch);
       room = held.size() < prefetch ? std::min(kFetchCount, prefetch - held.size()) : 0;
     }
-    if (room == 0) return false;
+    if (room == 0) return true;
     std::vector<Work> works;
     cursor = fetch_pending(control_scripts, "auto", cursor, room, works);
-    if (!works.empty()) {
-      detail::log(LogLevel::info, "reclaimed " + std::to_string(works.size()) + " stalled entries of " +
-                                      keys.stream);
+    if (const std::size_t n = deliver(std::move(works)); n > 0) {
+      m.reclaimed += n;
+      detail::log(LogLevel::info, "reclaimed " + std::to_string(n) + " stalled entries of " + keys.stream);
     }
-    deliver(std::move(works));
     return cursor != "0-0";
   }
 
@@ -620,20 +653,22 @@ struct Consumer::Impl {
     auto next_heartbeat = Clock::now() + opt.heartbeat_interval;
     auto next_reclaim = Clock::now();
     std::optional<Clock::time_point> grace_end;
+    bool reclaim_armed = false;  // the first replay had finished when we last looked
     Clock::time_point next_unblock{};
     for (;;) {
       bool finished = false;
       bool reader_lingers = false;
       {
         std::unique_lock lock(mutex);
-        auto wake = std::min(next_heartbeat, next_reclaim);
+        auto wake = replayed_once.load() ? std::min(next_heartbeat, next_reclaim) : next_heartbeat;
         if (stopping) wake = std::min(wake, Clock::now() + kUnblockRetry);
         control_waiting = true;
         control_cv.wait_until(lock, wake, [&] {
-          return !completions.empty() || (stopping && !grace_end) ||
+          return !completions.empty() || (stopping && !grace_end) || (replayed_once.load() && !reclaim_armed) ||
                  (stopping && reader_done && handlers_alive == 0);
         });
         control_waiting = false;
+        reclaim_armed = replayed_once.load();
         if (batch.empty()) batch.swap(completions);
         else std::move(completions.begin(), completions.end(), std::back_inserter(batch)), completions.clear();
         if (stopping && !grace_end) grace_end = Clock::now() + opt.shutdown_grace;
@@ -654,9 +689,11 @@ struct Consumer::Impl {
           heartbeat();
           next_heartbeat = now + opt.heartbeat_interval;
         }
-        if (!stopping_now() && now >= next_reclaim) {
-          const bool more = reclaim(cursor);
-          next_reclaim = more ? now : now + opt.reclaim_interval;
+        // Reclaiming waits for the first replay of this consumer's own entries, or both would
+        // fetch the entries a previous run under this name left behind.
+        if (!stopping_now() && replayed_once.load() && now >= next_reclaim) {
+          const bool soon = reclaim(cursor);
+          next_reclaim = now + (soon ? std::min(kReclaimSoon, opt.reclaim_interval) : opt.reclaim_interval);
         }
       } catch (const ConnectionError& e) {
         m.reconnects += 1;

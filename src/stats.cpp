@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "streamq/stats.hpp"
 
+#include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -61,13 +61,9 @@ class Exposition {
   }
   void sample_seconds(std::string_view name, Labels labels, std::int64_t millis) {
     begin(name, labels);
-    if (millis < 0) {
-      out_ << '-';
-      millis = -millis;
-    }
-    char frac[4];
-    std::snprintf(frac, sizeof frac, "%03d", static_cast<int>(millis % 1000));
-    out_ << millis / 1000 << '.' << frac << '\n';
+    millis = std::max<std::int64_t>(millis, 0);  // durations; a skewed clock must not go negative
+    const std::int64_t frac = millis % 1000;
+    out_ << millis / 1000 << '.' << (frac < 100 ? "0" : "") << (frac < 10 ? "0" : "") << frac << '\n';
   }
   std::string str() const { return out_.str(); }
 

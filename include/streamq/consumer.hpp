@@ -23,7 +23,7 @@ struct ConsumerOptions {
   /// Name in the group. Empty = "<hostname>-<pid>-<random>", unique per process. A stable
   /// name (one per worker slot) lets a restarted worker replay its own pending entries at once
   /// instead of waiting for claim_min_idle; never run two live processes with the same name.
-  std::string consumer_name;
+  std::string consumer_name{};
   /// Handler threads.
   int concurrency = 4;
   /// Most entries held at once (queued, running, or awaiting their ack). Bigger batches are

@@ -21,7 +21,7 @@ struct ConnectionOptions {
   std::chrono::milliseconds socket_timeout{5000};
   /// Sent with CLIENT SETNAME after every connect; empty = "streamq-<role>".
   /// Must not contain spaces.
-  std::string client_name;
+  std::string client_name{};
   /// Reconnect backoff: the n-th consecutive attempt waits a uniformly random time in
   /// [0, min(backoff_max, backoff_base * 2^n)] ("full jitter").
   std::chrono::milliseconds backoff_base{50};
@@ -63,7 +63,7 @@ struct StatsOptions {
   ConnectionOptions connection{};
   std::string stream = "task_queue";
   /// Report only this consumer group; empty = every group of the stream.
-  std::string group;
+  std::string group{};
 };
 
 }  // namespace streamq

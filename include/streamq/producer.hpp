@@ -18,19 +18,19 @@ namespace streamq {
 /// Per-task options for Producer::enqueue.
 struct EnqueueOptions {
   /// Caller-given task id (an idempotency key you can retry with); empty = a new UUID v4.
-  std::string task_id;
+  std::string task_id{};
   /// Retries allowed after the first attempt; unset = ProducerOptions::default_max_retries.
-  std::optional<int> max_retries;
+  std::optional<int> max_retries{};
   /// Extra fields written after the standard ones and carried through retries and the
   /// dead-letter stream (for example "priority"). Names must not collide with wire fields.
-  std::vector<std::pair<std::string, std::string>> extra_fields;
+  std::vector<std::pair<std::string, std::string>> extra_fields{};
 };
 
 /// One task of a batch for Producer::enqueue_batch.
 struct TaskSpec {
-  std::string task_type;
+  std::string task_type{};
   /// JSON text.
-  std::string payload;
+  std::string payload{};
   EnqueueOptions options{};
 };
 

@@ -18,7 +18,7 @@ namespace streamq::test {
 
 struct RedisServerOptions {
   bool appendonly = false;         // AOF with appendfsync always when true
-  std::vector<std::string> extra;  // more redis-server arguments
+  std::vector<std::string> extra{};  // more redis-server arguments
 };
 
 /// Starts `redis-server` (or $STREAMQ_REDIS_SERVER) on a free 127.0.0.1 port with a temp dir,

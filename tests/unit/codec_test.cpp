@@ -281,7 +281,7 @@ TEST(AppendNewTask, ExtrasFollowTheStandardFields) {
 
 TEST(AppendNewTask, CountMatchesWithEmptyExtras) {
   const std::vector<std::pair<std::string, std::string>> none;
-  const d::NewTask task{"id", "t", "{}", TimePoint{}, 3, &none};
+  const d::NewTask task{"id", "t", "{}", "2026-11-29T18:00:00.000000", 3, &none};
   Argv argv;
   EXPECT_EQ(d::append_new_task(argv, task), 12u);
   EXPECT_EQ(argv.size(), d::new_task_string_count(task));
