@@ -2,7 +2,6 @@
 // streamq-producer: enqueue tasks from the command line and print their ids.
 //
 //   streamq-producer --type send_email --payload '{"to":"user@example.com"}' --count 3
-#include <charconv>
 #include <iostream>
 #include <map>
 #include <stdexcept>
@@ -11,6 +10,8 @@
 
 #include <streamq/streamq.hpp>
 
+#include "flags.hpp"
+
 namespace {
 
 constexpr const char* kUsage =
@@ -18,29 +19,10 @@ constexpr const char* kUsage =
     "                        [--type send_email] [--payload '{\"to\":\"user@example.com\"}']\n"
     "                        [--count 1] [--max-retries N]\n";
 
-/// Reads "--name value" pairs into `flags`, which holds every known flag with its default.
-void parse_flags(int argc, char** argv, std::map<std::string, std::string>& flags) {
-  for (int i = 1; i < argc; i += 2) {
-    const std::string name = argv[i];
-    if (!flags.contains(name)) throw std::invalid_argument("unknown flag " + name);
-    if (i + 1 >= argc) throw std::invalid_argument(name + " needs a value");
-    flags[name] = argv[i + 1];
-  }
-}
-
-int to_int(const std::string& name, const std::string& text, int min) {
-  int value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < min) {
-    throw std::invalid_argument(name + " must be an integer >= " + std::to_string(min));
-  }
-  return value;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h")) {
+  if (example::wants_help(argc, argv)) {
     std::cout << kUsage;
     return 0;
   }
@@ -51,10 +33,10 @@ int main(int argc, char** argv) {
   int count = 0;
   streamq::EnqueueOptions task_options;
   try {
-    parse_flags(argc, argv, flags);
-    count = to_int("--count", flags["--count"], 1);
+    example::parse_flags(argc, argv, flags);
+    count = example::to_int("--count", flags["--count"], 1);
     if (!flags["--max-retries"].empty()) {
-      task_options.max_retries = to_int("--max-retries", flags["--max-retries"], 0);
+      task_options.max_retries = example::to_int("--max-retries", flags["--max-retries"], 0);
     }
   } catch (const std::invalid_argument& e) {
     std::cerr << "streamq-producer: " << e.what() << '\n' << kUsage;

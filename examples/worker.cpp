@@ -7,7 +7,6 @@
 //
 //   streamq-worker --stream task_queue --concurrency 4
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -22,6 +21,8 @@
 
 #include <streamq/streamq.hpp>
 
+#include "flags.hpp"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -31,25 +32,6 @@ constexpr const char* kUsage =
     "usage: streamq-worker [--url redis://127.0.0.1:6379] [--stream task_queue]\n"
     "                      [--group workers] [--consumer NAME] [--concurrency 4]\n"
     "                      [--exit-when-idle MS]\n";
-
-/// Reads "--name value" pairs into `flags`, which holds every known flag with its default.
-void parse_flags(int argc, char** argv, std::map<std::string, std::string>& flags) {
-  for (int i = 1; i < argc; i += 2) {
-    const std::string name = argv[i];
-    if (!flags.contains(name)) throw std::invalid_argument("unknown flag " + name);
-    if (i + 1 >= argc) throw std::invalid_argument(name + " needs a value");
-    flags[name] = argv[i + 1];
-  }
-}
-
-int to_int(const std::string& name, const std::string& text, int min) {
-  int value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < min) {
-    throw std::invalid_argument(name + " must be an integer >= " + std::to_string(min));
-  }
-  return value;
-}
 
 /// Handlers run on several threads: one mutex keeps each output line whole.
 void say(const std::string& line) {
@@ -162,7 +144,7 @@ std::string always_fail(const streamq::Task&) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h")) {
+  if (example::wants_help(argc, argv)) {
     std::cout << kUsage;
     return 0;
   }
@@ -172,10 +154,10 @@ int main(int argc, char** argv) {
   int concurrency = 0;
   int exit_when_idle_ms = 0;
   try {
-    parse_flags(argc, argv, flags);
-    concurrency = to_int("--concurrency", flags["--concurrency"], 1);
+    example::parse_flags(argc, argv, flags);
+    concurrency = example::to_int("--concurrency", flags["--concurrency"], 1);
     if (!flags["--exit-when-idle"].empty()) {
-      exit_when_idle_ms = to_int("--exit-when-idle", flags["--exit-when-idle"], 1);
+      exit_when_idle_ms = example::to_int("--exit-when-idle", flags["--exit-when-idle"], 1);
     }
   } catch (const std::invalid_argument& e) {
     std::cerr << "streamq-worker: " << e.what() << '\n' << kUsage;
