@@ -698,10 +698,10 @@ struct Consumer::Impl {
       } catch (const ConnectionError& e) {
         m.reconnects += 1;
         detail::log(LogLevel::warning, std::string("control: ") + e.what() + "; reconnecting");
-        if (!stopping_now()) pause(control_cv, control_conn.backoff_delay());
+        back_off(control_conn.backoff_delay());
       } catch (const std::exception& e) {
         detail::log(LogLevel::error, std::string("control: ") + e.what());
-        if (!stopping_now()) pause(control_cv, Millis(200));
+        back_off(Millis(200));
       }
       if (finished && batch.empty()) break;
       if (grace_end && Clock::now() >= *grace_end) {
@@ -710,6 +710,17 @@ struct Consumer::Impl {
       }
     }
     release_held(batch);
+  }
+
+  /// The control loop's wait after an error. While stopping it still waits (a short while),
+  /// so a Redis that is down during shutdown is not hammered until the grace period ends.
+  void back_off(Millis delay) {
+    std::unique_lock lock(mutex);
+    if (stopping) {
+      control_cv.wait_for(lock, std::clamp(delay, Millis(10), Millis(100)));
+    } else {
+      control_cv.wait_for(lock, delay, [&] { return stopping; });
+    }
   }
 
   bool stopping_now() {
