@@ -62,7 +62,9 @@ struct Completion {
 /// An entry this consumer holds (queued, running, or awaiting its ack).
 struct Held {
   Clock::time_point lease_at;
-  bool lost = false;  // the lease check found another owner
+  bool fresh = true;     // delivered by XREADGROUP >: its delivery count of 1 is this delivery
+  bool started = false;  // a handler took it
+  bool lost = false;     // the lease check found another owner, or its body gone
 };
 
 std::string default_consumer_name() {
@@ -91,7 +93,8 @@ ConsumerOptions validated(ConsumerOptions o) {
     throw ConfigError("claim_min_idle must be >= 3 * heartbeat_interval");
   }
   if (o.reclaim_interval.count() < 1) throw ConfigError("reclaim_interval must be >= 1 ms");
-  if (o.max_deliveries < 1) throw ConfigError("max_deliveries must be >= 1");
+  // 2 at least: every entry a crashed worker held is charged its one delivery, started or not.
+  if (o.max_deliveries < 2) throw ConfigError("max_deliveries must be >= 2");
   if (o.shutdown_grace.count() < 0) throw ConfigError("shutdown_grace must be >= 0");
   if (o.max_payload_bytes == 0) throw ConfigError("max_payload_bytes must be > 0");
   if (o.max_payload_depth < 1) throw ConfigError("max_payload_depth must be >= 1");
@@ -224,7 +227,7 @@ struct Consumer::Impl {
     {
       std::lock_guard lock(mutex);
       for (Work& w : works) {
-        if (held.try_emplace(w.id, Held{now}).second) {
+        if (held.try_emplace(w.id, Held{now, !w.reclaimed}).second) {
           queue.push_back(std::move(w));
           ++queued;
         }
@@ -499,6 +502,7 @@ struct Consumer::Impl {
         continue;
       }
       suspect = suspect_running = w.reclaimed;
+      if (auto it = held.find(w.id); it != held.end()) it->second.started = true;
       lock.unlock();
       const bool ours = !w.reclaimed || start_reclaimed(w, start_conn);
       if (ours) done = process(w);
@@ -522,29 +526,25 @@ struct Consumer::Impl {
     if (batch.empty()) return;
     std::vector<Argv> argvs;
     std::vector<detail::ScriptId> ids;
-    std::vector<std::size_t> acks;  // batch indexes, known-lost entries excluded
-    {
-      std::lock_guard lock(mutex);
-      for (std::size_t i = 0; i < batch.size(); ++i) {
-        if (batch[i].outcome != Outcome::ack) continue;
-        if (auto it = held.find(batch[i].id); it != held.end() && it->second.lost) {
-          m.stale += 1;  // another consumer runs it now; its ack is that consumer's to send
-          continue;
-        }
-        acks.push_back(i);
-      }
+    // A success is final even if the entry's lease was lost meanwhile: the task is done, and
+    // the new owner's own completion of it then finds nothing to do.
+    std::vector<std::size_t> acks;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].outcome == Outcome::ack) acks.push_back(i);
     }
     if (!acks.empty()) {
+      // MULTI: a crash between XACK and XDEL would leave a done entry counting toward max_len.
       Argv ack{"XACK", keys.stream, opt.group};
       Argv del{"XDEL", keys.stream};
       for (std::size_t i : acks) {
         ack.add(batch[i].id);
         del.add(batch[i].id);
       }
+      argvs.push_back(Argv{"MULTI"});
       argvs.push_back(std::move(ack));
       argvs.push_back(std::move(del));
-      ids.push_back(detail::not_a_script);
-      ids.push_back(detail::not_a_script);
+      argvs.push_back(Argv{"EXEC"});
+      ids.insert(ids.end(), 4, detail::not_a_script);
     }
     std::vector<std::size_t> moves;
     for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -561,7 +561,7 @@ struct Consumer::Impl {
     const std::vector<detail::Reply> replies = control_scripts.call_pipelined(ids, argvs);
     std::size_t r = 0;
     if (!acks.empty()) {
-      for (int k = 0; k < 2; ++k, ++r) {
+      for (int k = 0; k < 4; ++k, ++r) {
         if (replies[r].view().is_error()) {
           detail::log(LogLevel::error, "acknowledging completed entries: " + std::string(replies[r].view().error()));
         }
@@ -592,12 +592,13 @@ struct Consumer::Impl {
     reader_cv.notify_one();
   }
 
-  /// Renews (idle "0") or releases (kReleaseIdle) the leases of `ids`; marks lost ones.
-  void lease(const std::vector<std::string>& ids, const char* idle) {
+  /// Renews (idle "0") or releases (kReleaseIdle) the leases of `ids`, setting their delivery
+  /// count to `count` unless it is "-1"; marks lost ones.
+  void lease(const std::vector<std::string>& ids, const char* idle, const char* count = "-1") {
     for (std::size_t first = 0; first < ids.size(); first += kLeaseChunk) {
       const std::size_t last = std::min(ids.size(), first + kLeaseChunk);
       Argv argv = control_scripts.begin(detail::ScriptId::lease, 1);
-      argv.add(keys.stream).add(opt.group).add(opt.consumer_name).add(idle);
+      argv.add(keys.stream).add(opt.group).add(opt.consumer_name).add(idle).add(count);
       for (std::size_t i = first; i < last; ++i) argv.add(ids[i]);
       const detail::Reply reply = control_scripts.call(detail::ScriptId::lease, argv);
       const ReplyView lost = reply.view().check();
@@ -609,15 +610,17 @@ struct Consumer::Impl {
       for (std::size_t i = 0; i < lost.size(); ++i) {
         if (auto it = held.find(std::string(lost[i].str())); it != held.end() && !it->second.lost) {
           it->second.lost = true;
-          detail::log(LogLevel::warning, "lost the lease of entry " + it->first +
-                                             ": another consumer took it (it may run twice)");
+          detail::log(LogLevel::warning, "lost entry " + it->first +
+                                             ": another consumer took it, or its body was trimmed");
         }
       }
     }
   }
 
+  /// Renews every lease older than half an interval, so with one tick per interval no lease
+  /// is ever older than about one interval plus the time a tick takes.
   void heartbeat() {
-    const auto due = Clock::now() - opt.heartbeat_interval;
+    const auto due = Clock::now() - opt.heartbeat_interval / 2;
     std::vector<std::string> ids;
     {
       std::lock_guard lock(mutex);
@@ -631,11 +634,18 @@ struct Consumer::Impl {
   /// Takes stalled entries of other consumers; returns true when it should run again soon:
   /// more may be waiting, or there was no room this time.
   bool reclaim(std::string& cursor) {
+    // Reclaimed entries run one at a time (next_runnable), so take no more than the handler
+    // threads, and none while earlier ones still wait: a dead worker's backlog must not
+    // crowd out fresh work here while other consumers could share it.
     std::size_t room;
     {
       std::lock_guard lock(mutex);
       const auto prefetch = static_cast<std::size_t>(opt.prefetch);
-      room = held.size() < prefetch ? std::min(kFetchCount, prefetch - held.size()) : 0;
+      const bool suspects_waiting =
+          std::any_of(queue.begin(), queue.end(), [](const Work& w) { return w.reclaimed; });
+      room = held.size() < prefetch && !suspects_waiting
+                 ? std::min({kFetchCount, prefetch - held.size(), static_cast<std::size_t>(opt.concurrency)})
+                 : 0;
     }
     if (room == 0) return true;
     std::vector<Work> works;
@@ -728,23 +738,32 @@ struct Consumer::Impl {
     return stopping;
   }
 
-  /// At exit: whatever is still held (queued, or still running past the grace period) is
-  /// released so another consumer takes it now, not after claim_min_idle.
+  /// At exit: completions still arriving are flushed; entries never started (queued) are
+  /// released so another consumer takes them now rather than after claim_min_idle, and those
+  /// delivered fresh get their delivery back (count 0: they never ran). Entries whose handler
+  /// outlived the grace period are not released: their lease runs out after claim_min_idle,
+  /// which is as long as another consumer would have waited had this one crashed.
   void release_held(std::vector<Completion>& batch) {
     try {
+      {
+        std::lock_guard lock(mutex);
+        std::move(completions.begin(), completions.end(), std::back_inserter(batch));
+        completions.clear();
+      }
       if (!control_conn.connected()) control_conn.connect();
       flush(batch);
-      std::vector<std::string> ids;
+      std::vector<std::string> fresh, reclaimed;
       {
         std::lock_guard lock(mutex);
         for (const auto& [id, h] : held) {
-          if (!h.lost) ids.push_back(id);
+          if (h.lost || h.started) continue;
+          (h.fresh ? fresh : reclaimed).push_back(id);
         }
       }
-      if (!ids.empty()) {
-        lease(ids, kReleaseIdle);
-        detail::log(LogLevel::info, "released " + std::to_string(ids.size()) +
-                                        " unfinished entries for other consumers");
+      lease(fresh, kReleaseIdle, "0");
+      lease(reclaimed, kReleaseIdle);
+      if (const std::size_t n = fresh.size() + reclaimed.size(); n > 0) {
+        detail::log(LogLevel::info, "released " + std::to_string(n) + " unstarted entries for other consumers");
       }
     } catch (const std::exception& e) {
       detail::log(LogLevel::warning, std::string("shutdown: ") + e.what() +
@@ -756,6 +775,7 @@ struct Consumer::Impl {
 
   /// Connects and creates the group, retrying connection failures until stop().
   bool set_up() {
+    detail::Backoff start_backoff(opt.connection.backoff_base, opt.connection.backoff_max);
     for (;;) {
       try {
         control_conn.connect();
@@ -765,6 +785,14 @@ struct Consumer::Impl {
         m.reconnects += 1;
         detail::log(LogLevel::warning, std::string("start: ") + e.what() + "; retrying");
         if (!pause(control_cv, control_conn.backoff_delay())) return false;
+      } catch (const ReplyError& e) {
+        // A loading, full or failing-over server gets better; a wrong password does not.
+        static constexpr std::string_view transient[] = {"LOADING", "OOM", "READONLY", "MASTERDOWN",
+                                                          "BUSY", "TRYAGAIN", "CLUSTERDOWN"};
+        if (std::find(std::begin(transient), std::end(transient), e.prefix()) == std::end(transient)) throw;
+        detail::log(LogLevel::warning, std::string("start: ") + e.what() + "; retrying");
+        start_backoff.fail();
+        if (!pause(control_cv, start_backoff.delay())) return false;
       }
     }
   }

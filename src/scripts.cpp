@@ -58,16 +58,19 @@ return id
 // KEYS[1] = stream
 // ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = idle to set in ms ("0" renews the lease;
 //           a large value releases the entries so any reclaimer takes them at once),
-// ARGV[4..] = entry ids.
-// Returns the ids this consumer no longer owns (reclaimed by another, acked, or deleted).
-// XCLAIM ... JUSTID keeps the delivery counter; min-idle 0 would steal an entry from its new
-// owner, hence the XPENDING check per id.
+// ARGV[4] = delivery count to set ("-1" keeps it; a release of never-started entries sets
+//           it back to what it was before they were delivered), ARGV[5..] = entry ids.
+// Returns the ids this consumer must not run or keep: owned by another consumer, acked, or
+// whose body is gone. XCLAIM would silently drop a pending id whose entry was trimmed
+// (Redis 7), so those are left alone: they idle out, and a reclaimer's XAUTOCLAIM reports
+// them as deleted and dead-letters them (body_lost). XCLAIM ... JUSTID keeps the delivery
+// counter; min-idle 0 would steal an entry from its new owner, hence the XPENDING check.
 constexpr const char* kLease = R"lua(
 local owned = {}
 local lost = {}
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if #p == 1 and p[1][2] == ARGV[2] then
+  if #p == 1 and p[1][2] == ARGV[2] and #redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i]) == 1 then
     owned[#owned + 1] = ARGV[i]
   else
     lost[#lost + 1] = ARGV[i]
@@ -78,6 +81,10 @@ if #owned > 0 then
   for _, id in ipairs(owned) do args[#args + 1] = id end
   args[#args + 1] = 'IDLE'
   args[#args + 1] = ARGV[3]
+  if ARGV[4] ~= '-1' then
+    args[#args + 1] = 'RETRYCOUNT'
+    args[#args + 1] = ARGV[4]
+  end
   args[#args + 1] = 'JUSTID'
   redis.call(unpack(args))
 end
@@ -175,12 +182,14 @@ return {cursor, run, dead}
 // start — record that a handler starts a reclaimed or replayed entry.
 // KEYS[1] = stream
 // ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id, ARGV[4] = new delivery count.
-// Returns 1, or 0 when this consumer no longer owns the entry (then it must not run it).
+// Returns 1, or 0 when this consumer no longer owns the entry or its body is gone (then it
+// must not run it; a body-less entry idles out and is dead-lettered by a reclaimer).
 // XCLAIM ... RETRYCOUNT sets the counter the poison check reads; JUSTID keeps it from being
 // bumped a second time; the XPENDING check keeps min-idle 0 from stealing the entry.
 constexpr const char* kStart = R"lua(
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+if #redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3]) == 0 then return 0 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', ARGV[4], 'JUSTID')
 return 1
 )lua";

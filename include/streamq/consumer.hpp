@@ -40,8 +40,9 @@ struct ConsumerOptions {
   std::chrono::milliseconds heartbeat_interval{5000};
   /// Crash-loop guard: an entry whose handler was started this many times without finishing
   /// (its worker died while running it, each time) is dead-lettered ("max_deliveries")
-  /// instead of being run again. Entries a dead worker had only prefetched are not charged.
-  /// Must be >= 1.
+  /// instead of being run again. A crash also charges the entries the worker had only
+  /// prefetched, once (their first delivery); entries released unstarted at a graceful
+  /// shutdown are not charged. Must be >= 2.
   int max_deliveries = 5;
   /// After stop(), running handlers get this long to finish before run() returns anyway.
   std::chrono::milliseconds shutdown_grace{10000};
@@ -108,10 +109,12 @@ class Consumer {
   /// Connects, creates the group if needed, replays this consumer's own pending entries, then
   /// reads, runs and completes tasks until stop() (or a signal, if enabled). Connection
   /// failures are retried with backoff, forever, and logged. Returns after in-flight work
-  /// finished or the grace period ran out; entries not finished stay pending and are released
-  /// so another consumer can take them at once.
+  /// finished or the grace period ran out; entries never started are released so another
+  /// consumer takes them at once; a handler still running past the grace period keeps its
+  /// entry until claim_min_idle passes.
   /// @throws ReplyError when Redis refuses the set-up (WRONGPASS, NOPERM, WRONGTYPE: the stream
-  ///   key holds something else), ConfigError if called twice.
+  ///   key holds something else; LOADING, OOM, READONLY and other passing states are retried),
+  ///   ConfigError if called twice.
   void run();
 
   /// Asks run() to return: reading stops at once, running handlers finish. Thread-safe;

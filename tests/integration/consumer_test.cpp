@@ -262,6 +262,50 @@ TEST_F(ConsumerTest, ReclaimDeadLettersTrimmedBodiesAndPoisonBeforeRunning) {
   EXPECT_EQ(reasons[ids[2]], "max_deliveries");
 }
 
+TEST_F(ConsumerTest, EntryTrimmedWhileQueuedIsDeadLetteredNotDropped) {
+  auto p = producer();
+  p.enqueue("block", "{}");
+  p.enqueue("work", "{}");
+  p.enqueue("work", "{}");
+  std::mutex m;
+  std::condition_variable cv;
+  bool blocking = false, release = false;
+  std::atomic<int> ran{0};
+  auto o = options();
+  o.concurrency = 1;
+  o.prefetch = 4;
+  o.heartbeat_interval = 100ms;
+  o.claim_min_idle = 300ms;
+  o.reclaim_interval = 50ms;
+  RunningConsumer rc(o, [&](Consumer& c) {
+    c.on("block", [&](const Task&) {
+      std::unique_lock lock(m);
+      blocking = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return release; });
+    });
+    c.on("work", [&](const Task&) { ++ran; });
+  });
+  {
+    std::unique_lock lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return blocking; }));
+  }
+  // Both work entries sit prefetched behind the blocked handler; trim their bodies away.
+  const auto entries = client.xrange(stream);
+  ASSERT_EQ(entries.size(), 3u);
+  client.cmd({"XDEL", stream, entries[1].first, entries[2].first});
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2; }));
+  {
+    std::lock_guard lock(m);
+    release = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(wait_until([&] { return pending() == 0 && xlen(stream) == 0; }));
+  rc.stop();
+  EXPECT_EQ(ran, 0);
+  for (const auto& [id, f] : client.xrange(dlq)) EXPECT_EQ(Client::get(f, "reason"), "body_lost");
+}
+
 TEST_F(ConsumerTest, LongTaskKeepsItsLeaseAndRunsOnce) {
   const std::string id = producer().enqueue("long", "{}");
   std::atomic<int> runs{0};
@@ -380,11 +424,18 @@ TEST_F(ConsumerTest, GracefulShutdownFinishesRunningAndReleasesTheRest) {
   const int done_first = finished;
   EXPECT_LT(done_first, 12);
   EXPECT_EQ(xlen(stream), 12 - done_first);
-  // The rest were released: a new worker (default claim_min_idle of 30 s) takes them at once.
-  std::atomic<int> second{0};
-  RunningConsumer rc2(options(), [&](Consumer& c) { c.on("work", [&](const Task&) { ++second; }); });
+  // The rest were released: a new worker (default claim_min_idle of 30 s) takes them at once,
+  // and as they never ran, this is their first attempt.
+  std::atomic<int> second{0}, not_first{0};
+  RunningConsumer rc2(options(), [&](Consumer& c) {
+    c.on("work", [&](const Task& t) {
+      ++second;
+      if (t.deliveries() != 1) ++not_first;
+    });
+  });
   ASSERT_TRUE(wait_until([&] { return xlen(stream) == 0 && pending() == 0; }));
   EXPECT_EQ(second, 12 - done_first);
+  EXPECT_EQ(not_first, 0);
 }
 
 TEST_F(ConsumerTest, ManyHandlerThreadsRunEveryTaskOnce) {

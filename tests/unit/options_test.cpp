@@ -154,7 +154,7 @@ TEST(ConsumerOptions, RefusesBadValues) {
          o.claim_min_idle = 14999ms;
        }},
       {"reclaim_interval", [](ConsumerOptions& o) { o.reclaim_interval = 0ms; }},
-      {"max_deliveries", [](ConsumerOptions& o) { o.max_deliveries = 0; }},
+      {"max_deliveries", [](ConsumerOptions& o) { o.max_deliveries = 1; }},
       {"shutdown_grace", [](ConsumerOptions& o) { o.shutdown_grace = -1ms; }},
       {"max_payload_bytes", [](ConsumerOptions& o) { o.max_payload_bytes = 0; }},
       {"max_payload_depth", [](ConsumerOptions& o) { o.max_payload_depth = 0; }},
@@ -184,7 +184,7 @@ TEST(ConsumerOptions, BoundaryValuesAreAccepted) {
                             .block = 2000ms,
                             .claim_min_idle = 15000ms,
                             .heartbeat_interval = 5000ms,
-                            .max_deliveries = 1,
+                            .max_deliveries = 2,
                             .shutdown_grace = 0ms,
                             .default_max_retries = 0}));
 }
