@@ -6,6 +6,7 @@
 #include <ctime>
 #include <random>
 
+#include "json_check.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq::detail {
@@ -151,11 +152,12 @@ std::optional<std::string> payload_problem(std::string_view json, std::size_t ma
     return "payload is " + std::to_string(json.size()) + " bytes, over the cap of " +
            std::to_string(max_bytes);
   }
-  if (json_depth(json, max_depth) > max_depth) {
-    return "payload is nested deeper than " + std::to_string(max_depth) + " levels";
+  switch (check_json(json, max_depth)) {
+    case JsonCheck::ok: return std::nullopt;
+    case JsonCheck::too_deep: return "payload is nested deeper than " + std::to_string(max_depth) + " levels";
+    case JsonCheck::invalid: break;
   }
-  if (!nlohmann::json::accept(json)) return std::string("payload is not valid JSON");
-  return std::nullopt;
+  return std::string("payload is not valid JSON");
 }
 
 std::optional<int> parse_count(std::string_view text) {
