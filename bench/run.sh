@@ -31,15 +31,26 @@ ref() {  # ref <pipeline> -> requests per second
   redis-benchmark -p "$port" -c 1 -n "$1" -P "$2" -q XADD bench:ref MAXLEN '~' 10000 '*' "${task[@]}" |
     tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1
 }
-ref_p1=$(ref 100000 1)
-ref_p64=$(ref 1000000 64)
-cli DEL bench:ref
-
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 run() { "$bench" "$@" --url "$url"; }
+median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 
-enqueue=$(run enqueue --stream b:enq --count 100000); cli DEL b:enq
-batch=$(run enqueue-batch --stream b:batch --count 1000000 --batch 1000); cli DEL b:batch
+# The machine is shared and noisy: each throughput pair (reference, streamq) is measured three
+# times, interleaved, and the medians are compared.
+p1=() p64=() enq=() bat=()
+for round in 1 2 3; do
+  p1+=("$(ref 100000 1)")
+  single=$(run enqueue --stream b:enq --count 100000); cli DEL b:enq
+  enq+=("$(field tasks_per_s "$single")")
+  p64+=("$(ref 1000000 64)")
+  batch=$(run enqueue-batch --stream b:batch --count 1000000 --batch 1000); cli DEL b:batch
+  bat+=("$(field tasks_per_s "$batch")")
+done
+cli DEL bench:ref
+ref_p1=$(median "${p1[@]}")
+ref_p64=$(median "${p64[@]}")
+enqueue=" tasks_per_s=$(median "${enq[@]}") peak_rss_mb=$(field peak_rss_mb "$single")"
+batch=" tasks_per_s=$(median "${bat[@]}") peak_rss_mb=$(field peak_rss_mb "$batch")"
 run preload --stream b:drain --count 200000 >/dev/null
 drain=$(run drain --stream b:drain --count 200000); cli DEL b:drain
 latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
@@ -64,4 +75,5 @@ line drain "$drain" ""
 line "latency@5k/s" "$latency" ""
 line retry "$retry" ""
 echo
-echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64"
+echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64;"
+echo "throughput pairs are medians of three interleaved rounds (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]})"
