@@ -38,6 +38,7 @@ using detail::ReplyView;
 constexpr const char* kReleaseIdle = "100000000000";
 constexpr std::size_t kFetchCount = 100;   // XAUTOCLAIM / replay batch (the server scans 10x)
 constexpr std::size_t kLeaseChunk = 500;   // ids per lease script call
+constexpr std::size_t kMaxFields = 1000;   // fields of a runnable entry, and kept in a dead letter
 constexpr Millis kUnblockRetry{50};        // resend CLIENT UNBLOCK while the reader lingers
 constexpr Millis kReclaimSoon{50};         // next reclaim when more may wait, or no room now
 
@@ -374,14 +375,21 @@ struct Consumer::Impl {
   Fields dead_letter_fields(const Fields& original, const std::string& id, std::string_view reason,
                             std::string error) const {
     Fields f;
-    f.reserve(original.size() + 5);
+    f.reserve(std::min(original.size(), kMaxFields) + 6);
+    std::size_t dropped = 0;
     for (const auto& kv : original) {
       const std::string& k = kv.first;
-      if (k != field::error && k != field::failed_at && k != field::original_id &&
-          k != field::consumer && k != field::reason) {
-        f.push_back(kv);
+      if (k == field::error || k == field::failed_at || k == field::original_id || k == field::consumer ||
+          k == field::reason) {
+        continue;
       }
+      if (f.size() == kMaxFields) {
+        ++dropped;  // Lua's stack cannot pass ~8000 arguments to one XADD
+        continue;
+      }
+      f.push_back(kv);
     }
+    if (dropped > 0) f.emplace_back("fields_dropped", std::to_string(dropped));
     f.emplace_back(field::error, std::move(error));
     f.emplace_back(field::failed_at, detail::format_timestamp(std::chrono::system_clock::now()));
     f.emplace_back(field::original_id, id);
@@ -417,6 +425,11 @@ struct Consumer::Impl {
   Completion process(Work& w) const {
     if (!w.has_body) {
       return dead_letter({}, w.id, "body_lost", "body lost: the entry was trimmed or deleted before it ran");
+    }
+    if (w.fields.size() > kMaxFields) {
+      return dead_letter(w.fields, w.id, "malformed",
+                         "entry has " + std::to_string(w.fields.size()) + " fields (limit " +
+                             std::to_string(kMaxFields) + ")");
     }
     detail::Decoded decoded = detail::decode_task(w.id, w.fields, w.deliveries, limits);
     if (auto* reason = std::get_if<std::string>(&decoded)) {

@@ -118,11 +118,20 @@ local dead = 0
 local function dead_letter(id, fields, reason, err)
   local args = {}
   if fields then
+    local dropped = 0
     for i = 1, #fields, 2 do
-      if not reserved[fields[i]] then
+      if reserved[fields[i]] then
+        -- replaced below
+      elseif #args >= 2000 then
+        dropped = dropped + 1  -- unpack() cannot pass ~8000 values; keep 1000 fields
+      else
         args[#args + 1] = fields[i]
         args[#args + 1] = fields[i + 1]
       end
+    end
+    if dropped > 0 then
+      args[#args + 1] = 'fields_dropped'
+      args[#args + 1] = tostring(dropped)
     end
   end
   for _, v in ipairs({'error', err, 'failed_at', ARGV[8], 'original_id', id,

@@ -190,6 +190,21 @@ TEST_F(ConsumerTest, HostileEntriesAreDeadLetteredWithoutRunningAnything) {
   EXPECT_EQ(Client::get(by_original[entry_ids[11]], "error"), "duplicate field task_id");
 }
 
+TEST_F(ConsumerTest, EntryWithThousandsOfFieldsIsDeadLetteredInPart) {
+  Fields f{{"task_id", "t"}, {"task_type", "work"}, {"payload", "{}"}, {"created_at", "2026-11-29T18:00:00"}};
+  for (int i = 0; i < 5000; ++i) f.emplace_back("x" + std::to_string(i), "v");
+  xadd(f);
+  std::atomic<int> ran{0};
+  RunningConsumer rc(options(), [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1 && pending() == 0; }));
+  rc.stop();
+  EXPECT_EQ(ran, 0);
+  const auto e = client.xrange(dlq).at(0).second;
+  EXPECT_EQ(Client::get(e, "reason"), "malformed");
+  EXPECT_EQ(Client::get(e, "task_id"), "t");
+  EXPECT_EQ(Client::get(e, "fields_dropped"), "4004");  // 5004 fields, the first 1000 kept
+}
+
 TEST_F(ConsumerTest, DeadWorkersEntriesAreReclaimedByAnother) {
   auto p = producer();
   for (int i = 0; i < 20; ++i) p.enqueue("work", "{}");
