@@ -128,6 +128,46 @@ TEST(Reliability, WorkersKilledAtRandomLoseNothing) {
   std::printf("kills=%d duplicates=%lld\n", kills, static_cast<long long>(runs - kTasks));
 }
 
+TEST(Reliability, RetriesUnderKillsLeaveEachTaskInExactlyOnePlace) {
+  // R6: every task fails once, so each goes through the retry script (copy + ack of the
+  // original in one step) while workers are killed at random. Afterwards every task is done,
+  // none is dead-lettered, and no original or copy is left behind in the stream or the PEL.
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  constexpr int kTasks = 2000, kWorkers = 3, kPrefetch = 8;
+  Producer producer({.connection = {.url = server.url()}, .stream = stream, .max_len = 100000});
+  std::vector<TaskSpec> batch(kTasks, TaskSpec{"fail_once", R"({"ms":2})"});
+  const auto ids = producer.enqueue_batch(batch);
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int i = 0; i < kWorkers; ++i) {
+    workers.push_back(std::make_unique<WorkerProcess>(std::vector<std::string>{
+        STREAMQ_TEST_WORKER, server.url(), stream, "slot-" + std::to_string(i), "concurrency=2",
+        "prefetch=" + std::to_string(kPrefetch)}));
+  }
+  std::mt19937 rng(777);
+  int kills = 0;
+  for (int i = 0; i < 20 && client.integer({"HLEN", stream + ":done"}) < kTasks; ++i) {
+    std::this_thread::sleep_for(100ms);  // the fault schedule: one kill every 100 ms
+    auto& w = workers[rng() % kWorkers];
+    w->kill9();
+    w->start();
+    ++kills;
+  }
+  ASSERT_TRUE(wait_until([&] {
+    return client.integer({"HLEN", stream + ":done"}) == kTasks && client.integer({"XLEN", stream}) == 0 &&
+           pending(client, stream) == 0;
+  }, 60s)) << "done " << client.integer({"HLEN", stream + ":done"}) << " of " << kTasks;
+  const auto done = hash(client, stream + ":done");
+  for (const auto& id : ids) ASSERT_TRUE(done.count(id)) << "lost task " << id;
+  EXPECT_EQ(done.size(), static_cast<std::size_t>(kTasks));
+  EXPECT_EQ(client.integer({"XLEN", stream + ":dlq"}), 0);
+  std::int64_t runs = 0;
+  for (const auto& [id, n] : done) runs += n;
+  EXPECT_LE(runs - kTasks, static_cast<std::int64_t>(kills) * kPrefetch);
+  std::printf("kills=%d duplicate successes=%lld\n", kills, static_cast<long long>(runs - kTasks));
+}
+
 TEST(Reliability, TaskThatKillsItsWorkerIsDeadLetteredAfterTheLimit) {
   RedisServer server;
   Client client(server.url());

@@ -3,8 +3,9 @@
 // Usage: streamq_test_worker <url> <stream> <consumer-name> [key=value ...]
 //   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries
 // Task types:
-//   work   sleep payload "ms" milliseconds, then HINCRBY <stream>:done <task_id> 1
-//   crash  HINCRBY <stream>:attempts <task_id> 1, then abort() the process
+//   work       sleep payload "ms" milliseconds, then HINCRBY <stream>:done <task_id> 1
+//   fail_once  sleep "ms", throw on the first attempt (retry_count 0), record like work
+//   crash      HINCRBY <stream>:attempts <task_id> 1, then abort() the process
 // Records go through the test's own Redis connection (one per handler thread).
 #include <chrono>
 #include <cstdlib>
@@ -63,6 +64,12 @@ int main(int argc, char** argv) {
   consumer.on("work", [&](const streamq::Task& task) {
     const int sleep_ms = task.json().value("ms", 0);
     if (sleep_ms > 0) std::this_thread::sleep_for(ms(sleep_ms));
+    record(stream + ":done", task.id());
+  });
+  consumer.on("fail_once", [&](const streamq::Task& task) {
+    const int sleep_ms = task.json().value("ms", 0);
+    if (sleep_ms > 0) std::this_thread::sleep_for(ms(sleep_ms));
+    if (task.retry_count() == 0) throw std::runtime_error("first attempt fails");
     record(stream + ":done", task.id());
   });
   consumer.on("crash", [&](const streamq::Task& task) {
