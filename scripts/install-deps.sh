@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(cmake g++ make pkg-config libhiredis-dev nlohmann-json3-dev libgtest-dev
-          redis-server redis-tools python3)
+          redis-server redis-tools python3 python3-redis)
 
 missing=()
 for pkg in "${packages[@]}"; do
