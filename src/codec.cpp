@@ -119,34 +119,6 @@ std::string new_uuid_v4() {
   return out;
 }
 
-int json_depth(std::string_view json, int limit) {
-  int depth = 0;
-  int max_depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < json.size(); ++i) {
-    const char c = json[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    switch (c) {
-      case '"': in_string = true; break;
-      case '[':
-      case '{':
-        if (++depth > max_depth) {
-          max_depth = depth;
-          if (max_depth > limit) return max_depth;
-        }
-        break;
-      case ']':
-      case '}': --depth; break;
-      default: break;
-    }
-  }
-  return max_depth;
-}
-
 std::optional<std::string> payload_problem(std::string_view json, std::size_t max_bytes, int max_depth) {
   if (json.size() > max_bytes) {
     return "payload is " + std::to_string(json.size()) + " bytes, over the cap of " +
@@ -223,13 +195,11 @@ Decoded decode_task(std::string entry_id, Fields& fields, std::int64_t deliverie
     if (!v) return std::string("malformed retry_count");
     retry_count = *v;
   }
+  // The same guard the Producer applies; it also keeps a hostile nesting depth away from
+  // nlohmann's recursive copy and dump.
   const std::string& raw = *values[2];
-  if (raw.size() > limits.max_payload_bytes) {
-    return "payload is " + std::to_string(raw.size()) + " bytes, over the cap of " +
-           std::to_string(limits.max_payload_bytes);
-  }
-  if (json_depth(raw, limits.max_payload_depth) > limits.max_payload_depth) {
-    return "payload is nested deeper than " + std::to_string(limits.max_payload_depth) + " levels";
+  if (auto problem = payload_problem(raw, limits.max_payload_bytes, limits.max_payload_depth)) {
+    return std::move(*problem);
   }
   nlohmann::json payload = nlohmann::json::parse(raw, nullptr, /*allow_exceptions=*/false);
   if (payload.is_discarded()) return std::string("payload is not valid JSON");

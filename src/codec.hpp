@@ -26,10 +26,6 @@ std::optional<TimePoint> parse_timestamp(std::string_view text);
 /// A random UUID v4 in its 36-character text form.
 std::string new_uuid_v4();
 
-/// Largest nesting depth of arrays/objects in `json`, counting no deeper than `limit + 1`.
-/// Only brackets outside strings count; the text need not be valid JSON.
-int json_depth(std::string_view json, int limit);
-
 /// Why a payload is refused, or nullopt when it is fine: size, depth, then syntax.
 std::optional<std::string> payload_problem(std::string_view json, std::size_t max_bytes,
                                            int max_depth);

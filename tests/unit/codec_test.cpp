@@ -145,40 +145,6 @@ TEST(Uuid, Version4TextForm) {
 
 // ---------------------------------------------------------------- payload guards
 
-TEST(JsonDepth, CountsArraysAndObjects) {
-  EXPECT_EQ(d::json_depth("", 64), 0);
-  EXPECT_EQ(d::json_depth("3", 64), 0);
-  EXPECT_EQ(d::json_depth("\"text\"", 64), 0);
-  EXPECT_EQ(d::json_depth("[]", 64), 1);
-  EXPECT_EQ(d::json_depth("{}", 64), 1);
-  EXPECT_EQ(d::json_depth("[][]{}", 64), 1);
-  EXPECT_EQ(d::json_depth("[[], {}]", 64), 2);
-  EXPECT_EQ(d::json_depth(R"({"a":[1,{"b":[2]}],"c":{}})", 64), 4);
-}
-
-TEST(JsonDepth, IgnoresBracketsInsideStrings) {
-  EXPECT_EQ(d::json_depth(R"(["[[[[{{{{"])", 64), 1);
-  EXPECT_EQ(d::json_depth(R"({"k]]}}":"[[["})", 64), 1);
-  // An escaped quote does not end the string...
-  EXPECT_EQ(d::json_depth(R"(["\"[[[[\"[["])", 64), 1);
-  // ...but an escaped backslash before the closing quote does not hide the quote.
-  EXPECT_EQ(d::json_depth(R"(["\\", [[1]]])", 64), 3);
-}
-
-TEST(JsonDepth, ExactDepthBelowTheLimit) {
-  const std::string nested = std::string(100, '[') + std::string(100, ']');
-  EXPECT_EQ(d::json_depth(nested, 1000), 100);
-  EXPECT_EQ(d::json_depth(nested, 100), 100);
-}
-
-TEST(JsonDepth, StopsOneLevelPastTheLimitOnHugeNesting) {
-  const std::string deep(200000, '[');
-  EXPECT_EQ(d::json_depth(deep, 64), 65);
-  EXPECT_EQ(d::json_depth(deep, 0), 1);
-  const std::string deep_objects = std::string(200000, '{');
-  EXPECT_EQ(d::json_depth(deep_objects, 10), 11);
-}
-
 TEST(PayloadProblem, AcceptsAnyJsonValue) {
   for (const char* ok : {"{}", "[1,2]", "\"s\"", "3", "null", "true", "-1.5e3",
                          R"({"to":"user@example.com","n":[1,{"x":null}]})", " {} ",

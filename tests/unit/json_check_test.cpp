@@ -84,6 +84,18 @@ TEST(JsonCheck, DepthLimit) {
   EXPECT_EQ(check_json(nested(200000), 64), JsonCheck::too_deep);
 }
 
+TEST(JsonCheck, DepthCountsContainersNotBracketsInStrings) {
+  EXPECT_EQ(check_json(R"({"a":[1,{"b":[2]}],"c":{}})", 4), JsonCheck::ok);
+  EXPECT_EQ(check_json(R"({"a":[1,{"b":[2]}],"c":{}})", 3), JsonCheck::too_deep);
+  EXPECT_EQ(check_json(R"(["[[[[{{{{"])", 1), JsonCheck::ok);
+  EXPECT_EQ(check_json(R"({"k]]}}":"[[["})", 1), JsonCheck::ok);
+  EXPECT_EQ(check_json(R"(["\"[[[[\"[["])", 1), JsonCheck::ok);   // escaped quotes stay inside
+  EXPECT_EQ(check_json(R"(["\\", [[1]]])", 2), JsonCheck::too_deep);  // an escaped backslash does not
+  std::string objects;
+  for (int i = 0; i < 100000; ++i) objects += "{\"a\":";
+  EXPECT_EQ(check_json(objects, 10), JsonCheck::too_deep);  // refused at level 11, unparsed
+}
+
 TEST(JsonCheck, RefusesByteOrderMarkAndBytesAfterTheValue) {
   EXPECT_EQ(check_json("\xef\xbb\xbf{}", 64), JsonCheck::invalid);
   EXPECT_EQ(check_json(std::string("{}\0junk", 7), 64), JsonCheck::invalid);
