@@ -7,6 +7,9 @@
 //   preload        N tasks enqueued in batches (setup for drain; prints nothing measured)
 //   drain          a Consumer with default options and a no-op handler runs the N preloaded
 //                  tasks; time from run() to the last ack
+//   drain-raw      the reference for drain: a raw hiredis loop on one connection doing the same
+//                  Redis work per task (XREADGROUP COUNT 64, then XACK + XDEL of those ids
+//                  pipelined with the next read), no parsing, no handler
 //   latency        a producer at R tasks/s (default 5000) for N tasks and a consumer in the
 //                  same process; time from enqueue returning to the handler starting
 //   retry          N tasks that fail once and then succeed: throughput through the retry script
@@ -19,9 +22,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <hiredis/hiredis.h>
 
 #include <streamq/streamq.hpp>
 
@@ -99,6 +105,62 @@ streamq::ConsumerOptions consumer_options(const Args& a) {
   return {.connection = {.url = a.url}, .stream = a.stream, .group = "bench"};
 }
 
+/// The raw reference for drain: what Redis must do per task, with the least client work.
+void drain_raw(const Args& a) {
+  const std::string host_port = a.url.substr(a.url.find("://") + 3);
+  const std::string host = host_port.substr(0, host_port.rfind(':'));
+  const int port = std::stoi(host_port.substr(host_port.rfind(':') + 1));
+  redisContext* c = redisConnect(host.c_str(), port);
+  if (c == nullptr || c->err != 0) throw std::runtime_error("drain-raw: cannot connect to " + a.url);
+  auto command = [&](const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& s : args) {
+      argv.push_back(s.data());
+      lens.push_back(s.size());
+    }
+    redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+  };
+  auto reply = [&] {
+    void* r = nullptr;
+    if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) throw std::runtime_error("drain-raw: I/O error");
+    return static_cast<redisReply*>(r);
+  };
+  command({"XGROUP", "CREATE", a.stream, "bench", "0", "MKSTREAM"});
+  freeReplyObject(reply());
+  const std::vector<std::string> read = {"XREADGROUP", "GROUP", "bench", "raw", "COUNT", "64",
+                                         "BLOCK", "1000", "STREAMS", a.stream, ">"};
+  const auto t = Clock::now();
+  command(read);
+  long done = 0;
+  while (done < a.count) {
+    redisReply* r = reply();
+    std::vector<std::string> ack = {"XACK", a.stream, "bench"}, del = {"XDEL", a.stream};
+    if (r->type == REDIS_REPLY_ARRAY) {
+      const redisReply* entries = r->element[0]->element[1];
+      for (std::size_t i = 0; i < entries->elements; ++i) {
+        const redisReply* id = entries->element[i]->element[0];
+        ack.emplace_back(id->str, id->len);
+        del.emplace_back(id->str, id->len);
+      }
+      done += static_cast<long>(entries->elements);
+    }
+    freeReplyObject(r);
+    const bool acks = ack.size() > 3;
+    if (acks) {
+      command(ack);
+      command(del);
+    }
+    if (done < a.count) command(read);
+    if (acks) {
+      freeReplyObject(reply());
+      freeReplyObject(reply());
+    }
+  }
+  report(a, seconds_since(t));
+  redisFree(c);
+}
+
 std::string percentiles(std::vector<double>& us) {
   std::sort(us.begin(), us.end());
   auto at = [&](double q) { return us[static_cast<std::size_t>(q * static_cast<double>(us.size() - 1))]; };
@@ -131,6 +193,8 @@ int scenario_main(const Args& a) {
     const auto t = Clock::now();
     run_until(c, finished);  // run() returns after the final acks are flushed
     report(a, seconds_since(t));
+  } else if (a.scenario == "drain-raw") {
+    drain_raw(a);
   } else if (a.scenario == "latency") {
     std::vector<std::atomic<std::int64_t>> sent(static_cast<std::size_t>(a.count));
     std::vector<double> latency_us(static_cast<std::size_t>(a.count));
@@ -187,7 +251,7 @@ int main(int argc, char** argv) {
   try {
     return scenario_main(parse(argc, argv));
   } catch (const std::invalid_argument& e) {
-    std::cerr << "streamq-bench: " << e.what() << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|latency|retry"
+    std::cerr << "streamq-bench: " << e.what() << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|drain-raw|latency|retry"
               << " --url URL [--stream S] [--count N] [--batch B] [--rate R]\n";
     return 2;
   } catch (const std::exception& e) {

@@ -163,8 +163,9 @@ bool is_reserved_field(std::string_view name) noexcept {
   return false;
 }
 
-Decoded decode_task(std::string entry_id, Fields& fields, std::int64_t deliveries,
-                    const DecodeLimits& limits) {
+Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> shared, std::int64_t deliveries,
+                    const DecodeLimits& limits, std::stop_token stop) {
+  const Fields& fields = *shared;
   const std::string* values[6] = {};
   static constexpr std::string_view names[6] = {field::task_id,    field::task_type,
                                                 field::payload,    field::created_at,
@@ -203,8 +204,8 @@ Decoded decode_task(std::string entry_id, Fields& fields, std::int64_t deliverie
   }
   nlohmann::json payload = nlohmann::json::parse(raw, nullptr, /*allow_exceptions=*/false);
   if (payload.is_discarded()) return std::string("payload is not valid JSON");
-  return Task(std::move(entry_id), std::move(fields), std::move(payload), deliveries, *created,
-              retry_count, max_retries);
+  return Task(std::move(entry_id), std::move(shared), std::move(payload), deliveries, *created,
+              retry_count, max_retries, std::move(stop));
 }
 
 }  // namespace streamq::detail

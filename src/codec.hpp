@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -67,9 +69,8 @@ struct DecodeLimits {
 using Decoded = std::variant<Task, std::string>;
 
 /// Validates and decodes one entry. Never throws for bad input: every problem becomes a reason.
-/// `fields` is moved into the Task on success and left intact otherwise (for the dead-letter
-/// entry, which keeps the raw bytes).
-Decoded decode_task(std::string entry_id, Fields& fields, std::int64_t deliveries,
-                    const DecodeLimits& limits);
+/// The Task shares `fields` (the dead-letter entry of a refused one keeps the raw bytes).
+Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> fields, std::int64_t deliveries,
+                    const DecodeLimits& limits, std::stop_token stop = {});
 
 }  // namespace streamq::detail

@@ -68,13 +68,19 @@ ConnectionConfig make_connection_config(const ConnectionOptions& options, std::s
   if (options.connect_timeout.count() <= 0) throw ConfigError("connection.connect_timeout must be > 0");
   if (options.socket_timeout.count() <= 0) throw ConfigError("connection.socket_timeout must be > 0");
   if (options.backoff_base.count() <= 0) throw ConfigError("connection.backoff_base must be > 0");
-  if (options.backoff_max < options.backoff_base) {
-    throw ConfigError("connection.backoff_max must be >= connection.backoff_base");
+  // 0 = the role's default: a Producer's or StatsReader's caller waits for the reconnect; a
+  // Consumer has nobody waiting, and a wrong host should not be hammered.
+  const Millis backoff_max =
+      options.backoff_max.count() != 0
+          ? options.backoff_max
+          : std::max(options.backoff_base, role == "consumer" ? kConsumerBackoffMax : kCallerBackoffMax);
+  if (backoff_max < options.backoff_base) {
+    throw ConfigError("connection.backoff_max must be 0 (the default) or >= connection.backoff_base");
   }
   c.connect_timeout = options.connect_timeout;
   c.socket_timeout = options.socket_timeout;
   c.backoff_base = options.backoff_base;
-  c.backoff_max = options.backoff_max;
+  c.backoff_max = backoff_max;
   c.client_name = options.client_name.empty() ? "streamq-" + std::string(role) : options.client_name;
   if (std::any_of(c.client_name.begin(), c.client_name.end(),
                   [](unsigned char ch) { return ch <= ' ' || ch >= 127; })) {

@@ -32,8 +32,13 @@ struct ConnectionConfig {
   Millis backoff_max{2000};
 };
 
-/// Validates ConnectionOptions; `role` names the default client name ("streamq-<role>").
-/// Throws ConfigError naming the field.
+/// Defaults of ConnectionOptions::backoff_max (0): where a caller waits, and for a Consumer.
+inline constexpr Millis kCallerBackoffMax{2000};
+inline constexpr Millis kConsumerBackoffMax{30000};
+
+/// Validates ConnectionOptions; `role` ("producer", "consumer", "stats", ...) names the default
+/// client name ("streamq-<role>") and picks the default backoff cap. Throws ConfigError naming
+/// the field.
 ConnectionConfig make_connection_config(const ConnectionOptions& options, std::string_view role);
 
 /// The arguments of one command. Views are stored as is (the caller keeps the bytes alive

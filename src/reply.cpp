@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "reply.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "hiredis_compat.hpp"
@@ -81,5 +82,12 @@ ReplyView ReplyView::field(std::string_view key) const {
 }
 
 void ReplyDeleter::operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+
+bool is_transient_error(std::string_view error) noexcept {
+  static constexpr std::string_view codes[] = {"LOADING",  "OOM",        "BUSY",    "READONLY",
+                                               "MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN"};
+  const std::string_view code = error.substr(0, error.find(' '));
+  return std::find(std::begin(codes), std::end(codes), code) != std::end(codes);
+}
 
 }  // namespace streamq::detail

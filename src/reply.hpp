@@ -45,6 +45,12 @@ class ReplyView {
   const redisReply* r_;
 };
 
+/// True for error replies of a passing server state, worth retrying later: the server is
+/// loading its data (LOADING), out of memory under noeviction (OOM), busy with a script
+/// (BUSY), a replica or failing over (READONLY, MASTERDOWN, NOREPLICAS), or a cluster in
+/// transition (TRYAGAIN, CLUSTERDOWN). `error` is the reply text, its first word the code.
+bool is_transient_error(std::string_view error) noexcept;
+
 struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept;
 };

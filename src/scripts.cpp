@@ -34,8 +34,7 @@ return n
 
 // move — owner-checked retry or dead-letter of one entry.
 // KEYS[1] = stream, KEYS[2] = destination (the stream itself for a retry copy, or the dlq)
-// ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id,
-// ARGV[4] = MAXLEN ~ for the destination XADD ("0" = none), ARGV[5..] = fields of the new entry.
+// ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id, ARGV[4..] = fields of the new entry.
 // Returns the new entry id; 0 when the entry is no longer pending (acked or gone);
 // -1 when another consumer owns it (it was reclaimed: that consumer decides its fate).
 // XACK alone does not check ownership, so the check and the writes share one script.
@@ -43,14 +42,23 @@ constexpr const char* kMove = R"lua(
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 then return 0 end
 if p[1][2] ~= ARGV[2] then return -1 end
-local id
-if ARGV[4] ~= '0' then
-  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, 5))
-else
-  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
-end
+local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
+return id
+)lua";
+
+// replace — the completion of an entry whose body was deleted while this consumer ran it.
+// Its fate then rests on a provisional dead-letter record (written by `move` with the fields
+// this consumer had read); the entry's own retry copy or dead letter replaces that record.
+// KEYS[1] = dlq (holds the provisional record), KEYS[2] = destination (stream or dlq)
+// ARGV[1] = provisional record id, ARGV[2..] = fields of the new entry.
+// Returns the new entry id, or 0 when the record is gone: someone (an operator's replay or
+// delete) already acted on it, so it is no longer this consumer's to decide.
+constexpr const char* kReplace = R"lua(
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end
+local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 2))
+redis.call('XDEL', KEYS[1], ARGV[1])
 return id
 )lua";
 
@@ -60,20 +68,22 @@ return id
 //           a large value releases the entries so any reclaimer takes them at once),
 // ARGV[4] = delivery count to set ("-1" keeps it; a release of never-started entries sets
 //           it back to what it was before they were delivered), ARGV[5..] = entry ids.
-// Returns the ids this consumer must not run or keep: owned by another consumer, acked, or
-// whose body is gone. XCLAIM would silently drop a pending id whose entry was trimmed
-// (Redis 7), so those are left alone: they idle out, and a reclaimer's XAUTOCLAIM reports
-// them as deleted and dead-letters them (body_lost). XCLAIM ... JUSTID keeps the delivery
-// counter; min-idle 0 would steal an entry from its new owner, hence the XPENDING check.
+// Returns {lost, gone}: ids this consumer must not run or keep (owned by another consumer,
+// or no longer pending), and ids still its own whose body was deleted. XCLAIM would silently
+// drop a pending id whose entry was deleted (Redis 7), so gone ones are not claimed: the
+// caller moves them to the dead-letter stream with the fields it read. XCLAIM ... JUSTID
+// keeps the delivery counter; min-idle 0 would steal an entry from its new owner, hence the
+// XPENDING check.
 constexpr const char* kLease = R"lua(
-local owned = {}
-local lost = {}
+local owned, lost, gone = {}, {}, {}
 for i = 5, #ARGV do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if #p == 1 and p[1][2] == ARGV[2] and #redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i]) == 1 then
-    owned[#owned + 1] = ARGV[i]
-  else
+  if #p == 0 or p[1][2] ~= ARGV[2] then
     lost[#lost + 1] = ARGV[i]
+  elseif #redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i]) == 0 then
+    gone[#gone + 1] = ARGV[i]
+  else
+    owned[#owned + 1] = ARGV[i]
   end
 end
 if #owned > 0 then
@@ -88,31 +98,34 @@ if #owned > 0 then
   args[#args + 1] = 'JUSTID'
   redis.call(unpack(args))
 end
-return lost
+return {lost, gone}
 )lua";
 
-// fetch_pending — take pending entries to run: reclaim idle ones from any consumer
-// (XAUTOCLAIM), or replay this consumer's own (after a start or a reconnect).
+// fetch_pending — take pending entries to run: reclaim stalled ones from any consumer
+// ("auto"), or replay this consumer's own (after a start or a reconnect: "own").
 // KEYS[1] = stream, KEYS[2] = dlq
 // ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = mode ("auto" | "own"),
-// ARGV[4] = cursor (auto: XAUTOCLAIM start id; own: exclusive start id, "-" to begin),
-// ARGV[5] = count, ARGV[6] = min idle ms (auto), ARGV[7] = max deliveries,
-// ARGV[8] = failed_at text for dead-letter entries, ARGV[9..] = ids this consumer is
-//           running now (never handed out again).
-// Returns {next cursor ("0-0" = done), {{id, {fields}, deliveries}, ...}, dead-lettered count}.
+// ARGV[4] = cursor: the last entry id examined ("0-0" to begin), ARGV[5] = most entries to
+// take, ARGV[6] = min idle ms (auto), ARGV[7] = max deliveries, ARGV[8] = failed_at text for
+// dead-letter entries, ARGV[9..] = ids this consumer holds now (never handed out again).
+// Returns {next cursor ("0-0" = the end was reached), {{id, {fields}, deliveries}, ...},
+// dead-lettered count}.
 //
+// "auto" examines at most 100 pending entries per call (XPENDING; bounded like XAUTOCLAIM's
+// scan) and acts only on those idle for min idle or longer, whose worker is presumed dead.
+// XAUTOCLAIM is not used: on Redis 7 it removes every deleted entry it meets from the PEL,
+// idle or not, so it would dead-letter an entry whose live holder is about to run it.
 // Claims use JUSTID, which leaves the delivery counter alone: the counter is raised by the
-// `start` script only when a handler really starts the entry. So the entries a crashed worker
+// `start` script only when a handler really starts the entry, so the entries a crashed worker
 // had merely prefetched are not charged for its crash; only the ones it was running are.
-// Entries whose body is gone (trimmed or XDELed: XAUTOCLAIM's third reply element on 7.0,
-// an empty XRANGE otherwise) and entries already started max deliveries times (their handler
-// may crash the worker) go to the dead-letter stream here, atomically with their removal
-// from the PEL, so neither can vanish between two commands.
+// Entries whose body is gone (trimmed or XDELed) and entries already started max deliveries
+// times (their handler may crash the worker) go to the dead-letter stream here, atomically
+// with their removal from the PEL, so neither can vanish between two commands.
 constexpr const char* kFetchPending = R"lua(
-local stream, dlq, group, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local max_deliveries = tonumber(ARGV[7])
-local running = {}
-for i = 9, #ARGV do running[ARGV[i]] = true end
+local stream, dlq, group, me, mode = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
+local want, min_idle, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local held = {}
+for i = 9, #ARGV do held[ARGV[i]] = true end
 local reserved = {error = true, failed_at = true, original_id = true, consumer = true, reason = true}
 local dead = 0
 local function dead_letter(id, fields, reason, err)
@@ -143,46 +156,35 @@ local function dead_letter(id, fields, reason, err)
   redis.call('XDEL', stream, id)
   dead = dead + 1
 end
-local function lost(id)
-  dead_letter(id, nil, 'body_lost',
-    'body lost: the entry was trimmed or deleted before it was done')
-end
 
-local claimed = {}  -- {id, deliveries} now owned by this consumer, not running here
-local cursor = '0-0'
-if ARGV[3] == 'auto' then
-  local r = redis.call('XAUTOCLAIM', stream, group, me, ARGV[6], ARGV[4], 'COUNT', ARGV[5], 'JUSTID')
-  cursor = r[1]
-  for _, id in ipairs(r[2]) do
-    if not running[id] then
-      local p = redis.call('XPENDING', stream, group, id, id, 1)
-      claimed[#claimed + 1] = {id, (p[1] and p[1][4]) or 1}
-    end
-  end
-  for _, id in ipairs(r[3] or {}) do lost(id) end
+local start = ARGV[4] == '0-0' and '-' or ('(' .. ARGV[4])
+local scan = mode == 'auto' and 100 or want
+local p
+if mode == 'auto' then
+  p = redis.call('XPENDING', stream, group, start, '+', scan)
 else
-  local start = ARGV[4] == '-' and '-' or ('(' .. ARGV[4])
-  local p = redis.call('XPENDING', stream, group, start, '+', ARGV[5], me)
-  for _, item in ipairs(p) do
-    cursor = item[1]
-    if not running[item[1]] then claimed[#claimed + 1] = {item[1], item[4]} end
-  end
+  p = redis.call('XPENDING', stream, group, start, '+', scan, me)
 end
-
+local cursor = #p < scan and '0-0' or p[#p][1]
 local run = {}
-for _, c in ipairs(claimed) do
-  local id, n = c[1], c[2]
-  local body = redis.call('XRANGE', stream, id, id)
-  if #body == 0 then
-    lost(id)
-  elseif n >= max_deliveries then
-    dead_letter(id, body[1][2], 'max_deliveries', 'started ' .. n .. ' times (limit ' ..
-      max_deliveries .. ') without finishing; its worker may have died running it')
-  else
-    if ARGV[3] == 'own' then
-      redis.call('XCLAIM', stream, group, me, 0, id, 'JUSTID')  -- reset idle: it is queued here
+for i, item in ipairs(p) do
+  local id, n = item[1], item[4]
+  if not held[id] and (mode == 'own' or item[3] >= min_idle) then
+    local body = redis.call('XRANGE', stream, id, id)
+    if #body == 0 then
+      dead_letter(id, nil, 'body_lost', 'body lost: the entry was trimmed or deleted before it was done')
+    elseif n >= max_deliveries then
+      dead_letter(id, body[1][2], 'max_deliveries', 'started ' .. n .. ' times (limit ' ..
+        max_deliveries .. ') without finishing; its worker may have died running it')
+    else
+      -- auto: take it over; own: reset its idle time, it is queued here now
+      redis.call('XCLAIM', stream, group, me, mode == 'auto' and min_idle or 0, id, 'JUSTID')
+      run[#run + 1] = {id, body[1][2], n}
+      if #run >= want then
+        if i < #p then cursor = id end
+        break
+      end
     end
-    run[#run + 1] = {id, body[1][2], n}
   end
 end
 return {cursor, run, dead}
@@ -191,23 +193,46 @@ return {cursor, run, dead}
 // start — record that a handler starts a reclaimed or replayed entry.
 // KEYS[1] = stream
 // ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id, ARGV[4] = new delivery count.
-// Returns 1, or 0 when this consumer no longer owns the entry or its body is gone (then it
-// must not run it; a body-less entry idles out and is dead-lettered by a reclaimer).
+// Returns 1; 0 when this consumer no longer owns the entry (it must not run it); -1 when the
+// entry's body is gone (it must not run it either: the caller dead-letters the fields it read).
 // XCLAIM ... RETRYCOUNT sets the counter the poison check reads; JUSTID keeps it from being
 // bumped a second time; the XPENDING check keeps min-idle 0 from stealing the entry.
 constexpr const char* kStart = R"lua(
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
-if #redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3]) == 0 then return 0 end
+if #redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3]) == 0 then return -1 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', ARGV[4], 'JUSTID')
 return 1
+)lua";
+
+// forget_idle_consumers — the janitor: remove consumers of the group that have been idle at
+// least ARGV[3] ms and hold no pending entry.
+// KEYS[1] = stream
+// ARGV[1] = group, ARGV[2] = this consumer (never removed), ARGV[3] = min idle ms,
+// ARGV[4] = most consumers to remove in this call.
+// Returns the names removed. XGROUP DELCONSUMER drops the pending entries of the consumer it
+// deletes (they would be pending nowhere, i.e. lost), so the check that it holds none and the
+// delete must be one script.
+constexpr const char* kForgetIdleConsumers = R"lua(
+local removed = {}
+local min_idle, most = tonumber(ARGV[3]), tonumber(ARGV[4])
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local info = {}
+  for i = 1, #c, 2 do info[c[i]] = c[i + 1] end
+  if info['name'] ~= ARGV[2] and info['pending'] == 0 and info['idle'] >= min_idle then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], info['name'])
+    removed[#removed + 1] = info['name']
+    if #removed >= most then break end
+  end
+end
+return removed
 )lua";
 
 struct Sources {
   std::array<std::string, static_cast<std::size_t>(ScriptId::count_)> text;
   std::array<std::string, static_cast<std::size_t>(ScriptId::count_)> sha;
   Sources() {
-    text = {kEnqueue, kMove, kLease, kFetchPending, kStart};
+    text = {kEnqueue, kMove, kReplace, kLease, kFetchPending, kStart, kForgetIdleConsumers};
     for (std::size_t i = 0; i < text.size(); ++i) sha[i] = sha1_hex(text[i]);
   }
 };

@@ -16,11 +16,13 @@
 namespace streamq::detail {
 
 enum class ScriptId : std::size_t {
-  enqueue,       // capacity-checked XADD of a batch
-  move,          // owner-checked retry copy / dead-letter, with XACK + XDEL of the original
-  lease,         // owner-checked XCLAIM ... JUSTID (heartbeat, release)
-  fetch_pending, // XAUTOCLAIM or own-PEL replay, with poison and lost-body handling
-  start,         // owner-checked delivery count bump when a handler starts a reclaimed entry
+  enqueue,                // capacity-checked XADD of a batch
+  move,                   // owner-checked retry copy / dead-letter, with XACK + XDEL of the original
+  replace,                // retry copy / dead-letter replacing a provisional dead-letter record
+  lease,                  // owner-checked XCLAIM ... JUSTID (heartbeat, release)
+  fetch_pending,          // reclaim of stalled entries or own-PEL replay, with poison and lost-body handling
+  start,                  // owner-checked delivery count bump when a handler starts a reclaimed entry
+  forget_idle_consumers,  // the janitor's check-and-delete of idle consumers without pending entries
   count_
 };
 
@@ -30,6 +32,11 @@ inline constexpr ScriptId not_a_script = ScriptId::count_;
 /// Results of the `move` script.
 inline constexpr std::int64_t move_not_pending = 0;  // already acked, deleted or never ours
 inline constexpr std::int64_t move_not_owner = -1;   // another consumer owns the entry now
+
+/// Results of the `start` script.
+inline constexpr std::int64_t start_ok = 1;
+inline constexpr std::int64_t start_not_owner = 0;
+inline constexpr std::int64_t start_body_gone = -1;
 
 const std::string& script_source(ScriptId id);
 /// Lower-case hex SHA-1 of the script source (what EVALSHA takes).

@@ -44,7 +44,10 @@ struct ConsumerOptions {
   /// prefetched, once (their first delivery); entries released unstarted at a graceful
   /// shutdown are not charged. Must be >= 2.
   int max_deliveries = 5;
-  /// After stop(), running handlers get this long to finish before run() returns anyway.
+  /// After stop() (or the first SIGINT/SIGTERM), running handlers get this long to finish
+  /// before run() returns anyway; a second signal ends it at once. A handler still running
+  /// then keeps its entry (it is reclaimed after claim_min_idle) and its thread is left to
+  /// finish on its own: neither run() nor the destructor waits for it.
   std::chrono::milliseconds shutdown_grace{10000};
   /// Payloads larger or deeper than these are dead-lettered without running.
   std::size_t max_payload_bytes = 1 << 20;
@@ -52,19 +55,40 @@ struct ConsumerOptions {
   /// max_retries for entries that lack the field (the seed's default).
   int default_max_retries = 3;
   /// When true, run() stops on SIGINT or SIGTERM (handlers are installed for the duration of
-  /// run() and the previous ones restored). Off by default: the library installs no signal
+  /// run() and the previous ones restored). The first signal stops gracefully, a second one
+  /// ends the shutdown grace period at once. Off by default: the library installs no signal
   /// handler unless asked.
   bool stop_on_signals = false;
+  /// Consumers of the group idle at least this long and holding no pending entry are removed
+  /// from the group (XGROUP DELCONSUMER, checked and done in one script), so restarts under
+  /// new names do not pile up consumers. Checked at start and then every
+  /// min(idle_consumer_timeout / 4, 5 min). 0 = never; otherwise >= claim_min_idle.
+  std::chrono::milliseconds idle_consumer_timeout{std::chrono::hours(1)};
 };
 
 /// Counters since the Consumer was built. All reads are relaxed snapshots.
 struct ConsumerMetrics {
-  std::uint64_t done = 0;           // handler returned; acked and deleted
-  std::uint64_t retried = 0;        // retry copy written
-  std::uint64_t dead_lettered = 0;  // moved to the dead-letter stream (any reason)
-  std::uint64_t reclaimed = 0;      // taken from other consumers (or replayed) to run
-  std::uint64_t stale = 0;          // completions dropped because another consumer owns the entry
-  std::uint64_t reconnects = 0;     // connections rebuilt after an error
+  /// Handler returned, and the entry's XACK + XDEL was written.
+  std::uint64_t done = 0;
+  /// Retry copies written.
+  std::uint64_t retried = 0;
+  /// Dead-letter entries written by this consumer, for any reason (including entries its
+  /// reclaimer or replay found lost or crash-looping before running them).
+  std::uint64_t dead_lettered = 0;
+  /// Stalled entries taken over from other consumers.
+  std::uint64_t reclaimed = 0;
+  /// This consumer's own pending entries fetched again after a start or a reconnect.
+  std::uint64_t replayed = 0;
+  /// Entries not run because, before their handler started, another consumer took them or
+  /// their body was deleted (those are dead-lettered, see dead_lettered).
+  std::uint64_t skipped = 0;
+  /// Retry or dead-letter writes dropped because another consumer owned the entry by then, or
+  /// it was no longer pending: the task's fate was not this consumer's to decide any more.
+  std::uint64_t stale = 0;
+  /// Connections re-established after one was lost (failed attempts are not counted).
+  std::uint64_t reconnects = 0;
+  /// Idle consumers without pending entries removed from the group (idle_consumer_timeout).
+  std::uint64_t consumers_removed = 0;
 };
 
 /// Runs handlers for tasks of one stream, with at-least-once delivery: an entry is removed
@@ -92,7 +116,8 @@ class Consumer {
 
   /// Validates the options. Does not connect.
   explicit Consumer(ConsumerOptions options = {});
-  /// Stops, and waits for every thread (including handlers that outlived the grace period).
+  /// Stops. Does not wait for handlers that outlived the shutdown grace period: they finish
+  /// on their own threads (they must not use objects destroyed before they return).
   ~Consumer();
   Consumer(Consumer&&) noexcept;
   Consumer& operator=(Consumer&&) noexcept;
@@ -109,9 +134,10 @@ class Consumer {
   /// Connects, creates the group if needed, replays this consumer's own pending entries, then
   /// reads, runs and completes tasks until stop() (or a signal, if enabled). Connection
   /// failures are retried with backoff, forever, and logged. Returns after in-flight work
-  /// finished or the grace period ran out; entries never started are released so another
-  /// consumer takes them at once; a handler still running past the grace period keeps its
-  /// entry until claim_min_idle passes.
+  /// finished or the grace period ran out, and the completions were written; entries never
+  /// started are released so another consumer takes them at once; a handler still running
+  /// past the grace period keeps its entry until claim_min_idle passes, and run() returns
+  /// without waiting for it.
   /// @throws ReplyError when Redis refuses the set-up (WRONGPASS, NOPERM, WRONGTYPE: the stream
   ///   key holds something else; LOADING, OOM, READONLY and other passing states are retried),
   ///   ConfigError if called twice.

@@ -25,7 +25,10 @@ struct ConnectionOptions {
   /// Reconnect backoff: the n-th consecutive attempt waits a uniformly random time in
   /// [0, min(backoff_max, backoff_base * 2^n)] ("full jitter").
   std::chrono::milliseconds backoff_base{50};
-  std::chrono::milliseconds backoff_max{2000};
+  /// 0 = the role's default: 2 s for a Producer and a StatsReader (their caller waits), 30 s
+  /// for a Consumer (nobody waits, and a wrong or dead host should not be hammered), or
+  /// backoff_base if that is larger. Otherwise it must be >= backoff_base.
+  std::chrono::milliseconds backoff_max{0};
 };
 
 /// What a Producer does when the queue is full.

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -41,8 +43,13 @@ using Fields = std::vector<std::pair<std::string, std::string>>;
 class Task {
  public:
   Task() = default;
+  /// `stop` is the worker's stop token (see stop_requested()); a default token never stops.
+  Task(std::string entry_id, std::shared_ptr<const Fields> fields, nlohmann::json payload,
+       std::int64_t deliveries, std::chrono::system_clock::time_point created_at, int retry_count,
+       int max_retries, std::stop_token stop = {});
   Task(std::string entry_id, Fields fields, nlohmann::json payload, std::int64_t deliveries,
-       std::chrono::system_clock::time_point created_at, int retry_count, int max_retries);
+       std::chrono::system_clock::time_point created_at, int retry_count, int max_retries,
+       std::stop_token stop = {});
 
   /// The task id (`task_id`): stays the same across retries.
   const std::string& id() const noexcept { return value_at(id_index_); }
@@ -64,15 +71,25 @@ class Task {
   /// again after its worker died or lost it (a retry is a new entry and starts at 1).
   std::int64_t deliveries() const noexcept { return deliveries_; }
   /// Every field of the entry, including extra ones, in stored order.
-  const Fields& fields() const noexcept { return fields_; }
+  const Fields& fields() const noexcept;
   /// The value of one field, if present.
   std::optional<std::string_view> field(std::string_view name) const noexcept;
+
+  /// True once the worker running this task is stopping (Consumer::stop(), or SIGINT/SIGTERM
+  /// with stop_on_signals). A long handler can check it (or wait on stop_token()) and end
+  /// early: returning completes the task, throwing retries it as any failure does. Handlers
+  /// still running when the shutdown grace period ends keep running, but the Consumer no
+  /// longer waits for them.
+  bool stop_requested() const noexcept { return stop_.stop_requested(); }
+  /// The same as a std::stop_token, e.g. for std::condition_variable_any::wait or a
+  /// std::stop_callback.
+  const std::stop_token& stop_token() const noexcept { return stop_; }
 
  private:
   const std::string& value_at(std::size_t index) const noexcept;
 
   std::string entry_id_;
-  Fields fields_;
+  std::shared_ptr<const Fields> fields_;  // shared with the consumer, which may need them after a crash-safe move
   // Positions in fields_ (npos when absent), so the payload bytes are stored once.
   std::size_t id_index_ = static_cast<std::size_t>(-1);
   std::size_t type_index_ = static_cast<std::size_t>(-1);
@@ -82,6 +99,7 @@ class Task {
   std::chrono::system_clock::time_point created_at_{};
   int retry_count_ = 0;
   int max_retries_ = 3;
+  std::stop_token stop_;
 };
 
 }  // namespace streamq

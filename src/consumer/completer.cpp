@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: MIT
+#include "completer.hpp"
+
+#include <algorithm>
+
+#include "log.hpp"
+#include "streamq/errors.hpp"
+
+namespace streamq::detail {
+namespace {
+
+constexpr Millis kRetryMax{2000};  // longest wait before a refused write is tried again
+
+/// How one completion is written.
+enum class Write { ack, move, replace, orphan, none };
+
+/// The pipeline of one flush and where each completion's reply is.
+struct Plan {
+  std::vector<Argv> argvs;
+  std::vector<ScriptId> ids;
+  std::vector<Write> write;         // per completion
+  std::vector<std::size_t> reply;   // per completion: index of its reply (ack: of EXEC)
+  std::vector<std::pair<std::size_t, std::size_t>> multis;  // MULTI and EXEC index of each block
+
+  void add(Argv argv, ScriptId id) {
+    argvs.push_back(std::move(argv));
+    ids.push_back(id);
+  }
+};
+
+/// The first error of a MULTI ... EXEC block, or empty.
+std::string multi_error(const std::vector<Reply>& replies, std::size_t first, std::size_t exec) {
+  for (std::size_t i = first; i <= exec; ++i) {
+    if (replies[i].view().is_error()) {
+      const std::string_view e = replies[i].view().error();
+      // EXECABORT only says that an earlier queued command was refused: report that one.
+      if (!e.starts_with("EXECABORT")) return std::string(e);
+    }
+  }
+  return replies[exec].view().is_error() ? std::string(replies[exec].view().error()) : std::string();
+}
+
+}  // namespace
+
+Completer::Completer(Shared& shared) : s_(shared), conn_(shared.connection), scripts_(conn_) {}
+
+Completer::~Completer() { finish(Clock::now()); }
+
+void Completer::start() {
+  thread_ = std::jthread([this](std::stop_token stop) { main(stop); });
+}
+
+void Completer::finish(Clock::time_point deadline) {
+  if (!thread_.joinable()) return;
+  deadline_.store(deadline.time_since_epoch().count());
+  s_.inflight.stop_completer();
+  thread_.join();
+}
+
+void Completer::main(const std::stop_token&) {
+  std::vector<Completion> batch;
+  Backoff retry_backoff(s_.connection.backoff_base, std::min(kRetryMax, s_.connection.backoff_max));
+  Clock::time_point retry_at{};
+  for (;;) {
+    const Clock::time_point deadline{Clock::duration(deadline_.load())};
+    const bool more = s_.inflight.wait_completions(batch, batch.empty() ? deadline : std::min(retry_at, deadline));
+    const auto now = Clock::now();
+    if (!more && batch.empty()) break;  // finish() was called and everything is written
+    if (now >= deadline) {
+      if (!batch.empty()) {
+        log(LogLevel::warning, std::to_string(batch.size()) +
+                                   " completions could not be written before the shutdown deadline; their "
+                                   "entries stay pending and are reclaimed after claim_min_idle");
+      }
+      break;
+    }
+    if (batch.empty() || now < retry_at) continue;
+    try {
+      if (!conn_.connected()) {
+        conn_.connect();
+        count_reconnect(conn_, s_.metrics);
+      }
+      flush(batch);
+    } catch (const ConnectionError& e) {
+      // What was in flight may or may not have been written; every write is safe to repeat.
+      const Millis delay = conn_.backoff_delay();
+      log(LogLevel::warning, std::string("completer: ") + e.what() + "; retrying in " +
+                                 std::to_string(delay.count()) + " ms");
+      retry_at = now + delay;
+      continue;
+    }
+    if (batch.empty()) {
+      retry_backoff.reset();
+    } else {
+      retry_backoff.fail();
+      retry_at = now + retry_backoff.delay();
+    }
+  }
+}
+
+void Completer::flush(std::vector<Completion>& batch) {
+  const std::vector<FateInfo> fate = s_.inflight.fates(batch);
+  Plan plan;
+  plan.write.assign(batch.size(), Write::none);
+  plan.reply.assign(batch.size(), 0);
+  const std::string& group = s_.opt.group;
+  const std::string& me = s_.opt.consumer_name;
+
+  // Successes: one MULTI per stream, XACK + XDEL of the entries, XDEL of the provisional
+  // records of orphaned ones. MULTI: a crash between XACK and XDEL would leave a done entry
+  // counting toward max_len.
+  for (std::uint16_t stream = 0; stream < s_.streams.size(); ++stream) {
+    Argv ack{"XACK", s_.keys(stream).stream, group};
+    Argv del{"XDEL", s_.keys(stream).stream};
+    Argv del_orphans{"XDEL", s_.keys(stream).dlq};
+    std::vector<std::size_t> members;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].outcome != Outcome::ack || batch[i].key.stream != stream) continue;
+      // A success is final even if the lease was lost meanwhile: the task is done, and the new
+      // owner's completion of it then finds nothing to do.
+      if (fate[i].orphan_id.empty()) {
+        ack.add(batch[i].key.id);
+        del.add(batch[i].key.id);
+      } else {
+        del_orphans.add(fate[i].orphan_id);
+      }
+      members.push_back(i);
+    }
+    if (members.empty()) continue;
+    const std::size_t first = plan.argvs.size();
+    plan.add(Argv{"MULTI"}, not_a_script);
+    if (ack.size() > 3) {
+      plan.add(std::move(ack), not_a_script);
+      plan.add(std::move(del), not_a_script);
+    }
+    if (del_orphans.size() > 2) plan.add(std::move(del_orphans), not_a_script);
+    plan.add(Argv{"EXEC"}, not_a_script);
+    plan.multis.emplace_back(first, plan.argvs.size() - 1);
+    for (std::size_t i : members) {
+      plan.write[i] = Write::ack;
+      plan.reply[i] = plan.argvs.size() - 1;
+    }
+  }
+
+  // Everything else: one script call each.
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const Completion& c = batch[i];
+    if (c.outcome == Outcome::ack) continue;
+    const QueueKeys& keys = s_.keys(c.key.stream);
+    if (c.outcome == Outcome::orphan) {
+      // Moot once the entry is no longer held, or when its own completion is in this batch.
+      const bool moot = !fate[i].held || std::any_of(batch.begin(), batch.end(), [&](const Completion& o) {
+                          return o.outcome != Outcome::orphan && o.key == c.key;
+                        });
+      if (moot) continue;
+    }
+    const bool replace = !fate[i].orphan_id.empty() && c.outcome != Outcome::orphan;
+    const std::string& dest = c.outcome == Outcome::retry ? keys.stream : keys.dlq;
+    Argv argv;
+    if (replace) {
+      argv = scripts_.begin(ScriptId::replace, 2);
+      argv.add(keys.dlq).add(dest).add(fate[i].orphan_id);
+    } else {
+      argv = scripts_.begin(ScriptId::move, 2);
+      argv.add(keys.stream).add(dest).add(group).add(me).add(c.key.id);
+    }
+    for (const auto& [k, v] : c.fields) argv.add(k).add(v);
+    plan.write[i] = replace ? Write::replace : c.outcome == Outcome::orphan ? Write::orphan : Write::move;
+    plan.reply[i] = plan.argvs.size();
+    plan.add(std::move(argv), replace ? ScriptId::replace : ScriptId::move);
+  }
+
+  const std::vector<Reply> replies = scripts_.call_pipelined(plan.ids, plan.argvs);
+
+  // The error of each MULTI block, at its EXEC reply's index.
+  std::vector<std::string> block_error(replies.size());
+  for (const auto& [first, exec] : plan.multis) block_error[exec] = multi_error(replies, first, exec);
+
+  std::vector<Completion> retry_later;
+  std::vector<EntryKey> finished;
+  std::uint64_t done = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    Completion& c = batch[i];
+    if (plan.write[i] == Write::none) {
+      if (c.outcome == Outcome::orphan) continue;  // moot
+      finished.push_back(c.key);
+      continue;
+    }
+    std::string error;
+    if (plan.write[i] == Write::ack) {
+      error = block_error[plan.reply[i]];
+    } else if (replies[plan.reply[i]].view().is_error()) {
+      error = std::string(replies[plan.reply[i]].view().error());
+    }
+    if (!error.empty()) {
+      if (is_transient_error(error)) {
+        retry_later.push_back(std::move(c));
+        continue;
+      }
+      log(LogLevel::error, "completing entry " + c.key.id + ": " + error +
+                               "; it stays pending and will be reclaimed after claim_min_idle");
+      finished.push_back(c.key);
+      continue;
+    }
+    const ReplyView v = replies[plan.reply[i]].view();
+    if (plan.write[i] == Write::ack) {
+      ++done;
+      finished.push_back(c.key);
+    } else if (v.is_integer()) {
+      // Not pending any more, another consumer owns it, or its provisional record was acted
+      // on: its fate is not ours to decide.
+      Metrics::add(s_.metrics.stale, 1);
+      log(LogLevel::warning, "entry " + c.key.id +
+                                 (plan.write[i] == Write::replace          ? "'s dead-letter record was replayed or deleted"
+                                  : v.integer() == move_not_owner          ? " was reclaimed by another consumer"
+                                                                           : " is no longer pending") +
+                                 "; its " + (c.outcome == Outcome::retry ? "retry" : "dead letter") +
+                                 " was not written");
+      finished.push_back(c.key);
+    } else if (plan.write[i] == Write::orphan) {
+      Metrics::add(s_.metrics.dead_lettered, 1);
+      s_.inflight.orphaned(c.key, std::string(v.str()));
+    } else {
+      Metrics::add(c.outcome == Outcome::retry ? s_.metrics.retried : s_.metrics.dead_lettered, 1);
+      finished.push_back(c.key);
+    }
+  }
+  Metrics::add(s_.metrics.done, done);
+  s_.inflight.completed(finished);
+  if (!retry_later.empty()) {
+    log(LogLevel::warning, std::to_string(retry_later.size()) + " completions refused for now (" +
+                               "the server is loading, full or failing over); retrying");
+  }
+  batch = std::move(retry_later);
+}
+
+}  // namespace streamq::detail

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// The completer: writes what became of each entry. Owns one thread and one connection, and is
+// the only part that decides an entry's fate in Redis, so those decisions happen in one
+// order: successes as one MULTI of XACK + XDEL per batch; retries and dead letters each with
+// the owner-checked move script; orphan records (the body was deleted while held) with the
+// same move script into the dead-letter stream; completions of orphaned entries with the
+// replace script. A write refused by a passing server state (LOADING after a restart, OOM
+// under noeviction, a failover) is retried with backoff while the entries stay held and
+// leased; counters count only what was written. Talks to: the in-flight set, Redis.
+#pragma once
+
+#include <thread>
+#include <vector>
+
+#include "connection.hpp"
+#include "scripts.hpp"
+#include "shared.hpp"
+
+namespace streamq::detail {
+
+class Completer {
+ public:
+  explicit Completer(Shared& shared);
+  ~Completer();
+  Completer(const Completer&) = delete;
+  Completer& operator=(const Completer&) = delete;
+
+  void start();
+  /// Writes everything queued, retrying passing errors until `deadline`, then returns.
+  void finish(Clock::time_point deadline);
+
+ private:
+  void main(const std::stop_token& stop);
+  /// Writes `batch`; what must be retried stays in it. Throws ConnectionError.
+  void flush(std::vector<Completion>& batch);
+
+  Shared& s_;
+  Connection conn_;
+  ScriptRunner scripts_;
+  std::atomic<Clock::rep> deadline_{Clock::time_point::max().time_since_epoch().count()};
+  std::jthread thread_;
+};
+
+}  // namespace streamq::detail

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: MIT
+#include "executor.hpp"
+
+#include <chrono>
+#include <optional>
+#include <variant>
+
+#include "codec.hpp"
+#include "lease_keeper.hpp"
+#include "log.hpp"
+#include "retry_policy.hpp"
+#include "scripts.hpp"
+#include "streamq/errors.hpp"
+
+namespace streamq::detail {
+namespace {
+
+Completion dead_letter(const Shared& s, const EntryKey& key, const Fields& fields, std::string_view why,
+                       std::string error) {
+  if (log_enabled(LogLevel::warning)) {
+    log(LogLevel::warning, "dead-lettering entry " + key.id + " of " + s.keys(key.stream).stream + " (" +
+                               std::string(why) + "): " + error);
+  }
+  return Completion{key, Outcome::dead_letter,
+                    dead_letter_entry(fields, {key.id, why, std::move(error), s.opt.consumer_name,
+                                               format_timestamp(std::chrono::system_clock::now())})};
+}
+
+/// A connection and its script cache, for the start script of suspects.
+struct StartChannel {
+  explicit StartChannel(const ConnectionConfig& config) : conn(config), scripts(conn) {}
+  Connection conn;
+  ScriptRunner scripts;
+};
+
+enum class Start { run, not_ours, gone };
+
+/// Counts the attempt before a suspect runs (owner-checked XCLAIM RETRYCOUNT), so the poison
+/// check sees how often it was started, not how often it was merely prefetched by workers
+/// that died.
+Start start_suspect(const Shared& s, Work& w, std::unique_ptr<StartChannel>& ch) {
+  try {
+    if (!ch) ch = std::make_unique<StartChannel>(s.connection);
+    Argv argv = ch->scripts.begin(ScriptId::start, 1);
+    argv.add(s.keys(w.key.stream).stream).add(s.opt.group).add(s.opt.consumer_name).add(w.key.id);
+    argv.add(w.deliveries + 1);
+    const Reply r = ch->scripts.call(ScriptId::start, argv);
+    const std::int64_t result = r.view().check().integer();
+    if (result == start_not_owner) {
+      log(LogLevel::warning, "entry " + w.key.id + " was taken by another consumer before it started");
+      return Start::not_ours;
+    }
+    if (result == start_body_gone) return Start::gone;
+  } catch (const std::exception& e) {
+    // Running it anyway keeps at-least-once; only this attempt goes uncounted.
+    log(LogLevel::warning, "could not count the start of entry " + w.key.id + ": " + e.what());
+  }
+  w.deliveries += 1;
+  return Start::run;
+}
+
+void thread_main(Shared& s) {
+  std::unique_ptr<StartChannel> channel;
+  while (std::optional<Work> w = s.inflight.take()) {
+    const bool suspect = w->suspect();
+    try {
+      if (suspect) {
+        const Start start = start_suspect(s, *w, channel);
+        if (start == Start::gone) report_gone(s, w->key.stream, {w->key.id});
+        if (start != Start::run || !s.inflight.started(w->key)) {
+          s.inflight.not_run(w->key, suspect);
+          continue;
+        }
+      }
+      s.inflight.finish(execute(s, *w), suspect);
+    } catch (const std::exception& e) {
+      // Our own failure (memory): the entry stays pending and is reclaimed after claim_min_idle.
+      log(LogLevel::error, "entry " + w->key.id + " could not be run: " + e.what());
+      s.inflight.not_run(w->key, suspect);
+    }
+  }
+}
+
+}  // namespace
+
+Completion execute(const Shared& s, const Work& w) {
+  static const Fields no_fields;
+  if (!w.fields) {
+    return dead_letter(s, w.key, no_fields, reason::body_lost,
+                       "body lost: the entry was trimmed or deleted before it ran");
+  }
+  if (w.fields->size() > kMaxFields) {
+    return dead_letter(s, w.key, *w.fields, reason::malformed,
+                       "entry has " + std::to_string(w.fields->size()) + " fields (limit " +
+                           std::to_string(kMaxFields) + ")");
+  }
+  Decoded decoded = decode_task(w.key.id, w.fields, w.deliveries, s.limits, s.stopping.get_token());
+  if (auto* why = std::get_if<std::string>(&decoded)) {
+    return dead_letter(s, w.key, *w.fields, reason::malformed, std::move(*why));
+  }
+  const Task& task = std::get<Task>(decoded);
+  const Handler* handler = &s.fallback;
+  if (auto it = s.handlers.find(task.type()); it != s.handlers.end()) handler = &it->second;
+  if (!*handler) {
+    return dead_letter(s, w.key, task.fields(), reason::no_handler,
+                       "no handler for task type \"" + task.type() + "\"");
+  }
+  Attempt attempt{AttemptResult::succeeded, task.retry_count(), task.max_retries()};
+  std::string error;
+  try {
+    (*handler)(task);
+  } catch (const PermanentError& e) {
+    attempt.result = AttemptResult::permanent;
+    error = e.what();
+  } catch (const std::exception& e) {
+    attempt.result = AttemptResult::failed;
+    error = e.what();
+  } catch (...) {
+    attempt.result = AttemptResult::failed;
+    error = "unknown exception";
+  }
+  const Decision d = decide(attempt);
+  switch (d.verdict) {
+    case Verdict::ack: return Completion{w.key, Outcome::ack, {}};
+    case Verdict::retry:
+      if (log_enabled(LogLevel::debug)) {
+        log(LogLevel::debug, "task " + task.id() + " (" + task.type() + ") failed, retry " +
+                                 std::to_string(task.retry_count() + 1) + " of " +
+                                 std::to_string(task.max_retries()) + ": " + error);
+      }
+      return Completion{w.key, Outcome::retry, retry_copy(task.fields(), task.retry_count(), std::move(error))};
+    case Verdict::dead_letter: break;
+  }
+  return dead_letter(s, w.key, task.fields(), d.reason, std::move(error));
+}
+
+void Executor::start() {
+  for (int i = 0; i < s_->opt.concurrency; ++i) {
+    auto exited = std::make_shared<std::atomic<bool>>(false);
+    threads_.push_back(Thread{std::thread([s = s_, exited] {
+                                thread_main(*s);
+                                exited->store(true);
+                              }),
+                              exited});
+  }
+}
+
+std::size_t Executor::release_threads() {
+  std::size_t detached = 0;
+  for (Thread& t : threads_) {
+    if (!t.thread.joinable()) continue;
+    if (t.exited->load()) {
+      t.thread.join();
+    } else {
+      t.thread.detach();
+      ++detached;
+    }
+  }
+  threads_.clear();
+  return detached;
+}
+
+}  // namespace streamq::detail

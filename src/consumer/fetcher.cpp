@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT
+#include "fetcher.hpp"
+
+#include "log.hpp"
+#include "pending.hpp"
+#include "streamq/errors.hpp"
+
+namespace streamq::detail {
+
+void ensure_group(Connection& conn, const std::string& stream, const std::string& group) {
+  const Reply r = conn.command(Argv{"XGROUP", "CREATE", stream, group, "0", "MKSTREAM"});
+  if (r.view().is_error() && !r.view().error().starts_with("BUSYGROUP")) r.view().check();
+}
+
+Fetcher::Fetcher(Shared& shared, std::function<void()> on_first_replay)
+    : s_(shared),
+      on_first_replay_(std::move(on_first_replay)),
+      conn_(shared.connection),
+      scripts_(conn_),
+      block_text_(std::to_string(shared.opt.block.count())) {}
+
+Fetcher::~Fetcher() {
+  request_stop();
+  join();
+}
+
+void Fetcher::start() {
+  thread_ = std::jthread([this](std::stop_token stop) { main(stop); });
+}
+
+void Fetcher::request_stop() noexcept { thread_.request_stop(); }
+
+void Fetcher::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Fetcher::pause(const std::stop_token& stop, Millis delay) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lock(m);
+  return !cv.wait_for(lock, stop, delay, [] { return false; }) && !stop.stop_requested();
+}
+
+void Fetcher::replay_own(const std::stop_token& stop) {
+  std::string cursor = "0-0";
+  while (!stop.stop_requested()) {
+    PendingBatch batch = fetch_pending(s_, scripts_, PendingMode::own, cursor, 100);
+    if (const std::size_t n = s_.inflight.deliver(batch.works); n > 0) {
+      Metrics::add(s_.metrics.replayed, n);
+      log(LogLevel::info,
+          "replaying " + std::to_string(n) + " pending entries of consumer " + s_.opt.consumer_name);
+    }
+    if (batch.cursor == "0-0") break;
+    cursor = std::move(batch.cursor);
+  }
+  if (!replayed_once_.exchange(true)) on_first_replay_();
+}
+
+bool Fetcher::read(std::size_t count) {
+  Argv read{"XREADGROUP", "GROUP", s_.opt.group, s_.opt.consumer_name, "COUNT"};
+  read.add(static_cast<std::int64_t>(count)).add("BLOCK").add(block_text_);
+  read.add("STREAMS").add(s_.keys().stream).add(">");
+  const Reply reply = conn_.command(read);
+  const ReplyView r = reply.view();
+  if (r.is_error()) {
+    const std::string_view err = r.error();
+    if (!err.starts_with("NOGROUP") && !err.starts_with("UNBLOCKED")) r.check();
+    // The stream or the group was deleted: recreate at 0 so nothing added afterwards is
+    // skipped. This is data loss someone caused; say so.
+    log(LogLevel::warning, "consumer group " + s_.opt.group + " on " + s_.keys().stream + " is gone (" +
+                               std::string(err) + "); recreating it");
+    ensure_group(conn_, s_.keys().stream, s_.opt.group);
+    return false;
+  }
+  if (r.is_nil()) return true;  // BLOCK ran out, or CLIENT UNBLOCK at shutdown
+  const ReplyView entries = r[0][1];
+  works_.reserve(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) works_.push_back(read_entry(entries[i], 0, 1, Origin::fresh));
+  s_.inflight.deliver(works_);
+  return true;
+}
+
+void Fetcher::main(const std::stop_token& stop) {
+  std::uint64_t replayed_generation = 0;
+  Backoff error_backoff(s_.connection.backoff_base, s_.connection.backoff_max);
+  while (!stop.stop_requested()) {
+    try {
+      if (!conn_.connected()) {
+        conn_.connect();
+        count_reconnect(conn_, s_.metrics);
+        client_id_.store(conn_.client_id());
+      }
+      if (conn_.generation() != replayed_generation) {
+        replay_own(stop);
+        replayed_generation = conn_.generation();
+      }
+      const std::size_t room = s_.inflight.wait_for_room(stop);
+      if (room == 0) break;
+      if (read(room)) {
+        error_backoff.reset();
+      } else {
+        error_backoff.fail();
+        if (!pause(stop, error_backoff.delay())) break;
+      }
+    } catch (const ConnectionError& e) {
+      if (stop.stop_requested()) break;
+      const Millis delay = conn_.backoff_delay();
+      log(LogLevel::warning, std::string("fetcher: ") + e.what() + "; reconnecting in " +
+                                 std::to_string(delay.count()) + " ms");
+      if (!pause(stop, delay)) break;
+    } catch (const std::exception& e) {
+      // Server-side trouble (LOADING after a restart, NOPERM, a failing script): back off
+      // rather than spin, and keep going.
+      error_backoff.fail();
+      const Millis delay = error_backoff.delay();
+      log(LogLevel::error, std::string("fetcher: ") + e.what() + "; retrying in " + std::to_string(delay.count()) +
+                               " ms");
+      if (!pause(stop, delay)) break;
+    }
+  }
+  {
+    std::lock_guard lock(finished_mutex_);
+    finished_ = true;
+  }
+  finished_cv_.notify_all();
+}
+
+bool Fetcher::wait_finished(Millis timeout) {
+  std::unique_lock lock(finished_mutex_);
+  return finished_cv_.wait_for(lock, timeout, [&] { return finished_; });
+}
+
+}  // namespace streamq::detail

@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: MIT
+// The in-flight set: every entry a Consumer holds, from delivery until its completion is
+// written, and the queues between the parts. It owns the consumer's only lock; every other
+// part talks to the others through it and keeps no shared state of its own.
+//
+//   fetcher, reclaimer ──deliver()──▶ ready queue ──take()──▶ executor (handler threads)
+//   executor ──finish()──▶ completion queue ──wait_completions()──▶ completer ──completed()
+//   lease keeper: due_for_lease() / renewed() / lost(); gone bodies become orphan completions
+//
+// Entries are keyed by stream *and* id, so a consumer reading several streams (priority
+// levels) keeps them apart. Called from every consumer thread; all members are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "metrics.hpp"
+#include "streamq/task.hpp"
+
+namespace streamq::detail {
+
+using Clock = std::chrono::steady_clock;
+
+/// One pending entry: which of the consumer's streams (an index; 0 = the queue's stream) and
+/// its entry id there.
+struct EntryKey {
+  std::uint16_t stream = 0;
+  std::string id;
+  bool operator==(const EntryKey&) const = default;
+};
+
+struct EntryKeyHash {
+  std::size_t operator()(const EntryKey& k) const noexcept;
+};
+
+/// How an entry came to this consumer.
+enum class Origin : std::uint8_t {
+  fresh,      // XREADGROUP >: its delivery count of 1 is this delivery
+  replayed,   // this consumer's own pending entry, fetched again after a start or reconnect
+  reclaimed,  // taken over from a consumer that stalled
+};
+
+/// A delivered entry on its way to a handler.
+struct Work {
+  EntryKey key;
+  std::shared_ptr<const Fields> fields;  // null when the entry has no (readable) body
+  std::int64_t deliveries = 1;
+  Origin origin = Origin::fresh;
+  std::uint64_t seq = 0;  // set by deliver(): tells this delivery from a later one of the same key
+  /// Replayed and reclaimed entries may be what killed their previous worker: they run one at
+  /// a time, and their start is counted in Redis before they run.
+  bool suspect() const noexcept { return origin != Origin::fresh; }
+};
+
+/// What the completer must write for an entry.
+enum class Outcome : std::uint8_t {
+  ack,          // done: XACK + XDEL
+  retry,        // retry copy into the stream, then XACK + XDEL (one script)
+  dead_letter,  // dead-letter entry, then XACK + XDEL (one script)
+  orphan,       // the body was deleted while held: the fields this consumer read go to the
+                // dead-letter stream as a provisional record that the entry's own completion
+                // replaces, so the task ends in exactly one place whatever happens next
+};
+
+struct Completion {
+  EntryKey key;
+  Outcome outcome = Outcome::ack;
+  Fields fields;  // the entry to write (retry copy, dead letter); empty for ack
+};
+
+/// An unstarted entry to hand back at shutdown.
+struct Unstarted {
+  EntryKey key;
+  bool fresh = false;  // its delivery count goes back to 0: it never ran
+};
+
+/// Snapshot of one held entry for the completer: where its fate stands.
+struct FateInfo {
+  bool held = false;      // still held (not completed, not dropped)
+  bool running = false;   // its handler started
+  std::string orphan_id;  // id of its provisional dead-letter record, if its body went away
+};
+
+class InFlight {
+ public:
+  InFlight(std::size_t prefetch, Metrics& metrics);
+
+  // ---- fetcher and reclaimer
+  /// Adds entries to the ready queue; entries already held are not handed out twice.
+  /// Returns how many were queued. Clears `works`.
+  std::size_t deliver(std::vector<Work>& works);
+  /// Blocks until at least half the prefetch is free, or `stop`; returns how many entries may
+  /// be fetched (0 when stopping).
+  std::size_t wait_for_room(const std::stop_token& stop);
+  /// How many suspects the reclaimer may take now: at most `cap`, and none while earlier
+  /// suspects still wait to run (they run one at a time; a dead worker's backlog must not
+  /// crowd out fresh work here while other consumers could share it).
+  std::size_t reclaim_room(std::size_t cap);
+  /// Ids of `stream` held now (scripts must not hand these out again).
+  std::vector<std::string> held_ids(std::uint16_t stream);
+
+  // ---- executor
+  /// Blocks for the next runnable entry; nullopt once stop() was called. Suspects are handed
+  /// out one at a time; entries whose lease was lost or whose body was found deleted meanwhile
+  /// are skipped (counted in `skipped`). A fresh entry is marked running; a suspect is marked
+  /// running by started().
+  std::optional<Work> take();
+  /// The start script allowed `key` to run. False when the entry is no longer held (its body
+  /// went away meanwhile and it was dead-lettered): it must not run.
+  bool started(const EntryKey& key);
+  /// The entry will not run (another consumer owns it now, or its body is gone): counted as
+  /// skipped, and forgotten unless its dead-letter record is still to be written.
+  void not_run(const EntryKey& key, bool suspect);
+  /// The handler finished; `c` goes to the completer.
+  void finish(Completion c, bool suspect);
+
+  // ---- completer
+  /// Moves queued completions into `out` (appending). Waits until there are some, `until`
+  /// passes, or stop_completer() was called. Returns false when the completer should exit:
+  /// stop_completer() was called and nothing is queued.
+  bool wait_completions(std::vector<Completion>& out, Clock::time_point until);
+  /// Fate snapshot of each key, in order.
+  std::vector<FateInfo> fates(const std::vector<Completion>& batch);
+  /// The completions of these keys were written (or given up): forget the entries.
+  void completed(const std::vector<EntryKey>& keys);
+  /// A provisional dead-letter record was written for `key`: a running entry remembers it
+  /// (its completion replaces it); one that never started is forgotten (it will not run: the
+  /// record is its fate).
+  void orphaned(const EntryKey& key, std::string orphan_id);
+  /// Wakes the completer so it exits once the queue is empty.
+  void stop_completer();
+
+  // ---- lease keeper
+  /// Held entries of `stream` whose lease was last renewed at or before `due`, excluding lost
+  /// and orphaned ones.
+  std::vector<std::string> due_for_lease(std::uint16_t stream, Clock::time_point due);
+  void renewed(std::uint16_t stream, const std::vector<std::string>& ids, Clock::time_point at);
+  /// Another consumer owns these now, or they are no longer pending: not ours to run.
+  /// Returns how many were newly marked.
+  std::size_t lost(std::uint16_t stream, const std::vector<std::string>& ids);
+  /// The fields of held entries whose body was found deleted, marked so that this is asked
+  /// once per entry (null for entries no longer held).
+  std::vector<std::shared_ptr<const Fields>> gone(std::uint16_t stream, const std::vector<std::string>& ids);
+  /// Queues a completion that no handler produced (an orphan record).
+  void push(Completion c);
+  /// Entries never started, for release at shutdown.
+  std::vector<Unstarted> unstarted();
+
+  // ---- shutdown
+  /// Stop handing out work and fetching: take() and wait_for_room() return at once.
+  void stop();
+  /// Waits until no handler runs, `until` passes or end_idle_wait() is called; true when none
+  /// runs.
+  bool wait_idle(Clock::time_point until);
+  /// Ends wait_idle() at once (the shutdown grace period was cut short).
+  void end_idle_wait();
+  std::size_t held_count();
+
+ private:
+  enum class State : std::uint8_t { queued, taken, running };
+  struct Held {
+    Clock::time_point lease_at;
+    std::shared_ptr<const Fields> fields;
+    std::string orphan_id;
+    Origin origin = Origin::fresh;
+    std::uint64_t seq = 0;
+    State state = State::queued;
+    bool lost = false;
+    bool gone = false;
+  };
+  using HeldMap = std::unordered_map<EntryKey, Held, EntryKeyHash>;
+
+  std::deque<Work>::iterator next_runnable();
+  bool flush_now() const;  // the completer should write what is queued now
+  void room_freed();       // after held_ shrank; call with mutex_ held
+
+  const std::size_t prefetch_;
+  const std::size_t low_water_;    // the fetcher reads again once at most this many are held
+  const std::size_t flush_batch_;  // completions worth a write even while handlers are busy
+  Metrics& metrics_;
+  std::mutex mutex_;
+  std::condition_variable work_cv_;        // handlers: work queued, or stopping
+  std::condition_variable done_cv_;        // completer: completions queued, or stopping
+  std::condition_variable_any room_cv_;    // fetcher: room freed, or stopping
+  std::condition_variable idle_cv_;        // shutdown: a handler finished
+  HeldMap held_;
+  std::deque<Work> ready_;
+  std::vector<Completion> done_;
+  std::size_t idle_handlers_ = 0;  // handlers waiting in take()
+  std::size_t running_ = 0;        // handlers between take() and finish()/not_run()
+  bool suspect_running_ = false;
+  bool completer_waiting_ = false;
+  bool stopping_ = false;
+  bool completer_stopping_ = false;
+  bool idle_wait_ended_ = false;
+  std::uint64_t next_seq_ = 0;
+};
+
+}  // namespace streamq::detail

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+#include "lease_keeper.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "codec.hpp"
+#include "log.hpp"
+#include "retry_policy.hpp"
+
+namespace streamq::detail {
+namespace {
+
+// XCLAIM ... IDLE value that makes a released entry claimable by any reclaimer at once. It
+// must stay below the server's epoch milliseconds (Redis clamps larger values to 0).
+constexpr const char* kReleaseIdle = "100000000000";
+constexpr std::size_t kLeaseChunk = 500;  // ids per lease script call
+
+/// Runs the lease script over `ids` in chunks: idle "0" renews, kReleaseIdle releases;
+/// `count` "-1" keeps the delivery counter. Reports lost and gone entries.
+void lease(Shared& s, ScriptRunner& scripts, std::uint16_t stream, const std::vector<std::string>& ids,
+           const char* idle, const char* count) {
+  for (std::size_t first = 0; first < ids.size(); first += kLeaseChunk) {
+    const std::size_t last = std::min(ids.size(), first + kLeaseChunk);
+    Argv argv = scripts.begin(ScriptId::lease, 1);
+    argv.add(s.keys(stream).stream).add(s.opt.group).add(s.opt.consumer_name).add(idle).add(count);
+    for (std::size_t i = first; i < last; ++i) argv.add(ids[i]);
+    const Reply reply = scripts.call(ScriptId::lease, argv);
+    const ReplyView r = reply.view().check();
+    const std::vector<std::string> chunk(ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                         ids.begin() + static_cast<std::ptrdiff_t>(last));
+    s.inflight.renewed(stream, chunk, Clock::now());
+    std::vector<std::string> lost, gone;
+    for (std::size_t i = 0; i < r[0].size(); ++i) lost.emplace_back(r[0][i].str());
+    for (std::size_t i = 0; i < r[1].size(); ++i) gone.emplace_back(r[1][i].str());
+    if (const std::size_t n = s.inflight.lost(stream, lost); n > 0) {
+      log(LogLevel::warning, std::to_string(n) + " held entries of " + s.keys(stream).stream +
+                                 " were taken by another consumer or are no longer pending; not running them");
+    }
+    report_gone(s, stream, gone);
+  }
+}
+
+}  // namespace
+
+void report_gone(Shared& s, std::uint16_t stream, const std::vector<std::string>& ids) {
+  if (ids.empty()) return;
+  const std::vector<std::shared_ptr<const Fields>> fields = s.inflight.gone(stream, ids);
+  const std::string now = format_timestamp(std::chrono::system_clock::now());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (!fields[i]) continue;  // no longer held, or already reported
+    log(LogLevel::warning, "entry " + ids[i] + " of " + s.keys(stream).stream +
+                               " was deleted from the stream while held; dead-lettering the copy read");
+    s.inflight.push(Completion{
+        EntryKey{stream, ids[i]}, Outcome::orphan,
+        dead_letter_entry(*fields[i], {ids[i], reason::body_lost,
+                                       "body lost: the entry was trimmed or deleted from the stream while "
+                                       "a consumer held it; these are the fields it had read",
+                                       s.opt.consumer_name, now})});
+  }
+}
+
+LeaseKeeper::LeaseKeeper(Shared& shared) : s_(shared), next_(Clock::now() + shared.opt.heartbeat_interval) {}
+
+void LeaseKeeper::tick(ScriptRunner& scripts, Clock::time_point now) {
+  // Leases older than half an interval are renewed, so with one tick per interval none is
+  // ever older than about one interval plus the time a tick takes.
+  for (std::uint16_t stream = 0; stream < s_.streams.size(); ++stream) {
+    lease(s_, scripts, stream, s_.inflight.due_for_lease(stream, now - s_.opt.heartbeat_interval / 2), "0", "-1");
+  }
+  next_ = now + s_.opt.heartbeat_interval;
+}
+
+void LeaseKeeper::release(Shared& s, ScriptRunner& scripts) {
+  std::vector<Unstarted> entries = s.inflight.unstarted();
+  for (std::uint16_t stream = 0; stream < s.streams.size(); ++stream) {
+    std::vector<std::string> fresh, others;
+    for (const Unstarted& u : entries) {
+      if (u.key.stream == stream) (u.fresh ? fresh : others).push_back(u.key.id);
+    }
+    lease(s, scripts, stream, fresh, kReleaseIdle, "0");
+    lease(s, scripts, stream, others, kReleaseIdle, "-1");
+  }
+  if (!entries.empty()) {
+    log(LogLevel::info, "released " + std::to_string(entries.size()) + " unstarted entries for other consumers");
+  }
+}
+
+}  // namespace streamq::detail

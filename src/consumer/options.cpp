@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+#include "options.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+
+#include "streamq/errors.hpp"
+
+namespace streamq::detail {
+
+std::string default_consumer_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "host");
+  std::random_device rd;
+  char suffix[9];
+  std::snprintf(suffix, sizeof suffix, "%08x", rd());
+  return std::string(host) + "-" + std::to_string(getpid()) + "-" + suffix;
+}
+
+ConsumerOptions validated(ConsumerOptions o) {
+  using std::chrono::milliseconds;
+  if (o.stream.empty()) throw ConfigError("stream must not be empty");
+  if (o.group.empty()) throw ConfigError("group must not be empty");
+  if (o.consumer_name.empty()) o.consumer_name = default_consumer_name();
+  if (o.concurrency < 1) throw ConfigError("concurrency must be >= 1");
+  if (o.prefetch < o.concurrency) throw ConfigError("prefetch must be >= concurrency");
+  if (o.block.count() < 1) throw ConfigError("block must be >= 1 ms");
+  if (o.connection.socket_timeout < o.block + milliseconds(1000)) {
+    // A socket timeout shorter than BLOCK fails the read while the server keeps the client
+    // blocked: an entry added then is delivered to a reader that is gone ("phantom delivery").
+    throw ConfigError("connection.socket_timeout must be >= block + 1000 ms");
+  }
+  if (o.heartbeat_interval.count() < 1) throw ConfigError("heartbeat_interval must be >= 1 ms");
+  if (o.claim_min_idle < 3 * o.heartbeat_interval) {
+    throw ConfigError("claim_min_idle must be >= 3 * heartbeat_interval");
+  }
+  if (o.reclaim_interval.count() < 1) throw ConfigError("reclaim_interval must be >= 1 ms");
+  // 2 at least: every entry a crashed worker held is charged its one delivery, started or not.
+  if (o.max_deliveries < 2) throw ConfigError("max_deliveries must be >= 2");
+  if (o.shutdown_grace.count() < 0) throw ConfigError("shutdown_grace must be >= 0");
+  if (o.max_payload_bytes == 0) throw ConfigError("max_payload_bytes must be > 0");
+  if (o.max_payload_depth < 1) throw ConfigError("max_payload_depth must be >= 1");
+  if (o.default_max_retries < 0) throw ConfigError("default_max_retries must be >= 0");
+  if (o.idle_consumer_timeout.count() < 0) throw ConfigError("idle_consumer_timeout must be >= 0");
+  if (o.idle_consumer_timeout.count() > 0 && o.idle_consumer_timeout < o.claim_min_idle) {
+    // A consumer idle for less than claim_min_idle may be a live one between two reads.
+    throw ConfigError("idle_consumer_timeout must be 0 (off) or >= claim_min_idle");
+  }
+  return o;
+}
+
+}  // namespace streamq::detail

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: MIT
+// Consumer option checks and the default consumer name. Pure: no thread, no connection.
+#pragma once
+
+#include <string>
+
+#include "streamq/consumer.hpp"
+
+namespace streamq::detail {
+
+/// Checks every field (ConfigError names the first bad one) and fills in the default consumer
+/// name. The connection options are checked by make_connection_config.
+ConsumerOptions validated(ConsumerOptions options);
+
+/// "<hostname>-<pid>-<8 hex digits>": unique per process and per Consumer.
+std::string default_consumer_name();
+
+}  // namespace streamq::detail

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: MIT
+// The retry policy: what becomes of an entry after an attempt (ack, retry, or dead-letter
+// with a reason), and the entries that decision writes. Pure functions: no thread, no Redis;
+// the executor asks, the completer writes.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "streamq/task.hpp"
+
+namespace streamq::detail {
+
+/// Fields a runnable entry may have, and a dead-letter entry keeps (Lua's unpack() cannot pass
+/// the ~8,000 arguments one XADD of more would need).
+inline constexpr std::size_t kMaxFields = 1000;
+
+/// Values of the `reason` field of dead-letter entries.
+namespace reason {
+inline constexpr std::string_view retries_exhausted = "retries_exhausted";
+inline constexpr std::string_view permanent = "permanent";
+inline constexpr std::string_view malformed = "malformed";
+inline constexpr std::string_view no_handler = "no_handler";
+inline constexpr std::string_view body_lost = "body_lost";
+inline constexpr std::string_view max_deliveries = "max_deliveries";
+}  // namespace reason
+
+/// How an attempt ended, as the executor saw it.
+enum class AttemptResult {
+  succeeded,  // the handler returned
+  failed,     // the handler threw (anything but PermanentError)
+  permanent,  // the handler threw PermanentError
+  malformed,  // the entry cannot be decoded: it never reached a handler
+  no_handler, // nobody handles its type
+  body_lost,  // the entry has no body to run
+};
+
+struct Attempt {
+  AttemptResult result = AttemptResult::succeeded;
+  int retry_count = 0;  // the task's retries so far (only read for `failed`)
+  int max_retries = 0;  // retries the task allows (only read for `failed`)
+};
+
+enum class Verdict { ack, retry, dead_letter };
+
+struct Decision {
+  Verdict verdict = Verdict::ack;
+  std::string_view reason{};  // for dead_letter: one of the reason:: values
+  bool operator==(const Decision&) const = default;
+};
+
+/// A success is acked; a failure is retried while retry_count < max_retries, then
+/// dead-lettered (retries_exhausted); everything else is dead-lettered at once.
+Decision decide(const Attempt& attempt) noexcept;
+
+/// The retry copy of an entry: all its fields, with retry_count set to `retry_count` + 1 and
+/// last_error to `error` (added when missing).
+Fields retry_copy(const Fields& original, int retry_count, std::string error);
+
+/// What a dead-letter entry records besides the original fields.
+struct DeadLetter {
+  std::string_view original_id;  // the stream entry id
+  std::string_view reason;
+  std::string error;
+  std::string_view consumer;
+  std::string failed_at;  // format_timestamp() text
+};
+
+/// A dead-letter entry: the original fields (minus the five the dead-letter stream reserves,
+/// and beyond kMaxFields counted in `fields_dropped`), then error, failed_at, original_id,
+/// consumer and reason.
+Fields dead_letter_entry(const Fields& original, DeadLetter info);
+
+}  // namespace streamq::detail

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+// What every part of a running Consumer shares: the validated options, the queue's keys, the
+// handlers, the in-flight set and the counters. Built once by the facade; handler threads
+// hold it by shared_ptr, so a handler that outlives the shutdown grace period (its thread is
+// then detached) never sees it destroyed under it. Immutable after run() started, except
+// for the in-flight set, the counters and the stop source, which are thread-safe.
+#pragma once
+
+#include <functional>
+#include <stop_token>
+#include <string>
+#include <unordered_map>
+
+#include "codec.hpp"
+#include "connection.hpp"
+#include "keys.hpp"
+#include "inflight.hpp"
+#include "metrics.hpp"
+#include "streamq/consumer.hpp"
+
+namespace streamq::detail {
+
+using Handler = std::function<void(const Task&)>;
+
+struct Shared {
+  explicit Shared(ConsumerOptions validated_options)
+      : opt(std::move(validated_options)),
+        connection(make_connection_config(opt.connection, "consumer")),
+        streams{queue_keys(opt.stream)},
+        limits{opt.max_payload_bytes, opt.max_payload_depth, opt.default_max_retries},
+        inflight(static_cast<std::size_t>(opt.prefetch), metrics) {}
+
+  const ConsumerOptions opt;
+  const ConnectionConfig connection;
+  /// The streams this consumer reads; an EntryKey's `stream` indexes it. One today.
+  const std::vector<QueueKeys> streams;
+  const DecodeLimits limits;
+  std::unordered_map<std::string, Handler> handlers;
+  Handler fallback;
+
+  Metrics metrics;
+  InFlight inflight;
+  /// Requested when the consumer starts to stop; handlers see it as Task::stop_token().
+  std::stop_source stopping;
+
+  const QueueKeys& keys(std::uint16_t stream = 0) const { return streams[stream]; }
+};
+
+/// Counts a connection re-established after a loss (its first connect is no reconnect).
+inline void count_reconnect(const Connection& conn, Metrics& m) {
+  if (conn.generation() > 1) Metrics::add(m.reconnects, 1);
+}
+
+}  // namespace streamq::detail
