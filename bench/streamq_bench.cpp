@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // streamq-bench: one scenario per run, one result line (key=value) on stdout.
 //   streamq-bench <scenario> --url URL [--stream S] [--count N] [--batch B] [--rate R]
+//                 [--concurrency C]   (consumer scenarios; default: the Consumer's default)
 // Scenarios:
 //   enqueue        N single enqueues on one connection
 //   enqueue-batch  N tasks through enqueue_batch in batches of B (default 1000)
@@ -47,6 +48,7 @@ struct Args {
   long count = 100000;
   long batch = 1000;
   long rate = 5000;
+  int concurrency = 0;  // 0 = the Consumer's default
 };
 
 Args parse(int argc, char** argv) {
@@ -60,6 +62,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--count") a.count = std::stol(v);
     else if (k == "--batch") a.batch = std::stol(v);
     else if (k == "--rate") a.rate = std::stol(v);
+    else if (k == "--concurrency") a.concurrency = std::stoi(v);
     else throw std::invalid_argument("unknown flag " + k);
   }
   return a;
@@ -91,18 +94,26 @@ void enqueue_batches(streamq::Producer& p, long count, long batch) {
   }
 }
 
-/// Runs `consumer` until `finished` turns true, from another thread that stops it.
+/// Runs `consumer` until `finished` turns true (set with finish()), from another thread that
+/// stops it.
 void run_until(streamq::Consumer& consumer, std::atomic<bool>& finished) {
   std::thread watcher([&] {
-    while (!finished.load()) std::this_thread::sleep_for(1ms);  // bench only: poll for the end
+    finished.wait(false);
     consumer.stop();
   });
   consumer.run();
   watcher.join();
 }
 
+void finish(std::atomic<bool>& finished) {
+  finished.store(true);
+  finished.notify_all();
+}
+
 streamq::ConsumerOptions consumer_options(const Args& a) {
-  return {.connection = {.url = a.url}, .stream = a.stream, .group = "bench"};
+  streamq::ConsumerOptions o{.connection = {.url = a.url}, .stream = a.stream, .group = "bench"};
+  if (a.concurrency > 0) o.concurrency = a.concurrency;
+  return o;
 }
 
 /// The raw reference for drain: what Redis must do per task, with the least client work.
@@ -188,7 +199,7 @@ int scenario_main(const Args& a) {
     std::atomic<bool> finished{false};
     streamq::Consumer c(consumer_options(a));
     c.on("send_email", [&](const streamq::Task&) {
-      if (++done == a.count) finished = true;
+      if (++done == a.count) finish(finished);
     });
     const auto t = Clock::now();
     run_until(c, finished);  // run() returns after the final acks are flushed
@@ -207,7 +218,7 @@ int scenario_main(const Args& a) {
       std::int64_t s;
       while ((s = sent[i].load()) == 0) std::this_thread::yield();  // enqueue has not returned yet
       latency_us[i] = static_cast<double>(std::max<std::int64_t>(0, now - s)) / 1000.0;
-      if (++done == a.count) finished = true;
+      if (++done == a.count) finish(finished);
     });
     std::thread producer([&] {
       streamq::Producer p(producer_options(a));
@@ -233,7 +244,7 @@ int scenario_main(const Args& a) {
     streamq::Consumer c(consumer_options(a));
     c.on("send_email", [&](const streamq::Task& t) {
       if (t.retry_count() == 0) throw std::runtime_error("first attempt fails");
-      if (++done == a.count) finished = true;
+      if (++done == a.count) finish(finished);
     });
     streamq::set_log_level(streamq::LogLevel::warning);  // one info line per retry otherwise
     const auto t = Clock::now();
@@ -252,7 +263,7 @@ int main(int argc, char** argv) {
     return scenario_main(parse(argc, argv));
   } catch (const std::invalid_argument& e) {
     std::cerr << "streamq-bench: " << e.what() << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|drain-raw|latency|retry"
-              << " --url URL [--stream S] [--count N] [--batch B] [--rate R]\n";
+              << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "streamq-bench: " << e.what() << '\n';

@@ -202,10 +202,9 @@ Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> shared, 
   if (auto problem = payload_problem(raw, limits.max_payload_bytes, limits.max_payload_depth)) {
     return std::move(*problem);
   }
-  nlohmann::json payload = nlohmann::json::parse(raw, nullptr, /*allow_exceptions=*/false);
-  if (payload.is_discarded()) return std::string("payload is not valid JSON");
-  return Task(std::move(entry_id), std::move(shared), std::move(payload), deliveries, *created,
-              retry_count, max_retries, std::move(stop));
+  // Parsed on the handler's first Task::json() call.
+  return Task(std::move(entry_id), std::move(shared), deliveries, *created, retry_count, max_retries,
+              std::move(stop));
 }
 
 }  // namespace streamq::detail

@@ -19,10 +19,14 @@ namespace {
 /// hiredis writes with plain write(); a write to a reset socket raises SIGPIPE, whose default
 /// action kills the process. hiredis 0.14 cannot pass MSG_NOSIGNAL, so while we write we block
 /// SIGPIPE on this thread and consume a SIGPIPE that our write raised before restoring the
-/// caller's mask. Process-wide handlers are left alone.
+/// caller's mask. Process-wide handlers are left alone. Threads streamq starts itself block
+/// SIGPIPE for their whole life instead (block_sigpipe_for_this_thread), and skip all this.
+thread_local bool t_sigpipe_blocked = false;
+
 class SigpipeGuard {
  public:
   SigpipeGuard() noexcept {
+    if (t_sigpipe_blocked) return;
     sigemptyset(&pipe_);
     sigaddset(&pipe_, SIGPIPE);
     sigset_t pending;
@@ -53,6 +57,8 @@ class SigpipeGuard {
   bool blocked_ = false;
 };
 
+constexpr std::size_t kReadBufferKeep = 1 << 20;  // read buffer kept across replies
+
 timeval to_timeval(Millis ms) {
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
@@ -61,6 +67,15 @@ timeval to_timeval(Millis ms) {
 }
 
 }  // namespace
+
+void block_sigpipe_for_this_thread() noexcept {
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  // A SIGPIPE our writes raise then stays pending on this thread, never delivered; it goes
+  // with the thread.
+  t_sigpipe_blocked = pthread_sigmask(SIG_BLOCK, &pipe, nullptr) == 0;
+}
 
 ConnectionConfig make_connection_config(const ConnectionOptions& options, std::string_view role) {
   ConnectionConfig c;
@@ -143,6 +158,9 @@ void Connection::connect() {
   // The handshake is bounded by the connect timeout; commands by the socket timeout.
   set_timeout(config_.connect_timeout);
   if (!ep.is_unix()) redisEnableKeepAlive(ctx_);
+  // hiredis frees its read buffer whenever it is empty and over 16 KiB, which a batch of 64
+  // tasks is: every read then paid a large free and malloc (and glibc's consolidation).
+  ctx_->reader->maxbuf = kReadBufferKeep;
 
   std::vector<Argv> hello;
   if (!ep.password.empty()) {

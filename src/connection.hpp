@@ -36,6 +36,10 @@ struct ConnectionConfig {
 inline constexpr Millis kCallerBackoffMax{2000};
 inline constexpr Millis kConsumerBackoffMax{30000};
 
+/// For threads streamq starts: blocks SIGPIPE on the calling thread for good, so its writes
+/// need no per-call signal mask changes (three system calls per command otherwise).
+void block_sigpipe_for_this_thread() noexcept;
+
 /// Validates ConnectionOptions; `role` ("producer", "consumer", "stats", ...) names the default
 /// client name ("streamq-<role>") and picks the default backoff cap. Throws ConfigError naming
 /// the field.

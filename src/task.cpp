@@ -10,9 +10,18 @@ const Fields empty_fields;
 Task::Task(std::string entry_id, std::shared_ptr<const Fields> fields, nlohmann::json payload,
            std::int64_t deliveries, std::chrono::system_clock::time_point created_at, int retry_count,
            int max_retries, std::stop_token stop)
+    : Task(std::move(entry_id), std::move(fields), deliveries, created_at, retry_count, max_retries,
+           std::move(stop)) {
+  payload_ = std::move(payload);
+  json_state_.store(json_ready, std::memory_order_relaxed);
+}
+
+Task::Task(std::string entry_id, std::shared_ptr<const Fields> fields, std::int64_t deliveries,
+           std::chrono::system_clock::time_point created_at, int retry_count, int max_retries,
+           std::stop_token stop)
     : entry_id_(std::move(entry_id)),
       fields_(std::move(fields)),
-      payload_(std::move(payload)),
+      json_state_(json_unparsed),
       deliveries_(deliveries),
       created_at_(created_at),
       retry_count_(retry_count),
@@ -32,6 +41,87 @@ Task::Task(std::string entry_id, Fields fields, nlohmann::json payload, std::int
            std::stop_token stop)
     : Task(std::move(entry_id), std::make_shared<const Fields>(std::move(fields)), std::move(payload),
            deliveries, created_at, retry_count, max_retries, std::move(stop)) {}
+
+Task::Task(const Task& o)
+    : entry_id_(o.entry_id_),
+      fields_(o.fields_),
+      id_index_(o.id_index_),
+      type_index_(o.type_index_),
+      payload_index_(o.payload_index_),
+      deliveries_(o.deliveries_),
+      created_at_(o.created_at_),
+      retry_count_(o.retry_count_),
+      max_retries_(o.max_retries_),
+      stop_(o.stop_) {
+  // A payload another thread is parsing right now is parsed again by the copy when needed.
+  if (o.json_state_.load(std::memory_order_acquire) == json_ready) {
+    payload_ = o.payload_;
+    json_state_.store(json_ready, std::memory_order_relaxed);
+  } else {
+    json_state_.store(json_unparsed, std::memory_order_relaxed);
+  }
+}
+
+Task& Task::operator=(const Task& o) {
+  if (this != &o) *this = Task(o);
+  return *this;
+}
+
+Task::Task(Task&& o) noexcept
+    : entry_id_(std::move(o.entry_id_)),
+      fields_(std::move(o.fields_)),
+      id_index_(o.id_index_),
+      type_index_(o.type_index_),
+      payload_index_(o.payload_index_),
+      payload_(std::move(o.payload_)),
+      json_state_(o.json_state_.load(std::memory_order_acquire) == json_ready ? json_ready : json_unparsed),
+      deliveries_(o.deliveries_),
+      created_at_(o.created_at_),
+      retry_count_(o.retry_count_),
+      max_retries_(o.max_retries_),
+      stop_(std::move(o.stop_)) {}
+
+Task& Task::operator=(Task&& o) noexcept {
+  entry_id_ = std::move(o.entry_id_);
+  fields_ = std::move(o.fields_);
+  id_index_ = o.id_index_;
+  type_index_ = o.type_index_;
+  payload_index_ = o.payload_index_;
+  payload_ = std::move(o.payload_);
+  json_state_.store(o.json_state_.load(std::memory_order_acquire) == json_ready ? json_ready : json_unparsed,
+                    std::memory_order_relaxed);
+  deliveries_ = o.deliveries_;
+  created_at_ = o.created_at_;
+  retry_count_ = o.retry_count_;
+  max_retries_ = o.max_retries_;
+  stop_ = std::move(o.stop_);
+  return *this;
+}
+
+const nlohmann::json& Task::json() const {
+  std::uint8_t state = json_state_.load(std::memory_order_acquire);
+  if (state == json_ready) return payload_;
+  if (state == json_unparsed && json_state_.compare_exchange_strong(state, json_parsing, std::memory_order_acquire)) {
+    try {
+      // The consumer validated the payload with the producer's scanner, which accepts exactly
+      // what nlohmann accepts: this parse does not fail.
+      payload_ = nlohmann::json::parse(payload(), nullptr, /*allow_exceptions=*/false);
+    } catch (...) {
+      json_state_.store(json_unparsed, std::memory_order_release);
+      json_state_.notify_all();
+      throw;
+    }
+    json_state_.store(json_ready, std::memory_order_release);
+    json_state_.notify_all();
+    return payload_;
+  }
+  // Another thread is parsing (or just failed to): wait for it, or take over.
+  while ((state = json_state_.load(std::memory_order_acquire)) != json_ready) {
+    if (state == json_unparsed) return json();
+    json_state_.wait(state, std::memory_order_acquire);
+  }
+  return payload_;
+}
 
 const Fields& Task::fields() const noexcept { return fields_ ? *fields_ : empty_fields; }
 

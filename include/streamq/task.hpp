@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -38,12 +39,18 @@ using Fields = std::vector<std::pair<std::string, std::string>>;
 
 /// A task as a handler sees it: decoded and validated before the handler runs.
 ///
-/// Thread safety: a Task is immutable once built; the handler gets a const reference that is
-/// valid until it returns.
+/// Thread safety: a Task is immutable once built (json() parses once, safely from any thread);
+/// the handler gets a const reference that is valid until it returns.
 class Task {
  public:
   Task() = default;
+  /// A task whose payload (the `payload` field, already validated as JSON) is parsed on the
+  /// first json() call: a handler that reads only payload() never pays for a parse.
   /// `stop` is the worker's stop token (see stop_requested()); a default token never stops.
+  Task(std::string entry_id, std::shared_ptr<const Fields> fields, std::int64_t deliveries,
+       std::chrono::system_clock::time_point created_at, int retry_count, int max_retries,
+       std::stop_token stop = {});
+  /// A task with its payload already parsed.
   Task(std::string entry_id, std::shared_ptr<const Fields> fields, nlohmann::json payload,
        std::int64_t deliveries, std::chrono::system_clock::time_point created_at, int retry_count,
        int max_retries, std::stop_token stop = {});
@@ -57,8 +64,8 @@ class Task {
   const std::string& type() const noexcept { return value_at(type_index_); }
   /// The payload as JSON text, exactly as stored.
   const std::string& payload() const noexcept { return value_at(payload_index_); }
-  /// The parsed payload.
-  const nlohmann::json& json() const noexcept { return payload_; }
+  /// The parsed payload, parsed on the first call. @throws std::bad_alloc only.
+  const nlohmann::json& json() const;
   /// Retries done before this attempt (0 on the first).
   int retry_count() const noexcept { return retry_count_; }
   /// Retries allowed after the first attempt.
@@ -85,7 +92,14 @@ class Task {
   /// std::stop_callback.
   const std::stop_token& stop_token() const noexcept { return stop_; }
 
+  Task(const Task& other);
+  Task& operator=(const Task& other);
+  Task(Task&& other) noexcept;
+  Task& operator=(Task&& other) noexcept;
+  ~Task() = default;
+
  private:
+  enum : std::uint8_t { json_unparsed, json_parsing, json_ready };
   const std::string& value_at(std::size_t index) const noexcept;
 
   std::string entry_id_;
@@ -94,7 +108,8 @@ class Task {
   std::size_t id_index_ = static_cast<std::size_t>(-1);
   std::size_t type_index_ = static_cast<std::size_t>(-1);
   std::size_t payload_index_ = static_cast<std::size_t>(-1);
-  nlohmann::json payload_;
+  mutable nlohmann::json payload_;
+  mutable std::atomic<std::uint8_t> json_state_{json_ready};  // an empty Task's payload is null
   std::int64_t deliveries_ = 1;
   std::chrono::system_clock::time_point created_at_{};
   int retry_count_ = 0;

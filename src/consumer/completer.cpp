@@ -28,9 +28,35 @@ struct Plan {
   }
 };
 
-/// The first error of a MULTI ... EXEC block, or empty.
-std::string multi_error(const std::vector<Reply>& replies, std::size_t first, std::size_t exec) {
-  for (std::size_t i = first; i <= exec; ++i) {
+}  // namespace
+
+std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t stream,
+                                                const std::vector<std::string_view>& ids,
+                                                const std::vector<std::string_view>& orphan_ids) {
+  const QueueKeys& keys = s.keys(stream);
+  const std::size_t first = argvs.size();
+  argvs.push_back(Argv{"MULTI"});
+  if (!ids.empty()) {
+    Argv ack{"XACK", keys.stream, s.opt.group};
+    Argv del{"XDEL", keys.stream};
+    for (std::string_view id : ids) {
+      ack.add(id);
+      del.add(id);
+    }
+    argvs.push_back(std::move(ack));
+    argvs.push_back(std::move(del));
+  }
+  if (!orphan_ids.empty()) {
+    Argv del{"XDEL", keys.dlq};
+    for (std::string_view id : orphan_ids) del.add(id);
+    argvs.push_back(std::move(del));
+  }
+  argvs.push_back(Argv{"EXEC"});
+  return {first, argvs.size() - 1};
+}
+
+std::string acks_error(const std::vector<Reply>& replies, std::size_t multi, std::size_t exec) {
+  for (std::size_t i = multi; i <= exec; ++i) {
     if (replies[i].view().is_error()) {
       const std::string_view e = replies[i].view().error();
       // EXECABORT only says that an earlier queued command was refused: report that one.
@@ -39,8 +65,6 @@ std::string multi_error(const std::vector<Reply>& replies, std::size_t first, st
   }
   return replies[exec].view().is_error() ? std::string(replies[exec].view().error()) : std::string();
 }
-
-}  // namespace
 
 Completer::Completer(Shared& shared) : s_(shared), conn_(shared.connection), scripts_(conn_) {}
 
@@ -58,6 +82,7 @@ void Completer::finish(Clock::time_point deadline) {
 }
 
 void Completer::main(const std::stop_token&) {
+  block_sigpipe_for_this_thread();  // library code only runs on this thread
   std::vector<Completion> batch;
   Backoff retry_backoff(s_.connection.backoff_base, std::min(kRetryMax, s_.connection.backoff_max));
   Clock::time_point retry_at{};
@@ -106,39 +131,25 @@ void Completer::flush(std::vector<Completion>& batch) {
   const std::string& group = s_.opt.group;
   const std::string& me = s_.opt.consumer_name;
 
-  // Successes: one MULTI per stream, XACK + XDEL of the entries, XDEL of the provisional
-  // records of orphaned ones. MULTI: a crash between XACK and XDEL would leave a done entry
-  // counting toward max_len.
+  // Successes: one MULTI per stream. A success is final even if the lease was lost meanwhile:
+  // the task is done, and the new owner's completion of it then finds nothing to do. An
+  // orphaned entry's success deletes its provisional record instead.
   for (std::uint16_t stream = 0; stream < s_.streams.size(); ++stream) {
-    Argv ack{"XACK", s_.keys(stream).stream, group};
-    Argv del{"XDEL", s_.keys(stream).stream};
-    Argv del_orphans{"XDEL", s_.keys(stream).dlq};
+    std::vector<std::string_view> ids, orphan_ids;
     std::vector<std::size_t> members;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (batch[i].outcome != Outcome::ack || batch[i].key.stream != stream) continue;
-      // A success is final even if the lease was lost meanwhile: the task is done, and the new
-      // owner's completion of it then finds nothing to do.
-      if (fate[i].orphan_id.empty()) {
-        ack.add(batch[i].key.id);
-        del.add(batch[i].key.id);
-      } else {
-        del_orphans.add(fate[i].orphan_id);
-      }
+      (fate[i].orphan_id.empty() ? ids : orphan_ids).push_back(fate[i].orphan_id.empty() ? batch[i].key.id
+                                                                                          : fate[i].orphan_id);
       members.push_back(i);
     }
     if (members.empty()) continue;
-    const std::size_t first = plan.argvs.size();
-    plan.add(Argv{"MULTI"}, not_a_script);
-    if (ack.size() > 3) {
-      plan.add(std::move(ack), not_a_script);
-      plan.add(std::move(del), not_a_script);
-    }
-    if (del_orphans.size() > 2) plan.add(std::move(del_orphans), not_a_script);
-    plan.add(Argv{"EXEC"}, not_a_script);
-    plan.multis.emplace_back(first, plan.argvs.size() - 1);
+    const auto block = append_acks(plan.argvs, s_, stream, ids, orphan_ids);
+    plan.ids.resize(plan.argvs.size(), not_a_script);
+    plan.multis.push_back(block);
     for (std::size_t i : members) {
       plan.write[i] = Write::ack;
-      plan.reply[i] = plan.argvs.size() - 1;
+      plan.reply[i] = block.second;
     }
   }
 
@@ -174,7 +185,7 @@ void Completer::flush(std::vector<Completion>& batch) {
 
   // The error of each MULTI block, at its EXEC reply's index.
   std::vector<std::string> block_error(replies.size());
-  for (const auto& [first, exec] : plan.multis) block_error[exec] = multi_error(replies, first, exec);
+  for (const auto& [first, exec] : plan.multis) block_error[exec] = acks_error(replies, first, exec);
 
   std::vector<Completion> retry_later;
   std::vector<EntryKey> finished;

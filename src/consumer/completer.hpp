@@ -18,6 +18,16 @@
 
 namespace streamq::detail {
 
+/// Appends MULTI, XACK + XDEL of `ids` (if any), XDEL of the provisional records
+/// `orphan_ids` from the dead-letter stream (if any), EXEC: the acknowledgement of successes
+/// of one stream. MULTI: a crash between XACK and XDEL would leave a done entry counting
+/// toward max_len. The views must outlive the pipeline. Returns the MULTI's and EXEC's index.
+std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t stream,
+                                                const std::vector<std::string_view>& ids,
+                                                const std::vector<std::string_view>& orphan_ids);
+/// The error that refused such a block (the refused command's, not EXECABORT), "" if written.
+std::string acks_error(const std::vector<Reply>& replies, std::size_t multi, std::size_t exec);
+
 class Completer {
  public:
   explicit Completer(Shared& shared);

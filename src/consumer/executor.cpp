@@ -61,7 +61,8 @@ Start start_suspect(const Shared& s, Work& w, std::unique_ptr<StartChannel>& ch)
 
 void thread_main(Shared& s) {
   std::unique_ptr<StartChannel> channel;
-  while (std::optional<Work> w = s.inflight.take()) {
+  std::optional<Work> w = s.inflight.take();
+  while (w) {
     const bool suspect = w->suspect();
     try {
       if (suspect) {
@@ -69,14 +70,16 @@ void thread_main(Shared& s) {
         if (start == Start::gone) report_gone(s, w->key.stream, {w->key.id});
         if (start != Start::run || !s.inflight.started(w->key)) {
           s.inflight.not_run(w->key, suspect);
+          w = s.inflight.take();
           continue;
         }
       }
-      s.inflight.finish(execute(s, *w), suspect);
+      w = s.inflight.finish_and_take(execute(s, *w), suspect);
     } catch (const std::exception& e) {
       // Our own failure (memory): the entry stays pending and is reclaimed after claim_min_idle.
       log(LogLevel::error, "entry " + w->key.id + " could not be run: " + e.what());
       s.inflight.not_run(w->key, suspect);
+      w = s.inflight.take();
     }
   }
 }

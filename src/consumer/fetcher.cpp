@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "fetcher.hpp"
 
+#include "completer.hpp"
 #include "log.hpp"
 #include "pending.hpp"
 #include "streamq/errors.hpp"
@@ -56,11 +57,39 @@ void Fetcher::replay_own(const std::stop_token& stop) {
   if (!replayed_once_.exchange(true)) on_first_replay_();
 }
 
-bool Fetcher::read(std::size_t count) {
-  Argv read{"XREADGROUP", "GROUP", s_.opt.group, s_.opt.consumer_name, "COUNT"};
-  read.add(static_cast<std::int64_t>(count)).add("BLOCK").add(block_text_);
-  read.add("STREAMS").add(s_.keys().stream).add(">");
-  const Reply reply = conn_.command(read);
+bool Fetcher::read() {
+  // Successes go out ahead of the read, in the same write, so one round trip acknowledges a
+  // batch and fetches the next (the completer writes them when this thread is blocked).
+  acks_.clear();
+  const std::size_t count = s_.inflight.take_acks(acks_);
+  std::vector<Argv> argvs;
+  std::pair<std::size_t, std::size_t> block{0, 0};
+  if (!acks_.empty()) {
+    std::vector<std::string_view> ids;
+    ids.reserve(acks_.size());
+    for (const EntryKey& k : acks_) ids.push_back(k.id);  // stream 0: the only one read today
+    block = append_acks(argvs, s_, 0, ids, {});
+  }
+  if (count > 0) {
+    Argv read{"XREADGROUP", "GROUP", s_.opt.group, s_.opt.consumer_name, "COUNT"};
+    read.add(static_cast<std::int64_t>(count)).add("BLOCK").add(block_text_);
+    read.add("STREAMS").add(s_.keys().stream).add(">");
+    argvs.push_back(std::move(read));
+  }
+  try {
+    for (const Argv& argv : argvs) conn_.append(argv);
+    conn_.flush();
+    if (!acks_.empty()) {
+      std::vector<Reply> replies;
+      for (std::size_t i = 0; i <= block.second; ++i) replies.push_back(conn_.read_reply());
+      acked(acks_error(replies, block.first, block.second));
+    }
+  } catch (const ConnectionError&) {
+    s_.inflight.acks_refused(acks_);  // written or not: the completer writes them (again)
+    throw;
+  }
+  if (count == 0) return true;
+  const Reply reply = conn_.read_reply();
   const ReplyView r = reply.view();
   if (r.is_error()) {
     const std::string_view err = r.error();
@@ -80,7 +109,22 @@ bool Fetcher::read(std::size_t count) {
   return true;
 }
 
+void Fetcher::acked(const std::string& error) {
+  if (error.empty()) {
+    Metrics::add(s_.metrics.done, acks_.size());
+    s_.inflight.acks_written(acks_);
+  } else if (is_transient_error(error)) {
+    s_.inflight.acks_refused(acks_);  // the completer retries them with backoff
+  } else {
+    log(LogLevel::error, "acknowledging " + std::to_string(acks_.size()) + " completed entries: " + error +
+                             "; they stay pending and will be reclaimed after claim_min_idle");
+    s_.inflight.acks_written(acks_);
+  }
+  acks_.clear();
+}
+
 void Fetcher::main(const std::stop_token& stop) {
+  block_sigpipe_for_this_thread();  // library code only runs on this thread
   std::uint64_t replayed_generation = 0;
   Backoff error_backoff(s_.connection.backoff_base, s_.connection.backoff_max);
   while (!stop.stop_requested()) {
@@ -94,9 +138,8 @@ void Fetcher::main(const std::stop_token& stop) {
         replay_own(stop);
         replayed_generation = conn_.generation();
       }
-      const std::size_t room = s_.inflight.wait_for_room(stop);
-      if (room == 0) break;
-      if (read(room)) {
+      if (!s_.inflight.wait_for_room(stop)) break;
+      if (read()) {
         error_backoff.reset();
       } else {
         error_backoff.fail();

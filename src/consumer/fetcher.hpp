@@ -2,8 +2,10 @@
 // The fetcher: brings new work in. Owns one thread and one connection. After every connect
 // it first replays this consumer's own pending entries (they were delivered to this name
 // before, and nobody else takes them until they idle past claim_min_idle); then it reads
-// with XREADGROUP ... BLOCK whenever the in-flight set has room, and recreates the group
-// (at id 0) if it was deleted. Talks to: the in-flight set (deliver, room), Redis.
+// with XREADGROUP ... BLOCK whenever the in-flight set has room, writing the successes that
+// finished meanwhile ahead of each read (one round trip per batch, as a bare loop would),
+// and recreates the group (at id 0) if it was deleted. Talks to: the in-flight set
+// (deliver, room, acks), Redis.
 #pragma once
 
 #include <atomic>
@@ -45,8 +47,11 @@ class Fetcher {
  private:
   void main(const std::stop_token& stop);
   void replay_own(const std::stop_token& stop);
-  /// One XREADGROUP; false when the caller should back off (the group was recreated).
-  bool read(std::size_t count);
+  /// Acknowledges the successes waiting and reads more (one pipeline); false when the caller
+  /// should back off (the group was recreated).
+  bool read();
+  /// Counts and forgets the acknowledged entries, or hands them to the completer.
+  void acked(const std::string& error);
   /// Waits `delay` unless a stop comes first; false when stopping.
   bool pause(const std::stop_token& stop, Millis delay);
 
@@ -55,7 +60,8 @@ class Fetcher {
   Connection conn_;
   ScriptRunner scripts_;
   const std::string block_text_;
-  std::vector<Work> works_;  // reused between reads
+  std::vector<Work> works_;     // reused between reads
+  std::vector<EntryKey> acks_;  // successes acknowledged by the current pipeline
   std::atomic<std::int64_t> client_id_{-1};
   std::atomic<bool> replayed_once_{false};
   std::mutex finished_mutex_;

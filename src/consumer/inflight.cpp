@@ -8,8 +8,11 @@
 namespace streamq::detail {
 namespace {
 
-// Completions wait at most this long for company while every handler is busy.
+// Retries and dead letters wait at most this long for company while every handler is busy.
 constexpr std::chrono::milliseconds kLinger{5};
+// Successes wait this long for the fetcher (which writes them ahead of its next read) before
+// the completer writes them itself: under load the fetcher comes back much sooner.
+constexpr std::chrono::milliseconds kAckLinger{5};
 
 }  // namespace
 
@@ -30,7 +33,7 @@ InFlight::InFlight(std::size_t prefetch, Metrics& metrics)
 std::size_t InFlight::deliver(std::vector<Work>& works) {
   const auto now = Clock::now();
   std::size_t queued = 0;
-  std::size_t wake = 0;
+  bool wake = false;
   {
     std::lock_guard lock(mutex_);
     // Accepted while stopping too: entries read then are held unstarted, so they are released.
@@ -45,21 +48,48 @@ std::size_t InFlight::deliver(std::vector<Work>& works) {
         ++queued;
       }
     }
-    wake = std::min(queued, idle_handlers_);
+    wake = queued > 0 && idle_handlers_ > 0;
   }
   works.clear();
-  if (wake > 0 && wake == queued) {
-    work_cv_.notify_all();
-  } else {
-    for (std::size_t i = 0; i < wake; ++i) work_cv_.notify_one();
-  }
+  // One handler is woken here; each handler that takes an entry wakes the next while work
+  // remains (take_locked), so the wake-ups are not on the fetcher's path.
+  if (wake) work_cv_.notify_one();
   return queued;
 }
 
-std::size_t InFlight::wait_for_room(const std::stop_token& stop) {
+bool InFlight::wait_for_room(const std::stop_token& stop) {
   std::unique_lock lock(mutex_);
-  room_cv_.wait(lock, stop, [&] { return stopping_ || held_.size() <= low_water_; });
-  return stopping_ || stop.stop_requested() ? 0 : prefetch_ - held_.size();
+  room_cv_.wait(lock, stop, [&] { return stopping_ || unacked() <= low_water_; });
+  return !stopping_ && !stop.stop_requested();
+}
+
+std::size_t InFlight::take_acks(std::vector<EntryKey>& out) {
+  std::lock_guard lock(mutex_);
+  bool for_completer = false;
+  for (EntryKey& k : acks_) {
+    const auto it = held_.find(k);
+    if (it != held_.end() && (it->second.gone || !it->second.orphan_id.empty())) {
+      done_.push_back(Completion{std::move(k), Outcome::ack, {}});
+      for_completer = true;
+    } else {
+      out.push_back(std::move(k));
+    }
+  }
+  acks_.clear();
+  if (for_completer) done_cv_.notify_one();
+  const std::size_t after = held_.size() - out.size();
+  return after < prefetch_ ? prefetch_ - after : 0;
+}
+
+void InFlight::acks_written(const std::vector<EntryKey>& keys) { completed(keys); }
+
+void InFlight::acks_refused(std::vector<EntryKey>& keys) {
+  {
+    std::lock_guard lock(mutex_);
+    for (EntryKey& k : keys) done_.push_back(Completion{std::move(k), Outcome::ack, {}});
+  }
+  keys.clear();
+  done_cv_.notify_one();
 }
 
 std::size_t InFlight::reclaim_room(std::size_t cap) {
@@ -88,12 +118,16 @@ std::deque<Work>::iterator InFlight::next_runnable() {
 
 std::optional<Work> InFlight::take() {
   std::unique_lock lock(mutex_);
+  return take_locked(lock);
+}
+
+std::optional<Work> InFlight::take_locked(std::unique_lock<std::mutex>& lock) {
   for (;;) {
     if (stopping_) return std::nullopt;  // queued entries stay held; they are released at exit
     const auto next = next_runnable();
     if (next == ready_.end()) {
       ++idle_handlers_;
-      if (completer_waiting_ && flush_now()) done_cv_.notify_one();
+      if (completer_waiting_ && !done_.empty() && flush_now(Clock::time_point{})) done_cv_.notify_one();
       work_cv_.wait(lock);
       --idle_handlers_;
       continue;
@@ -116,6 +150,7 @@ std::optional<Work> InFlight::take() {
     it->second.state = w.suspect() ? State::taken : State::running;
     suspect_running_ = suspect_running_ || w.suspect();
     ++running_;
+    if (idle_handlers_ > 0 && next_runnable() != ready_.end()) work_cv_.notify_one();
     return w;
   }
 }
@@ -139,50 +174,60 @@ void InFlight::not_run(const EntryKey& key, bool suspect) {
     Metrics::add(metrics_.skipped, 1);
     if (suspect) suspect_running_ = false;
     --running_;
+    if (completer_waiting_ && flush_now(Clock::now())) done_cv_.notify_one();
   }
   work_cv_.notify_one();  // the next suspect may go
   idle_cv_.notify_all();
 }
 
-void InFlight::finish(Completion c, bool suspect) {
-  bool wake_completer = false;
-  {
-    std::lock_guard lock(mutex_);
+std::optional<Work> InFlight::finish_and_take(Completion c, bool suspect) {
+  std::unique_lock lock(mutex_);
+  if (c.outcome == Outcome::ack) {
+    if (acks_.empty()) acks_since_ = Clock::now();
+    acks_.push_back(std::move(c.key));
+    if (unacked() == low_water_) room_cv_.notify_all();  // the fetcher may read (and ack) now
+  } else {
     done_.push_back(std::move(c));
-    if (suspect) suspect_running_ = false;
-    --running_;
-    wake_completer = completer_waiting_ && flush_now();
   }
-  if (wake_completer) done_cv_.notify_one();
-  if (suspect) work_cv_.notify_one();
-  idle_cv_.notify_all();
+  if (suspect) {
+    suspect_running_ = false;
+    if (idle_handlers_ > 0) work_cv_.notify_one();  // the next suspect may go
+  }
+  if (--running_ == 0) idle_cv_.notify_all();
+  if (completer_waiting_ && !done_.empty() && flush_now(Clock::time_point{})) done_cv_.notify_one();
+  return take_locked(lock);
 }
 
 // ------------------------------------------------------------------ completer
 
-bool InFlight::flush_now() const {
-  if (done_.empty()) return false;
-  // Write at once unless every handler is busy with more work waiting: then completions
-  // gather into bigger writes (kLinger bounds the wait).
-  return done_.size() >= flush_batch_ || idle_handlers_ > 0 || ready_.empty() || stopping_ ||
-         completer_stopping_;
+bool InFlight::flush_now(Clock::time_point now) const {
+  if (stopping_ || completer_stopping_) return !done_.empty() || !acks_.empty();
+  // Successes: once the fetcher has left them for kAckLinger (pass a zero `now` to ask only
+  // about the rest). The rest: once no more completions are coming (nothing runs or waits to
+  // run), or a batch is worth a write on its own; otherwise they gather into bigger writes.
+  if (!acks_.empty() && now - acks_since_ >= kAckLinger) return true;
+  return !done_.empty() && (done_.size() >= flush_batch_ || (running_ == 0 && ready_.empty()));
 }
 
 bool InFlight::wait_completions(std::vector<Completion>& out, Clock::time_point until) {
   until = std::min(until, Clock::now() + std::chrono::minutes(1));  // never meet the clock's far end
   std::unique_lock lock(mutex_);
   completer_waiting_ = true;
-  while (!flush_now() && !(completer_stopping_ && done_.empty())) {
-    const auto wake = done_.empty() ? until : std::min(until, Clock::now() + kLinger);
-    if (done_cv_.wait_until(lock, wake) == std::cv_status::timeout && Clock::now() >= wake) break;
+  const auto linger_end = Clock::now() + kLinger;
+  for (;;) {
+    const auto now = Clock::now();
+    if (flush_now(now) || completer_stopping_ || now >= until) break;
+    auto wake = until;
+    if (!done_.empty()) wake = std::min(wake, linger_end);
+    if (!acks_.empty()) wake = std::min(wake, acks_since_ + kAckLinger);
+    if (!done_.empty() && now >= linger_end) break;
+    done_cv_.wait_until(lock, wake);
   }
   completer_waiting_ = false;
-  if (out.empty()) {
-    out.swap(done_);
-  } else {
-    std::move(done_.begin(), done_.end(), std::back_inserter(out));
-    done_.clear();
-  }
+  std::move(done_.begin(), done_.end(), std::back_inserter(out));
+  done_.clear();
+  for (EntryKey& k : acks_) out.push_back(Completion{std::move(k), Outcome::ack, {}});
+  acks_.clear();
   return !completer_stopping_;
 }
 
@@ -323,7 +368,7 @@ std::size_t InFlight::held_count() {
 }
 
 void InFlight::room_freed() {
-  if (held_.size() <= low_water_) room_cv_.notify_all();
+  if (unacked() <= low_water_) room_cv_.notify_all();
 }
 
 }  // namespace streamq::detail

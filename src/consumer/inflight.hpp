@@ -99,9 +99,14 @@ class InFlight {
   /// Adds entries to the ready queue; entries already held are not handed out twice.
   /// Returns how many were queued. Clears `works`.
   std::size_t deliver(std::vector<Work>& works);
-  /// Blocks until at least half the prefetch is free, or `stop`; returns how many entries may
-  /// be fetched (0 when stopping).
-  std::size_t wait_for_room(const std::stop_token& stop);
+  /// Blocks until at least half the prefetch is free (counting successes whose ack is still
+  /// to be written as free: the fetcher writes them ahead of its next read), or `stop`.
+  /// Returns false when stopping.
+  bool wait_for_room(const std::stop_token& stop);
+  /// Takes the successes to acknowledge in the fetcher's next pipeline (ahead of its read) and
+  /// returns how many entries that read may fetch. Successes of entries whose body went away
+  /// are left to the completer (their provisional record is its to replace).
+  std::size_t take_acks(std::vector<EntryKey>& out);
   /// How many suspects the reclaimer may take now: at most `cap`, and none while earlier
   /// suspects still wait to run (they run one at a time; a dead worker's backlog must not
   /// crowd out fresh work here while other consumers could share it).
@@ -121,13 +126,19 @@ class InFlight {
   /// The entry will not run (another consumer owns it now, or its body is gone): counted as
   /// skipped, and forgotten unless its dead-letter record is still to be written.
   void not_run(const EntryKey& key, bool suspect);
-  /// The handler finished; `c` goes to the completer.
-  void finish(Completion c, bool suspect);
+  /// The handler finished; `c` goes to the completer. Then as take(), under the same lock.
+  std::optional<Work> finish_and_take(Completion c, bool suspect);
+
+  /// Successes written by the fetcher (or refused for now: `retry` puts them back for the
+  /// completer).
+  void acks_written(const std::vector<EntryKey>& keys);
+  void acks_refused(std::vector<EntryKey>& keys);
 
   // ---- completer
-  /// Moves queued completions into `out` (appending). Waits until there are some, `until`
-  /// passes, or stop_completer() was called. Returns false when the completer should exit:
-  /// stop_completer() was called and nothing is queued.
+  /// Moves queued completions into `out` (appending): retries and dead letters soon (see
+  /// flush_now), successes only when the fetcher has not taken them for a while (it is
+  /// blocked on an empty stream). Waits until there are some, `until` passes, or
+  /// stop_completer() was called. Returns false once stop_completer() was called.
   bool wait_completions(std::vector<Completion>& out, Clock::time_point until);
   /// Fate snapshot of each key, in order.
   std::vector<FateInfo> fates(const std::vector<Completion>& batch);
@@ -180,9 +191,11 @@ class InFlight {
   };
   using HeldMap = std::unordered_map<EntryKey, Held, EntryKeyHash>;
 
+  std::optional<Work> take_locked(std::unique_lock<std::mutex>& lock);
   std::deque<Work>::iterator next_runnable();
-  bool flush_now() const;  // the completer should write what is queued now
-  void room_freed();       // after held_ shrank; call with mutex_ held
+  bool flush_now(Clock::time_point now) const;  // the completer should write what is queued now
+  std::size_t unacked() const { return held_.size() - acks_.size(); }
+  void room_freed();  // after unacked() shrank; call with mutex_ held
 
   const std::size_t prefetch_;
   const std::size_t low_water_;    // the fetcher reads again once at most this many are held
@@ -195,7 +208,9 @@ class InFlight {
   std::condition_variable idle_cv_;        // shutdown: a handler finished
   HeldMap held_;
   std::deque<Work> ready_;
-  std::vector<Completion> done_;
+  std::vector<Completion> done_;     // retries, dead letters, orphans, refused successes
+  std::vector<EntryKey> acks_;       // successes not yet taken by the fetcher or the completer
+  Clock::time_point acks_since_{};   // when acks_ last became non-empty
   std::size_t idle_handlers_ = 0;  // handlers waiting in take()
   std::size_t running_ = 0;        // handlers between take() and finish()/not_run()
   bool suspect_running_ = false;

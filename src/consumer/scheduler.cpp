@@ -42,6 +42,7 @@ void Scheduler::stop() {
 }
 
 void Scheduler::main(const std::stop_token& stop) {
+  block_sigpipe_for_this_thread();  // library code only runs on this thread
   Backoff error_backoff(s_.connection.backoff_base, s_.connection.backoff_max);
   Clock::time_point not_before{};  // after an error, nothing runs before this
   while (!stop.stop_requested()) {
