@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "hiredis_compat.hpp"
+#include "reply_arena.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq::detail {
@@ -161,6 +162,7 @@ void Connection::connect() {
   // hiredis frees its read buffer whenever it is empty and over 16 KiB, which a batch of 64
   // tasks is: every read then paid a large free and malloc (and glibc's consolidation).
   ctx_->reader->maxbuf = kReadBufferKeep;
+  use_reply_arena(ctx_);
 
   std::vector<Argv> hello;
   if (!ep.password.empty()) {
@@ -203,7 +205,7 @@ Reply Connection::command(const Argv& argv) {
                            argv.lengths());
   }
   if (raw == nullptr) fail("command");
-  return Reply(static_cast<redisReply*>(raw));
+  return Reply(static_cast<redisReply*>(raw), free_arena_reply);
 }
 
 void Connection::append(const Argv& argv) {
@@ -230,7 +232,7 @@ Reply Connection::read_reply() {
     SigpipeGuard guard;  // redisGetReply writes whatever is still queued first
     if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) fail("pipeline");
   }
-  return Reply(static_cast<redisReply*>(raw));
+  return Reply(static_cast<redisReply*>(raw), free_arena_reply);
 }
 
 std::vector<Reply> Connection::pipeline(const std::vector<Argv>& commands) {

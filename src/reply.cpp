@@ -81,7 +81,13 @@ ReplyView ReplyView::field(std::string_view key) const {
   return ReplyView(nullptr);
 }
 
-void ReplyDeleter::operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+void ReplyDeleter::operator()(redisReply* r) const noexcept {
+  if (free != nullptr) {
+    free(r);
+  } else {
+    freeReplyObject(r);
+  }
+}
 
 bool is_transient_error(std::string_view error) noexcept {
   static constexpr std::string_view codes[] = {"LOADING",  "OOM",        "BUSY",    "READONLY",

@@ -51,7 +51,9 @@ class ReplyView {
 /// transition (TRYAGAIN, CLUSTERDOWN). `error` is the reply text, its first word the code.
 bool is_transient_error(std::string_view error) noexcept;
 
+/// Frees a top-level reply with the function of the reader that built it.
 struct ReplyDeleter {
+  void (*free)(void*) = nullptr;  // null: hiredis' freeReplyObject
   void operator()(redisReply* r) const noexcept;
 };
 
@@ -59,7 +61,10 @@ struct ReplyDeleter {
 class Reply {
  public:
   Reply() = default;
+  /// A reply built by hiredis' default reader functions.
   explicit Reply(redisReply* r) noexcept : r_(r) {}
+  /// A reply built by other reader functions, freed with `free`.
+  Reply(redisReply* r, void (*free)(void*)) noexcept : r_(r, ReplyDeleter{free}) {}
   ReplyView view() const noexcept { return ReplyView(r_.get()); }
   ReplyView operator*() const noexcept { return view(); }
   explicit operator bool() const noexcept { return static_cast<bool>(r_); }

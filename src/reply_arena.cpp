@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: MIT
+#include "reply_arena.hpp"
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "hiredis_compat.hpp"
+
+namespace streamq::detail {
+namespace {
+
+// A reply lives in a chain of blocks: the first one starts with the chain's header and the
+// root redisReply; every node, element vector and string of the reply follows, bump-allocated.
+// Blocks stay below glibc's mmap threshold (128 KiB), so no reply costs an mmap/munmap pair.
+constexpr std::size_t kFirstBlock = 4096;
+constexpr std::size_t kMaxBlock = 64 * 1024;
+constexpr std::size_t kAlign = alignof(std::max_align_t);
+
+constexpr std::size_t aligned(std::size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
+
+struct Block {
+  Block* next;
+  std::size_t used;
+  std::size_t capacity;  // bytes after the header
+  char* data() noexcept { return reinterpret_cast<char*>(this) + aligned(sizeof(Block)); }
+};
+
+struct Chain {
+  Block* first;
+  Block* last;
+};
+
+// The root redisReply sits right after the Chain, at a fixed offset into the first block.
+constexpr std::size_t kRootOffset = aligned(sizeof(Chain));
+
+Block* new_block(std::size_t capacity) {
+  void* p = std::malloc(aligned(sizeof(Block)) + capacity);
+  if (p == nullptr) return nullptr;
+  auto* b = static_cast<Block*>(p);
+  b->next = nullptr;
+  b->used = 0;
+  b->capacity = capacity;
+  return b;
+}
+
+Chain* chain_of(redisReply* root) {
+  return reinterpret_cast<Chain*>(reinterpret_cast<char*>(root) - kRootOffset);
+}
+
+void* bump(Chain* c, std::size_t n) {
+  n = aligned(n);
+  Block* b = c->last;
+  if (b->capacity - b->used < n) {
+    std::size_t cap = b->capacity * 2;
+    if (cap > kMaxBlock) cap = kMaxBlock;
+    if (cap < n) cap = n;
+    Block* next = new_block(cap);
+    if (next == nullptr) return nullptr;
+    b->next = next;
+    c->last = next;
+    b = next;
+  }
+  void* p = b->data() + b->used;
+  b->used += n;
+  return p;
+}
+
+/// A zeroed node for `task`: the root of a new chain, or a child in its root's chain, linked
+/// into its parent's element vector as hiredis' own functions do.
+redisReply* node(const redisReadTask* task, int type, std::size_t extra, void** extra_out) {
+  redisReply* r = nullptr;
+  if (task->parent == nullptr) {
+    const std::size_t need = kRootOffset + aligned(sizeof(redisReply)) + aligned(extra);
+    Block* b = new_block(need > kFirstBlock ? need : kFirstBlock);
+    if (b == nullptr) return nullptr;
+    auto* c = reinterpret_cast<Chain*>(b->data());
+    c->first = c->last = b;
+    b->used = kRootOffset;
+    r = static_cast<redisReply*>(bump(c, sizeof(redisReply)));
+    if (extra_out != nullptr) *extra_out = extra > 0 ? bump(c, extra) : nullptr;
+  } else {
+    const redisReadTask* root = task->parent;
+    while (root->parent != nullptr) root = root->parent;
+    Chain* c = chain_of(static_cast<redisReply*>(root->obj));
+    r = static_cast<redisReply*>(bump(c, sizeof(redisReply)));
+    if (r == nullptr) return nullptr;
+    if (extra_out != nullptr) {
+      *extra_out = extra > 0 ? bump(c, extra) : nullptr;
+      if (extra > 0 && *extra_out == nullptr) return nullptr;
+    }
+  }
+  if (r == nullptr) return nullptr;
+  std::memset(static_cast<void*>(r), 0, sizeof(redisReply));
+  r->type = type;
+  if (task->parent != nullptr) {
+    auto* parent = static_cast<redisReply*>(task->parent->obj);
+    parent->element[task->idx] = r;
+  }
+  return r;
+}
+
+void* create_string(const redisReadTask* task, char* str, size_t len) {
+  void* buf = nullptr;
+  redisReply* r = node(task, task->type, len + 1, &buf);
+  if (r == nullptr) return nullptr;
+  char* s = static_cast<char*>(buf);
+#ifdef REDIS_REPLY_VERB
+  if (task->type == REDIS_REPLY_VERB && len >= 4) {  // "txt:" header, as hiredis strips it
+    std::memcpy(r->vtype, str, 3);
+    r->vtype[3] = '\0';
+    str += 4;
+    len -= 4;
+  }
+#endif
+  std::memcpy(s, str, len);
+  s[len] = '\0';
+  r->str = s;
+  r->len = len;
+  return r;
+}
+
+template <typename Count>
+void* create_array(const redisReadTask* task, Count elements) {
+  const auto n = static_cast<std::size_t>(elements);
+  void* vec = nullptr;
+  redisReply* r = node(task, task->type, n * sizeof(redisReply*), &vec);
+  if (r == nullptr) return nullptr;
+  if (n > 0) {
+    r->element = static_cast<redisReply**>(vec);
+    std::memset(vec, 0, n * sizeof(redisReply*));
+  }
+  r->elements = n;
+  return r;
+}
+
+void* create_integer(const redisReadTask* task, long long value) {
+  redisReply* r = node(task, REDIS_REPLY_INTEGER, 0, nullptr);
+  if (r != nullptr) r->integer = value;
+  return r;
+}
+
+void* create_nil(const redisReadTask* task) { return node(task, REDIS_REPLY_NIL, 0, nullptr); }
+
+#if HIREDIS_MAJOR >= 1
+void* create_double(const redisReadTask* task, double value, char* str, size_t len) {
+  void* buf = nullptr;
+  redisReply* r = node(task, REDIS_REPLY_DOUBLE, len + 1, &buf);
+  if (r == nullptr) return nullptr;
+  r->dval = value;
+  r->str = static_cast<char*>(buf);
+  std::memcpy(r->str, str, len);
+  r->str[len] = '\0';
+  r->len = len;
+  return r;
+}
+
+void* create_bool(const redisReadTask* task, int value) {
+  redisReply* r = node(task, REDIS_REPLY_BOOL, 0, nullptr);
+  if (r != nullptr) r->integer = value != 0;
+  return r;
+}
+
+redisReplyObjectFunctions arena_functions = {create_string, create_array<size_t>, create_integer, create_double,
+                                             create_nil,    create_bool,          free_arena_reply};
+#else
+redisReplyObjectFunctions arena_functions = {create_string, create_array<int>, create_integer, create_nil,
+                                             free_arena_reply};
+#endif
+
+}  // namespace
+
+void use_reply_arena(redisContext* ctx) noexcept { ctx->reader->fn = &arena_functions; }
+
+void free_arena_reply(void* reply) noexcept {
+  if (reply == nullptr) return;
+  Block* b = chain_of(static_cast<redisReply*>(reply))->first;
+  while (b != nullptr) {
+    Block* next = b->next;
+    std::free(b);
+    b = next;
+  }
+}
+
+}  // namespace streamq::detail
