@@ -55,6 +55,11 @@ std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const 
   return {first, argvs.size() - 1};
 }
 
+bool exec_refused(const std::vector<Reply>& replies, std::size_t exec) {
+  const ReplyView v = replies[exec].view();
+  return v.is_error() && !v.error().starts_with("EXECABORT");
+}
+
 std::string acks_error(const std::vector<Reply>& replies, std::size_t multi, std::size_t exec) {
   for (std::size_t i = multi; i <= exec; ++i) {
     if (replies[i].view().is_error()) {
@@ -109,6 +114,14 @@ void Completer::main(const std::stop_token&) {
     } catch (const ConnectionError& e) {
       // What was in flight may or may not have been written; every write is safe to repeat.
       const Millis delay = conn_.backoff_delay();
+      log(LogLevel::warning, std::string("completer: ") + e.what() + "; retrying in " +
+                                 std::to_string(delay.count()) + " ms");
+      retry_at = now + delay;
+      continue;
+    } catch (const std::exception& e) {
+      // The session set-up was refused (a busy or loading server, or an ACL problem).
+      retry_backoff.fail();
+      const Millis delay = retry_backoff.delay();
       log(LogLevel::warning, std::string("completer: ") + e.what() + "; retrying in " +
                                  std::to_string(delay.count()) + " ms");
       retry_at = now + delay;
@@ -185,7 +198,12 @@ void Completer::flush(std::vector<Completion>& batch) {
 
   // The error of each MULTI block, at its EXEC reply's index.
   std::vector<std::string> block_error(replies.size());
-  for (const auto& [first, exec] : plan.multis) block_error[exec] = acks_error(replies, first, exec);
+  bool reconnect = false;
+  for (const auto& [first, exec] : plan.multis) {
+    block_error[exec] = acks_error(replies, first, exec);
+    reconnect = reconnect || exec_refused(replies, exec);
+  }
+  if (reconnect) conn_.disconnect();  // not left inside a MULTI
 
   std::vector<Completion> retry_later;
   std::vector<EntryKey> finished;

@@ -27,6 +27,9 @@ std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const 
                                                 const std::vector<std::string_view>& orphan_ids);
 /// The error that refused such a block (the refused command's, not EXECABORT), "" if written.
 std::string acks_error(const std::vector<Reply>& replies, std::size_t multi, std::size_t exec);
+/// True when EXEC itself was refused (a busy server refuses it as it refuses XACK), which
+/// leaves the connection inside the MULTI: the caller must drop the connection.
+bool exec_refused(const std::vector<Reply>& replies, std::size_t exec);
 
 class Completer {
  public:

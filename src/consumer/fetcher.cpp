@@ -83,6 +83,10 @@ bool Fetcher::read() {
       std::vector<Reply> replies;
       for (std::size_t i = 0; i <= block.second; ++i) replies.push_back(conn_.read_reply());
       acked(acks_error(replies, block.first, block.second));
+      if (exec_refused(replies, block.second)) {
+        conn_.disconnect();  // not left inside a MULTI; the read is lost with it, and redone
+        return false;
+      }
     }
   } catch (const ConnectionError&) {
     s_.inflight.acks_refused(acks_);  // written or not: the completer writes them (again)

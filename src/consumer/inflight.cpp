@@ -34,8 +34,10 @@ std::size_t InFlight::deliver(std::vector<Work>& works) {
   const auto now = Clock::now();
   std::size_t queued = 0;
   bool wake = false;
+  bool wake_completer = false;
   {
     std::lock_guard lock(mutex_);
+    wake_completer = held_.empty() && completer_waiting_;  // it starts looking for successes
     // Accepted while stopping too: entries read then are held unstarted, so they are released.
     for (Work& w : works) {
       Held h;
@@ -54,6 +56,7 @@ std::size_t InFlight::deliver(std::vector<Work>& works) {
   // One handler is woken here; each handler that takes an entry wakes the next while work
   // remains (take_locked), so the wake-ups are not on the fetcher's path.
   if (wake) work_cv_.notify_one();
+  if (wake_completer && queued > 0) done_cv_.notify_one();
   return queued;
 }
 
@@ -217,10 +220,16 @@ bool InFlight::wait_completions(std::vector<Completion>& out, Clock::time_point 
   for (;;) {
     const auto now = Clock::now();
     if (flush_now(now) || completer_stopping_ || now >= until) break;
+    if (!done_.empty() && now >= linger_end) break;
     auto wake = until;
     if (!done_.empty()) wake = std::min(wake, linger_end);
-    if (!acks_.empty()) wake = std::min(wake, acks_since_ + kAckLinger);
-    if (!done_.empty() && now >= linger_end) break;
+    // Successes are not announced (the fetcher takes them): while anything is held, look
+    // every kAckLinger for ones it has left, e.g. while it is blocked on an empty stream.
+    if (!acks_.empty()) {
+      wake = std::min(wake, acks_since_ + kAckLinger);
+    } else if (!held_.empty()) {
+      wake = std::min(wake, now + kAckLinger);
+    }
     done_cv_.wait_until(lock, wake);
   }
   completer_waiting_ = false;

@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: MIT
 // The connection layer as a Producer sees it: errors, session set-up, reconnects, SIGPIPE.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <stdexcept>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -14,7 +20,51 @@ namespace {
 
 using namespace std::chrono_literals;
 
-TEST(Connection, ServerDownGivesConnectionErrorWithinTimeout) {
+/// A loopback listener that never answers. With `fill_backlog` its accept queue is full as
+/// well, so the kernel drops new connection attempts (their SYN) and connect() hangs;
+/// otherwise connections are accepted by the kernel and then nothing is ever read or written.
+class SilentListener {
+ public:
+  explicit SilentListener(bool fill_backlog) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        listen(fd_, fill_backlog ? 0 : 16) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      throw std::runtime_error("cannot listen");
+    }
+    port_ = ntohs(addr.sin_port);
+    if (fill_backlog) {
+      filler_ = socket(AF_INET, SOCK_STREAM, 0);
+      if (connect(filler_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        throw std::runtime_error("cannot fill the backlog");
+      }
+    }
+  }
+  ~SilentListener() {
+    if (filler_ >= 0) close(filler_);
+    close(fd_);
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int filler_ = -1;
+  int port_ = 0;
+};
+
+/// How long enqueue took to throw `E`.
+template <class E>
+std::chrono::milliseconds time_to_throw(Producer& producer) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(producer.enqueue("t", "{}"), E);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+}
+
+TEST(Connection, RefusedConnectionFailsAtOnce) {
   // A port nobody listens on: take a server's port, then stop it.
   int port = 0;
   {
@@ -22,11 +72,25 @@ TEST(Connection, ServerDownGivesConnectionErrorWithinTimeout) {
     port = server.port();
   }
   Producer producer({.connection = {.url = "redis://127.0.0.1:" + std::to_string(port),
-                                    .connect_timeout = 500ms}});
-  const auto start = std::chrono::steady_clock::now();
-  EXPECT_THROW(producer.enqueue("t", "{}"), ConnectionError);
-  // Not a timing benchmark: "no hang" means far below the 10 s test deadline.
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+                                    .connect_timeout = 10s}});
+  // A refusal is an answer: no waiting for the 10 s connect timeout.
+  EXPECT_LT(time_to_throw<ConnectionError>(producer), 5s);
+}
+
+TEST(Connection, ConnectTimeoutBoundsAConnectThatIsNeverAnswered) {
+  SilentListener listener(/*fill_backlog=*/true);
+  Producer producer({.connection = {.url = listener.url(), .connect_timeout = 300ms, .socket_timeout = 20s}});
+  const auto took = time_to_throw<TimeoutError>(producer);
+  EXPECT_GE(took, 250ms);  // it waited for the connect timeout ...
+  EXPECT_LT(took, 10s);    // ... not for the socket timeout
+}
+
+TEST(Connection, ConnectTimeoutBoundsAHandshakeThatIsNeverAnswered) {
+  SilentListener listener(/*fill_backlog=*/false);  // connects, then AUTH/SETNAME get no reply
+  Producer producer({.connection = {.url = listener.url(), .connect_timeout = 300ms, .socket_timeout = 20s}});
+  const auto took = time_to_throw<TimeoutError>(producer);
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 10s);
 }
 
 TEST(Connection, PasswordAndAclUser) {

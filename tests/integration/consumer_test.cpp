@@ -13,6 +13,7 @@
 
 #include <streamq/streamq.hpp>
 
+#include "consumer_fixture.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
 
@@ -21,49 +22,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Fields = std::vector<std::pair<std::string, std::string>>;
-
-class ConsumerTest : public ::testing::Test {
- protected:
-  RedisServer server;
-  Client client{server.url()};
-  std::string stream = unique_key();
-  std::string dlq = stream + ":dlq";
-
-  ConsumerOptions options() const {
-    return {.connection = {.url = server.url()}, .stream = stream, .block = 200ms};
-  }
-  Producer producer() const { return Producer({.connection = {.url = server.url()}, .stream = stream}); }
-  std::int64_t xlen(const std::string& key) { return client.integer({"XLEN", key}); }
-  std::int64_t pending() {
-    const detail::Reply r = client.cmd({"XPENDING", stream, "workers"});
-    return r.view().is_error() ? 0 : r.view()[0].integer();
-  }
-  /// The delivery count and owner of one pending entry.
-  std::pair<std::string, std::int64_t> pending_entry(const std::string& id) {
-    const detail::Reply r = client.cmd({"XPENDING", stream, "workers", id, id, "1"});
-    const auto v = r.view().check();
-    if (v.size() == 0) return {"", 0};
-    return {std::string(v[0][1].str()), v[0][3].integer()};
-  }
-  /// Reads `count` entries as `consumer` without ever acking them: a worker that then died.
-  std::vector<std::string> read_as(const std::string& consumer, int count) {
-    client.cmd({"XGROUP", "CREATE", stream, "workers", "0", "MKSTREAM"});
-    const detail::Reply r = client.cmd({"XREADGROUP", "GROUP", "workers", consumer, "COUNT",
-                                        std::to_string(count), "STREAMS", stream, ">"});
-    std::vector<std::string> ids;
-    const auto entries = r.view().check()[0][1];
-    for (std::size_t i = 0; i < entries.size(); ++i) ids.emplace_back(entries[i][0].str());
-    return ids;
-  }
-  std::string xadd(const Fields& fields) {
-    std::vector<std::string> args{"XADD", stream, "*"};
-    for (const auto& [k, v] : fields) {
-      args.push_back(k);
-      args.push_back(v);
-    }
-    return std::string(client.cmd(args).view().check().str());
-  }
-};
 
 TEST_F(ConsumerTest, RunsTasksEnqueuedBeforeTheFirstWorkerAndDeletesThem) {
   auto p = producer();
@@ -227,6 +185,7 @@ TEST_F(ConsumerTest, DeadWorkersEntriesAreReclaimedByAnother) {
   ASSERT_EQ(deliveries.size(), 20u);
   for (auto d : deliveries) EXPECT_EQ(d, 2);
   EXPECT_EQ(rc.consumer().metrics().reclaimed, 20u);
+  EXPECT_EQ(rc.consumer().metrics().replayed, 0u);  // taken from another consumer: not a replay
 }
 
 TEST_F(ConsumerTest, SameNameRestartReplaysOwnPendingAtOnceAndDeadLettersLostBodies) {
@@ -240,6 +199,9 @@ TEST_F(ConsumerTest, SameNameRestartReplaysOwnPendingAtOnceAndDeadLettersLostBod
   RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
   ASSERT_TRUE(wait_until([&] { return ran == 3 && pending() == 0 && xlen(dlq) == 2; }));
   rc.stop();
+  EXPECT_EQ(rc.consumer().metrics().replayed, 3u);
+  EXPECT_EQ(rc.consumer().metrics().reclaimed, 0u);  // its own entries: not taken from anyone
+  EXPECT_EQ(rc.consumer().metrics().dead_lettered, 2u);
   for (const auto& [id, f] : client.xrange(dlq)) {
     EXPECT_EQ(Client::get(f, "reason"), "body_lost");
     EXPECT_TRUE(Client::get(f, "original_id") == ids[1] || Client::get(f, "original_id") == ids[3]);
@@ -277,50 +239,6 @@ TEST_F(ConsumerTest, ReclaimDeadLettersTrimmedBodiesAndPoisonBeforeRunning) {
   EXPECT_EQ(reasons[ids[2]], "max_deliveries");
 }
 
-TEST_F(ConsumerTest, EntryTrimmedWhileQueuedIsDeadLetteredNotDropped) {
-  auto p = producer();
-  p.enqueue("block", "{}");
-  p.enqueue("work", "{}");
-  p.enqueue("work", "{}");
-  std::mutex m;
-  std::condition_variable cv;
-  bool blocking = false, release = false;
-  std::atomic<int> ran{0};
-  auto o = options();
-  o.concurrency = 1;
-  o.prefetch = 4;
-  o.heartbeat_interval = 100ms;
-  o.claim_min_idle = 300ms;
-  o.reclaim_interval = 50ms;
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("block", [&](const Task&) {
-      std::unique_lock lock(m);
-      blocking = true;
-      cv.notify_all();
-      cv.wait(lock, [&] { return release; });
-    });
-    c.on("work", [&](const Task&) { ++ran; });
-  });
-  {
-    std::unique_lock lock(m);
-    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return blocking; }));
-  }
-  // Both work entries sit prefetched behind the blocked handler; trim their bodies away.
-  const auto entries = client.xrange(stream);
-  ASSERT_EQ(entries.size(), 3u);
-  client.cmd({"XDEL", stream, entries[1].first, entries[2].first});
-  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2; }));
-  {
-    std::lock_guard lock(m);
-    release = true;
-  }
-  cv.notify_all();
-  ASSERT_TRUE(wait_until([&] { return pending() == 0 && xlen(stream) == 0; }));
-  rc.stop();
-  EXPECT_EQ(ran, 0);
-  for (const auto& [id, f] : client.xrange(dlq)) EXPECT_EQ(Client::get(f, "reason"), "body_lost");
-}
-
 TEST_F(ConsumerTest, LongTaskKeepsItsLeaseAndRunsOnce) {
   const std::string id = producer().enqueue("long", "{}");
   std::atomic<int> runs{0};
@@ -345,39 +263,6 @@ TEST_F(ConsumerTest, LongTaskKeepsItsLeaseAndRunsOnce) {
   EXPECT_EQ(runs, 1);
   EXPECT_EQ(a.consumer().metrics().done, 1u);
   EXPECT_EQ(b.consumer().metrics().reclaimed + c.consumer().metrics().reclaimed + d.consumer().metrics().reclaimed, 0u);
-}
-
-TEST_F(ConsumerTest, StaleWorkerCannotRetryAnEntryItNoLongerOwns) {
-  const std::string id = producer().enqueue("slow", "{}");
-  std::mutex m;
-  std::condition_variable cv;
-  bool running = false, stolen = false;
-  std::string entry_id;
-  RunningConsumer rc(options(), [&](Consumer& c) {
-    c.on("slow", [&](const Task& t) {
-      std::unique_lock lock(m);
-      running = true;
-      entry_id = t.entry_id();
-      cv.notify_all();
-      cv.wait(lock, [&] { return stolen; });
-      throw std::runtime_error("failed after losing the lease");
-    });
-  });
-  {
-    std::unique_lock lock(m);
-    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return running; }));
-  }
-  client.cmd({"XCLAIM", stream, "workers", "thief", "0", entry_id}).view().check();
-  {
-    std::lock_guard lock(m);
-    stolen = true;
-  }
-  cv.notify_all();
-  ASSERT_TRUE(wait_until([&] { return rc.consumer().metrics().stale == 1; }));
-  rc.stop();
-  EXPECT_EQ(xlen(stream), 1);  // the original only: no retry copy
-  EXPECT_EQ(xlen(dlq), 0);
-  EXPECT_EQ(pending_entry(entry_id).first, "thief");  // the thief's claim is intact
 }
 
 TEST_F(ConsumerTest, RecreatesDeletedGroupAndStream) {
@@ -468,17 +353,6 @@ TEST_F(ConsumerTest, ManyHandlerThreadsRunEveryTaskOnce) {
   ASSERT_TRUE(wait_until([&] { return xlen(stream) == 0 && pending() == 0; }, 60s));
   rc.stop();
   for (int i = 0; i < 5000; ++i) EXPECT_EQ(counts[i].load(), 1) << i;
-}
-
-TEST_F(ConsumerTest, WrongTypeStreamKeyFailsRun) {
-  client.cmd({"SET", stream, "x"});
-  Consumer c(options());
-  try {
-    c.run();
-    FAIL() << "run() accepted a string key";
-  } catch (const ReplyError& e) {
-    EXPECT_EQ(e.prefix(), "WRONGTYPE");
-  }
 }
 
 }  // namespace

@@ -18,6 +18,11 @@ class StatsTest : public ::testing::Test {
   Client client{server.url()};
   std::string stream = unique_key();
   StatsOptions options() const { return {.connection = {.url = server.url()}, .stream = stream}; }
+  /// The server's clock (TIME) in milliseconds.
+  std::int64_t server_ms() {
+    const detail::Reply r = client.cmd({"TIME"});
+    return r.view()[0].as_int() * 1000 + r.view()[1].as_int() / 1000;
+  }
 };
 
 TEST_F(StatsTest, MissingQueueReadsZerosAndCreatesNothing) {
@@ -53,12 +58,16 @@ TEST_F(StatsTest, BusyQueue) {
   producer.enqueue_batch(batch);
   client.cmd({"XGROUP", "CREATE", stream, "workers", "0"}).view().check();
   client.cmd({"XGROUP", "CREATE", stream, "audit", "$"}).view().check();
+  const std::int64_t read_before = server_ms();
   client.cmd({"XREADGROUP", "GROUP", "workers", "c1", "COUNT", "3", "STREAMS", stream, ">"}).view().check();
+  const std::int64_t read_after = server_ms();
   client.cmd({"XADD", stream + ":dlq", "*", "error", "x"});
   client.cmd({"XADD", stream + ":dlq", "*", "error", "y"});
   client.cmd({"ZADD", stream + ":delayed", "1", "a"});
 
+  const std::int64_t stats_before = server_ms();
   const QueueStats st = StatsReader(options()).read();
+  const std::int64_t stats_after = server_ms();
   EXPECT_TRUE(st.exists);
   EXPECT_EQ(st.length, 10);
   EXPECT_EQ(st.entries_added, 10);
@@ -67,7 +76,11 @@ TEST_F(StatsTest, BusyQueue) {
   EXPECT_EQ(st.delayed, 1);
   EXPECT_EQ(st.oldest_entry_id, client.xrange(stream).at(0).first);
   ASSERT_TRUE(st.oldest_entry_age_ms.has_value());
-  EXPECT_GE(*st.oldest_entry_age_ms, 0);
+  // The age by the server's clock: between the two TIME readings around read(), minus the
+  // millisecond time in the entry's id.
+  const std::int64_t added_ms = std::stoll(st.oldest_entry_id.substr(0, st.oldest_entry_id.find('-')));
+  EXPECT_GE(*st.oldest_entry_age_ms, stats_before - added_ms);
+  EXPECT_LE(*st.oldest_entry_age_ms, stats_after - added_ms);
   ASSERT_EQ(st.groups.size(), 2u);
   const GroupInfo& w = st.groups[0].name == "workers" ? st.groups[0] : st.groups[1];
   EXPECT_EQ(w.pending, 3);
@@ -76,8 +89,12 @@ TEST_F(StatsTest, BusyQueue) {
   ASSERT_EQ(w.consumers.size(), 1u);
   EXPECT_EQ(w.consumers[0].name, "c1");
   EXPECT_EQ(w.consumers[0].pending, 3);
-  EXPECT_GE(w.consumers[0].idle_ms, 0);
-  EXPECT_TRUE(w.oldest_pending_idle_ms.has_value());
+  // Idle since its XREADGROUP, by the server's clock.
+  EXPECT_GE(w.consumers[0].idle_ms, stats_before - read_after);
+  EXPECT_LE(w.consumers[0].idle_ms, stats_after - read_before);
+  ASSERT_TRUE(w.oldest_pending_idle_ms.has_value());
+  EXPECT_GE(*w.oldest_pending_idle_ms, stats_before - read_after);
+  EXPECT_LE(*w.oldest_pending_idle_ms, stats_after - read_before);
 
   // Filtered to one group.
   auto o = options();

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // A worker process for the reliability tests, which kill it with SIGKILL and start it again.
 // Usage: streamq_test_worker <url> <stream> <consumer-name> [key=value ...]
-//   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries
+//   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries, grace_ms
 // Task types:
 //   work       sleep payload "ms" milliseconds, then HINCRBY <stream>:done <task_id> 1
+//   hang       HINCRBY <stream>:started <task_id> 1, sleep "ms" ignoring stop requests, then
+//              record like work
 //   fail_once  sleep "ms", throw on the first attempt (retry_count 0), record like work
 //   crash      HINCRBY <stream>:attempts <task_id> 1, then abort() the process
 // Records go through the test's own Redis connection (one per handler thread).
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
                               .reclaim_interval = ms(get("reclaim_ms", 250)),
                               .heartbeat_interval = ms(get("heartbeat_ms", 300)),
                               .max_deliveries = static_cast<int>(get("max_deliveries", 5)),
+                              .shutdown_grace = ms(get("grace_ms", 10000)),
                               .stop_on_signals = true});
   consumer.on("work", [&](const streamq::Task& task) {
     const int sleep_ms = task.json().value("ms", 0);
@@ -70,6 +73,11 @@ int main(int argc, char** argv) {
     const int sleep_ms = task.json().value("ms", 0);
     if (sleep_ms > 0) std::this_thread::sleep_for(ms(sleep_ms));
     if (task.retry_count() == 0) throw std::runtime_error("first attempt fails");
+    record(stream + ":done", task.id());
+  });
+  consumer.on("hang", [&](const streamq::Task& task) {
+    record(stream + ":started", task.id());
+    std::this_thread::sleep_for(ms(task.json().value("ms", 0)));
     record(stream + ":done", task.id());
   });
   consumer.on("crash", [&](const streamq::Task& task) {

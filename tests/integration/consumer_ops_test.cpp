@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: MIT
+// A Consumer against a server that misbehaves or is tidied up under it: scripts flushed, its
+// reader's connection killed, the server busy, stale consumers piling up in the group.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "consumer_fixture.hpp"
+#include "log_capture.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// A value of `INFO <section>`, e.g. info_field("errorstats", "errorstat_NOSCRIPT:count").
+std::int64_t info_field(Client& c, const std::string& section, const std::string& key) {
+  const std::string info(c.cmd({"INFO", section}).view().str());
+  const auto pos = info.find(key + "=");
+  return pos == std::string::npos ? 0 : std::stoll(info.substr(pos + key.size() + 1));
+}
+
+/// The id of the client whose last command was XREADGROUP (a consumer's fetcher), or "".
+std::string reader_client_id(Client& c) {
+  const std::string list(c.cmd({"CLIENT", "LIST"}).view().str());
+  for (std::size_t start = 0; start < list.size();) {
+    const auto end = list.find('\n', start);
+    const std::string line = list.substr(start, end - start);
+    if (line.find("cmd=xreadgroup") != std::string::npos) {
+      const auto id = line.find("id=");
+      return line.substr(id + 3, line.find(' ', id) - id - 3);
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return "";
+}
+
+std::set<std::string> consumer_names(Client& c, const std::string& stream) {
+  std::set<std::string> names;
+  const detail::Reply r = c.cmd({"XINFO", "CONSUMERS", stream, "workers"});
+  const auto v = r.view().check();
+  for (std::size_t i = 0; i < v.size(); ++i) names.emplace(v[i].field("name").str());
+  return names;
+}
+
+TEST_F(ConsumerTest, ScriptsFlushedUnderARunningConsumerAreSentAgain) {
+  auto p = producer();
+  std::atomic<int> done{0};
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("fail_once", [&](const Task& t) {
+      if (t.retry_count() == 0) throw std::runtime_error("first attempt");
+      ++done;
+    });
+  });
+  p.enqueue("fail_once", "{}");
+  ASSERT_TRUE(wait_until([&] { return done == 1 && pending() == 0; }));  // the move script is cached now
+  client.cmd({"SCRIPT", "FLUSH"}).view().check();
+  p.enqueue("fail_once", "{}");
+  ASSERT_TRUE(wait_until([&] { return done == 2 && pending() == 0 && xlen(stream) == 0; }));
+  rc.stop();
+  EXPECT_EQ(rc.consumer().metrics().retried, 2u);
+  EXPECT_GE(info_field(client, "errorstats", "errorstat_NOSCRIPT:count"), 1);  // EVALSHA was refused ...
+  EXPECT_EQ(xlen(dlq), 0);                                                     // ... and EVAL did the work
+}
+
+TEST_F(ConsumerTest, OwnPendingEntriesAreReplayedAfterAReconnect) {
+  auto p = producer();
+  for (int i = 0; i < 3; ++i) p.enqueue("work", "{}");
+  const auto ids = read_as("other", 3);
+  ASSERT_EQ(ids.size(), 3u);
+  std::atomic<int> ran{0};
+  auto o = options();
+  o.consumer_name = "slot-r";  // claim_min_idle stays 30 s: only a replay runs them soon
+  RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
+  std::string reader;
+  ASSERT_TRUE(wait_until([&] { return !(reader = reader_client_id(client)).empty(); }));
+  // The entries land in this consumer's pending list behind its back (as a phantom delivery
+  // or a crash of an earlier process under its name would leave them) ...
+  for (const auto& id : ids) client.cmd({"XCLAIM", stream, "workers", "slot-r", "0", id}).view().check();
+  // ... and its reader's connection is cut: after reconnecting it replays its own entries.
+  client.cmd({"CLIENT", "KILL", "ID", reader}).view().check();
+  ASSERT_TRUE(wait_until([&] { return ran == 3 && pending() == 0 && xlen(stream) == 0; }));
+  rc.stop();
+  EXPECT_EQ(rc.consumer().metrics().replayed, 3u);
+  EXPECT_GE(rc.consumer().metrics().reconnects, 1u);
+}
+
+TEST_F(ConsumerTest, CompletionsRefusedByABusyServerAreRetriedAndCountedOnceWritten) {
+  RedisServer busy_server({.extra = {"--lua-time-limit", "100"}});
+  Client admin(busy_server.url());
+  const std::string s = unique_key();
+  Producer p({.connection = {.url = busy_server.url()}, .stream = s});
+  std::mutex m;
+  std::condition_variable cv;
+  bool open = false;
+  std::atomic<int> started{0}, ran{0}, warmed{0};
+  LogCapture log(LogLevel::info);
+  RunningConsumer rc({.connection = {.url = busy_server.url()}, .stream = s, .concurrency = 5, .block = 200ms},
+                     [&](Consumer& c) {
+                       c.on("warm", [&](const Task& t) {
+                         if (t.retry_count() == 0) throw std::runtime_error("once");  // via the completer
+                         ++warmed;
+                       });
+                       c.on("work", [&](const Task&) {
+                         ++started;
+                         std::unique_lock lock(m);
+                         cv.wait(lock, [&] { return open; });
+                         ++ran;
+                       });
+                     });
+  p.enqueue("warm", "{}");  // every connection of the consumer is up and has written once
+  ASSERT_TRUE(wait_until([&] { return warmed == 1 && rc.consumer().metrics().done == 1; }));
+  for (int i = 0; i < 5; ++i) p.enqueue("work", "{}");
+  ASSERT_TRUE(wait_until([&] { return started == 5; }));
+  // A script that never ends: after lua-time-limit the server answers BUSY to everything but
+  // SCRIPT KILL (MULTI excepted), as it answers LOADING while it loads its data after a
+  // restart. An ack batch then gets BUSY for XACK and XDEL, and for EXEC.
+  struct BusyScript {
+    std::thread thread;
+    Client& admin;
+    void kill() {
+      if (!thread.joinable()) return;
+      admin.cmd({"SCRIPT", "KILL"});
+      thread.join();
+    }
+    ~BusyScript() { kill(); }
+  } script{std::thread([&] {
+             try {
+               Client looper(busy_server.url());
+               looper.cmd({"EVAL", "while true do end", "0"});  // returns once SCRIPT KILL ends it
+             } catch (const std::exception& e) {
+               ADD_FAILURE() << "the busy script ended on its own: " << e.what();
+             }
+           }),
+           admin};
+  ASSERT_TRUE(wait_until([&] {
+    const detail::Reply r = admin.cmd({"PING"});
+    return r.view().is_error() && r.view().error().starts_with("BUSY");
+  }));
+  {
+    std::lock_guard lock(m);
+    open = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(wait_until([&] { return ran == 5 && log.count(LogLevel::warning, "refused for now") >= 1; }));
+  EXPECT_EQ(rc.consumer().metrics().done, 1u);  // nothing written, so nothing counted
+  script.kill();
+  ASSERT_TRUE(wait_until([&] { return rc.consumer().metrics().done == 6; }));
+  const detail::Reply pel = admin.cmd({"XPENDING", s, "workers"});
+  EXPECT_EQ(pel.view()[0].integer(), 0);
+  EXPECT_EQ(admin.integer({"XLEN", s}), 0);
+  rc.stop();
+  EXPECT_EQ(ran, 5);  // each ran once: the acks were retried, not the tasks
+  EXPECT_EQ(log.count(LogLevel::error, "completing entry"), 0u);  // none given up
+}
+
+TEST_F(ConsumerTest, IdleConsumersWithoutPendingEntriesAreRemovedFromTheGroup) {
+  auto p = producer();
+  p.enqueue("work", "{}");
+  ASSERT_EQ(read_as("old-busy", 1).size(), 1u);  // a dead worker still holding an entry
+  client.cmd({"XGROUP", "CREATECONSUMER", stream, "workers", "old-idle"}).view().check();
+  const auto idle_of = [&](const std::string& name) -> std::int64_t {
+    const detail::Reply r = client.cmd({"XINFO", "CONSUMERS", stream, "workers"});
+    const auto v = r.view().check();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (v[i].field("name").str() == name) return v[i].field("idle").as_int();
+    }
+    return -1;
+  };
+  ASSERT_TRUE(wait_until([&] { return idle_of("old-idle") >= 600 && idle_of("old-busy") >= 600; }));
+  std::atomic<int> ran{0};
+  auto o = options();
+  o.consumer_name = "live";
+  o.claim_min_idle = 300ms;
+  o.heartbeat_interval = 100ms;
+  o.reclaim_interval = 50ms;
+  o.idle_consumer_timeout = 500ms;
+  RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
+  // old-idle goes; old-busy stays while it holds an entry (deleting it would drop the entry),
+  // until the reclaimer has taken that over and the task ran; this consumer is never removed.
+  ASSERT_TRUE(wait_until([&] {
+    return consumer_names(client, stream) == std::set<std::string>{"live"} && pending() == 0 && xlen(stream) == 0;
+  }));
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(rc.consumer().metrics().consumers_removed, 2u);
+  EXPECT_EQ(rc.consumer().metrics().reclaimed, 1u);
+}
+
+}  // namespace
+}  // namespace streamq::test

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+// The in-flight set on its own (no server, one thread): who runs what, when, and what is
+// left for whom.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "consumer/inflight.hpp"
+
+namespace {
+
+using namespace streamq::detail;
+using namespace std::chrono_literals;
+
+Work work(const std::string& id, Origin origin = Origin::fresh) {
+  Work w;
+  w.key = EntryKey{0, id};
+  w.fields = std::make_shared<streamq::Fields>(streamq::Fields{{"task_id", "t-" + id}});
+  w.origin = origin;
+  return w;
+}
+
+std::vector<Work> works(std::initializer_list<Work> ws) { return std::vector<Work>(ws); }
+
+struct InFlightTest : ::testing::Test {
+  Metrics metrics;
+  InFlight f{8, metrics};
+
+  void deliver(std::initializer_list<Work> ws) {
+    auto v = works(ws);
+    f.deliver(v);
+  }
+  std::string take_id() {
+    auto w = f.take();
+    return w ? w->key.id : "<none>";
+  }
+};
+
+TEST_F(InFlightTest, HandsOutInOrderAndNeverTwice) {
+  auto batch = works({work("1-0"), work("2-0")});
+  EXPECT_EQ(f.deliver(batch), 2u);
+  EXPECT_TRUE(batch.empty());
+  auto again = works({work("1-0"), work("3-0")});
+  EXPECT_EQ(f.deliver(again), 1u);  // 1-0 is held already
+  EXPECT_EQ(take_id(), "1-0");
+  EXPECT_EQ(take_id(), "2-0");
+  EXPECT_EQ(take_id(), "3-0");
+  EXPECT_EQ(f.held_count(), 3u);
+  f.stop();
+  EXPECT_EQ(take_id(), "<none>");
+}
+
+TEST_F(InFlightTest, SuspectsRunOneAtATimeBesideFreshWork) {
+  deliver({work("1-0", Origin::reclaimed), work("2-0", Origin::replayed), work("3-0")});
+  auto a = f.take();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->key.id, "1-0");
+  EXPECT_TRUE(f.started(a->key));
+  EXPECT_EQ(take_id(), "3-0");  // 2-0 waits: a suspect is running
+  EXPECT_EQ(f.reclaim_room(4), 0u);  // and the reclaimer takes none while one waits
+  auto b = f.finish_and_take(Completion{a->key, Outcome::ack, {}}, true);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->key.id, "2-0");
+}
+
+TEST_F(InFlightTest, ReclaimRoomIsCappedByPrefetchAndTheCap) {
+  EXPECT_EQ(f.reclaim_room(4), 4u);
+  deliver({work("1-0"), work("2-0"), work("3-0"), work("4-0"), work("5-0"), work("6-0")});
+  EXPECT_EQ(f.reclaim_room(4), 2u);  // prefetch 8, 6 held
+  f.stop();
+  EXPECT_EQ(f.reclaim_room(4), 0u);
+}
+
+TEST_F(InFlightTest, LostEntriesAreSkippedAndCounted) {
+  deliver({work("1-0"), work("2-0")});
+  EXPECT_EQ(f.lost(0, {"1-0", "9-9"}), 1u);
+  EXPECT_EQ(f.lost(0, {"1-0"}), 0u);  // counted once
+  EXPECT_EQ(take_id(), "2-0");
+  EXPECT_EQ(metrics.skipped.load(), 1u);
+  EXPECT_EQ(f.held_count(), 1u);
+}
+
+TEST_F(InFlightTest, AnEntryDeliveredAgainRunsFromItsNewDelivery) {
+  deliver({work("1-0"), work("2-0")});
+  f.completed({EntryKey{0, "1-0"}});         // forgotten while still queued
+  deliver({work("1-0", Origin::reclaimed)});  // ... and delivered again
+  EXPECT_EQ(take_id(), "2-0");               // the stale copy of 1-0 is skipped
+  auto w = f.take();
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->key.id, "1-0");
+  EXPECT_EQ(w->origin, Origin::reclaimed);
+  EXPECT_EQ(metrics.skipped.load(), 1u);
+}
+
+TEST_F(InFlightTest, GoneUnstartedEntryIsNotRunAndForgottenOnceDeadLettered) {
+  deliver({work("1-0"), work("2-0")});
+  const auto fields = f.gone(0, {"1-0"});
+  ASSERT_EQ(fields.size(), 1u);
+  ASSERT_TRUE(fields[0]);
+  EXPECT_EQ(fields[0]->at(0).second, "t-1-0");
+  EXPECT_FALSE(f.gone(0, {"1-0"})[0]);  // reported once
+  EXPECT_EQ(take_id(), "2-0");         // 1-0 skipped
+  EXPECT_EQ(f.held_count(), 2u);       // kept until its record is written
+  EXPECT_TRUE(f.due_for_lease(0, Clock::now()) == std::vector<std::string>{"2-0"});
+  f.orphaned(EntryKey{0, "1-0"}, "100-0");
+  EXPECT_EQ(f.held_count(), 1u);
+}
+
+TEST_F(InFlightTest, GoneRunningEntryKeepsItsRecordForItsCompletion) {
+  deliver({work("1-0")});
+  auto w = f.take();
+  ASSERT_TRUE(w);
+  ASSERT_TRUE(f.gone(0, {"1-0"})[0]);
+  f.orphaned(w->key, "100-0");
+  const auto fate = f.fates({Completion{w->key, Outcome::ack, {}}});
+  ASSERT_EQ(fate.size(), 1u);
+  EXPECT_TRUE(fate[0].held);
+  EXPECT_TRUE(fate[0].running);
+  EXPECT_EQ(fate[0].orphan_id, "100-0");
+  // Its success is the completer's to write (it deletes the record), not the fetcher's.
+  f.stop();  // so that finish_and_take does not wait for more work
+  EXPECT_FALSE(f.finish_and_take(Completion{w->key, Outcome::ack, {}}, false));
+  std::vector<EntryKey> acks;
+  f.take_acks(acks);
+  EXPECT_TRUE(acks.empty());
+  std::vector<Completion> out;
+  f.wait_completions(out, Clock::now());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].key.id, "1-0");
+}
+
+TEST_F(InFlightTest, SuccessesGoToTheFetcherAndCountAsRoom) {
+  deliver({work("1-0"), work("2-0"), work("3-0"), work("4-0"), work("5-0"), work("6-0")});
+  std::vector<std::optional<Work>> running;
+  for (int i = 0; i < 6; ++i) running.push_back(f.take());
+  // 6 held, low water 4: no room until two succeed.
+  std::stop_source stop;
+  std::thread waiter([&] { EXPECT_TRUE(f.wait_for_room(stop.get_token())); });
+  // Each handler then waits for more work, until stop().
+  std::thread h0([&] { EXPECT_FALSE(f.finish_and_take(Completion{running[0]->key, Outcome::ack, {}}, false)); });
+  std::thread h1([&] { EXPECT_FALSE(f.finish_and_take(Completion{running[1]->key, Outcome::ack, {}}, false)); });
+  waiter.join();
+  std::vector<EntryKey> acks;
+  while (acks.size() < 2) f.take_acks(acks);  // both handlers may not have pushed yet
+  f.acks_written(acks);
+  EXPECT_EQ(f.held_count(), 4u);
+  f.stop();
+  h0.join();
+  h1.join();
+}
+
+TEST_F(InFlightTest, UnstartedEntriesAreReleasedWithTheirOrigin) {
+  deliver({work("1-0"), work("2-0", Origin::reclaimed), work("3-0")});
+  EXPECT_EQ(take_id(), "1-0");  // running: not released
+  auto un = f.unstarted();
+  std::sort(un.begin(), un.end(), [](const Unstarted& a, const Unstarted& b) { return a.key.id < b.key.id; });
+  ASSERT_EQ(un.size(), 2u);
+  EXPECT_EQ(un[0].key.id, "2-0");
+  EXPECT_FALSE(un[0].fresh);
+  EXPECT_EQ(un[1].key.id, "3-0");
+  EXPECT_TRUE(un[1].fresh);
+}
+
+TEST_F(InFlightTest, RetriesAndDeadLettersAreWrittenOnceNothingElseRuns) {
+  deliver({work("1-0")});
+  auto w = f.take();
+  ASSERT_TRUE(w);
+  std::thread completer([&] {
+    std::vector<Completion> out;
+    EXPECT_TRUE(f.wait_completions(out, Clock::now() + 10s));
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].outcome, Outcome::retry);
+  });
+  std::thread handler([&] { EXPECT_FALSE(f.finish_and_take(Completion{w->key, Outcome::retry, {}}, false)); });
+  completer.join();
+  f.stop();
+  handler.join();
+}
+
+TEST_F(InFlightTest, IdleWaitEndsWhenHandlersFinishOrWhenCut) {
+  EXPECT_TRUE(f.wait_idle(Clock::now()));
+  deliver({work("1-0")});
+  ASSERT_TRUE(f.take());
+  EXPECT_FALSE(f.wait_idle(Clock::now() + 20ms));
+  std::thread cut([&] { f.end_idle_wait(); });
+  EXPECT_FALSE(f.wait_idle(Clock::now() + 60s));  // returns at once when cut
+  cut.join();
+}
+
+}  // namespace

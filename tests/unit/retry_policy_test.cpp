@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+// The retry policy (what becomes of an attempt) and the entries it writes; no server.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "consumer/retry_policy.hpp"
+
+namespace {
+
+using namespace streamq::detail;
+using streamq::Fields;
+
+std::string get(const Fields& f, const std::string& name) {
+  for (const auto& [k, v] : f) {
+    if (k == name) return v;
+  }
+  return "<missing>";
+}
+
+TEST(RetryPolicy, SuccessIsAcked) {
+  EXPECT_EQ(decide({AttemptResult::succeeded, 0, 3}), (Decision{Verdict::ack, {}}));
+  EXPECT_EQ(decide({AttemptResult::succeeded, 3, 3}), (Decision{Verdict::ack, {}}));
+}
+
+TEST(RetryPolicy, FailureIsRetriedWhileRetriesRemain) {
+  EXPECT_EQ(decide({AttemptResult::failed, 0, 3}).verdict, Verdict::retry);
+  EXPECT_EQ(decide({AttemptResult::failed, 2, 3}).verdict, Verdict::retry);
+  EXPECT_EQ(decide({AttemptResult::failed, 3, 3}), (Decision{Verdict::dead_letter, reason::retries_exhausted}));
+  EXPECT_EQ(decide({AttemptResult::failed, 7, 3}), (Decision{Verdict::dead_letter, reason::retries_exhausted}));
+  // max_retries 0: the first failure is final.
+  EXPECT_EQ(decide({AttemptResult::failed, 0, 0}), (Decision{Verdict::dead_letter, reason::retries_exhausted}));
+}
+
+TEST(RetryPolicy, EverythingElseIsDeadLetteredAtOnceWithItsReason) {
+  EXPECT_EQ(decide({AttemptResult::permanent, 0, 3}), (Decision{Verdict::dead_letter, reason::permanent}));
+  EXPECT_EQ(decide({AttemptResult::malformed, 0, 3}), (Decision{Verdict::dead_letter, reason::malformed}));
+  EXPECT_EQ(decide({AttemptResult::no_handler, 0, 3}), (Decision{Verdict::dead_letter, reason::no_handler}));
+  EXPECT_EQ(decide({AttemptResult::body_lost, 0, 3}), (Decision{Verdict::dead_letter, reason::body_lost}));
+}
+
+TEST(RetryCopy, RaisesTheCountSetsTheErrorAndKeepsEverythingElse) {
+  const Fields original = {{"task_id", "t1"},       {"task_type", "send"}, {"payload", "{}"},
+                           {"created_at", "2026"},  {"max_retries", "3"},  {"retry_count", "1"},
+                           {"last_error", "before"}, {"priority", "high"}};
+  const Fields copy = retry_copy(original, 1, "smtp down");
+  ASSERT_EQ(copy.size(), original.size());
+  EXPECT_EQ(get(copy, "retry_count"), "2");
+  EXPECT_EQ(get(copy, "last_error"), "smtp down");
+  EXPECT_EQ(get(copy, "priority"), "high");
+  EXPECT_EQ(get(copy, "task_id"), "t1");
+  EXPECT_EQ(copy[0].first, "task_id");  // order kept
+}
+
+TEST(RetryCopy, AddsMissingCounters) {
+  const Fields seed_style = {{"task_id", "t1"}, {"task_type", "send"}, {"payload", "{}"}, {"created_at", "2026"}};
+  const Fields copy = retry_copy(seed_style, 0, "boom");
+  EXPECT_EQ(get(copy, "retry_count"), "1");
+  EXPECT_EQ(get(copy, "last_error"), "boom");
+  EXPECT_EQ(copy.size(), seed_style.size() + 2);
+}
+
+TEST(DeadLetterEntry, KeepsTheFieldsAndAddsWhatHappened) {
+  const Fields original = {{"task_id", "t1"}, {"payload", "{}"}, {"reason", "forged"}, {"priority", "high"}};
+  const Fields dl = dead_letter_entry(original, {"5-0", reason::permanent, "card declined", "worker-1", "2026-12-01T00:00:00.000000"});
+  EXPECT_EQ(get(dl, "task_id"), "t1");
+  EXPECT_EQ(get(dl, "priority"), "high");
+  EXPECT_EQ(get(dl, "error"), "card declined");
+  EXPECT_EQ(get(dl, "failed_at"), "2026-12-01T00:00:00.000000");
+  EXPECT_EQ(get(dl, "original_id"), "5-0");
+  EXPECT_EQ(get(dl, "consumer"), "worker-1");
+  EXPECT_EQ(get(dl, "reason"), "permanent");  // the entry's own "reason" field is replaced
+  EXPECT_EQ(dl.size(), 3u + 5u);
+}
+
+TEST(DeadLetterEntry, CapsTheFieldsItKeeps) {
+  Fields original;
+  for (std::size_t i = 0; i < kMaxFields + 250; ++i) original.emplace_back("f" + std::to_string(i), "v");
+  const Fields dl = dead_letter_entry(original, {"1-0", reason::malformed, "too many fields", "w", "t"});
+  EXPECT_EQ(dl.size(), kMaxFields + 1 + 5);
+  EXPECT_EQ(get(dl, "fields_dropped"), "250");
+  EXPECT_EQ(dl[kMaxFields - 1].first, "f" + std::to_string(kMaxFields - 1));
+}
+
+}  // namespace
