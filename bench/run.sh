@@ -51,8 +51,18 @@ ref_p1=$(median "${p1[@]}")
 ref_p64=$(median "${p64[@]}")
 enqueue=" tasks_per_s=$(median "${enq[@]}") peak_rss_mb=$(field peak_rss_mb "$single")"
 batch=" tasks_per_s=$(median "${bat[@]}") peak_rss_mb=$(field peak_rss_mb "$batch")"
-run preload --stream b:drain --count 200000 >/dev/null
-drain=$(run drain --stream b:drain --count 200000); cli DEL b:drain
+# Drain against its reference, a bare hiredis loop doing the same Redis work per task
+# (XREADGROUP COUNT 64, XACK + XDEL pipelined with the next read), also three interleaved rounds.
+dr=() raw=()
+for round in 1 2 3; do
+  run preload --stream b:drain --count 200000 >/dev/null
+  drain=$(run drain --stream b:drain --count 200000); cli DEL b:drain
+  dr+=("$(field tasks_per_s "$drain")")
+  run preload --stream b:raw --count 200000 >/dev/null
+  raw+=("$(field tasks_per_s "$(run drain-raw --stream b:raw --count 200000)")"); cli DEL b:raw
+done
+ref_drain=$(median "${raw[@]}")
+drain=" tasks_per_s=$(median "${dr[@]}") peak_rss_mb=$(field peak_rss_mb "$drain")"
 latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
 retry=$(run retry --stream b:retry --count 50000); cli DEL b:retry
 
@@ -62,6 +72,7 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 printf '%-16s %12s %8s %28s %10s\n' scenario tasks/s ratio latency_us_p50/p90/p99/max peak_rss_mb
 printf '%-16s %12.0f %8s %28s %10s\n' "ref XADD -P 1" "$ref_p1" 1.00 - -
 printf '%-16s %12.0f %8s %28s %10s\n' "ref XADD -P 64" "$ref_p64" 1.00 - -
+printf '%-16s %12.0f %8s %28s %10s\n' "ref drain-raw" "$ref_drain" 1.00 - -
 line() {  # line <name> <result> <reference>
   local lat=-
   [[ -n $(field p50_us "$2") ]] && lat="$(field p50_us "$2")/$(field p90_us "$2")/$(field p99_us "$2")/$(field max_us "$2")"
@@ -71,9 +82,9 @@ line() {  # line <name> <result> <reference>
 }
 line enqueue "$enqueue" "$ref_p1"
 line enqueue-batch "$batch" "$ref_p64"
-line drain "$drain" ""
+line drain "$drain" "$ref_drain"
 line "latency@5k/s" "$latency" ""
 line retry "$retry" ""
 echo
-echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64;"
-echo "throughput pairs are medians of three interleaved rounds (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]})"
+echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64; drain vs drain-raw;"
+echo "throughput pairs are medians of three interleaved rounds (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | drain-raw ${raw[*]} | drain ${dr[*]})"

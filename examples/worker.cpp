@@ -189,7 +189,8 @@ int main(int argc, char** argv) {
     const streamq::ConsumerMetrics m = consumer.metrics();
     say("metrics: done=" + std::to_string(m.done) + " retried=" + std::to_string(m.retried) +
         " dead_lettered=" + std::to_string(m.dead_lettered) +
-        " reclaimed=" + std::to_string(m.reclaimed) + " stale=" + std::to_string(m.stale) +
+        " reclaimed=" + std::to_string(m.reclaimed) + " replayed=" + std::to_string(m.replayed) +
+        " skipped=" + std::to_string(m.skipped) + " stale=" + std::to_string(m.stale) +
         " reconnects=" + std::to_string(m.reconnects));
   } catch (const streamq::Error& e) {
     std::cerr << "streamq-worker: " << e.what() << '\n';

@@ -7,6 +7,9 @@
 #include <mutex>
 #include <string>
 
+#include "reply.hpp"
+#include "streamq/errors.hpp"
+
 namespace streamq {
 namespace {
 
@@ -34,6 +37,12 @@ std::string_view to_string(LogLevel level) noexcept {
 }
 
 namespace detail {
+
+LogLevel retry_level(const std::exception& e) noexcept {
+  if (dynamic_cast<const ConnectionError*>(&e) != nullptr) return LogLevel::warning;
+  if (dynamic_cast<const ReplyError*>(&e) != nullptr && is_transient_error(e.what())) return LogLevel::warning;
+  return LogLevel::error;
+}
 
 bool log_enabled(LogLevel level) noexcept {
   return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed);

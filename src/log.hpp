@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <exception>
 #include <string_view>
 
 #include "streamq/log.hpp"
@@ -11,5 +12,9 @@ namespace streamq::detail {
 bool log_enabled(LogLevel level) noexcept;
 /// Delivers one line to the user's handler (or stderr). Never throws.
 void log(LogLevel level, std::string_view message) noexcept;
+
+/// The level for an error a loop will retry: warning when it is a passing server state (see
+/// is_transient_error) or a lost connection, error otherwise.
+LogLevel retry_level(const std::exception& e) noexcept;
 
 }  // namespace streamq::detail

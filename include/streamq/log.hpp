@@ -10,8 +10,8 @@ namespace streamq {
 enum class LogLevel { debug, info, warning, error };
 
 /// Receives every log line the library emits at or above the configured level. Called from
-/// library threads (the Consumer's reader, handler and completer threads) concurrently: the
-/// function must be thread-safe. It must not throw.
+/// library threads (the Consumer's fetcher, handler, completer and scheduler threads)
+/// concurrently: the function must be thread-safe. It must not throw.
 using LogHandler = std::function<void(LogLevel level, std::string_view message)>;
 
 /// Replace the process-wide log handler. An empty function restores the default, which writes

@@ -160,8 +160,8 @@ void Fetcher::main(const std::stop_token& stop) {
       // rather than spin, and keep going.
       error_backoff.fail();
       const Millis delay = error_backoff.delay();
-      log(LogLevel::error, std::string("fetcher: ") + e.what() + "; retrying in " + std::to_string(delay.count()) +
-                               " ms");
+      log(retry_level(e), std::string("fetcher: ") + e.what() + "; retrying in " + std::to_string(delay.count()) +
+                              " ms");
       if (!pause(stop, delay)) break;
     }
   }

@@ -78,7 +78,7 @@ void Scheduler::main(const std::stop_token& stop) {
       } catch (const std::exception& e) {
         error_backoff.fail();
         not_before = now + error_backoff.delay();
-        log(LogLevel::error, std::string(d->name()) + ": " + e.what());
+        log(retry_level(e), std::string(d->name()) + ": " + e.what());
         break;
       }
     }
