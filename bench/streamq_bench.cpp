@@ -246,7 +246,7 @@ int scenario_main(const Args& a) {
       if (t.retry_count() == 0) throw std::runtime_error("first attempt fails");
       if (++done == a.count) finish(finished);
     });
-    streamq::set_log_level(streamq::LogLevel::warning);  // versions before 0.2 logged each retry at info
+    streamq::set_log_level(streamq::LogLevel::warning);  // as for the earlier versions this is compared with, which logged each retry at info
     const auto t = Clock::now();
     run_until(c, finished);
     report(a, seconds_since(t));
