@@ -5,6 +5,7 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -196,24 +197,34 @@ void Connection::connect_with_backoff() {
   connect();
 }
 
-Reply Connection::command(const Argv& argv) {
-  if (ctx_ == nullptr) connect();
-  void* raw = nullptr;
-  {
-    SigpipeGuard guard;
-    raw = redisCommandArgv(ctx_, static_cast<int>(argv.size()), const_cast<const char**>(argv.data()),
-                           argv.lengths());
+void format_command(const Argv& argv, std::string& out) {
+  // RESP: *<argc>\r\n then $<len>\r\n<bytes>\r\n per argument. hiredis' own formatter runs a
+  // format-string parser for every argument; this is the same bytes without it.
+  out.clear();
+  char num[24];
+  auto put_count = [&](char prefix, std::size_t n) {
+    out.push_back(prefix);
+    const auto [end, ec] = std::to_chars(num, num + sizeof num, n);
+    out.append(num, end);
+    out.append("\r\n", 2);
+  };
+  put_count('*', argv.size());
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    put_count('$', argv.lengths()[i]);
+    out.append(argv.data()[i], argv.lengths()[i]);
+    out.append("\r\n", 2);
   }
-  if (raw == nullptr) fail("command");
-  return Reply(static_cast<redisReply*>(raw), free_arena_reply);
+}
+
+Reply Connection::command(const Argv& argv) {
+  append(argv);
+  return next_reply("command");
 }
 
 void Connection::append(const Argv& argv) {
   if (ctx_ == nullptr) connect();
-  if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), const_cast<const char**>(argv.data()),
-                             argv.lengths()) != REDIS_OK) {
-    fail("pipeline");
-  }
+  format_command(argv, out_);
+  if (redisAppendFormattedCommand(ctx_, out_.data(), out_.size()) != REDIS_OK) fail("pipeline");
 }
 
 void Connection::flush() {
@@ -225,12 +236,14 @@ void Connection::flush() {
   }
 }
 
-Reply Connection::read_reply() {
-  if (ctx_ == nullptr) fail("pipeline read");
+Reply Connection::read_reply() { return next_reply("pipeline"); }
+
+Reply Connection::next_reply(const char* during) {
+  if (ctx_ == nullptr) fail(during);
   void* raw = nullptr;
   {
     SigpipeGuard guard;  // redisGetReply writes whatever is still queued first
-    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) fail("pipeline");
+    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) fail(during);
   }
   return Reply(static_cast<redisReply*>(raw), free_arena_reply);
 }

@@ -153,12 +153,17 @@ class Connection {
  private:
   [[noreturn]] void fail(const char* during);
   void set_timeout(Millis timeout);
+  Reply next_reply(const char* during);
 
   ConnectionConfig config_;
   redisContext* ctx_ = nullptr;
   Backoff backoff_;
   std::uint64_t generation_ = 0;
   std::int64_t client_id_ = -1;
+  std::string out_;  // the command being formatted, reused
 };
+
+/// The RESP encoding of one command (what redisAppendFormattedCommand takes); `out` is reused.
+void format_command(const Argv& argv, std::string& out);
 
 }  // namespace streamq::detail

@@ -35,7 +35,37 @@ struct Chain {
 // The root redisReply sits right after the Chain, at a fixed offset into the first block.
 constexpr std::size_t kRootOffset = aligned(sizeof(Chain));
 
+// Blocks of freed replies are kept per thread for the next reply (a reader reads reply after
+// reply on one thread), up to kCacheBytes. Trivial thread_locals, so a reply freed while its
+// thread's cache is being torn down still finds them usable.
+constexpr std::size_t kCacheBytes = 256 * 1024;
+thread_local Block* t_cached = nullptr;
+thread_local std::size_t t_cached_bytes = 0;
+thread_local bool t_cache_closed = false;
+
+struct CacheReaper {
+  ~CacheReaper() {
+    t_cache_closed = true;
+    while (t_cached != nullptr) {
+      Block* next = t_cached->next;
+      std::free(t_cached);
+      t_cached = next;
+    }
+    t_cached_bytes = 0;
+  }
+};
+thread_local CacheReaper t_reaper;
+
 Block* new_block(std::size_t capacity) {
+  for (Block** link = &t_cached; *link != nullptr; link = &(*link)->next) {
+    Block* b = *link;
+    if (b->capacity < capacity) continue;
+    *link = b->next;
+    t_cached_bytes -= b->capacity;
+    b->next = nullptr;
+    b->used = 0;
+    return b;
+  }
   void* p = std::malloc(aligned(sizeof(Block)) + capacity);
   if (p == nullptr) return nullptr;
   auto* b = static_cast<Block*>(p);
@@ -43,6 +73,17 @@ Block* new_block(std::size_t capacity) {
   b->used = 0;
   b->capacity = capacity;
   return b;
+}
+
+void release_block(Block* b) {
+  if (!t_cache_closed && t_cached_bytes + b->capacity <= kCacheBytes) {
+    (void)&t_reaper;  // constructed with the first cached block, so it frees them at thread exit
+    b->next = t_cached;
+    t_cached = b;
+    t_cached_bytes += b->capacity;
+  } else {
+    std::free(b);
+  }
 }
 
 Chain* chain_of(redisReply* root) {
@@ -178,7 +219,7 @@ void free_arena_reply(void* reply) noexcept {
   Block* b = chain_of(static_cast<redisReply*>(reply))->first;
   while (b != nullptr) {
     Block* next = b->next;
-    std::free(b);
+    release_block(b);
     b = next;
   }
 }

@@ -1,12 +1,19 @@
 // SPDX-License-Identifier: MIT
 #include "fetcher.hpp"
 
+#include <tuple>
+
 #include "completer.hpp"
 #include "log.hpp"
 #include "pending.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq::detail {
+namespace {
+
+constexpr std::size_t kDeliverChunk = 16;
+
+}  // namespace
 
 void ensure_group(Connection& conn, const std::string& stream, const std::string& group) {
   const Reply r = conn.command(Argv{"XGROUP", "CREATE", stream, group, "0", "MKSTREAM"});
@@ -18,7 +25,8 @@ Fetcher::Fetcher(Shared& shared, std::function<void()> on_first_replay)
       on_first_replay_(std::move(on_first_replay)),
       conn_(shared.connection),
       scripts_(conn_),
-      block_text_(std::to_string(shared.opt.block.count())) {}
+      block_text_(std::to_string(shared.opt.block.count())),
+      read_batch_(static_cast<std::size_t>(shared.opt.prefetch - shared.opt.prefetch / 2)) {}
 
 Fetcher::~Fetcher() {
   request_stop();
@@ -57,81 +65,103 @@ void Fetcher::replay_own(const std::stop_token& stop) {
   if (!replayed_once_.exchange(true)) on_first_replay_();
 }
 
-bool Fetcher::read() {
-  // Successes go out ahead of the read, in the same write, so one round trip acknowledges a
-  // batch and fetches the next (the completer writes them when this thread is blocked).
-  acks_.clear();
-  const std::size_t count = s_.inflight.take_acks(acks_);
+bool Fetcher::send(std::size_t in_hand) {
+  Request req;
+  req.count = s_.inflight.take_acks(req.acks, reserved_ + in_hand);
+  // Ahead of a batch in hand, read only a whole half-prefetch; a smaller read waits for the
+  // next turn (successes taken now still go out).
+  if (in_hand > 0 && req.count < read_batch_) req.count = 0;
+  if (req.acks.empty() && req.count == 0) return false;
   std::vector<Argv> argvs;
-  std::pair<std::size_t, std::size_t> block{0, 0};
-  if (!acks_.empty()) {
+  if (!req.acks.empty()) {
     std::vector<std::string_view> ids;
-    ids.reserve(acks_.size());
-    for (const EntryKey& k : acks_) ids.push_back(k.id);  // stream 0: the only one read today
-    block = append_acks(argvs, s_, 0, ids, {});
+    ids.reserve(req.acks.size());
+    for (const EntryKey& k : req.acks) ids.push_back(k.id);  // stream 0: the only one read today
+    std::tie(req.multi, req.exec) = append_acks(argvs, s_, 0, ids, {});
   }
-  if (count > 0) {
+  if (req.count > 0) {
     Argv read{"XREADGROUP", "GROUP", s_.opt.group, s_.opt.consumer_name, "COUNT"};
-    read.add(static_cast<std::int64_t>(count)).add("BLOCK").add(block_text_);
+    read.add(static_cast<std::int64_t>(req.count)).add("BLOCK").add(block_text_);
     read.add("STREAMS").add(s_.keys().stream).add(">");
     argvs.push_back(std::move(read));
   }
-  try {
-    for (const Argv& argv : argvs) conn_.append(argv);
-    conn_.flush();
-    if (!acks_.empty()) {
-      std::vector<Reply> replies;
-      for (std::size_t i = 0; i <= block.second; ++i) replies.push_back(conn_.read_reply());
-      acked(acks_error(replies, block.first, block.second));
-      if (exec_refused(replies, block.second)) {
-        conn_.disconnect();  // not left inside a MULTI; the read is lost with it, and redone
-        return false;
-      }
+  reserved_ += req.count;
+  requests_.push_back(std::move(req));
+  for (const Argv& argv : argvs) conn_.append(argv);
+  conn_.flush();
+  return true;
+}
+
+void Fetcher::drop_requests() noexcept {
+  // Written or not: the completer writes the successes (again). A read that was served is
+  // in this consumer's pending list; the replay after the reconnect runs it.
+  for (Request& req : requests_) s_.inflight.acks_refused(req.acks);
+  requests_.clear();
+  reserved_ = 0;
+  conn_.disconnect();
+}
+
+bool Fetcher::receive(const std::stop_token& stop) {
+  Request req = std::move(requests_.front());
+  requests_.pop_front();
+  if (!req.acks.empty()) {
+    std::vector<Reply> replies;
+    for (std::size_t i = 0; i <= req.exec; ++i) replies.push_back(conn_.read_reply());
+    acked(req.acks, acks_error(replies, req.multi, req.exec));
+    if (exec_refused(replies, req.exec)) {
+      if (req.count > 0) (void)conn_.read_reply();
+      drop_requests();  // not left inside a MULTI
+      return false;
     }
-  } catch (const ConnectionError&) {
-    s_.inflight.acks_refused(acks_);  // written or not: the completer writes them (again)
-    throw;
   }
-  if (count == 0) return true;
+  if (req.count == 0) return true;
+  reserved_ -= req.count;
   const Reply reply = conn_.read_reply();
   const ReplyView r = reply.view();
   if (r.is_error()) {
     const std::string_view err = r.error();
     if (!err.starts_with("NOGROUP") && !err.starts_with("UNBLOCKED")) r.check();
-    // The stream or the group was deleted: recreate at 0 so nothing added afterwards is
-    // skipped. This is data loss someone caused; say so.
+    // The stream or the group was deleted: recreate it at 0 (once the pipeline is drained) so
+    // nothing added afterwards is skipped. This is data loss someone caused; say so.
     log(LogLevel::warning, "consumer group " + s_.opt.group + " on " + s_.keys().stream + " is gone (" +
                                std::string(err) + "); recreating it");
-    ensure_group(conn_, s_.keys().stream, s_.opt.group);
+    group_gone_ = true;
     return false;
   }
   if (r.is_nil()) return true;  // BLOCK ran out, or CLIENT UNBLOCK at shutdown
   const ReplyView entries = r[0][1];
-  works_.reserve(entries.size());
-  for (std::size_t i = 0; i < entries.size(); ++i) works_.push_back(read_entry(entries[i], 0, 1, Origin::fresh));
-  s_.inflight.deliver(works_);
+  // Ask for the next batch before handing this one over, so Redis serves it meanwhile.
+  if (!stop.stop_requested() && requests_.empty()) send(entries.size());
+  // Handed over in small chunks, so handlers start on the first entries while this thread
+  // still reads the rest.
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    works_.push_back(read_entry(entries[i], 0, 1, Origin::fresh));
+    if (works_.size() == kDeliverChunk || i + 1 == entries.size()) s_.inflight.deliver(works_);
+  }
   return true;
 }
 
-void Fetcher::acked(const std::string& error) {
+void Fetcher::acked(std::vector<EntryKey>& acks, const std::string& error) {
   if (error.empty()) {
-    Metrics::add(s_.metrics.done, acks_.size());
-    s_.inflight.acks_written(acks_);
+    Metrics::add(s_.metrics.done, acks.size());
+    s_.inflight.acks_written(acks);
   } else if (is_transient_error(error)) {
-    s_.inflight.acks_refused(acks_);  // the completer retries them with backoff
+    s_.inflight.acks_refused(acks);  // the completer retries them with backoff
   } else {
-    log(LogLevel::error, "acknowledging " + std::to_string(acks_.size()) + " completed entries: " + error +
+    log(LogLevel::error, "acknowledging " + std::to_string(acks.size()) + " completed entries: " + error +
                              "; they stay pending and will be reclaimed after claim_min_idle");
-    s_.inflight.acks_written(acks_);
+    s_.inflight.acks_written(acks);
   }
-  acks_.clear();
+  acks.clear();
 }
 
 void Fetcher::main(const std::stop_token& stop) {
   block_sigpipe_for_this_thread();  // library code only runs on this thread
   std::uint64_t replayed_generation = 0;
   Backoff error_backoff(s_.connection.backoff_base, s_.connection.backoff_max);
-  while (!stop.stop_requested()) {
+  // Requests in flight are always read to the end, also when stopping: entries a served read
+  // delivered must be held here, so that they are released.
+  while (!stop.stop_requested() || !requests_.empty()) {
     try {
       if (!conn_.connected()) {
         conn_.connect();
@@ -142,14 +172,22 @@ void Fetcher::main(const std::stop_token& stop) {
         replay_own(stop);
         replayed_generation = conn_.generation();
       }
-      if (!s_.inflight.wait_for_room(stop)) break;
-      if (read()) {
+      if (requests_.empty()) {
+        if (group_gone_) {
+          ensure_group(conn_, s_.keys().stream, s_.opt.group);
+          group_gone_ = false;
+        }
+        if (!s_.inflight.wait_for_room(stop)) break;
+        if (!send(0)) continue;
+      }
+      if (receive(stop)) {
         error_backoff.reset();
       } else {
         error_backoff.fail();
-        if (!pause(stop, error_backoff.delay())) break;
+        if (requests_.empty() && !pause(stop, error_backoff.delay())) break;
       }
     } catch (const ConnectionError& e) {
+      drop_requests();
       if (stop.stop_requested()) break;
       const Millis delay = conn_.backoff_delay();
       log(LogLevel::warning, std::string("fetcher: ") + e.what() + "; reconnecting in " +
@@ -162,9 +200,10 @@ void Fetcher::main(const std::stop_token& stop) {
       const Millis delay = error_backoff.delay();
       log(retry_level(e), std::string("fetcher: ") + e.what() + "; retrying in " + std::to_string(delay.count()) +
                               " ms");
-      if (!pause(stop, delay)) break;
+      if (requests_.empty() && !pause(stop, delay)) break;
     }
   }
+  drop_requests();
   {
     std::lock_guard lock(finished_mutex_);
     finished_ = true;

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -47,11 +48,17 @@ class Fetcher {
  private:
   void main(const std::stop_token& stop);
   void replay_own(const std::stop_token& stop);
-  /// Acknowledges the successes waiting and reads more (one pipeline); false when the caller
-  /// should back off (the group was recreated).
-  bool read();
-  /// Counts and forgets the acknowledged entries, or hands them to the completer.
-  void acked(const std::string& error);
+  /// One request: the successes that finished (MULTI ... EXEC), then an XREADGROUP for what
+  /// the in-flight set has room for, given `in_hand` entries read but not yet delivered.
+  /// False when there was nothing to send.
+  bool send(std::size_t in_hand);
+  /// Reads the replies of the oldest request and delivers what it read (after sending the
+  /// next request). False when the caller should back off.
+  bool receive(const std::stop_token& stop);
+  /// Forgets the requests in flight (their successes go to the completer) and the connection.
+  void drop_requests() noexcept;
+  /// Counts and forgets acknowledged entries, or hands them to the completer.
+  void acked(std::vector<EntryKey>& acks, const std::string& error);
   /// Waits `delay` unless a stop comes first; false when stopping.
   bool pause(const std::stop_token& stop, Millis delay);
 
@@ -60,8 +67,16 @@ class Fetcher {
   Connection conn_;
   ScriptRunner scripts_;
   const std::string block_text_;
-  std::vector<Work> works_;     // reused between reads
-  std::vector<EntryKey> acks_;  // successes acknowledged by the current pipeline
+  struct Request {
+    std::vector<EntryKey> acks;       // the successes it acknowledges
+    std::size_t multi = 0, exec = 0;  // reply indexes of its MULTI and EXEC (when acks)
+    std::size_t count = 0;            // its XREADGROUP COUNT (0: no read)
+  };
+  const std::size_t read_batch_;   // entries per read: half the prefetch, so two fit
+  std::deque<Request> requests_;   // sent, replies not yet read (two at most)
+  std::size_t reserved_ = 0;       // entries the reads in flight may still bring
+  bool group_gone_ = false;        // recreate the group once the pipeline is drained
+  std::vector<Work> works_;        // reused between reads
   std::atomic<std::int64_t> client_id_{-1};
   std::atomic<bool> replayed_once_{false};
   std::mutex finished_mutex_;

@@ -57,7 +57,7 @@ bool InFlight::wait_for_room(const std::stop_token& stop) {
   return !stopping_ && !stop.stop_requested();
 }
 
-std::size_t InFlight::take_acks(std::vector<EntryKey>& out) {
+std::size_t InFlight::take_acks(std::vector<EntryKey>& out, std::size_t reserved) {
   std::lock_guard lock(mutex_);
   bool for_completer = false;
   for (EntryKey& k : acks_) {
@@ -71,8 +71,10 @@ std::size_t InFlight::take_acks(std::vector<EntryKey>& out) {
   }
   acks_.clear();
   if (for_completer) done_cv_.notify_one();
-  const std::size_t after = held_.size() - out.size();
-  return after < prefetch_ ? prefetch_ - after : 0;
+  // Half the prefetch per read, so that two can be in flight: the handlers run one batch and
+  // the fetcher reads the next while Redis serves a third.
+  const std::size_t after = held_.size() - out.size() + reserved;
+  return after < prefetch_ ? std::min(prefetch_ - after, prefetch_ - low_water_) : 0;
 }
 
 void InFlight::acks_written(const std::vector<EntryKey>& keys) { completed(keys); }
@@ -176,6 +178,10 @@ void InFlight::not_run(const EntryKey& key, bool suspect) {
 
 std::optional<Work> InFlight::finish_and_take(Completion c, bool suspect) {
   std::unique_lock lock(mutex_);
+  if (const auto it = held_.find(c.key); it != held_.end()) {
+    it->second.state = State::finished;
+    it->second.fields.reset();  // no orphan record from now on; freed on this thread, not the fetcher's
+  }
   if (c.outcome == Outcome::ack) {
     if (acks_.empty()) acks_since_ = Clock::now();
     acks_.push_back(std::move(c.key));

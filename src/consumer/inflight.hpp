@@ -87,7 +87,7 @@ struct Unstarted {
 /// Snapshot of one held entry for the completer: where its fate stands.
 struct FateInfo {
   bool held = false;      // still held (not completed, not dropped)
-  bool running = false;   // its handler started
+  bool running = false;   // its handler started (and may have finished)
   std::string orphan_id;  // id of its provisional dead-letter record, if its body went away
 };
 
@@ -103,10 +103,12 @@ class InFlight {
   /// to be written as free: the fetcher writes them ahead of its next read), or `stop`.
   /// Returns false when stopping.
   bool wait_for_room(const std::stop_token& stop);
-  /// Takes the successes to acknowledge in the fetcher's next pipeline (ahead of its read) and
-  /// returns how many entries that read may fetch. Successes of entries whose body went away
-  /// are left to the completer (their provisional record is its to replace).
-  std::size_t take_acks(std::vector<EntryKey>& out);
+  /// Takes the successes to acknowledge in the fetcher's next request (ahead of its read) and
+  /// returns how many entries that read may fetch: at most half the prefetch, counting
+  /// `reserved` entries that reads already in flight (or in hand) may still bring. Successes
+  /// of entries whose body went away are left to the completer (their provisional record is
+  /// its to replace).
+  std::size_t take_acks(std::vector<EntryKey>& out, std::size_t reserved);
   /// How many suspects the reclaimer may take now: at most `cap`, and none while earlier
   /// suspects still wait to run (they run one at a time; a dead worker's backlog must not
   /// crowd out fresh work here while other consumers could share it).
@@ -160,7 +162,8 @@ class InFlight {
   /// Returns how many were newly marked.
   std::size_t lost(std::uint16_t stream, const std::vector<std::string>& ids);
   /// The fields of held entries whose body was found deleted, marked so that this is asked
-  /// once per entry (null for entries no longer held).
+  /// once per entry (null for entries no longer held, or whose handler has finished: their
+  /// completion needs no body).
   std::vector<std::shared_ptr<const Fields>> gone(std::uint16_t stream, const std::vector<std::string>& ids);
   /// Queues a completion that no handler produced (an orphan record).
   void push(Completion c);
@@ -178,7 +181,10 @@ class InFlight {
   std::size_t held_count();
 
  private:
-  enum class State : std::uint8_t { queued, taken, running };
+  // finished: its handler returned; its completion is queued or being written. A body deleted
+  // from then on needs no orphan record: the completion decides (its ack or move does not
+  // need the body).
+  enum class State : std::uint8_t { queued, taken, running, finished };
   struct Held {
     Clock::time_point lease_at;
     std::shared_ptr<const Fields> fields;

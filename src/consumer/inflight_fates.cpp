@@ -63,7 +63,7 @@ std::vector<FateInfo> InFlight::fates(const std::vector<Completion>& batch) {
     const auto it = held_.find(batch[i].key);
     if (it == held_.end()) continue;
     out[i].held = !it->second.lost;
-    out[i].running = it->second.state == State::running;
+    out[i].running = it->second.state == State::running || it->second.state == State::finished;
     out[i].orphan_id = it->second.orphan_id;
   }
   return out;
@@ -79,7 +79,7 @@ void InFlight::orphaned(const EntryKey& key, std::string orphan_id) {
   std::lock_guard lock(mutex_);
   const auto it = held_.find(key);
   if (it == held_.end()) return;
-  if (it->second.state == State::running) {
+  if (it->second.state == State::running || it->second.state == State::finished) {
     it->second.orphan_id = std::move(orphan_id);  // its own completion replaces the record
   } else {
     held_.erase(it);  // never started: the record is its fate; take() and started() skip it
@@ -142,7 +142,7 @@ std::vector<std::shared_ptr<const Fields>> InFlight::gone(std::uint16_t stream, 
   std::lock_guard lock(mutex_);
   for (const auto& id : ids) {
     const auto it = held_.find(EntryKey{stream, id});
-    if (it == held_.end() || it->second.lost || it->second.gone) {
+    if (it == held_.end() || it->second.lost || it->second.gone || it->second.state == State::finished) {
       out.emplace_back();
       continue;
     }

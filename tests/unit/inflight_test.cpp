@@ -123,7 +123,7 @@ TEST_F(InFlightTest, GoneRunningEntryKeepsItsRecordForItsCompletion) {
   f.stop();  // so that finish_and_take does not wait for more work
   EXPECT_FALSE(f.finish_and_take(Completion{w->key, Outcome::ack, {}}, false));
   std::vector<EntryKey> acks;
-  f.take_acks(acks);
+  f.take_acks(acks, 0);
   EXPECT_TRUE(acks.empty());
   std::vector<Completion> out;
   f.wait_completions(out, Clock::now());
@@ -143,7 +143,7 @@ TEST_F(InFlightTest, SuccessesGoToTheFetcherAndCountAsRoom) {
   std::thread h1([&] { EXPECT_FALSE(f.finish_and_take(Completion{running[1]->key, Outcome::ack, {}}, false)); });
   waiter.join();
   std::vector<EntryKey> acks;
-  while (acks.size() < 2) f.take_acks(acks);  // both handlers may not have pushed yet
+  while (acks.size() < 2) f.take_acks(acks, 0);  // both handlers may not have pushed yet
   f.acks_written(acks);
   EXPECT_EQ(f.held_count(), 4u);
   f.stop();
