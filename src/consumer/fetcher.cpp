@@ -102,21 +102,27 @@ void Fetcher::drop_requests() noexcept {
 }
 
 bool Fetcher::receive(const std::stop_token& stop) {
-  Request req = std::move(requests_.front());
-  requests_.pop_front();
+  // The request stays queued until its replies are read: if the connection fails meanwhile,
+  // drop_requests() still hands its successes to the completer.
+  Request& req = requests_.front();
   if (!req.acks.empty()) {
     std::vector<Reply> replies;
     for (std::size_t i = 0; i <= req.exec; ++i) replies.push_back(conn_.read_reply());
+    const bool refused = exec_refused(replies, req.exec);
     acked(req.acks, acks_error(replies, req.multi, req.exec));
-    if (exec_refused(replies, req.exec)) {
-      if (req.count > 0) (void)conn_.read_reply();
+    if (refused) {
       drop_requests();  // not left inside a MULTI
       return false;
     }
   }
-  if (req.count == 0) return true;
-  reserved_ -= req.count;
+  const std::size_t count = req.count;
+  if (count == 0) {
+    requests_.pop_front();
+    return true;
+  }
   const Reply reply = conn_.read_reply();
+  reserved_ -= count;
+  requests_.pop_front();
   const ReplyView r = reply.view();
   if (r.is_error()) {
     const std::string_view err = r.error();

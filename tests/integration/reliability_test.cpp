@@ -279,7 +279,8 @@ TEST(Reliability, RedisKilledAndRestartedWithAofLosesNothingAcknowledged) {
     } catch (const ConnectionError&) {
       return false;
     }
-  }, 60s));
+  }, 60s)) << "XLEN " << client.integer({"XLEN", stream}) << ", pending " << pending(client, stream) << ", handled "
+           << handled << ", done " << rc.consumer().metrics().done;
   rc.stop();
   Client after(server.url());
   const auto done = hash(after, done_key);
