@@ -3,9 +3,7 @@
 // processes killed with SIGKILL, a task that kills its worker, Redis killed mid-flow.
 // Oracle: every task whose enqueue returned is done or dead-lettered; nothing unexpected ran;
 // duplicates are counted and bounded.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -23,8 +21,6 @@
 
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
-
-extern char** environ;
 
 namespace streamq::test {
 namespace {
@@ -48,14 +44,8 @@ class WorkerProcess {
     std::vector<char*> argv;
     for (auto& a : args_) argv.push_back(a.data());
     argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    if (!log_file_.empty()) {
-      posix_spawn_file_actions_addopen(&actions, 2, log_file_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    }
-    const int rc = posix_spawn(&pid_, args_[0].c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ASSERT_EQ(rc, 0);
+    pid_ = spawn_child(args_[0], argv, log_file_);
+    ASSERT_GT(pid_, 0);
   }
   /// Sends `sig` without waiting.
   void signal(int sig) { kill(pid_, sig); }

@@ -4,7 +4,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,8 +18,6 @@
 #include <gtest/gtest.h>
 
 #include "streamq/errors.hpp"
-
-extern char** environ;
 
 namespace streamq::test {
 namespace {
@@ -50,6 +49,22 @@ detail::ConnectionConfig client_config(const std::string& url) {
 
 }  // namespace
 
+pid_t spawn_child(const std::string& binary, std::vector<char*>& argv, const std::string& stderr_path) {
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid != 0) return pid;  // parent (or -1)
+  // The child dies with the test process, even when the test is killed (a timeout): no
+  // server or worker outlives the test that started it.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(126);  // the parent died before prctl took effect
+  if (!stderr_path.empty()) {
+    const int fd = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 || dup2(fd, 2) < 0) _exit(126);
+  }
+  execvp(binary.c_str(), argv.data());
+  _exit(127);
+}
+
 RedisServer::RedisServer(RedisServerOptions options) : options_(std::move(options)) {
   char tmpl[] = "/tmp/streamq-test-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
@@ -71,8 +86,13 @@ RedisServer::~RedisServer() {
   if (pid_ > 0) {
     kill(pid_, SIGCONT);
     kill(pid_, SIGTERM);
+    // A server busy in a script (or stuck) does not act on SIGTERM: after 5 s, SIGKILL.
     int status = 0;
-    waitpid(pid_, &status, 0);
+    const bool exited = wait_until([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, std::chrono::seconds(5));
+    if (!exited) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+    }
   }
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
@@ -93,11 +113,8 @@ void RedisServer::spawn() {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawnp(&pid, binary.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-    throw std::runtime_error("cannot start " + binary + " (is redis-server installed?)");
-  }
-  pid_ = pid;
+  pid_ = spawn_child(binary, argv);
+  if (pid_ < 0) throw std::runtime_error("cannot start " + binary + " (is redis-server installed?)");
 }
 
 void RedisServer::wait_ready() {
@@ -106,6 +123,9 @@ void RedisServer::wait_ready() {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+        throw std::runtime_error("cannot run redis-server (is it installed?)");
+      }
       throw std::runtime_error("redis-server exited at start (port " + std::to_string(port_) + ")");
     }
     try {

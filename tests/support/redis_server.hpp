@@ -71,6 +71,11 @@ class Client {
   detail::Connection conn_;
 };
 
+/// fork + exec of `binary` with `argv` (null-terminated), its stderr appended to
+/// `stderr_path` when given; the child is killed when the test process dies. Returns the pid,
+/// or -1. An exec failure shows as the child exiting with 127.
+pid_t spawn_child(const std::string& binary, std::vector<char*>& argv, const std::string& stderr_path = "");
+
 /// Polls `predicate` until it holds or `timeout` passes; returns its last value.
 bool wait_until(const std::function<bool()>& predicate,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
