@@ -136,14 +136,19 @@ bool Fetcher::receive(const std::stop_token& stop) {
   }
   if (r.is_nil()) return true;  // BLOCK ran out, or CLIENT UNBLOCK at shutdown
   const ReplyView entries = r[0][1];
-  // Ask for the next batch before handing this one over, so Redis serves it meanwhile.
-  if (!stop.stop_requested() && requests_.empty()) send(entries.size());
+  const std::size_t n = entries.size();
+  // A full batch: ask for the next one before handing this one over, so Redis serves it
+  // meanwhile. A few entries (a queue that is not backlogged): hand them over first, the
+  // task's latency is what counts then.
+  const bool overlap = n > kDeliverChunk;
+  if (overlap && !stop.stop_requested() && requests_.empty()) send(n);
   // Handed over in small chunks, so handlers start on the first entries while this thread
   // still reads the rest.
-  for (std::size_t i = 0; i < entries.size(); ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     works_.push_back(read_entry(entries[i], 0, 1, Origin::fresh));
-    if (works_.size() == kDeliverChunk || i + 1 == entries.size()) s_.inflight.deliver(works_);
+    if (works_.size() == kDeliverChunk || i + 1 == n) s_.inflight.deliver(works_);
   }
+  if (!overlap && !stop.stop_requested() && requests_.empty()) send(0);
   return true;
 }
 
