@@ -163,7 +163,7 @@ void Connection::connect() {
   // hiredis frees its read buffer whenever it is empty and over 16 KiB, which a batch of 64
   // tasks is: every read then paid a large free and malloc (and glibc's consolidation).
   ctx_->reader->maxbuf = kReadBufferKeep;
-  use_reply_arena(ctx_);
+  use_reply_arena(ctx_->reader);
 
   std::vector<Argv> hello;
   if (!ep.password.empty()) {

@@ -212,7 +212,7 @@ redisReplyObjectFunctions arena_functions = {create_string, create_array<int>, c
 
 }  // namespace
 
-void use_reply_arena(redisContext* ctx) noexcept { ctx->reader->fn = &arena_functions; }
+void use_reply_arena(redisReader* reader) noexcept { reader->fn = &arena_functions; }
 
 void free_arena_reply(void* reply) noexcept {
   if (reply == nullptr) return;

@@ -5,13 +5,13 @@
 // reply views read them unchanged); only their memory comes from a few blocks.
 #pragma once
 
-struct redisContext;
+struct redisReader;
 
 namespace streamq::detail {
 
-/// Makes `ctx`'s reader build replies in arenas. Call before the first command; replies it
-/// returns must be freed with free_arena_reply.
-void use_reply_arena(redisContext* ctx) noexcept;
+/// Makes `reader` (a context's `reader`) build replies in arenas. Call before it reads the
+/// first reply; replies it returns must be freed with free_arena_reply.
+void use_reply_arena(redisReader* reader) noexcept;
 
 /// Frees a reply built by an arena reader (its whole tree at once). Null is fine.
 void free_arena_reply(void* reply) noexcept;

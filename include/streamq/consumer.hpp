@@ -34,7 +34,9 @@ struct ConsumerOptions {
   /// An entry pending this long without a heartbeat is taken by another consumer's
   /// reclaimer. Must be >= 3 * heartbeat_interval.
   std::chrono::milliseconds claim_min_idle{30000};
-  /// How often this consumer runs XAUTOCLAIM for other consumers' stalled entries.
+  /// How often this consumer looks for other consumers' stalled entries (pending and idle for
+  /// claim_min_idle: a bounded XPENDING walk and an XCLAIM of each, in one script), and sooner
+  /// while more may wait.
   std::chrono::milliseconds reclaim_interval{5000};
   /// How often the leases of held entries are renewed (owner-checked XCLAIM ... JUSTID).
   std::chrono::milliseconds heartbeat_interval{5000};

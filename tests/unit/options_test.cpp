@@ -159,6 +159,12 @@ TEST(ConsumerOptions, RefusesBadValues) {
       {"max_payload_bytes", [](ConsumerOptions& o) { o.max_payload_bytes = 0; }},
       {"max_payload_depth", [](ConsumerOptions& o) { o.max_payload_depth = 0; }},
       {"default_max_retries", [](ConsumerOptions& o) { o.default_max_retries = -1; }},
+      {"idle_consumer_timeout", [](ConsumerOptions& o) { o.idle_consumer_timeout = -1ms; }},
+      // A consumer idle for less than claim_min_idle may be a live one between two reads.
+      {"idle_consumer_timeout", [](ConsumerOptions& o) {
+         o.claim_min_idle = 30000ms;
+         o.idle_consumer_timeout = 29999ms;
+       }},
   };
   for (const auto& m : mistakes) {
     ConsumerOptions o;
@@ -186,7 +192,9 @@ TEST(ConsumerOptions, BoundaryValuesAreAccepted) {
                             .heartbeat_interval = 5000ms,
                             .max_deliveries = 2,
                             .shutdown_grace = 0ms,
-                            .default_max_retries = 0}));
+                            .default_max_retries = 0,
+                            .idle_consumer_timeout = 15000ms}));
+  EXPECT_NO_THROW(Consumer({.idle_consumer_timeout = 0ms}));  // off
 }
 
 TEST(ConsumerName, DefaultIsHostPidAndRandomSuffix) {
@@ -238,7 +246,12 @@ TEST(ConnectionConfig, DefaultClientNameNamesTheRole) {
   EXPECT_EQ(producer.connect_timeout, 2000ms);
   EXPECT_EQ(producer.socket_timeout, 5000ms);
   EXPECT_EQ(producer.backoff_base, 50ms);
-  EXPECT_EQ(producer.backoff_max, 2000ms);
+  EXPECT_EQ(producer.backoff_max, 2000ms);  // a caller waits
+  EXPECT_EQ(streamq::detail::make_connection_config({}, "stats").backoff_max, 2000ms);
+  EXPECT_EQ(streamq::detail::make_connection_config({}, "consumer").backoff_max, 30000ms);  // nobody waits
+  // The role's default never undercuts a larger base; an explicit cap is kept.
+  EXPECT_EQ(streamq::detail::make_connection_config({.backoff_base = 5000ms}, "producer").backoff_max, 5000ms);
+  EXPECT_EQ(streamq::detail::make_connection_config({.backoff_max = 700ms}, "consumer").backoff_max, 700ms);
 }
 
 TEST(ConnectionConfig, GivenValuesAreKept) {
