@@ -12,11 +12,12 @@ struct QueueKeys {
   std::string stream;   // the task stream itself
   std::string dlq;      // dead-letter stream
   std::string delayed;  // sorted set of delayed tasks (score = due time)
+  std::string orphans;  // hash: entry id -> its provisional dead-letter record (body deleted while held)
 };
 
 inline QueueKeys queue_keys(std::string_view stream) {
   const std::string s(stream);
-  return QueueKeys{s, s + ":dlq", s + ":delayed"};
+  return QueueKeys{s, s + ":dlq", s + ":delayed", s + ":orphans"};
 }
 
 }  // namespace streamq::detail

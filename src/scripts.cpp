@@ -48,16 +48,36 @@ redis.call('XDEL', KEYS[1], ARGV[3])
 return id
 )lua";
 
-// replace — the completion of an entry whose body was deleted while this consumer ran it.
-// Its fate then rests on a provisional dead-letter record (written by `move` with the fields
-// this consumer had read); the entry's own retry copy or dead letter replaces that record.
-// KEYS[1] = dlq (holds the provisional record), KEYS[2] = destination (stream or dlq)
-// ARGV[1] = provisional record id, ARGV[2..] = fields of the new entry.
+// orphan — the entry's body was deleted while this consumer held it: the fields it had read go
+// to the dead-letter stream as a provisional record (replaced by the entry's own completion,
+// see `replace`), and the entry leaves the pending list, so no reclaimer dead-letters it again.
+// KEYS[1] = stream, KEYS[2] = dlq, KEYS[3] = orphans (hash: entry id -> record id)
+// ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id, ARGV[4..] = fields of the record.
+// Returns the record id, also when an earlier call wrote it (a retry after a lost reply gets
+// the same answer, not a second record); 0 when the entry is no longer pending; -1 when
+// another consumer owns it.
+constexpr const char* kOrphan = R"lua(
+local known = redis.call('HGET', KEYS[3], ARGV[3])
+if known then return known end
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 then return 0 end
+if p[1][2] ~= ARGV[2] then return -1 end
+local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[3], id)
+return id
+)lua";
+
+// replace — the retry copy or dead letter of an orphaned entry (see `orphan`) takes the place
+// of its provisional record.
+// KEYS[1] = dlq (holds the record), KEYS[2] = destination (stream or dlq), KEYS[3] = orphans
+// ARGV[1] = record id, ARGV[2] = entry id, ARGV[3..] = fields of the new entry.
 // Returns the new entry id, or 0 when the record is gone: someone (an operator's replay or
 // delete) already acted on it, so it is no longer this consumer's to decide.
 constexpr const char* kReplace = R"lua(
+redis.call('HDEL', KEYS[3], ARGV[2])
 if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end
-local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 2))
+local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
 redis.call('XDEL', KEYS[1], ARGV[1])
 return id
 )lua";
@@ -232,7 +252,7 @@ struct Sources {
   std::array<std::string, static_cast<std::size_t>(ScriptId::count_)> text;
   std::array<std::string, static_cast<std::size_t>(ScriptId::count_)> sha;
   Sources() {
-    text = {kEnqueue, kMove, kReplace, kLease, kFetchPending, kStart, kForgetIdleConsumers};
+    text = {kEnqueue, kMove, kOrphan, kReplace, kLease, kFetchPending, kStart, kForgetIdleConsumers};
     for (std::size_t i = 0; i < text.size(); ++i) sha[i] = sha1_hex(text[i]);
   }
 };

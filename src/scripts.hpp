@@ -18,6 +18,7 @@ namespace streamq::detail {
 enum class ScriptId : std::size_t {
   enqueue,                // capacity-checked XADD of a batch
   move,                   // owner-checked retry copy / dead-letter, with XACK + XDEL of the original
+  orphan,                 // provisional dead-letter record of an entry whose body was deleted while held
   replace,                // retry copy / dead-letter replacing a provisional dead-letter record
   lease,                  // owner-checked XCLAIM ... JUSTID (heartbeat, release)
   fetch_pending,          // reclaim of stalled entries or own-PEL replay, with poison and lost-body handling

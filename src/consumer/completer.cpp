@@ -31,8 +31,7 @@ struct Plan {
 }  // namespace
 
 std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t stream,
-                                                const std::vector<std::string_view>& ids,
-                                                const std::vector<std::string_view>& orphan_ids) {
+                                                const std::vector<std::string_view>& ids, const OrphanAcks& orphans) {
   const QueueKeys& keys = s.keys(stream);
   const std::size_t first = argvs.size();
   argvs.push_back(Argv{"MULTI"});
@@ -46,10 +45,13 @@ std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const 
     argvs.push_back(std::move(ack));
     argvs.push_back(std::move(del));
   }
-  if (!orphan_ids.empty()) {
+  if (!orphans.records.empty()) {
     Argv del{"XDEL", keys.dlq};
-    for (std::string_view id : orphan_ids) del.add(id);
+    Argv unindex{"HDEL", keys.orphans};
+    for (std::string_view id : orphans.records) del.add(id);
+    for (std::string_view id : orphans.entries) unindex.add(id);
     argvs.push_back(std::move(del));
+    argvs.push_back(std::move(unindex));
   }
   argvs.push_back(Argv{"EXEC"});
   return {first, argvs.size() - 1};
@@ -148,16 +150,21 @@ void Completer::flush(std::vector<Completion>& batch) {
   // the task is done, and the new owner's completion of it then finds nothing to do. An
   // orphaned entry's success deletes its provisional record instead.
   for (std::uint16_t stream = 0; stream < s_.streams.size(); ++stream) {
-    std::vector<std::string_view> ids, orphan_ids;
+    std::vector<std::string_view> ids;
+    OrphanAcks orphans;
     std::vector<std::size_t> members;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (batch[i].outcome != Outcome::ack || batch[i].key.stream != stream) continue;
-      (fate[i].orphan_id.empty() ? ids : orphan_ids).push_back(fate[i].orphan_id.empty() ? batch[i].key.id
-                                                                                          : fate[i].orphan_id);
+      if (fate[i].orphan_id.empty()) {
+        ids.push_back(batch[i].key.id);
+      } else {
+        orphans.records.push_back(fate[i].orphan_id);
+        orphans.entries.push_back(batch[i].key.id);
+      }
       members.push_back(i);
     }
     if (members.empty()) continue;
-    const auto block = append_acks(plan.argvs, s_, stream, ids, orphan_ids);
+    const auto block = append_acks(plan.argvs, s_, stream, ids, orphans);
     plan.ids.resize(plan.argvs.size(), not_a_script);
     plan.multis.push_back(block);
     for (std::size_t i : members) {
@@ -181,17 +188,26 @@ void Completer::flush(std::vector<Completion>& batch) {
     const bool replace = !fate[i].orphan_id.empty() && c.outcome != Outcome::orphan;
     const std::string& dest = c.outcome == Outcome::retry ? keys.stream : keys.dlq;
     Argv argv;
-    if (replace) {
-      argv = scripts_.begin(ScriptId::replace, 2);
-      argv.add(keys.dlq).add(dest).add(fate[i].orphan_id);
+    ScriptId id;
+    if (c.outcome == Outcome::orphan) {
+      id = ScriptId::orphan;
+      argv = scripts_.begin(id, 3);
+      argv.add(keys.stream).add(keys.dlq).add(keys.orphans).add(group).add(me).add(c.key.id);
+      plan.write[i] = Write::orphan;
+    } else if (replace) {
+      id = ScriptId::replace;
+      argv = scripts_.begin(id, 3);
+      argv.add(keys.dlq).add(dest).add(keys.orphans).add(fate[i].orphan_id).add(c.key.id);
+      plan.write[i] = Write::replace;
     } else {
-      argv = scripts_.begin(ScriptId::move, 2);
+      id = ScriptId::move;
+      argv = scripts_.begin(id, 2);
       argv.add(keys.stream).add(dest).add(group).add(me).add(c.key.id);
+      plan.write[i] = Write::move;
     }
     for (const auto& [k, v] : c.fields) argv.add(k).add(v);
-    plan.write[i] = replace ? Write::replace : c.outcome == Outcome::orphan ? Write::orphan : Write::move;
     plan.reply[i] = plan.argvs.size();
-    plan.add(std::move(argv), replace ? ScriptId::replace : ScriptId::move);
+    plan.add(std::move(argv), id);
   }
 
   const std::vector<Reply> replies = scripts_.call_pipelined(plan.ids, plan.argvs);
@@ -211,13 +227,20 @@ void Completer::flush(std::vector<Completion>& batch) {
   for (std::size_t i = 0; i < batch.size(); ++i) {
     Completion& c = batch[i];
     if (plan.write[i] == Write::none) {
-      if (c.outcome == Outcome::orphan) continue;  // moot
-      finished.push_back(c.key);
+      // A moot orphan: an entry no longer held is forgotten (a lost entry still held, which
+      // nobody runs, must not keep its slot); one whose completion is in this batch is
+      // forgotten with it.
+      if (!fate[i].held) finished.push_back(c.key);
       continue;
     }
     std::string error;
     if (plan.write[i] == Write::ack) {
       error = block_error[plan.reply[i]];
+    } else if (reconnect) {
+      // After a refused EXEC the connection was still inside the MULTI: the scripts behind it
+      // were queued, not run (and discarded with the connection). Run them again.
+      retry_later.push_back(std::move(c));
+      continue;
     } else if (replies[plan.reply[i]].view().is_error()) {
       error = std::string(replies[plan.reply[i]].view().error());
     }
@@ -247,8 +270,9 @@ void Completer::flush(std::vector<Completion>& batch) {
                                  " was not written");
       finished.push_back(c.key);
     } else if (plan.write[i] == Write::orphan) {
-      Metrics::add(s_.metrics.dead_lettered, 1);
-      s_.inflight.orphaned(c.key, std::string(v.str()));
+      // The record is the task's fate unless its handler runs: then its completion decides
+      // (and is counted).
+      if (s_.inflight.orphaned(c.key, std::string(v.str()))) Metrics::add(s_.metrics.dead_lettered, 1);
     } else {
       Metrics::add(c.outcome == Outcome::retry ? s_.metrics.retried : s_.metrics.dead_lettered, 1);
       finished.push_back(c.key);

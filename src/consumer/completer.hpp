@@ -3,8 +3,7 @@
 // the only part that decides an entry's fate in Redis, so those decisions happen in one
 // order: successes as one MULTI of XACK + XDEL per batch; retries and dead letters each with
 // the owner-checked move script; orphan records (the body was deleted while held) with the
-// same move script into the dead-letter stream; completions of orphaned entries with the
-// replace script. A write refused by a passing server state (LOADING after a restart, OOM
+// orphan script; completions of orphaned entries with the replace script. A write refused by a passing server state (LOADING after a restart, OOM
 // under noeviction, a failover) is retried with backoff while the entries stay held and
 // leased; counters count only what was written. Talks to: the in-flight set, Redis.
 #pragma once
@@ -18,13 +17,19 @@
 
 namespace streamq::detail {
 
-/// Appends MULTI, XACK + XDEL of `ids` (if any), XDEL of the provisional records
-/// `orphan_ids` from the dead-letter stream (if any), EXEC: the acknowledgement of successes
-/// of one stream. MULTI: a crash between XACK and XDEL would leave a done entry counting
-/// toward max_len. The views must outlive the pipeline. Returns the MULTI's and EXEC's index.
+/// Successes of orphaned entries: their provisional records, and the entry ids they stand for.
+struct OrphanAcks {
+  std::vector<std::string_view> records;
+  std::vector<std::string_view> entries;
+};
+
+/// Appends MULTI, XACK + XDEL of `ids` (if any), the deletion of `orphans`' provisional
+/// records and their index fields (if any), EXEC: the acknowledgement of successes of one
+/// stream. MULTI: a crash between XACK and XDEL would leave a done entry counting toward
+/// max_len. The views must outlive the pipeline. Returns the MULTI's and EXEC's index.
 std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t stream,
                                                 const std::vector<std::string_view>& ids,
-                                                const std::vector<std::string_view>& orphan_ids);
+                                                const OrphanAcks& orphans = {});
 /// The error that refused such a block (the refused command's, not EXECABORT), "" if written.
 std::string acks_error(const std::vector<Reply>& replies, std::size_t multi, std::size_t exec);
 /// True when EXEC itself was refused (a busy server refuses it as it refuses XACK), which

@@ -114,12 +114,14 @@ struct Consumer::Impl {
     detail::Connection control(s->connection);
     if (!set_up(control)) return;
 
+    // Declared in the order they may use each other: each part outlives the ones that use it
+    // (the duties the scheduler, the scheduler and the reclaimer the fetcher's callback).
     detail::Completer completer(*s);
     detail::Executor executor(s);
-    detail::Scheduler scheduler(*s);
     detail::LeaseKeeper leases(*s);
     detail::Reclaimer reclaimer(*s);
     detail::Janitor janitor(*s);
+    detail::Scheduler scheduler(*s);
     scheduler.add(leases);
     scheduler.add(reclaimer);
     if (s->opt.idle_consumer_timeout.count() > 0) scheduler.add(janitor);
@@ -127,16 +129,21 @@ struct Consumer::Impl {
       reclaimer.arm();
       scheduler.wake();
     });
-    completer.start();
-    executor.start();
-    scheduler.start();
-    fetcher.start();
-    detail::log(LogLevel::info, "consumer " + s->opt.consumer_name + " running on " + s->keys().stream +
-                                    " (group " + s->opt.group + ", " + std::to_string(s->opt.concurrency) +
-                                    " handler threads)");
-    {
+    try {
+      completer.start();
+      executor.start();
+      scheduler.start();
+      fetcher.start();
+      detail::log(LogLevel::info, "consumer " + s->opt.consumer_name + " running on " + s->keys().stream +
+                                      " (group " + s->opt.group + ", " + std::to_string(s->opt.concurrency) +
+                                      " handler threads)");
       std::unique_lock lock(mutex);
       cv.wait(lock, [&] { return stop_requested; });
+    } catch (...) {
+      // A thread that could not be started: stop the ones that were, in the same order.
+      request_stop();
+      shutdown(control, fetcher, scheduler, completer, executor);
+      throw;
     }
     shutdown(control, fetcher, scheduler, completer, executor);
   }
@@ -175,10 +182,11 @@ struct Consumer::Impl {
     const auto& c = s->connection;
     completer.finish(std::max(grace_end, Clock::now() + c.connect_timeout + c.socket_timeout));
     // 5. Handlers still running keep their threads, detached; their entries stay pending.
-    if (const std::size_t n = executor.release_threads(); n > 0) {
+    if (const std::size_t n = s->inflight.running(); n > 0) {
       detail::log(LogLevel::warning, std::to_string(n) + " handlers still running after shutdown_grace; their "
                                          "entries stay pending and are reclaimed after claim_min_idle");
     }
+    executor.release_threads();
   }
 };
 

@@ -66,10 +66,13 @@ void thread_main(Shared& s) {
     const bool suspect = w->suspect();
     try {
       if (suspect) {
+        const std::int64_t counted_from = w->deliveries;
         const Start start = start_suspect(s, *w, channel);
         if (start == Start::gone) report_gone(s, w->key.stream, {w->key.id});
-        if (start != Start::run || !s.inflight.started(w->key)) {
-          s.inflight.not_run(w->key, suspect);
+        const StartVerdict verdict =
+            start == Start::run ? s.inflight.started(w->key, counted_from) : StartVerdict::skip;
+        if (verdict != StartVerdict::run) {
+          if (verdict == StartVerdict::skip) s.inflight.not_run(w->key, suspect);
           w = s.inflight.take();
           continue;
         }

@@ -53,7 +53,20 @@ bool Fetcher::pause(const std::stop_token& stop, Millis delay) {
 void Fetcher::replay_own(const std::stop_token& stop) {
   std::string cursor = "0-0";
   while (!stop.stop_requested()) {
-    PendingBatch batch = fetch_pending(s_, scripts_, PendingMode::own, cursor, 100);
+    // Within the prefetch, like any read: a long own pending list is replayed as room frees.
+    if (!s_.inflight.wait_for_room(stop)) return;
+    PendingBatch batch;
+    try {
+      batch = fetch_pending(s_, scripts_, PendingMode::own, cursor, read_batch_);
+    } catch (const ReplyError& e) {
+      // The group is gone (a Redis that came back empty, a deleted stream): so is its pending
+      // list. Recreate it at 0 and read on; nothing of this consumer is left to replay.
+      if (std::string_view(e.what()).find("NOGROUP") == std::string_view::npos) throw;
+      log(LogLevel::warning, "consumer group " + s_.opt.group + " on " + s_.keys().stream + " is gone (" +
+                                 e.what() + "); recreating it");
+      ensure_group(conn_, s_.keys().stream, s_.opt.group);
+      break;
+    }
     if (const std::size_t n = s_.inflight.deliver(batch.works); n > 0) {
       Metrics::add(s_.metrics.replayed, n);
       log(LogLevel::info,
@@ -223,6 +236,7 @@ void Fetcher::main(const std::stop_token& stop) {
 }
 
 bool Fetcher::wait_finished(Millis timeout) {
+  if (!thread_.joinable()) return true;  // never started
   std::unique_lock lock(finished_mutex_);
   return finished_cv_.wait_for(lock, timeout, [&] { return finished_; });
 }

@@ -71,9 +71,9 @@ std::size_t InFlight::take_acks(std::vector<EntryKey>& out, std::size_t reserved
   }
   acks_.clear();
   if (for_completer) done_cv_.notify_one();
-  // Half the prefetch per read, so that two can be in flight: the handlers run one batch and
-  // the fetcher reads the next while Redis serves a third.
-  const std::size_t after = held_.size() - out.size() + reserved;
+  // Half the prefetch per read, so that the next read fits beside the batch in hand: the
+  // handlers run one batch while Redis serves the next read.
+  const std::size_t after = (held_.size() > out.size() ? held_.size() - out.size() : 0) + reserved;
   return after < prefetch_ ? std::min(prefetch_ - after, prefetch_ - low_water_) : 0;
 }
 
@@ -151,12 +151,24 @@ std::optional<Work> InFlight::take_locked(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-bool InFlight::started(const EntryKey& key) {
-  std::lock_guard lock(mutex_);
-  const auto it = held_.find(key);
-  if (it == held_.end() || it->second.lost || it->second.gone) return false;
-  it->second.state = State::running;
-  return true;
+StartVerdict InFlight::started(const EntryKey& key, std::int64_t counted_from) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = held_.find(key);
+    if (it == held_.end() || it->second.lost || it->second.gone) return StartVerdict::skip;
+    if (!stopping_) {
+      it->second.state = State::running;
+      return StartVerdict::run;
+    }
+    // Entries not yet started are not started once stopping, even when their start script
+    // was on its way.
+    it->second.state = State::queued;
+    it->second.restore_count = counted_from;
+    suspect_running_ = false;
+    --running_;
+  }
+  idle_cv_.notify_all();
+  return StartVerdict::put_back;
 }
 
 void InFlight::not_run(const EntryKey& key, bool suspect) {
@@ -222,6 +234,11 @@ void InFlight::end_idle_wait() {
     idle_wait_ended_ = true;
   }
   idle_cv_.notify_all();
+}
+
+std::size_t InFlight::running() {
+  std::lock_guard lock(mutex_);
+  return running_;
 }
 
 std::size_t InFlight::held_count() {

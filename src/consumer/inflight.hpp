@@ -81,7 +81,16 @@ struct Completion {
 /// An unstarted entry to hand back at shutdown.
 struct Unstarted {
   EntryKey key;
-  bool fresh = false;  // its delivery count goes back to 0: it never ran
+  /// The delivery count to give it back: 0 for one delivered fresh (it never ran), the count
+  /// before its start was counted for a suspect put back at shutdown, -1 to keep it.
+  std::int64_t count = -1;
+};
+
+/// What started() found.
+enum class StartVerdict {
+  run,       // it may run
+  skip,      // not ours any more (or its body is gone): see not_run()
+  put_back,  // the consumer is stopping: queued again, to be released unstarted
 };
 
 /// Snapshot of one held entry for the completer: where its fate stands.
@@ -122,9 +131,11 @@ class InFlight {
   /// are skipped (counted in `skipped`). A fresh entry is marked running; a suspect is marked
   /// running by started().
   std::optional<Work> take();
-  /// The start script allowed `key` to run. False when the entry is no longer held (its body
-  /// went away meanwhile and it was dead-lettered): it must not run.
-  bool started(const EntryKey& key);
+  /// The start script allowed `key` to run, having raised its delivery count from
+  /// `counted_from`. Skip when the entry is no longer held (its body went away meanwhile and
+  /// it was dead-lettered); put_back when the consumer started to stop meanwhile: it is not
+  /// started, and is released with its count restored.
+  StartVerdict started(const EntryKey& key, std::int64_t counted_from);
   /// The entry will not run (another consumer owns it now, or its body is gone): counted as
   /// skipped, and forgotten unless its dead-letter record is still to be written.
   void not_run(const EntryKey& key, bool suspect);
@@ -148,8 +159,8 @@ class InFlight {
   void completed(const std::vector<EntryKey>& keys);
   /// A provisional dead-letter record was written for `key`: a running entry remembers it
   /// (its completion replaces it); one that never started is forgotten (it will not run: the
-  /// record is its fate).
-  void orphaned(const EntryKey& key, std::string orphan_id);
+  /// record is its fate). True in that second case.
+  bool orphaned(const EntryKey& key, std::string orphan_id);
   /// Wakes the completer so it exits once the queue is empty.
   void stop_completer();
 
@@ -179,6 +190,8 @@ class InFlight {
   /// Ends wait_idle() at once (the shutdown grace period was cut short).
   void end_idle_wait();
   std::size_t held_count();
+  /// Handlers between take() and their completion.
+  std::size_t running();
 
  private:
   // finished: its handler returned; its completion is queued or being written. A body deleted
@@ -191,6 +204,7 @@ class InFlight {
     std::string orphan_id;
     Origin origin = Origin::fresh;
     std::uint64_t seq = 0;
+    std::int64_t restore_count = -1;  // see Unstarted::count
     State state = State::queued;
     bool lost = false;
     bool gone = false;
@@ -200,7 +214,8 @@ class InFlight {
   std::optional<Work> take_locked(std::unique_lock<std::mutex>& lock);
   std::deque<Work>::iterator next_runnable();
   bool flush_now(Clock::time_point now) const;  // the completer should write what is queued now
-  std::size_t unacked() const { return held_.size() - acks_.size(); }
+  // (acks_ can name entries no longer held, e.g. lost ones: never below 0.)
+  std::size_t unacked() const { return held_.size() > acks_.size() ? held_.size() - acks_.size() : 0; }
   void room_freed();  // after unacked() shrank; call with mutex_ held
 
   const std::size_t prefetch_;

@@ -35,7 +35,9 @@ bool InFlight::wait_completions(std::vector<Completion>& out, Clock::time_point 
   const auto linger_end = Clock::now() + kLinger;
   for (;;) {
     const auto now = Clock::now();
-    if (flush_now(now) || completer_stopping_ || now >= until) break;
+    if (flush_now(now) || now >= until) break;
+    // Stopping: return at once, unless the caller holds writes to retry at `until`.
+    if (completer_stopping_ && out.empty()) break;
     if (!done_.empty() && now >= linger_end) break;
     auto wake = until;
     if (!done_.empty()) wake = std::min(wake, linger_end);
@@ -75,16 +77,17 @@ void InFlight::completed(const std::vector<EntryKey>& keys) {
   room_freed();
 }
 
-void InFlight::orphaned(const EntryKey& key, std::string orphan_id) {
+bool InFlight::orphaned(const EntryKey& key, std::string orphan_id) {
   std::lock_guard lock(mutex_);
   const auto it = held_.find(key);
-  if (it == held_.end()) return;
+  if (it == held_.end()) return true;
   if (it->second.state == State::running || it->second.state == State::finished) {
     it->second.orphan_id = std::move(orphan_id);  // its own completion replaces the record
-  } else {
-    held_.erase(it);  // never started: the record is its fate; take() and started() skip it
-    room_freed();
+    return false;
   }
+  held_.erase(it);  // never started: the record is its fate; take() and started() skip it
+  room_freed();
+  return true;
 }
 
 void InFlight::stop_completer() {
@@ -142,7 +145,10 @@ std::vector<std::shared_ptr<const Fields>> InFlight::gone(std::uint16_t stream, 
   std::lock_guard lock(mutex_);
   for (const auto& id : ids) {
     const auto it = held_.find(EntryKey{stream, id});
-    if (it == held_.end() || it->second.lost || it->second.gone || it->second.state == State::finished) {
+    // No fields (an entry that came without a readable body): no record to write; it is
+    // dead-lettered when its handler thread takes it.
+    if (it == held_.end() || it->second.lost || it->second.gone || it->second.state == State::finished ||
+        !it->second.fields) {
       out.emplace_back();
       continue;
     }
@@ -156,7 +162,9 @@ std::vector<Unstarted> InFlight::unstarted() {
   std::lock_guard lock(mutex_);
   std::vector<Unstarted> out;
   for (const auto& [key, h] : held_) {
-    if (h.state == State::queued && !h.lost && !h.gone) out.push_back({key, h.origin == Origin::fresh});
+    if (h.state == State::queued && !h.lost && !h.gone) {
+      out.push_back({key, h.origin == Origin::fresh ? 0 : h.restore_count});
+    }
   }
   return out;
 }

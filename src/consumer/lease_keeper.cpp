@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "codec.hpp"
 #include "log.hpp"
@@ -74,12 +75,13 @@ void LeaseKeeper::tick(ScriptRunner& scripts, Clock::time_point now) {
 void LeaseKeeper::release(Shared& s, ScriptRunner& scripts) {
   std::vector<Unstarted> entries = s.inflight.unstarted();
   for (std::uint16_t stream = 0; stream < s.streams.size(); ++stream) {
-    std::vector<std::string> fresh, others;
+    std::map<std::int64_t, std::vector<std::string>> by_count;  // one lease call per count to set
     for (const Unstarted& u : entries) {
-      if (u.key.stream == stream) (u.fresh ? fresh : others).push_back(u.key.id);
+      if (u.key.stream == stream) by_count[u.count].push_back(u.key.id);
     }
-    lease(s, scripts, stream, fresh, kReleaseIdle, "0");
-    lease(s, scripts, stream, others, kReleaseIdle, "-1");
+    for (const auto& [count, ids] : by_count) {
+      lease(s, scripts, stream, ids, kReleaseIdle, std::to_string(count).c_str());
+    }
   }
   if (!entries.empty()) {
     log(LogLevel::info, "released " + std::to_string(entries.size()) + " unstarted entries for other consumers");

@@ -16,6 +16,7 @@
 #include "consumer_fixture.hpp"
 #include "log_capture.hpp"
 #include "running_consumer.hpp"
+#include "scripts.hpp"
 
 namespace streamq::test {
 namespace {
@@ -93,6 +94,62 @@ TEST_F(ConsumerTest, OwnPendingEntriesAreReplayedAfterAReconnect) {
   rc.stop();
   EXPECT_EQ(rc.consumer().metrics().replayed, 3u);
   EXPECT_GE(rc.consumer().metrics().reconnects, 1u);
+}
+
+TEST(ConsumerRecovery, AServerThatComesBackEmptyGetsItsGroupBack) {
+  // No persistence: after the restart the stream and the group are gone. The consumer's
+  // replay of its own pending entries, the first thing after a reconnect, meets NOGROUP.
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  std::atomic<int> ran{0};
+  RunningConsumer rc({.connection = {.url = server.url(), .backoff_base = 20ms, .backoff_max = 200ms},
+                      .stream = stream,
+                      .block = 200ms},
+                     [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
+  Producer p({.connection = {.url = server.url(), .backoff_base = 20ms, .backoff_max = 200ms}, .stream = stream});
+  p.enqueue("work", "{}");
+  ASSERT_TRUE(wait_until([&] { return ran == 1; }));
+  server.restart();
+  // The group is back (created by the consumer, at 0) and new tasks run.
+  ASSERT_TRUE(wait_until([&] {
+    try {
+      return client.integer({"EXISTS", stream}) == 1;
+    } catch (const ConnectionError&) {
+      return false;
+    }
+  }));
+  ASSERT_TRUE(wait_until([&] {
+    try {
+      p.enqueue("work", "{}");
+      return true;
+    } catch (const ConnectionError&) {
+      return false;
+    }
+  }));
+  ASSERT_TRUE(wait_until([&] { return ran == 2; }));
+  EXPECT_GE(rc.consumer().metrics().reconnects, 1u);
+}
+
+TEST_F(ConsumerTest, AnOrphanRecordIsWrittenOnceHoweverOftenItsWriteIsRepeated) {
+  // The write of a provisional record may be repeated when its reply was lost; a second run
+  // must answer with the first record, not write another (the task would be in two places).
+  producer().enqueue("work", R"({"k":1})");
+  const auto ids = read_as("holder", 1);
+  ASSERT_EQ(ids.size(), 1u);
+  client.cmd({"XDEL", stream, ids[0]}).view().check();
+  const std::string& source = detail::script_source(detail::ScriptId::orphan);
+  auto write = [&] {
+    return client.cmd({"EVAL", source, "3", stream, dlq, stream + ":orphans", "workers", "holder", ids[0],
+                       "task_id", "t", "reason", "body_lost"});
+  };
+  const detail::Reply first = write();
+  ASSERT_TRUE(first.view().is_string()) << (first.view().is_error() ? first.view().error() : "");
+  const detail::Reply again = write();
+  ASSERT_TRUE(again.view().is_string());
+  EXPECT_EQ(again.view().str(), first.view().str());
+  EXPECT_EQ(xlen(dlq), 1);
+  EXPECT_EQ(pending(), 0);
 }
 
 TEST_F(ConsumerTest, CompletionsRefusedByABusyServerAreRetriedAndCountedOnceWritten) {

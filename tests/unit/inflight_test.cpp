@@ -57,7 +57,7 @@ TEST_F(InFlightTest, SuspectsRunOneAtATimeBesideFreshWork) {
   auto a = f.take();
   ASSERT_TRUE(a);
   EXPECT_EQ(a->key.id, "1-0");
-  EXPECT_TRUE(f.started(a->key));
+  EXPECT_EQ(f.started(a->key, 1), StartVerdict::run);
   EXPECT_EQ(take_id(), "3-0");  // 2-0 waits: a suspect is running
   EXPECT_EQ(f.reclaim_room(4), 0u);  // and the reclaimer takes none while one waits
   auto b = f.finish_and_take(Completion{a->key, Outcome::ack, {}}, true);
@@ -158,9 +158,23 @@ TEST_F(InFlightTest, UnstartedEntriesAreReleasedWithTheirOrigin) {
   std::sort(un.begin(), un.end(), [](const Unstarted& a, const Unstarted& b) { return a.key.id < b.key.id; });
   ASSERT_EQ(un.size(), 2u);
   EXPECT_EQ(un[0].key.id, "2-0");
-  EXPECT_FALSE(un[0].fresh);
+  EXPECT_EQ(un[0].count, -1);  // a suspect keeps its count
   EXPECT_EQ(un[1].key.id, "3-0");
-  EXPECT_TRUE(un[1].fresh);
+  EXPECT_EQ(un[1].count, 0);  // a fresh one never ran
+}
+
+TEST_F(InFlightTest, ASuspectWhoseStartRacesTheStopIsPutBackWithItsCount) {
+  Work w = work("1-0", Origin::reclaimed);
+  w.deliveries = 3;
+  deliver({w});
+  auto taken = f.take();
+  ASSERT_TRUE(taken);
+  f.stop();  // while its start script was on the way (and raised the count to 4)
+  EXPECT_EQ(f.started(taken->key, 3), StartVerdict::put_back);
+  EXPECT_TRUE(f.wait_idle(Clock::now()));  // nothing runs
+  const auto un = f.unstarted();
+  ASSERT_EQ(un.size(), 1u);
+  EXPECT_EQ(un[0].count, 3);  // released as if never started
 }
 
 TEST_F(InFlightTest, RetriesAndDeadLettersAreWrittenOnceNothingElseRuns) {
