@@ -119,14 +119,7 @@ TEST(ConsumerRecovery, AServerThatComesBackEmptyGetsItsGroupBack) {
       return false;
     }
   }));
-  ASSERT_TRUE(wait_until([&] {
-    try {
-      p.enqueue("work", "{}");
-      return true;
-    } catch (const ConnectionError&) {
-      return false;
-    }
-  }));
+  ASSERT_TRUE(succeeds_eventually([&] { p.enqueue("work", "{}"); }));
   ASSERT_TRUE(wait_until([&] { return ran == 2; }));
   EXPECT_GE(rc.consumer().metrics().reconnects, 1u);
 }

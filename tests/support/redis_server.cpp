@@ -201,6 +201,19 @@ std::string Client::get(const std::vector<std::pair<std::string, std::string>>& 
   return {};
 }
 
+bool succeeds_eventually(const std::function<void()>& call, std::chrono::milliseconds timeout) {
+  return wait_until(
+      [&] {
+        try {
+          call();
+          return true;
+        } catch (const ConnectionError&) {
+          return false;
+        }
+      },
+      timeout);
+}
+
 bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {

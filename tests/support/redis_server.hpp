@@ -80,6 +80,12 @@ pid_t spawn_child(const std::string& binary, std::vector<char*>& argv, const std
 bool wait_until(const std::function<bool()>& predicate,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+/// Calls `call` until it returns without a ConnectionError (a client reconnecting after its
+/// server restarted or killed its connection: the first call may find the old socket dead),
+/// or `timeout` passes; true when a call succeeded.
+bool succeeds_eventually(const std::function<void()>& call,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
 /// A key name unique to the running test ("<Suite>.<Test>:<suffix>").
 std::string unique_key(std::string_view suffix = "q");
 
