@@ -155,9 +155,10 @@ std::size_t append_new_task(Argv& argv, const NewTask& task) {
 }
 
 bool is_reserved_field(std::string_view name) noexcept {
-  for (std::string_view r : {field::task_id, field::task_type, field::payload, field::created_at,
-                             field::max_retries, field::retry_count, field::last_error, field::error,
-                             field::failed_at, field::original_id, field::consumer, field::reason}) {
+  for (std::string_view r : task_fields) {
+    if (name == r) return true;
+  }
+  for (std::string_view r : dead_letter_fields) {
     if (name == r) return true;
   }
   return false;

@@ -55,6 +55,19 @@ inline std::size_t new_task_string_count(const NewTask& task) {
   return 12 + (task.extra_fields != nullptr ? 2 * task.extra_fields->size() : 0);
 }
 
+/// Most fields a runnable entry may have, and a dead-letter entry keeps: Lua's unpack() cannot
+/// pass the ~8,000 values one XADD of more would take. The scripts get it as an argument.
+inline constexpr std::size_t kMaxFields = 1000;
+
+/// The fields of a task entry, in the seed's order.
+inline constexpr std::string_view task_fields[] = {field::task_id,     field::task_type,   field::payload,
+                                                   field::created_at,  field::max_retries, field::retry_count,
+                                                   field::last_error};
+/// The fields a dead-letter entry sets itself (written by src/lua/lib/fate.lua, which also
+/// names them: a unit test checks that the two lists agree).
+inline constexpr std::string_view dead_letter_fields[] = {field::error, field::failed_at, field::original_id,
+                                                          field::consumer, field::reason};
+
 /// True for the field names the wire format and the dead-letter stream reserve.
 bool is_reserved_field(std::string_view name) noexcept;
 

@@ -79,6 +79,7 @@ class Argv {
     owned_.clear();
   }
   std::size_t size() const noexcept { return ptrs_.size(); }
+  std::string_view operator[](std::size_t i) const noexcept { return {ptrs_[i], lens_[i]}; }
   const char* const* data() const noexcept { return ptrs_.data(); }
   const std::size_t* lengths() const noexcept { return lens_.data(); }
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The Lua scripts (contracts in scripts.cpp above each one) and how they are called:
+// The Lua scripts (src/lua/<name>.lua, embedded at build time; each file's header is its
+// contract) and how they are called:
 // EVALSHA, falling back to EVAL when the server does not know the script (NOSCRIPT: after a
 // restart, a failover or SCRIPT FLUSH).
 #pragma once
@@ -12,20 +13,10 @@
 #include <vector>
 
 #include "connection.hpp"
+#include "lua_scripts.hpp"
+#include "streamq/task.hpp"
 
 namespace streamq::detail {
-
-enum class ScriptId : std::size_t {
-  enqueue,                // capacity-checked XADD of a batch
-  move,                   // owner-checked retry copy / dead-letter, with XACK + XDEL of the original
-  orphan,                 // provisional dead-letter record of an entry whose body was deleted while held
-  replace,                // retry copy / dead-letter replacing a provisional dead-letter record
-  lease,                  // owner-checked XCLAIM ... JUSTID (heartbeat, release)
-  fetch_pending,          // reclaim of stalled entries or own-PEL replay, with poison and lost-body handling
-  start,                  // owner-checked delivery count bump when a handler starts a reclaimed entry
-  forget_idle_consumers,  // the janitor's check-and-delete of idle consumers without pending entries
-  count_
-};
 
 /// Marks a pipelined command that is not a script call (for call_pipelined).
 inline constexpr ScriptId not_a_script = ScriptId::count_;
@@ -39,11 +30,19 @@ inline constexpr std::int64_t start_ok = 1;
 inline constexpr std::int64_t start_not_owner = 0;
 inline constexpr std::int64_t start_body_gone = -1;
 
-const std::string& script_source(ScriptId id);
-/// Lower-case hex SHA-1 of the script source (what EVALSHA takes).
-const std::string& script_sha(ScriptId id);
-/// SHA-1 of arbitrary bytes, lower-case hex (exposed for the unit test).
-std::string sha1_hex(std::string_view data);
+/// The script's text, includes expanded (what EVAL sends).
+std::string_view script_source(ScriptId id) noexcept;
+/// Lower-case hex SHA-1 of the script's text (what EVALSHA sends), computed at build time.
+std::string_view script_sha(ScriptId id) noexcept;
+/// The script's name: its file under src/lua without ".lua".
+std::string_view script_name(ScriptId id) noexcept;
+
+/// What a dead-letter or retry write tells the Lua that writes it (write_fate() in
+/// src/lua/lib/fate.lua): appends 'retry' and the copy's fields, or 'dead_letter', the reason,
+/// error, failed_at, the most fields a dead-letter entry keeps, and the fields read.
+void append_retry(Argv& argv, const Fields& copy);
+void append_dead_letter(Argv& argv, std::string_view reason, std::string_view error,
+                        std::string_view failed_at, const Fields& fields_read);
 
 /// Runs scripts on one connection. Sends EVALSHA once the script is known to be cached on the
 /// current connection, EVAL before that, and retries with EVAL on NOSCRIPT.

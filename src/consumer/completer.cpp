@@ -197,7 +197,7 @@ void Completer::flush(std::vector<Completion>& batch) {
     } else if (replace) {
       id = ScriptId::replace;
       argv = scripts_.begin(id, 3);
-      argv.add(keys.dlq).add(dest).add(keys.orphans).add(fate[i].orphan_id).add(c.key.id);
+      argv.add(keys.dlq).add(dest).add(keys.orphans).add(fate[i].orphan_id).add(c.key.id).add(me);
       plan.write[i] = Write::replace;
     } else {
       id = ScriptId::move;
@@ -205,7 +205,12 @@ void Completer::flush(std::vector<Completion>& batch) {
       argv.add(keys.stream).add(dest).add(group).add(me).add(c.key.id);
       plan.write[i] = Write::move;
     }
-    for (const auto& [k, v] : c.fields) argv.add(k).add(v);
+    if (c.outcome == Outcome::retry) {
+      append_retry(argv, c.fields);
+    } else {
+      static const Fields none;
+      append_dead_letter(argv, c.reason, c.error, c.failed_at, c.read ? *c.read : none);
+    }
     plan.reply[i] = plan.argvs.size();
     plan.add(std::move(argv), id);
   }

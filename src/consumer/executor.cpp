@@ -15,15 +15,14 @@
 namespace streamq::detail {
 namespace {
 
-Completion dead_letter(const Shared& s, const EntryKey& key, const Fields& fields, std::string_view why,
-                       std::string error) {
+Completion dead_letter(const Shared& s, const EntryKey& key, std::shared_ptr<const Fields> fields,
+                       std::string_view why, std::string error) {
   if (log_enabled(LogLevel::warning)) {
     log(LogLevel::warning, "dead-lettering entry " + key.id + " of " + s.keys(key.stream).stream + " (" +
                                std::string(why) + "): " + error);
   }
-  return Completion{key, Outcome::dead_letter,
-                    dead_letter_entry(fields, {key.id, why, std::move(error), s.opt.consumer_name,
-                                               format_timestamp(std::chrono::system_clock::now())})};
+  return Completion{key, Outcome::dead_letter, {}, std::move(fields), why, std::move(error),
+                    format_timestamp(std::chrono::system_clock::now())};
 }
 
 /// A connection and its script cache, for the start script of suspects.
@@ -90,25 +89,24 @@ void thread_main(Shared& s) {
 }  // namespace
 
 Completion execute(const Shared& s, const Work& w) {
-  static const Fields no_fields;
   if (!w.fields) {
-    return dead_letter(s, w.key, no_fields, reason::body_lost,
+    return dead_letter(s, w.key, nullptr, reason::body_lost,
                        "body lost: the entry was trimmed or deleted before it ran");
   }
   if (w.fields->size() > kMaxFields) {
-    return dead_letter(s, w.key, *w.fields, reason::malformed,
+    return dead_letter(s, w.key, w.fields, reason::malformed,
                        "entry has " + std::to_string(w.fields->size()) + " fields (limit " +
                            std::to_string(kMaxFields) + ")");
   }
   Decoded decoded = decode_task(w.key.id, w.fields, w.deliveries, s.limits, s.stopping.get_token());
   if (auto* why = std::get_if<std::string>(&decoded)) {
-    return dead_letter(s, w.key, *w.fields, reason::malformed, std::move(*why));
+    return dead_letter(s, w.key, w.fields, reason::malformed, std::move(*why));
   }
   const Task& task = std::get<Task>(decoded);
   const Handler* handler = &s.fallback;
   if (auto it = s.handlers.find(task.type()); it != s.handlers.end()) handler = &it->second;
   if (!*handler) {
-    return dead_letter(s, w.key, task.fields(), reason::no_handler,
+    return dead_letter(s, w.key, w.fields, reason::no_handler,
                        "no handler for task type \"" + task.type() + "\"");
   }
   Attempt attempt{AttemptResult::succeeded, task.retry_count(), task.max_retries()};
@@ -137,7 +135,7 @@ Completion execute(const Shared& s, const Work& w) {
       return Completion{w.key, Outcome::retry, retry_copy(task.fields(), task.retry_count(), std::move(error))};
     case Verdict::dead_letter: break;
   }
-  return dead_letter(s, w.key, task.fields(), d.reason, std::move(error));
+  return dead_letter(s, w.key, w.fields, d.reason, std::move(error));
 }
 
 void Executor::start() {

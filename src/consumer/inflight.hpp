@@ -75,7 +75,12 @@ enum class Outcome : std::uint8_t {
 struct Completion {
   EntryKey key;
   Outcome outcome = Outcome::ack;
-  Fields fields;  // the entry to write (retry copy, dead letter); empty for ack
+  Fields fields{};  // retry: the copy to write
+  // dead_letter, orphan: what the dead-letter entry records (src/lua/lib/fate.lua builds it)
+  std::shared_ptr<const Fields> read{};  // the fields read (null: none, the body was gone)
+  std::string_view reason{};             // one of the reason:: values
+  std::string error{};
+  std::string failed_at{};               // format_timestamp() text
 };
 
 /// An unstarted entry to hand back at shutdown.

@@ -52,12 +52,10 @@ void report_gone(Shared& s, std::uint16_t stream, const std::vector<std::string>
     if (!fields[i]) continue;  // no longer held, or already reported
     log(LogLevel::warning, "entry " + ids[i] + " of " + s.keys(stream).stream +
                                " was deleted from the stream while held; dead-lettering the copy read");
-    s.inflight.push(Completion{
-        EntryKey{stream, ids[i]}, Outcome::orphan,
-        dead_letter_entry(*fields[i], {ids[i], reason::body_lost,
-                                       "body lost: the entry was trimmed or deleted from the stream while "
-                                       "a consumer held it; these are the fields it had read",
-                                       s.opt.consumer_name, now})});
+    s.inflight.push(Completion{EntryKey{stream, ids[i]}, Outcome::orphan, {}, fields[i], reason::body_lost,
+                               "body lost: the entry was trimmed or deleted from the stream while a consumer "
+                               "held it; these are the fields it had read",
+                               now});
   }
 }
 

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "retry_policy.hpp"
 
-#include <algorithm>
 #include <utility>
 
 namespace streamq::detail {
@@ -15,11 +14,6 @@ void set_field(Fields& fields, std::string_view name, std::string value) {
     }
   }
   fields.emplace_back(name, std::move(value));
-}
-
-bool is_dead_letter_field(std::string_view k) noexcept {
-  return k == field::error || k == field::failed_at || k == field::original_id || k == field::consumer ||
-         k == field::reason;
 }
 
 }  // namespace
@@ -43,27 +37,6 @@ Fields retry_copy(const Fields& original, int retry_count, std::string error) {
   set_field(copy, field::retry_count, std::to_string(retry_count + 1));
   set_field(copy, field::last_error, std::move(error));
   return copy;
-}
-
-Fields dead_letter_entry(const Fields& original, DeadLetter info) {
-  Fields f;
-  f.reserve(std::min(original.size(), kMaxFields) + 6);
-  std::size_t dropped = 0;
-  for (const auto& kv : original) {
-    if (is_dead_letter_field(kv.first)) continue;  // replaced below
-    if (f.size() == kMaxFields) {
-      ++dropped;
-      continue;
-    }
-    f.push_back(kv);
-  }
-  if (dropped > 0) f.emplace_back("fields_dropped", std::to_string(dropped));
-  f.emplace_back(field::error, std::move(info.error));
-  f.emplace_back(field::failed_at, std::move(info.failed_at));
-  f.emplace_back(field::original_id, info.original_id);
-  f.emplace_back(field::consumer, info.consumer);
-  f.emplace_back(field::reason, info.reason);
-  return f;
 }
 
 }  // namespace streamq::detail

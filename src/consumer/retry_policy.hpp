@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The retry policy: what becomes of an entry after an attempt (ack, retry, or dead-letter
-// with a reason), and the entries that decision writes. Pure functions: no thread, no Redis;
+// with a reason), and the retry copy that decision writes (dead-letter entries are built by
+// the Lua that writes them, src/lua/lib/fate.lua). Pure functions: no thread, no Redis;
 // the executor asks, the completer writes.
 #pragma once
 
@@ -11,10 +12,6 @@
 #include "streamq/task.hpp"
 
 namespace streamq::detail {
-
-/// Fields a runnable entry may have, and a dead-letter entry keeps (Lua's unpack() cannot pass
-/// the ~8,000 arguments one XADD of more would need).
-inline constexpr std::size_t kMaxFields = 1000;
 
 /// Values of the `reason` field of dead-letter entries.
 namespace reason {
@@ -57,19 +54,5 @@ Decision decide(const Attempt& attempt) noexcept;
 /// The retry copy of an entry: all its fields, with retry_count set to `retry_count` + 1 and
 /// last_error to `error` (added when missing).
 Fields retry_copy(const Fields& original, int retry_count, std::string error);
-
-/// What a dead-letter entry records besides the original fields.
-struct DeadLetter {
-  std::string_view original_id;  // the stream entry id
-  std::string_view reason;
-  std::string error;
-  std::string_view consumer;
-  std::string failed_at;  // format_timestamp() text
-};
-
-/// A dead-letter entry: the original fields (minus the five the dead-letter stream reserves,
-/// and beyond kMaxFields counted in `fields_dropped`), then error, failed_at, original_id,
-/// consumer and reason.
-Fields dead_letter_entry(const Fields& original, DeadLetter info);
 
 }  // namespace streamq::detail

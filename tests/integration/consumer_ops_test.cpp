@@ -13,6 +13,7 @@
 
 #include <streamq/streamq.hpp>
 
+#include "codec.hpp"
 #include "consumer_fixture.hpp"
 #include "log_capture.hpp"
 #include "running_consumer.hpp"
@@ -131,10 +132,10 @@ TEST_F(ConsumerTest, AnOrphanRecordIsWrittenOnceHoweverOftenItsWriteIsRepeated) 
   const auto ids = read_as("holder", 1);
   ASSERT_EQ(ids.size(), 1u);
   client.cmd({"XDEL", stream, ids[0]}).view().check();
-  const std::string& source = detail::script_source(detail::ScriptId::orphan);
+  const std::string_view source = detail::script_source(detail::ScriptId::orphan);
   auto write = [&] {
     return client.cmd({"EVAL", source, "3", stream, dlq, stream + ":orphans", "workers", "holder", ids[0],
-                       "task_id", "t", "reason", "body_lost"});
+                       "dead_letter", "body_lost", "gone", "2026-12-01T00:00:00.000000", "1000", "task_id", "t"});
   };
   const detail::Reply first = write();
   ASSERT_TRUE(first.view().is_string()) << (first.view().is_error() ? first.view().error() : "");
@@ -143,6 +144,70 @@ TEST_F(ConsumerTest, AnOrphanRecordIsWrittenOnceHoweverOftenItsWriteIsRepeated) 
   EXPECT_EQ(again.view().str(), first.view().str());
   EXPECT_EQ(xlen(dlq), 1);
   EXPECT_EQ(pending(), 0);
+}
+
+// ---------------------------------------------------------------- the Lua, as Redis runs it
+
+TEST_F(ConsumerTest, EveryScriptHashIsTheOneRedisComputes) {
+  // The SHA-1 is computed at build time; a wrong one would make every EVALSHA miss.
+  for (std::size_t i = 0; i < static_cast<std::size_t>(detail::ScriptId::count_); ++i) {
+    const auto id = static_cast<detail::ScriptId>(i);
+    const detail::Reply r = client.cmd({"SCRIPT", "LOAD", detail::script_source(id)});
+    ASSERT_TRUE(r.view().is_string()) << detail::script_name(id) << ": " << (r.view().is_error() ? r.view().error() : "");
+    EXPECT_EQ(r.view().str(), detail::script_sha(id)) << detail::script_name(id);
+  }
+}
+
+TEST_F(ConsumerTest, ADeadLetterKeepsTheFieldsAndSaysWhatHappened) {
+  xadd({{"task_id", "t1"}, {"payload", "{}"}, {"reason", "forged"}, {"priority", "high"}});
+  const auto ids = read_as("holder", 1);
+  ASSERT_EQ(ids.size(), 1u);
+  detail::Argv argv;
+  const std::string source(detail::script_source(detail::ScriptId::move));
+  const Fields read = {{"task_id", "t1"}, {"payload", "{}"}, {"reason", "forged"}, {"priority", "high"}};
+  std::vector<std::string> args{"EVAL", source, "2", stream, dlq, "workers", "holder", ids[0]};
+  detail::append_dead_letter(argv, "permanent", "card declined", "2026-12-01T00:00:00.000000", read);
+  for (std::size_t i = 0; i < argv.size(); ++i) args.emplace_back(argv[i]);
+  const detail::Reply r = client.cmd(args);
+  ASSERT_TRUE(r.view().is_string()) << (r.view().is_error() ? r.view().error() : "");
+  const detail::Reply range = client.cmd({"XRANGE", dlq, "-", "+"});
+  const auto entries = range.view().check();
+  ASSERT_EQ(entries.size(), 1u);
+  std::vector<std::pair<std::string, std::string>> got;
+  const auto f = entries[0][1];
+  for (std::size_t i = 0; i + 1 < f.size(); i += 2) got.emplace_back(f[i].str(), f[i + 1].str());
+  const Fields want = {{"task_id", "t1"},
+                       {"payload", "{}"},
+                       {"priority", "high"},
+                       {"error", "card declined"},
+                       {"failed_at", "2026-12-01T00:00:00.000000"},
+                       {"original_id", ids[0]},
+                       {"consumer", "holder"},
+                       {"reason", "permanent"}};  // the entry's own "reason" is replaced
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(pending(), 0);
+  EXPECT_EQ(xlen(stream), 0);
+}
+
+TEST_F(ConsumerTest, ADeadLetterKeepsAtMostTheFieldCap) {
+  xadd({{"task_id", "t1"}});
+  const auto ids = read_as("holder", 1);
+  ASSERT_EQ(ids.size(), 1u);
+  Fields read;
+  for (std::size_t i = 0; i < detail::kMaxFields + 250; ++i) read.emplace_back("f" + std::to_string(i), "v");
+  const std::string source(detail::script_source(detail::ScriptId::move));
+  std::vector<std::string> args{"EVAL", source, "2", stream, dlq, "workers", "holder", ids[0]};
+  detail::Argv argv;
+  detail::append_dead_letter(argv, "malformed", "too many fields", "t", read);
+  for (std::size_t i = 0; i < argv.size(); ++i) args.emplace_back(argv[i]);
+  const detail::Reply r = client.cmd(args);
+  ASSERT_TRUE(r.view().is_string()) << (r.view().is_error() ? r.view().error() : "");
+  const detail::Reply range = client.cmd({"XRANGE", dlq, "-", "+"});
+  const auto f = range.view().check()[0][1];
+  ASSERT_EQ(f.size(), 2 * (detail::kMaxFields + 1 + 5));
+  EXPECT_EQ(f[2 * (detail::kMaxFields - 1)].str(), "f" + std::to_string(detail::kMaxFields - 1));
+  EXPECT_EQ(f[2 * detail::kMaxFields].str(), "fields_dropped");
+  EXPECT_EQ(f[2 * detail::kMaxFields + 1].str(), "250");
 }
 
 TEST_F(ConsumerTest, CompletionsRefusedByABusyServerAreRetriedAndCountedOnceWritten) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "codec.hpp"
 #include "connection.hpp"
 #include "scripts.hpp"
 #include "streamq/streamq.hpp"
@@ -305,34 +306,64 @@ TEST(Backoff, FullJitterWithinTheExponentialCap) { check_backoff(50ms, 2000ms); 
 
 TEST(Backoff, ReachesALargeMax) { check_backoff(1ms, 60000ms); }
 
-// ---------------------------------------------------------------- script hashes
+// ---------------------------------------------------------------- embedded scripts
 
-TEST(Sha1, KnownVectors) {
-  using streamq::detail::sha1_hex;
-  EXPECT_EQ(sha1_hex(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
-  EXPECT_EQ(sha1_hex("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
-  EXPECT_EQ(sha1_hex("The quick brown fox jumps over the lazy dog"),
-            "2fd4e1c67a2d28fced849ee1bb76e7391b93eb12");
-  // Padding edges: 55, 56 and 64 bytes.
-  EXPECT_EQ(sha1_hex(std::string(55, 'a')), "c1c8bbdc22796e28c0e15163d20899b65621d65a");
-  EXPECT_EQ(sha1_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
-            "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
-  EXPECT_EQ(sha1_hex(std::string(64, 'a')), "0098ba824b5c16427bd7a1122a5a442a25ec644d");
-  EXPECT_EQ(sha1_hex(std::string(1000000, 'a')), "34aa973cd4c4daa4f61eeb2bdbad27316534016f");
-}
-
-TEST(Sha1, ScriptShaIsTheHashOfItsSource) {
+TEST(Scripts, EachIsEmbeddedUnderItsFileName) {
+  // ScriptId's order is the order of STREAMQ_LUA_SCRIPTS in CMakeLists.txt.
   using streamq::detail::ScriptId;
-  std::set<std::string> shas;
+  using streamq::detail::script_name;
+  EXPECT_EQ(script_name(ScriptId::enqueue), "enqueue");
+  EXPECT_EQ(script_name(ScriptId::move), "move");
+  EXPECT_EQ(script_name(ScriptId::orphan), "orphan");
+  EXPECT_EQ(script_name(ScriptId::replace), "replace");
+  EXPECT_EQ(script_name(ScriptId::lease), "lease");
+  EXPECT_EQ(script_name(ScriptId::fetch_pending), "fetch_pending");
+  EXPECT_EQ(script_name(ScriptId::start), "start");
+  EXPECT_EQ(script_name(ScriptId::forget_idle_consumers), "forget_idle_consumers");
+  std::set<std::string_view> shas;
   for (std::size_t i = 0; i < static_cast<std::size_t>(ScriptId::count_); ++i) {
     const auto id = static_cast<ScriptId>(i);
-    const std::string& source = streamq::detail::script_source(id);
-    EXPECT_FALSE(source.empty()) << i;
-    EXPECT_EQ(streamq::detail::script_sha(id), streamq::detail::sha1_hex(source)) << i;
-    EXPECT_TRUE(std::regex_match(streamq::detail::script_sha(id), std::regex("[0-9a-f]{40}")));
+    const std::string source(streamq::detail::script_source(id));
+    EXPECT_TRUE(source.starts_with("-- " + std::string(script_name(id)) + ": ")) << script_name(id);
+    EXPECT_EQ(source.find("-- @include"), std::string::npos) << script_name(id) << ": an include left unexpanded";
+    const std::string sha(streamq::detail::script_sha(id));
+    EXPECT_TRUE(std::regex_match(sha, std::regex("[0-9a-f]{40}"))) << sha;
     shas.insert(streamq::detail::script_sha(id));
   }
   EXPECT_EQ(shas.size(), static_cast<std::size_t>(ScriptId::count_));
+}
+
+TEST(Scripts, SharedLuaIsIncludedWhereItIsUsed) {
+  using streamq::detail::ScriptId;
+  for (ScriptId id : {ScriptId::move, ScriptId::orphan, ScriptId::lease, ScriptId::start}) {
+    EXPECT_NE(streamq::detail::script_source(id).find("local function pending_owner("), std::string::npos)
+        << streamq::detail::script_name(id);
+  }
+  for (ScriptId id : {ScriptId::move, ScriptId::orphan, ScriptId::replace, ScriptId::fetch_pending}) {
+    EXPECT_NE(streamq::detail::script_source(id).find("local function dead_letter("), std::string::npos)
+        << streamq::detail::script_name(id);
+  }
+  // Where it is not used, it is not included either.
+  EXPECT_EQ(streamq::detail::script_source(ScriptId::enqueue).find("local function"), std::string::npos);
+}
+
+TEST(Scripts, TheLuaDeadLetterBuilderSetsTheFieldsTheCodecReserves) {
+  // src/lua/lib/fate.lua names the fields it sets; the codec refuses them as extra fields.
+  const std::string_view source = streamq::detail::script_source(streamq::detail::ScriptId::move);
+  const auto begin = source.find("local meta = {");
+  ASSERT_NE(begin, std::string_view::npos);
+  const std::string meta(source.substr(begin, source.find('}', begin) - begin));
+  std::vector<std::string> named;
+  const std::regex name("'([a-z_]+)', [a-z_]+");
+  for (auto it = std::sregex_iterator(meta.begin(), meta.end(), name); it != std::sregex_iterator(); ++it) {
+    named.push_back((*it)[1]);
+  }
+  std::vector<std::string> reserved;
+  for (std::string_view f : streamq::detail::dead_letter_fields) {
+    reserved.emplace_back(f);
+    EXPECT_TRUE(streamq::detail::is_reserved_field(f)) << f;
+  }
+  EXPECT_EQ(named, reserved);
 }
 
 }  // namespace

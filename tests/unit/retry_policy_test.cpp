@@ -60,26 +60,4 @@ TEST(RetryCopy, AddsMissingCounters) {
   EXPECT_EQ(copy.size(), seed_style.size() + 2);
 }
 
-TEST(DeadLetterEntry, KeepsTheFieldsAndAddsWhatHappened) {
-  const Fields original = {{"task_id", "t1"}, {"payload", "{}"}, {"reason", "forged"}, {"priority", "high"}};
-  const Fields dl = dead_letter_entry(original, {"5-0", reason::permanent, "card declined", "worker-1", "2026-12-01T00:00:00.000000"});
-  EXPECT_EQ(get(dl, "task_id"), "t1");
-  EXPECT_EQ(get(dl, "priority"), "high");
-  EXPECT_EQ(get(dl, "error"), "card declined");
-  EXPECT_EQ(get(dl, "failed_at"), "2026-12-01T00:00:00.000000");
-  EXPECT_EQ(get(dl, "original_id"), "5-0");
-  EXPECT_EQ(get(dl, "consumer"), "worker-1");
-  EXPECT_EQ(get(dl, "reason"), "permanent");  // the entry's own "reason" field is replaced
-  EXPECT_EQ(dl.size(), 3u + 5u);
-}
-
-TEST(DeadLetterEntry, CapsTheFieldsItKeeps) {
-  Fields original;
-  for (std::size_t i = 0; i < kMaxFields + 250; ++i) original.emplace_back("f" + std::to_string(i), "v");
-  const Fields dl = dead_letter_entry(original, {"1-0", reason::malformed, "too many fields", "w", "t"});
-  EXPECT_EQ(dl.size(), kMaxFields + 1 + 5);
-  EXPECT_EQ(get(dl, "fields_dropped"), "250");
-  EXPECT_EQ(dl[kMaxFields - 1].first, "f" + std::to_string(kMaxFields - 1));
-}
-
 }  // namespace

@@ -1,0 +1,45 @@
+-- lib/fate.lua: the one builder of dead-letter entries, and the write of an entry's fate.
+--
+-- dead_letter(dlq, fields, first, max_fields, reason, err, failed_at, original_id, consumer)
+-- XADDs a dead-letter entry to dlq and returns its id. The entry holds the original fields
+-- fields[first], fields[first + 1], ... (name, value pairs), except the five named below,
+-- which it sets itself; of those, at most max_fields are kept, and the number left out is
+-- recorded in `fields_dropped` (unpack() cannot pass the ~8,000 values one XADD of more
+-- would take). Then come error, failed_at, original_id, consumer and reason.
+local function dead_letter(dlq, fields, first, max_fields, reason, err, failed_at, original_id, consumer)
+  local meta = {'error', err, 'failed_at', failed_at, 'original_id', original_id,
+                'consumer', consumer, 'reason', reason}
+  local own = {}
+  for i = 1, #meta, 2 do own[meta[i]] = true end
+  local args, kept, dropped = {}, 0, 0
+  for i = first, #fields - 1, 2 do
+    if own[fields[i]] then
+      -- replaced by this entry's own value below
+    elseif kept >= max_fields then
+      dropped = dropped + 1
+    else
+      args[#args + 1] = fields[i]
+      args[#args + 1] = fields[i + 1]
+      kept = kept + 1
+    end
+  end
+  if dropped > 0 then
+    args[#args + 1] = 'fields_dropped'
+    args[#args + 1] = tostring(dropped)
+  end
+  for _, v in ipairs(meta) do args[#args + 1] = v end
+  return redis.call('XADD', dlq, '*', unpack(args))
+end
+
+-- write_fate(dest, first, original_id, consumer) writes the fate that ARGV[first..] describes
+-- and returns the new entry's id:
+--   'retry', then the retry copy's fields: XADD to dest (the stream);
+--   'dead_letter', reason, error, failed_at, max_fields, then the fields read: a dead-letter
+--   entry in dest (the dead-letter stream), built by dead_letter() above.
+local function write_fate(dest, first, original_id, consumer)
+  if ARGV[first] == 'retry' then
+    return redis.call('XADD', dest, '*', unpack(ARGV, first + 1))
+  end
+  return dead_letter(dest, ARGV, first + 5, tonumber(ARGV[first + 4]), ARGV[first + 1],
+                     ARGV[first + 2], ARGV[first + 3], original_id, consumer)
+end
