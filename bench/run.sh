@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-bench}
 if [[ ! -x $build/bench/streamq-bench ]]; then
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTREAMQ_BUILD_TESTS=OFF -DSTREAMQ_BUILD_EXAMPLES=OFF >/dev/null
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTREAMQ_BUILD_BENCH=ON -DSTREAMQ_BUILD_TESTS=OFF -DSTREAMQ_BUILD_EXAMPLES=OFF >/dev/null
   cmake --build "$build" -j2 --target streamq-bench >/dev/null
 fi
 bench=$build/bench/streamq-bench

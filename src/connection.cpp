@@ -18,6 +18,14 @@
 namespace streamq::detail {
 namespace {
 
+#if HIREDIS_MAJOR >= 1
+// Link-time guard: hiredis 0.14 and 1.x differ in their ABI (redisReply's layout), and a
+// streamq compiled against 1.x but linked with 0.14's library would enqueue fine and then
+// crash on the first error reply. This reference to a function 0.14 does not have turns that
+// mix into an undefined reference when linking. (The package config refuses it earlier.)
+[[gnu::used]] redisContext* (*const requires_hiredis_1)(const redisOptions*) = &redisConnectWithOptions;
+#endif
+
 /// hiredis writes with plain write(); a write to a reset socket raises SIGPIPE, whose default
 /// action kills the process. hiredis 0.14 cannot pass MSG_NOSIGNAL, so while we write we block
 /// SIGPIPE on this thread and consume a SIGPIPE that our write raised before restoring the
