@@ -118,7 +118,7 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
   prepared.reserve(tasks.size());
   const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    prepared.push_back(im.prepare(tasks[i].task_type, tasks[i].payload, tasks[i].options, ids[i], created_at));
+    prepared.push_back(im.prepare(tasks[i].task_type, tasks[i].payload.text(), tasks[i].options, ids[i], created_at));
   }
   if (tasks.empty()) return ids;
   im.conn.connect_with_backoff();
