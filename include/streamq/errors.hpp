@@ -84,4 +84,13 @@ class PermanentError : public Error {
   using Error::Error;
 };
 
+/// A task's payload does not convert to the type its handler takes (Consumer::on<T>: the
+/// nlohmann from_json threw). The task goes to the dead-letter stream at once with reason
+/// `bad_payload` and this message (the conversion error) as its error: retrying cannot fix
+/// it. A handler may throw it too, for a payload it finds unusable.
+class BadPayloadError : public PermanentError {
+ public:
+  using PermanentError::PermanentError;
+};
+
 }  // namespace streamq
