@@ -52,7 +52,8 @@ class ConfigError : public Error {
 /// The queue's unfinished backlog reached ProducerOptions::max_len and the overflow policy
 /// is Overflow::reject. Nothing of a refused task was written.
 /// From enqueue_batch, batch_ids() has one slot per task of the batch, in order: the id of
-/// each task that was written, an empty string for each refused one.
+/// each task that was written, an empty string for each refused one. The written tasks are
+/// always the first accepted() of the batch, and what() says which indices were refused.
 class QueueFullError : public Error {
  public:
   explicit QueueFullError(const std::string& what, std::vector<std::string> batch_ids = {})

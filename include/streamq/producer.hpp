@@ -170,8 +170,17 @@ class Producer {
   /// Enqueues many tasks in one pipeline and returns their ids in the order given. Every
   /// payload is validated before anything is sent. With Overflow::reject the tasks are
   /// written in chunks of up to 64 per script call, each chunk all-or-nothing (it fits in
-  /// the remaining capacity or none of it is written); when a chunk is refused the call
-  /// throws QueueFullError whose batch_ids() says which tasks were written.
+  /// the remaining capacity or none of it is written). Once a chunk is refused, no later
+  /// chunk of the batch is written, even one that would fit (a smaller last chunk, or room a
+  /// consumer freed meanwhile): what was written is always a prefix of `tasks`. The call then
+  /// throws QueueFullError; its batch_ids() holds the ids of the first accepted() tasks
+  /// (the ones written) and "" for the rest, and its message says how many of how many were
+  /// written and which indices were refused, e.g. "queue full: wrote 64 of 150 tasks
+  /// (indices 0-63); refused 86 (indices 64-149) and wrote nothing after the first refused
+  /// one: QUEUEFULL ...". Re-send `tasks` from index accepted() on once there is room.
+  /// A batch of more than 64 tasks keeps a short-lived refusal mark,
+  /// `<stream>:batch:<uuid>:refused` (SET/EXISTS/PEXPIRE, expires after a minute), so the
+  /// pipelined chunks behind a refused one know to write nothing.
   /// @throws as enqueue.
   std::vector<std::string> enqueue_batch(const std::vector<TaskSpec>& tasks);
 

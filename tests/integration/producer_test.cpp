@@ -117,17 +117,65 @@ TEST_F(ProducerTest, FullQueueRefusesBatchChunksWhole) {
     producer.enqueue_batch(batch);
     FAIL() << "no QueueFullError";
   } catch (const QueueFullError& e) {
-    // Chunks of 64: four fit (256); 320 would exceed 300, so the next five are refused; the
-    // last chunk holds only 24 tasks and fits (280). batch_ids() says exactly which went in.
+    // Chunks of 64: four fit (256); 320 would exceed 300, so the fifth is refused, and every
+    // chunk behind it too, although the last one (24 tasks) would fit: what was written is a
+    // prefix. batch_ids() says exactly which went in.
     ASSERT_EQ(e.batch_ids().size(), 600u);
-    EXPECT_EQ(e.accepted(), 280u);
-    for (std::size_t i = 0; i < 600; ++i) {
-      EXPECT_EQ(e.batch_ids()[i].empty(), i >= 256 && i < 576) << i;
-    }
+    EXPECT_EQ(e.accepted(), 256u);
+    for (std::size_t i = 0; i < 600; ++i) EXPECT_EQ(e.batch_ids()[i].empty(), i >= 256) << i;
     const auto entries = client.xrange(stream);
-    ASSERT_EQ(entries.size(), 280u);
-    EXPECT_EQ(Client::get(entries[256].second, "task_id"), e.batch_ids()[576]);
+    ASSERT_EQ(entries.size(), 256u);
+    for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(Client::get(entries[i].second, "task_id"), e.batch_ids()[i]);
   }
+}
+
+// The report of issue 8: 150 tasks into a queue capped at 100 wrote 64, refused 64, then wrote
+// the last 22 anyway, and the error did not say which.
+TEST_F(ProducerTest, RefusedBatchWritesAPrefixAndSaysWhich) {
+  auto o = options();
+  o.max_len = 100;
+  Producer producer(o);
+  std::vector<TaskSpec> batch;
+  for (int i = 0; i < 150; ++i) batch.push_back({"t", nlohmann::json{{"i", i}}});
+  try {
+    producer.enqueue_batch(batch);
+    FAIL() << "no QueueFullError";
+  } catch (const QueueFullError& e) {
+    EXPECT_EQ(e.accepted(), 64u);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("queue full: wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote "
+                        "nothing after the first refused one: QUEUEFULL"),
+              std::string::npos)
+        << what;
+    const auto entries = client.xrange(stream);
+    ASSERT_EQ(entries.size(), 64u);
+    for (std::size_t i = 0; i < 64; ++i) {
+      EXPECT_EQ(Client::get(entries[i].second, "payload"), nlohmann::json({{"i", i}}).dump());
+      EXPECT_EQ(Client::get(entries[i].second, "task_id"), e.batch_ids()[i]);
+    }
+  }
+  // The refusal mark of that batch expires on its own; a later batch is not refused by it.
+  const detail::Reply keys = client.cmd({"KEYS", stream + ":batch:*"});
+  ASSERT_EQ(keys.view().size(), 1u);
+  const std::string mark(keys.view()[0].str());
+  EXPECT_GT(client.integer({"PTTL", mark}), 0);
+  client.cmd({"DEL", stream});
+  EXPECT_EQ(producer.enqueue_batch(std::vector<TaskSpec>(100, TaskSpec{"t", "{}"})).size(), 100u);
+}
+
+TEST_F(ProducerTest, BatchRefusedAtTheFirstChunkWritesNothing) {
+  auto o = options();
+  o.max_len = 10;
+  Producer producer(o);
+  try {
+    producer.enqueue_batch(std::vector<TaskSpec>(70, TaskSpec{"t", "{}"}));
+    FAIL() << "no QueueFullError";
+  } catch (const QueueFullError& e) {
+    EXPECT_EQ(e.accepted(), 0u);
+    EXPECT_EQ(std::string(e.what()).rfind("queue full: wrote 0 of 70 tasks; refused 70 (indices 0-69): QUEUEFULL", 0), 0u)
+        << e.what();
+  }
+  EXPECT_EQ(client.integer({"XLEN", stream}), 0);
 }
 
 TEST_F(ProducerTest, TrimPolicyBehavesLikeTheSeed) {
