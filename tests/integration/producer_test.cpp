@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include <chrono>
 #include <regex>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -63,6 +66,47 @@ TEST_F(ProducerTest, CallerIdMaxRetriesAndExtraFieldsRoundTrip) {
   EXPECT_THROW(producer.enqueue("t", "{}", {.extra_fields = {{"retry_count", "9"}}}), ConfigError);
   EXPECT_THROW(producer.enqueue("", "{}"), ConfigError);
   EXPECT_THROW(producer.enqueue("t", "{}", {.max_retries = -1}), ConfigError);
+}
+
+struct Resize {
+  std::string image;
+  int width = 0;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Resize, image, width)
+
+struct NoJson {};
+void to_json(nlohmann::json&, const NoJson&) { throw std::runtime_error("cannot"); }
+
+// Each overload of enqueue stores what its payload means: JSON text as given (a string literal
+// is never turned into a JSON string), JSON values and braced lists serialised, typed values
+// through to_json; TaskSpec takes the same.
+TEST_F(ProducerTest, EveryPayloadFormIsStoredAsItsJson) {
+  Producer producer(options());
+  const std::string text = R"({ "a" : 1 })";
+  producer.enqueue("t", R"({ "a" : 1 })");
+  producer.enqueue("t", text);
+  producer.enqueue("t", std::string_view(text));
+  producer.enqueue("t", nlohmann::json{{"a", 1}});
+  producer.enqueue("t", {{"a", 1}});
+  producer.enqueue("t", {{"a", 1}}, {.max_retries = 1});
+  producer.enqueue("t", Resize{.image = "cat.png", .width = 640});
+  const nlohmann::json value{{"b", 2}};
+  producer.enqueue_batch({{"t", value}, {.task_type = "t", .payload = {{"c", 3}}}, {"t", Resize{"x", 1}}, {"t", "[1]"}});
+  const auto entries = client.xrange(stream);
+  std::vector<std::string> payloads;
+  for (const auto& [id, fields] : entries) payloads.push_back(Client::get(fields, "payload"));
+  EXPECT_EQ(payloads, (std::vector<std::string>{text, text, text, R"({"a":1})", R"({"a":1})", R"({"a":1})",
+                                                R"({"image":"cat.png","width":640})", R"({"b":2})", R"({"c":3})",
+                                                R"({"image":"x","width":1})", "[1]"}));
+  EXPECT_EQ(Client::get(entries[5].second, "max_retries"), "1");
+}
+
+TEST_F(ProducerTest, APayloadThatCannotBecomeJsonIsAPayloadErrorAndNothingIsSent) {
+  Producer producer(options());
+  EXPECT_THROW(producer.enqueue("t", NoJson{}), PayloadError);
+  EXPECT_THROW(producer.enqueue("t", nlohmann::json{{"name", "\xff"}}), PayloadError);  // not UTF-8
+  EXPECT_THROW(producer.enqueue_batch({{"t", "{}"}, {"t", ""}}), PayloadError);
+  EXPECT_EQ(client.integer({"EXISTS", stream}), 0);
 }
 
 TEST_F(ProducerTest, BinaryAndHostileBytesRoundTripExactly) {
