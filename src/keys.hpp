@@ -15,6 +15,12 @@ struct QueueKeys {
   std::string orphans;  // hash: entry id -> its provisional dead-letter record (body deleted while held)
 };
 
+/// The refusal mark of one multi-chunk enqueue_batch (see the enqueue script): `token` is
+/// unique per batch. Short-lived: it expires a minute after its last use.
+inline std::string batch_refused_key(std::string_view stream, std::string_view token) {
+  return std::string(stream) + ":batch:" + std::string(token) + ":refused";
+}
+
 inline QueueKeys queue_keys(std::string_view stream) {
   const std::string s(stream);
   return QueueKeys{s, s + ":dlq", s + ":delayed", s + ":orphans"};

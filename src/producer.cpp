@@ -31,6 +31,44 @@ bool is_queue_full(const detail::Reply& r) {
   return r.view().is_error() && r.view().error().starts_with("QUEUEFULL");
 }
 
+struct IndexRanges {
+  std::size_t count = 0;
+  std::string text;  // "0-63, 70"
+};
+
+/// The indices i of `ids` with ids[i].empty() == !written, as ranges.
+IndexRanges index_ranges(const std::vector<std::string>& ids, bool written) {
+  IndexRanges r;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i].empty() == written) continue;
+    std::size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1].empty() != written) ++j;
+    if (!r.text.empty()) r.text += ", ";
+    r.text += i == j ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j);
+    r.count += j - i + 1;
+    i = j;
+  }
+  return r;
+}
+
+/// "queue full: wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote
+/// nothing after the first refused one: <the server's message>".
+std::string partial_batch_message(const std::vector<std::string>& ids, const std::string& server_message) {
+  const IndexRanges w = index_ranges(ids, true);
+  const IndexRanges r = index_ranges(ids, false);
+  auto described = [](const IndexRanges& x) {
+    if (x.count == 0) return std::string("0");
+    return std::to_string(x.count) + (x.count == 1 ? " (index " : " (indices ") + x.text + ")";
+  };
+  std::string m = "queue full: wrote " + std::to_string(w.count) + " of " + std::to_string(ids.size()) + " tasks";
+  if (w.count > 0) m += described(w).substr(std::to_string(w.count).size());
+  m += "; refused " + described(r);
+  const bool prefix = std::all_of(ids.begin() + static_cast<std::ptrdiff_t>(w.count), ids.end(),
+                                  [](const std::string& id) { return id.empty(); });
+  if (prefix && w.count > 0) m += " and wrote nothing after the first refused one";
+  return m + ": " + server_message;
+}
+
 }  // namespace
 
 struct Producer::Impl {
@@ -66,11 +104,14 @@ struct Producer::Impl {
     return argv;
   }
 
-  /// One enqueue script call for tasks [first, last).
+  /// One enqueue script call for tasks [first, last); `refusal_mark` (the batch's, see the
+  /// enqueue script) is empty for a call that is a whole batch.
   detail::Argv reject_argv(const std::vector<detail::NewTask>& tasks, std::size_t first,
-                           std::size_t last) const {
-    detail::Argv argv = scripts.begin(detail::ScriptId::enqueue, 1);
-    argv.add(options.stream).add(max_len_text).add(static_cast<std::int64_t>(last - first));
+                           std::size_t last, const std::string& refusal_mark = {}) const {
+    detail::Argv argv = scripts.begin(detail::ScriptId::enqueue, refusal_mark.empty() ? 1 : 2);
+    argv.add(options.stream);
+    if (!refusal_mark.empty()) argv.add(refusal_mark);
+    argv.add(max_len_text).add(static_cast<std::int64_t>(last - first));
     for (std::size_t i = first; i < last; ++i) {
       argv.add(static_cast<std::int64_t>(detail::new_task_string_count(tasks[i])));
       detail::append_new_task(argv, tasks[i]);
@@ -118,7 +159,7 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
   prepared.reserve(tasks.size());
   const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    prepared.push_back(im.prepare(tasks[i].task_type, tasks[i].payload, tasks[i].options, ids[i], created_at));
+    prepared.push_back(im.prepare(tasks[i].task_type, tasks[i].payload.text(), tasks[i].options, ids[i], created_at));
   }
   if (tasks.empty()) return ids;
   im.conn.connect_with_backoff();
@@ -133,29 +174,33 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
   }
 
   // Each chunk goes on the wire as soon as it is built, so Redis runs chunk k while the
-  // next one is being formatted.
+  // next one is being formatted. A refused chunk marks the batch refused, and every chunk
+  // behind it then writes nothing (see the enqueue script): what was written is a prefix.
+  const std::string mark =
+      prepared.size() > kChunk ? detail::batch_refused_key(im.options.stream, detail::new_uuid_v4()) : std::string();
   std::vector<detail::Argv> argvs;
   std::vector<detail::ScriptId> script_ids;
   for (std::size_t first = 0; first < prepared.size(); first += kChunk) {
-    argvs.push_back(im.reject_argv(prepared, first, std::min(prepared.size(), first + kChunk)));
+    argvs.push_back(im.reject_argv(prepared, first, std::min(prepared.size(), first + kChunk), mark));
     script_ids.push_back(detail::ScriptId::enqueue);
     im.conn.append(argvs.back());
     im.conn.flush();
   }
   const std::vector<detail::Reply> replies = im.scripts.collect(script_ids, argvs);
-  std::string full_message;
+  std::string server_message;
   for (std::size_t c = 0; c < replies.size(); ++c) {
-    if (is_queue_full(replies[c])) {
-      if (full_message.empty()) full_message = std::string(replies[c].view().error());
-      const std::size_t first = c * kChunk;
-      const std::size_t last = std::min(ids.size(), first + kChunk);
-      std::fill(ids.begin() + static_cast<std::ptrdiff_t>(first),
-                ids.begin() + static_cast<std::ptrdiff_t>(last), std::string());
-      continue;
-    }
-    replies[c].view().check();
+    const bool refused = is_queue_full(replies[c]);
+    if (refused && server_message.empty()) server_message = std::string(replies[c].view().error());
+    if (!refused && replies[c].view().check().integer() > 0) continue;  // written
+    const std::size_t first = c * kChunk;
+    const std::size_t last = std::min(ids.size(), first + kChunk);
+    std::fill(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.begin() + static_cast<std::ptrdiff_t>(last),
+              std::string());
   }
-  if (!full_message.empty()) throw QueueFullError(full_message, std::move(ids));
+  if (!server_message.empty()) {
+    std::string message = partial_batch_message(ids, server_message);  // before ids is moved from
+    throw QueueFullError(message, std::move(ids));
+  }
   return ids;
 }
 

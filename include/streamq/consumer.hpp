@@ -3,11 +3,16 @@
 
 #include <chrono>
 #include <cstddef>
+#include <concepts>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 
+#include "streamq/errors.hpp"
 #include "streamq/options.hpp"
 #include "streamq/task.hpp"
 
@@ -93,6 +98,20 @@ struct ConsumerMetrics {
   std::uint64_t consumers_removed = 0;
 };
 
+/// The task's payload converted to `T` with nlohmann's from_json (`task.json().get<T>()`), as
+/// Consumer::on<T> does before its handler runs.
+/// @throws BadPayloadError, with the conversion error, when it does not convert.
+template <class T>
+T payload_as(const Task& task) {
+  try {
+    return task.json().template get<T>();
+  } catch (const std::exception& e) {
+    throw BadPayloadError("payload of task type \"" + task.type() + "\" does not convert: " + e.what());
+  } catch (...) {
+    throw BadPayloadError("payload of task type \"" + task.type() + "\" does not convert: unknown exception");
+  }
+}
+
 /// Runs handlers for tasks of one stream, with at-least-once delivery: an entry is removed
 /// only after its handler returned, or after it was moved to `<stream>:dlq`. Handlers must be
 /// idempotent: a task can run more than once (a worker died after running it but before its
@@ -129,6 +148,39 @@ class Consumer {
   /// Registers the handler for `task_type`. @throws ConfigError (empty type, duplicate, or
   /// called after run()).
   void on(std::string task_type, Handler handler);
+
+  /// Registers a typed handler: the payload is converted to `T` with nlohmann's from_json
+  /// (`task.json().get<T>()`) before `handler(const T&, const Task&)` (or `handler(const T&)`)
+  /// runs. A payload that does not convert is dead-lettered at once with reason `bad_payload`
+  /// and the conversion error (see BadPayloadError), not retried; the handler does not run.
+  /// What the handler throws is treated as in on(). Pair it with Producer::enqueue(type, T).
+  /// @throws as on().
+  ///
+  /// @code
+  ///   struct Resize {
+  ///     std::string image;
+  ///     int width = 0;
+  ///   };
+  ///   NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Resize, image, width)
+  ///
+  ///   producer.enqueue("resize", Resize{.image = "cat.png", .width = 640});
+  ///   consumer.on<Resize>("resize", [](const Resize& r, const streamq::Task& task) {
+  ///     resize(r.image, r.width, task.id());
+  ///   });
+  /// @endcode
+  template <class T, class F>
+    requires(std::invocable<F&, const T&, const Task&> || std::invocable<F&, const T&>)
+  void on(std::string task_type, F handler) {
+    on(std::move(task_type), Handler([h = std::move(handler)](const Task& task) mutable {
+         const T value = streamq::payload_as<T>(task);
+         if constexpr (std::invocable<F&, const T&, const Task&>) {
+           h(value, task);
+         } else {
+           h(value);
+         }
+       }));
+  }
+
   /// Handler for task types nobody registered; without one they are dead-lettered
   /// ("no_handler"). @throws ConfigError after run().
   void on_unknown(Handler handler);

@@ -52,7 +52,8 @@ class ConfigError : public Error {
 /// The queue's unfinished backlog reached ProducerOptions::max_len and the overflow policy
 /// is Overflow::reject. Nothing of a refused task was written.
 /// From enqueue_batch, batch_ids() has one slot per task of the batch, in order: the id of
-/// each task that was written, an empty string for each refused one.
+/// each task that was written, an empty string for each refused one. The written tasks are
+/// always the first accepted() of the batch, and what() says which indices were refused.
 class QueueFullError : public Error {
  public:
   explicit QueueFullError(const std::string& what, std::vector<std::string> batch_ids = {})
@@ -82,6 +83,15 @@ class PayloadError : public Error {
 class PermanentError : public Error {
  public:
   using Error::Error;
+};
+
+/// A task's payload does not convert to the type its handler takes (Consumer::on<T>: the
+/// nlohmann from_json threw). The task goes to the dead-letter stream at once with reason
+/// `bad_payload` and this message (the conversion error) as its error: retrying cannot fix
+/// it. A handler may throw it too, for a payload it finds unusable.
+class BadPayloadError : public PermanentError {
+ public:
+  using PermanentError::PermanentError;
 };
 
 }  // namespace streamq

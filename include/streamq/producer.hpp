@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "streamq/errors.hpp"
 #include "streamq/options.hpp"
 
 namespace streamq {
@@ -26,11 +28,88 @@ struct EnqueueOptions {
   std::vector<std::pair<std::string, std::string>> extra_fields{};
 };
 
+namespace detail {
+/// True for the types enqueue and Payload take as JSON text: std::string, std::string_view,
+/// const char*, char arrays (string literals). nlohmann::json is never JSON text.
+template <class T>
+inline constexpr bool is_json_text_v =
+    std::is_convertible_v<const T&, std::string_view> && !nlohmann::detail::is_basic_json<T>::value;
+}  // namespace detail
+
+/// The payload of one task, held as JSON text. Built implicitly from
+/// - JSON text (`std::string`, `std::string_view`, `const char*`, a string literal): kept as
+///   given, checked by enqueue/enqueue_batch (PayloadError if it is not JSON);
+/// - a JSON value (`nlohmann::json`, `nlohmann::ordered_json`): serialised with dump();
+/// - a braced list, read as nlohmann::json reads it: `{{"to", "a@b.c"}}` is the object
+///   {"to":"a@b.c"} (so `Payload{"x"}` is the array ["x"]; write `Payload("x")` for text);
+/// - any other type with an nlohmann `to_json` (a struct with NLOHMANN_DEFINE_TYPE_*, a map,
+///   a vector, ...): converted with to_json, then serialised.
+/// @throws PayloadError when to_json throws or the value cannot be serialised (for example a
+///   string that is not UTF-8), never a raw nlohmann exception.
+///
+/// @code
+///   streamq::TaskSpec a{.task_type = "t", .payload = R"({"n":1})"};               // JSON text
+///   streamq::TaskSpec b{.task_type = "t", .payload = nlohmann::json{{"n", 1}}};   // a JSON value
+///   streamq::TaskSpec c{.task_type = "t", .payload = {{"n", 1}}};                 // a braced list
+///   streamq::TaskSpec d{.task_type = "t", .payload = std::vector<int>{1, 2, 3}};  // to_json
+/// @endcode
+///
+/// Thread safety: a value type; const access from any thread.
+class Payload {
+ public:
+  /// Empty text: not JSON, so enqueue refuses it with PayloadError.
+  Payload() = default;
+  /// JSON text, as given.
+  Payload(std::string json_text) : text_(std::move(json_text)) {}
+  Payload(std::string_view json_text) : text_(json_text) {}
+  Payload(const char* json_text) : text_(json_text ? json_text : "") {}
+  /// A braced list, read as nlohmann::json reads it.
+  Payload(nlohmann::json::initializer_list_t init)
+      : text_(serialise(nlohmann::json(init))) {}
+  /// A JSON value, or any type nlohmann::json can be built from (its to_json).
+  template <class T>
+    requires(!detail::is_json_text_v<T> && !std::is_same_v<std::remove_cvref_t<T>, Payload> &&
+             (nlohmann::detail::is_basic_json<T>::value || std::is_constructible_v<nlohmann::json, const T&>))
+  Payload(const T& value)
+      : text_(convert(value)) {}
+
+  /// The JSON text that will be stored in the task's `payload` field.
+  const std::string& text() const noexcept { return text_; }
+
+ private:
+  template <class Json>
+  static std::string serialise(const Json& j) {
+    try {
+      return j.dump();
+    } catch (const std::exception& e) {
+      throw PayloadError(std::string("payload cannot be serialised as JSON: ") + e.what());
+    }
+  }
+  template <class T>
+  static std::string convert(const T& value) {
+    if constexpr (nlohmann::detail::is_basic_json<T>::value) {
+      return serialise(value);
+    } else {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json(value);
+      } catch (const std::exception& e) {
+        throw PayloadError(std::string("payload conversion to JSON (to_json) failed: ") + e.what());
+      } catch (...) {
+        throw PayloadError("payload conversion to JSON (to_json) failed: unknown exception");
+      }
+      return serialise(j);
+    }
+  }
+
+  std::string text_;
+};
+
 /// One task of a batch for Producer::enqueue_batch.
 struct TaskSpec {
   std::string task_type{};
-  /// JSON text.
-  std::string payload{};
+  /// JSON text, a JSON value, a braced list or a typed value (see Payload).
+  Payload payload{};
   EnqueueOptions options{};
 };
 
@@ -40,6 +119,7 @@ struct TaskSpec {
 ///   streamq::Producer producer({.connection = {.url = "redis://127.0.0.1:6379"},
 ///                               .stream = "task_queue"});
 ///   std::string id = producer.enqueue("send_email", {{"to", "user@example.com"}});
+///   producer.enqueue("send_email", R"({"to":"user@example.com"})");  // JSON text
 /// @endcode
 ///
 /// Thread safety: one Producer owns one connection; calls on the same Producer must not
@@ -55,8 +135,9 @@ class Producer {
   Producer(const Producer&) = delete;
   Producer& operator=(const Producer&) = delete;
 
-  /// Enqueues one task and returns its task id. `payload_json` must be JSON text.
-  /// One round trip: EVALSHA of the reject script (Overflow::reject) or
+  /// Enqueues one task and returns its task id. `payload_json` is JSON text, stored as given
+  /// (a string literal, std::string or std::string_view always lands here, never in the
+  /// overloads below). One round trip: EVALSHA of the reject script (Overflow::reject) or
   /// `XADD <stream> MAXLEN ~ <max_len> * ...` (Overflow::trim_oldest).
   /// @throws PayloadError (too large, not JSON, too deep; nothing sent), QueueFullError,
   ///   ConfigError (bad task type, id or extra field), ReplyError (e.g. WRONGTYPE, OOM,
@@ -65,21 +146,41 @@ class Producer {
   std::string enqueue(std::string_view task_type, std::string_view payload_json,
                       const EnqueueOptions& options = {});
 
-  /// Same, serialising a JSON value (any JSON value, as the seed's json.dumps allows):
-  /// `producer.enqueue("send_email", nlohmann::json{{"to", "a@b.c"}})`. A template so that a
-  /// string literal payload picks the JSON-text overload above.
-  template <class Json, std::enable_if_t<std::is_same_v<Json, nlohmann::json>, int> = 0>
-  std::string enqueue(std::string_view task_type, const Json& payload,
+  /// Same, with a braced list read as nlohmann::json reads it:
+  /// `producer.enqueue("send_email", {{"to", "a@b.c"}})` stores {"to":"a@b.c"}.
+  /// @throws as above.
+  std::string enqueue(std::string_view task_type, nlohmann::json::initializer_list_t payload,
                       const EnqueueOptions& options = {}) {
-    const std::string text = payload.dump();
-    return enqueue(task_type, std::string_view(text), options);
+    const Payload p(payload);
+    return enqueue(task_type, std::string_view(p.text()), options);
+  }
+
+  /// Same, with a JSON value (`nlohmann::json{{"to", "a@b.c"}}`, any JSON value, as the seed's
+  /// json.dumps allows), a Payload, or a typed value converted with its nlohmann `to_json`:
+  /// `producer.enqueue("resize", Resize{.width = 640})`. Pair it with Consumer::on<T>.
+  /// @throws PayloadError when to_json throws or the value cannot be serialised (nothing
+  ///   sent), and as above.
+  template <class T>
+    requires(!detail::is_json_text_v<T> && std::is_constructible_v<Payload, const T&>)
+  std::string enqueue(std::string_view task_type, const T& payload, const EnqueueOptions& options = {}) {
+    const Payload p(payload);
+    return enqueue(task_type, std::string_view(p.text()), options);
   }
 
   /// Enqueues many tasks in one pipeline and returns their ids in the order given. Every
   /// payload is validated before anything is sent. With Overflow::reject the tasks are
   /// written in chunks of up to 64 per script call, each chunk all-or-nothing (it fits in
-  /// the remaining capacity or none of it is written); when a chunk is refused the call
-  /// throws QueueFullError whose batch_ids() says which tasks were written.
+  /// the remaining capacity or none of it is written). Once a chunk is refused, no later
+  /// chunk of the batch is written, even one that would fit (a smaller last chunk, or room a
+  /// consumer freed meanwhile): what was written is always a prefix of `tasks`. The call then
+  /// throws QueueFullError; its batch_ids() holds the ids of the first accepted() tasks
+  /// (the ones written) and "" for the rest, and its message says how many of how many were
+  /// written and which indices were refused, e.g. "queue full: wrote 64 of 150 tasks
+  /// (indices 0-63); refused 86 (indices 64-149) and wrote nothing after the first refused
+  /// one: QUEUEFULL ...". Re-send `tasks` from index accepted() on once there is room.
+  /// A batch of more than 64 tasks keeps a short-lived refusal mark,
+  /// `<stream>:batch:<uuid>:refused` (SET/EXISTS/PEXPIRE, expires after a minute), so the
+  /// pipelined chunks behind a refused one know to write nothing.
   /// @throws as enqueue.
   std::vector<std::string> enqueue_batch(const std::vector<TaskSpec>& tasks);
 

@@ -113,6 +113,9 @@ Completion execute(const Shared& s, const Work& w) {
   std::string error;
   try {
     (*handler)(task);
+  } catch (const BadPayloadError& e) {
+    attempt.result = AttemptResult::bad_payload;
+    error = e.what();
   } catch (const PermanentError& e) {
     attempt.result = AttemptResult::permanent;
     error = e.what();

@@ -25,6 +25,7 @@ Decision decide(const Attempt& a) noexcept {
       if (a.retry_count < a.max_retries) return {Verdict::retry};
       return {Verdict::dead_letter, reason::retries_exhausted};
     case AttemptResult::permanent: return {Verdict::dead_letter, reason::permanent};
+    case AttemptResult::bad_payload: return {Verdict::dead_letter, reason::bad_payload};
     case AttemptResult::malformed: return {Verdict::dead_letter, reason::malformed};
     case AttemptResult::no_handler: return {Verdict::dead_letter, reason::no_handler};
     case AttemptResult::body_lost: return {Verdict::dead_letter, reason::body_lost};

@@ -21,6 +21,7 @@ inline constexpr std::string_view malformed = "malformed";
 inline constexpr std::string_view no_handler = "no_handler";
 inline constexpr std::string_view body_lost = "body_lost";
 inline constexpr std::string_view max_deliveries = "max_deliveries";
+inline constexpr std::string_view bad_payload = "bad_payload";
 }  // namespace reason
 
 /// How an attempt ended, as the executor saw it.
@@ -28,6 +29,7 @@ enum class AttemptResult {
   succeeded,  // the handler returned
   failed,     // the handler threw (anything but PermanentError)
   permanent,  // the handler threw PermanentError
+  bad_payload,  // the payload does not convert to the handler's type (BadPayloadError)
   malformed,  // the entry cannot be decoded: it never reached a handler
   no_handler, // nobody handles its type
   body_lost,  // the entry has no body to run

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -88,6 +89,65 @@ TEST_F(ConsumerTest, PermanentErrorDeadLettersAtOnce) {
   const auto e = client.xrange(dlq).at(0).second;
   EXPECT_EQ(Client::get(e, "reason"), "permanent");
   EXPECT_EQ(Client::get(e, "error"), "card declined");
+}
+
+struct Resize {
+  std::string image;
+  int width = 0;
+  bool operator==(const Resize&) const = default;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Resize, image, width)
+
+TEST_F(ConsumerTest, TypedHandlerGetsTheTypedPayload) {
+  auto p = producer();
+  const std::string id = p.enqueue("resize", Resize{.image = "cat.png", .width = 640});
+  std::mutex m;
+  std::vector<Resize> seen;
+  std::vector<std::string> ids;
+  std::atomic<int> short_form{0};
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on<Resize>("resize", [&](const Resize& r, const Task& task) {
+      std::lock_guard lock(m);
+      seen.push_back(r);
+      ids.push_back(task.id());
+    });
+    c.on<std::vector<int>>("sum", [&](const std::vector<int>& v) { short_form += v.at(0) + v.at(1); });
+  });
+  p.enqueue("sum", std::vector<int>{2, 3});
+  ASSERT_TRUE(wait_until([&] { return rc.consumer().metrics().done == 2; }));
+  rc.stop();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (Resize{"cat.png", 640}));
+  EXPECT_EQ(ids[0], id);
+  EXPECT_EQ(short_form, 5);
+  EXPECT_EQ(xlen(dlq), 0);
+}
+
+TEST_F(ConsumerTest, PayloadThatDoesNotConvertIsDeadLetteredNotRetried) {
+  auto p = producer();
+  p.enqueue("resize", R"({"image": "cat.png", "width": "wide"})", {.max_retries = 5});  // width not a number
+  p.enqueue("resize", R"({"image": "dog.png"})", {.max_retries = 5});                  // width missing
+  std::atomic<int> calls{0};
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on<Resize>("resize", [&](const Resize&, const Task&) { ++calls; });
+  });
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2 && pending() == 0; }));
+  rc.stop();
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(rc.consumer().metrics().retried, 0u);
+  EXPECT_EQ(rc.consumer().metrics().dead_lettered, 2u);
+  const auto entries = client.xrange(dlq);
+  for (const auto& [entry_id, e] : entries) {
+    EXPECT_EQ(Client::get(e, "reason"), "bad_payload");
+    EXPECT_EQ(Client::get(e, "retry_count"), "0");
+    EXPECT_NE(Client::get(e, "error").find("payload of task type \"resize\" does not convert: [json.exception."),
+              std::string::npos)
+        << Client::get(e, "error");
+  }
+  std::map<std::string, std::string> error_of;  // handler threads finish in any order
+  for (const auto& [entry_id, e] : entries) error_of[Client::get(e, "payload")] = Client::get(e, "error");
+  EXPECT_NE(error_of[R"({"image": "cat.png", "width": "wide"})"].find("type must be number"), std::string::npos);
+  EXPECT_NE(error_of[R"({"image": "dog.png"})"].find("key 'width' not found"), std::string::npos);
 }
 
 TEST_F(ConsumerTest, UnknownTypeIsDeadLetteredOrGoesToTheFallback) {

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include <chrono>
 #include <regex>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -65,6 +68,47 @@ TEST_F(ProducerTest, CallerIdMaxRetriesAndExtraFieldsRoundTrip) {
   EXPECT_THROW(producer.enqueue("t", "{}", {.max_retries = -1}), ConfigError);
 }
 
+struct Resize {
+  std::string image;
+  int width = 0;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Resize, image, width)
+
+struct NoJson {};
+void to_json(nlohmann::json&, const NoJson&) { throw std::runtime_error("cannot"); }
+
+// Each overload of enqueue stores what its payload means: JSON text as given (a string literal
+// is never turned into a JSON string), JSON values and braced lists serialised, typed values
+// through to_json; TaskSpec takes the same.
+TEST_F(ProducerTest, EveryPayloadFormIsStoredAsItsJson) {
+  Producer producer(options());
+  const std::string text = R"({ "a" : 1 })";
+  producer.enqueue("t", R"({ "a" : 1 })");
+  producer.enqueue("t", text);
+  producer.enqueue("t", std::string_view(text));
+  producer.enqueue("t", nlohmann::json{{"a", 1}});
+  producer.enqueue("t", {{"a", 1}});
+  producer.enqueue("t", {{"a", 1}}, {.max_retries = 1});
+  producer.enqueue("t", Resize{.image = "cat.png", .width = 640});
+  const nlohmann::json value{{"b", 2}};
+  producer.enqueue_batch({{"t", value}, {.task_type = "t", .payload = {{"c", 3}}}, {"t", Resize{"x", 1}}, {"t", "[1]"}});
+  const auto entries = client.xrange(stream);
+  std::vector<std::string> payloads;
+  for (const auto& [id, fields] : entries) payloads.push_back(Client::get(fields, "payload"));
+  EXPECT_EQ(payloads, (std::vector<std::string>{text, text, text, R"({"a":1})", R"({"a":1})", R"({"a":1})",
+                                                R"({"image":"cat.png","width":640})", R"({"b":2})", R"({"c":3})",
+                                                R"({"image":"x","width":1})", "[1]"}));
+  EXPECT_EQ(Client::get(entries[5].second, "max_retries"), "1");
+}
+
+TEST_F(ProducerTest, APayloadThatCannotBecomeJsonIsAPayloadErrorAndNothingIsSent) {
+  Producer producer(options());
+  EXPECT_THROW(producer.enqueue("t", NoJson{}), PayloadError);
+  EXPECT_THROW(producer.enqueue("t", nlohmann::json{{"name", "\xff"}}), PayloadError);  // not UTF-8
+  EXPECT_THROW(producer.enqueue_batch({{"t", "{}"}, {"t", ""}}), PayloadError);
+  EXPECT_EQ(client.integer({"EXISTS", stream}), 0);
+}
+
 TEST_F(ProducerTest, BinaryAndHostileBytesRoundTripExactly) {
   Producer producer(options());
   const std::string type = std::string("type %s %n\r\n*1\r\n") + '\0' + "end";
@@ -117,17 +161,65 @@ TEST_F(ProducerTest, FullQueueRefusesBatchChunksWhole) {
     producer.enqueue_batch(batch);
     FAIL() << "no QueueFullError";
   } catch (const QueueFullError& e) {
-    // Chunks of 64: four fit (256); 320 would exceed 300, so the next five are refused; the
-    // last chunk holds only 24 tasks and fits (280). batch_ids() says exactly which went in.
+    // Chunks of 64: four fit (256); 320 would exceed 300, so the fifth is refused, and every
+    // chunk behind it too, although the last one (24 tasks) would fit: what was written is a
+    // prefix. batch_ids() says exactly which went in.
     ASSERT_EQ(e.batch_ids().size(), 600u);
-    EXPECT_EQ(e.accepted(), 280u);
-    for (std::size_t i = 0; i < 600; ++i) {
-      EXPECT_EQ(e.batch_ids()[i].empty(), i >= 256 && i < 576) << i;
-    }
+    EXPECT_EQ(e.accepted(), 256u);
+    for (std::size_t i = 0; i < 600; ++i) EXPECT_EQ(e.batch_ids()[i].empty(), i >= 256) << i;
     const auto entries = client.xrange(stream);
-    ASSERT_EQ(entries.size(), 280u);
-    EXPECT_EQ(Client::get(entries[256].second, "task_id"), e.batch_ids()[576]);
+    ASSERT_EQ(entries.size(), 256u);
+    for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(Client::get(entries[i].second, "task_id"), e.batch_ids()[i]);
   }
+}
+
+// The report of issue 8: 150 tasks into a queue capped at 100 wrote 64, refused 64, then wrote
+// the last 22 anyway, and the error did not say which.
+TEST_F(ProducerTest, RefusedBatchWritesAPrefixAndSaysWhich) {
+  auto o = options();
+  o.max_len = 100;
+  Producer producer(o);
+  std::vector<TaskSpec> batch;
+  for (int i = 0; i < 150; ++i) batch.push_back({"t", nlohmann::json{{"i", i}}});
+  try {
+    producer.enqueue_batch(batch);
+    FAIL() << "no QueueFullError";
+  } catch (const QueueFullError& e) {
+    EXPECT_EQ(e.accepted(), 64u);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("queue full: wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote "
+                        "nothing after the first refused one: QUEUEFULL"),
+              std::string::npos)
+        << what;
+    const auto entries = client.xrange(stream);
+    ASSERT_EQ(entries.size(), 64u);
+    for (std::size_t i = 0; i < 64; ++i) {
+      EXPECT_EQ(Client::get(entries[i].second, "payload"), nlohmann::json({{"i", i}}).dump());
+      EXPECT_EQ(Client::get(entries[i].second, "task_id"), e.batch_ids()[i]);
+    }
+  }
+  // The refusal mark of that batch expires on its own; a later batch is not refused by it.
+  const detail::Reply keys = client.cmd({"KEYS", stream + ":batch:*"});
+  ASSERT_EQ(keys.view().size(), 1u);
+  const std::string mark(keys.view()[0].str());
+  EXPECT_GT(client.integer({"PTTL", mark}), 0);
+  client.cmd({"DEL", stream});
+  EXPECT_EQ(producer.enqueue_batch(std::vector<TaskSpec>(100, TaskSpec{"t", "{}"})).size(), 100u);
+}
+
+TEST_F(ProducerTest, BatchRefusedAtTheFirstChunkWritesNothing) {
+  auto o = options();
+  o.max_len = 10;
+  Producer producer(o);
+  try {
+    producer.enqueue_batch(std::vector<TaskSpec>(70, TaskSpec{"t", "{}"}));
+    FAIL() << "no QueueFullError";
+  } catch (const QueueFullError& e) {
+    EXPECT_EQ(e.accepted(), 0u);
+    EXPECT_EQ(std::string(e.what()).rfind("queue full: wrote 0 of 70 tasks; refused 70 (indices 0-69): QUEUEFULL", 0), 0u)
+        << e.what();
+  }
+  EXPECT_EQ(client.integer({"XLEN", stream}), 0);
 }
 
 TEST_F(ProducerTest, TrimPolicyBehavesLikeTheSeed) {

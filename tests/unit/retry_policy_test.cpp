@@ -37,6 +37,8 @@ TEST(RetryPolicy, EverythingElseIsDeadLetteredAtOnceWithItsReason) {
   EXPECT_EQ(decide({AttemptResult::malformed, 0, 3}), (Decision{Verdict::dead_letter, reason::malformed}));
   EXPECT_EQ(decide({AttemptResult::no_handler, 0, 3}), (Decision{Verdict::dead_letter, reason::no_handler}));
   EXPECT_EQ(decide({AttemptResult::body_lost, 0, 3}), (Decision{Verdict::dead_letter, reason::body_lost}));
+  // A payload that does not convert: retrying cannot fix it, even with retries left.
+  EXPECT_EQ(decide({AttemptResult::bad_payload, 0, 3}), (Decision{Verdict::dead_letter, reason::bad_payload}));
 }
 
 TEST(RetryCopy, RaisesTheCountSetsTheErrorAndKeepsEverythingElse) {
