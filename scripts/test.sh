@@ -51,7 +51,7 @@ if [[ ${STREAMQ_SKIP_SANITIZERS:-0} == 1 ]]; then
 fi
 
 stage "asan+ubsan" build-asan 2 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_EMBEDDING=OFF \
+  -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
   "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 # GCC 12's TSan cannot place its shadow memory when the kernel randomises mmap addresses with
@@ -62,5 +62,5 @@ fi
 # One test at a time: TSan slows the code several-fold, and the tests' deadlines should not
 # compete with a second test for this machine's two cores.
 stage "tsan" build-tsan 1 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_EMBEDDING=OFF \
+  -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
   "-DCMAKE_CXX_FLAGS=-fsanitize=thread -fno-omit-frame-pointer"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Fault-injection scenarios (research/reliability-and-redis-semantics.md §8): worker
+// Fault-injection scenarios, the crash cases of README.md's "Delivery contract": worker
 // processes killed with SIGKILL, a task that kills its worker, Redis killed mid-flow.
 // Oracle: every task whose enqueue returned is done or dead-lettered; nothing unexpected ran;
 // duplicates are counted and bounded.
@@ -168,7 +168,7 @@ TEST(Reliability, WorkersKilledAtRandomLoseNothing) {
 }
 
 TEST(Reliability, RetriesUnderKillsLeaveEachTaskInExactlyOnePlace) {
-  // R6: every task fails once, so each goes through the retry script (copy + ack of the
+  // Every task fails once, so each goes through the retry script (copy + ack of the
   // original in one step) while workers are killed at random. Afterwards every task is done,
   // none is dead-lettered, and no original or copy is left behind in the stream or the PEL.
   RedisServer server;
