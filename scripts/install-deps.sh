@@ -6,8 +6,12 @@
 # use it (they run private servers), and this script does not start, stop or configure it.
 set -euo pipefail
 
+# Usage: install-deps.sh [--test]   (--test adds what only the test command needs)
 packages=(cmake g++ make pkg-config libhiredis-dev nlohmann-json3-dev libgtest-dev
           redis-server redis-tools python3 python3-redis)
+if [[ ${1:-} == --test ]]; then
+  packages+=(clang-format)  # scripts/format.sh --check
+fi
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The streamq test suite, as CI runs it: a warnings-as-errors build with every test, then the
-# same tests under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer.
+# The streamq test suite, as CI runs it: the formatting check (clang-format, .clang-format),
+# a warnings-as-errors build with every test, then the same tests under AddressSanitizer +
+# UndefinedBehaviorSanitizer and under ThreadSanitizer.
 # Integration tests start their own redis-server processes; a missing redis-server fails them.
 # STREAMQ_SKIP_SANITIZERS=1 skips the two sanitizer stages (quick local runs only).
 set -euo pipefail
@@ -38,8 +39,12 @@ stage() {
   passed+=("$name")
 }
 
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --test
 passed+=("dependencies")
+
+stage="format"
+bash scripts/format.sh --check
+passed+=("format")
 
 ctest_prefix=()
 stage "build+tests" build 2 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMQ_WERROR=ON -DSTREAMQ_BUILD_BENCH=ON

@@ -91,13 +91,14 @@ std::optional<TimePoint> parse_timestamp(std::string_view s) {
       std::size_t mpos = pos + 3;
       if (mpos < s.size() && s[mpos] == ':') ++mpos;
       if (!digits(s, mpos, 2, om) || oh > 23 || om > 59) return std::nullopt;
-      offset_min = sign * (oh * 60 + om);
+      offset_min = static_cast<std::int64_t>(sign) * (oh * 60 + om);
       pos = mpos + 2;
     }
   }
   if (pos != s.size()) return std::nullopt;
   using namespace std::chrono;
-  const std::int64_t secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se - offset_min * 60;
+  const std::int64_t secs = days_from_civil(y, mo, d) * 86400 + std::int64_t{h} * 3600 + std::int64_t{mi} * 60 + se -
+                            offset_min * 60;
   return TimePoint(duration_cast<system_clock::duration>(seconds(secs) + nanoseconds(nanos)));
 }
 

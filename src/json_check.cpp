@@ -69,8 +69,8 @@ class Scanner {
       }
       if (b == '\\') {
         if (!escape()) return false;
-      } else if (b < 0x20) {
-        return false;  // control characters must be escaped
+      } else if (b < 0x20) {  // NOLINT(bugprone-branch-clone): a different reason to refuse
+        return false;       // control characters must be escaped
       } else if (b < 0x80) {
         ++i_;
       } else if (!utf8()) {

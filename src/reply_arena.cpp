@@ -15,7 +15,7 @@ namespace {
 // root redisReply; every node, element vector and string of the reply follows, bump-allocated.
 // Blocks stay below glibc's mmap threshold (128 KiB), so no reply costs an mmap/munmap pair.
 constexpr std::size_t kFirstBlock = 4096;
-constexpr std::size_t kMaxBlock = 64 * 1024;
+constexpr std::size_t kMaxBlock = std::size_t{64} * 1024;
 constexpr std::size_t kAlign = alignof(std::max_align_t);
 
 constexpr std::size_t aligned(std::size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
@@ -38,7 +38,7 @@ constexpr std::size_t kRootOffset = aligned(sizeof(Chain));
 // Blocks of freed replies are kept per thread for the next reply (a reader reads reply after
 // reply on one thread), up to kCacheBytes. Trivial thread_locals, so a reply freed while its
 // thread's cache is being torn down still finds them usable.
-constexpr std::size_t kCacheBytes = 256 * 1024;
+constexpr std::size_t kCacheBytes = std::size_t{256} * 1024;
 thread_local Block* t_cached = nullptr;
 thread_local std::size_t t_cached_bytes = 0;
 thread_local bool t_cache_closed = false;

@@ -78,7 +78,7 @@ Completer::Completer(Shared& shared) : s_(shared), conn_(shared.connection), scr
 Completer::~Completer() { finish(Clock::now()); }
 
 void Completer::start() {
-  thread_ = std::jthread([this](std::stop_token stop) { main(stop); });
+  thread_ = std::jthread([this](const std::stop_token& stop) { main(stop); });
 }
 
 void Completer::finish(Clock::time_point deadline) {
@@ -149,7 +149,7 @@ void Completer::flush(std::vector<Completion>& batch) {
   // Successes: one MULTI per stream. A success is final even if the lease was lost meanwhile:
   // the task is done, and the new owner's completion of it then finds nothing to do. An
   // orphaned entry's success deletes its provisional record instead.
-  for (std::uint16_t stream = 0; stream < s_.streams.size(); ++stream) {
+  for (std::uint16_t stream = 0; stream < s_.stream_count(); ++stream) {
     std::vector<std::string_view> ids;
     OrphanAcks orphans;
     std::vector<std::size_t> members;

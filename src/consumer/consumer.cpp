@@ -199,9 +199,8 @@ void Consumer::on(std::string task_type, Handler handler) {
   if (impl_->started) throw ConfigError("handlers must be registered before run()");
   if (task_type.empty()) throw ConfigError("task_type must not be empty");
   if (!handler) throw ConfigError("handler for \"" + task_type + "\" is empty");
-  if (!impl_->s->handlers.emplace(task_type, std::move(handler)).second) {
-    throw ConfigError("a handler for \"" + task_type + "\" is already registered");
-  }
+  const auto [it, added] = impl_->s->handlers.emplace(std::move(task_type), std::move(handler));
+  if (!added) throw ConfigError("a handler for \"" + it->first + "\" is already registered");
 }
 
 void Consumer::on_unknown(Handler handler) {

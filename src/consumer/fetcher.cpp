@@ -34,7 +34,7 @@ Fetcher::~Fetcher() {
 }
 
 void Fetcher::start() {
-  thread_ = std::jthread([this](std::stop_token stop) { main(stop); });
+  thread_ = std::jthread([this](const std::stop_token& stop) { main(stop); });
 }
 
 void Fetcher::request_stop() noexcept { thread_.request_stop(); }

@@ -64,7 +64,7 @@ LeaseKeeper::LeaseKeeper(Shared& shared) : s_(shared), next_(Clock::now() + shar
 void LeaseKeeper::tick(ScriptRunner& scripts, Clock::time_point now) {
   // Leases older than half an interval are renewed, so with one tick per interval none is
   // ever older than about one interval plus the time a tick takes.
-  for (std::uint16_t stream = 0; stream < s_.streams.size(); ++stream) {
+  for (std::uint16_t stream = 0; stream < s_.stream_count(); ++stream) {
     lease(s_, scripts, stream, s_.inflight.due_for_lease(stream, now - s_.opt.heartbeat_interval / 2), "0", "-1");
   }
   next_ = now + s_.opt.heartbeat_interval;
@@ -72,7 +72,7 @@ void LeaseKeeper::tick(ScriptRunner& scripts, Clock::time_point now) {
 
 void LeaseKeeper::release(Shared& s, ScriptRunner& scripts) {
   std::vector<Unstarted> entries = s.inflight.unstarted();
-  for (std::uint16_t stream = 0; stream < s.streams.size(); ++stream) {
+  for (std::uint16_t stream = 0; stream < s.stream_count(); ++stream) {
     std::map<std::int64_t, std::vector<std::string>> by_count;  // one lease call per count to set
     for (const Unstarted& u : entries) {
       if (u.key.stream == stream) by_count[u.count].push_back(u.key.id);

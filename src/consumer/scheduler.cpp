@@ -15,7 +15,7 @@ Scheduler::~Scheduler() { stop(); }
 void Scheduler::add(Duty& duty) { duties_.push_back(&duty); }
 
 void Scheduler::start() {
-  thread_ = std::jthread([this](std::stop_token stop) { main(stop); });
+  thread_ = std::jthread([this](const std::stop_token& stop) { main(stop); });
 }
 
 void Scheduler::wake() {

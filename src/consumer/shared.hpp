@@ -44,6 +44,7 @@ struct Shared {
   std::stop_source stopping;
 
   const QueueKeys& keys(std::uint16_t stream = 0) const { return streams[stream]; }
+  std::uint16_t stream_count() const noexcept { return static_cast<std::uint16_t>(streams.size()); }
 };
 
 /// Counts a connection re-established after a loss (its first connect is no reconnect).
