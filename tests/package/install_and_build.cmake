@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-# Installs the build tree into PREFIX, then configures and builds SOURCE_DIR against it.
+# Installs the build tree into PREFIX, then configures and builds SOURCE_DIR against it (and
+# PREFIX_PATH, where the build found its dependencies).
 file(REMOVE_RECURSE "${PREFIX}" "${OUT_DIR}")
 execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${PREFIX}"
                 RESULT_VARIABLE rc)
@@ -16,8 +17,10 @@ foreach(header IN LISTS public_headers)
     message(FATAL_ERROR "${header} mentions hiredis")
   endif()
 endforeach()
+# PREFIX_PATH: the streamq build's CMAKE_PREFIX_PATH, '|'-separated.
+string(REPLACE "|" ";" prefix_path "${PREFIX_PATH}")
 execute_process(COMMAND "${CMAKE_COMMAND}" -S "${SOURCE_DIR}" -B "${OUT_DIR}"
-                "-DCMAKE_PREFIX_PATH=${PREFIX}" "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+                "-DCMAKE_PREFIX_PATH=${PREFIX};${prefix_path}" "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
                 "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}"
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
