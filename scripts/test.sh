@@ -53,6 +53,9 @@ summary() {
   fi
 }
 trap summary EXIT
+# A run stopped by a signal is not a pass: exit with the signal's status, which summary reports.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # begin NAME [DIR] ... end: a stage, timed.
 begin() {
