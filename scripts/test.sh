@@ -1,11 +1,27 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The streamq test suite, as CI runs it: the formatting check (clang-format, .clang-format),
-# a warnings-as-errors build with every test, then the same tests under AddressSanitizer +
-# UndefinedBehaviorSanitizer and under ThreadSanitizer.
+# The streamq test suite, as CI runs it. First the formatting check (scripts/format.sh
+# --check: clang-format with .clang-format), then the stages, in order:
+#   werror    a warnings-as-errors build (Debian's hiredis 0.14, redis-server 7.0) with every test
+#   asan      the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   tsan      the same tests under ThreadSanitizer
+#   hiredis14 hiredis 1.4.1 built from the vendored sources into build-matrix/prefix, a
+#             warnings-as-errors build of the library, tests and benchmark against it
+#             (build-hiredis14; the stage fails unless CMake found that hiredis and the test
+#             binaries load its libhiredis.so.1), every test
+#   redis62   redis-server 6.2.16 (the oldest the README promises) built from the vendored
+#             sources; the integration tests of build-hiredis14 run on it (STREAMQ_REDIS_SERVER)
+#   valkey8   the same with valkey-server 8.0.1
+# The last three need the vendored sources: ../shared/vendor from the repository root, or
+# STREAMQ_VENDOR_DIR. Without them they are skipped with a message (so this command works on
+# any bookworm machine), unless STREAMQ_REQUIRE_VENDOR=1 (CI), which makes that a failure.
+# The vendored servers and hiredis are built once into build-matrix/ and reused after that.
 # Integration tests start their own redis-server processes; a missing redis-server fails them.
-# STREAMQ_SKIP_SANITIZERS=1 skips the two sanitizer stages (quick local runs only).
+# STREAMQ_SKIP_SANITIZERS=1 skips asan and tsan (quick local runs only).
+# STREAMQ_STAGES="hiredis14 redis62" runs only the stages named (dependencies are always
+# checked; redis62 and valkey8 build what they need of hiredis14 without running its tests).
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 export STREAMQ_REQUIRE_REDIS=1
@@ -14,8 +30,21 @@ export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_retur
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 
+all_stages="werror asan tsan hiredis14 redis62 valkey8"
+stages=" ${STREAMQ_STAGES:-$all_stages} "
+for s in $stages; do
+  [[ " $all_stages " == *" $s "* ]] || { echo "test.sh: unknown stage \"$s\" (stages: $all_stages)" >&2; exit 2; }
+done
+if [[ ${STREAMQ_SKIP_SANITIZERS:-0} == 1 ]]; then
+  echo "test.sh: STREAMQ_SKIP_SANITIZERS=1: skipping the ASan+UBSan and TSan stages"
+  stages=${stages/ asan / }
+  stages=${stages/ tsan / }
+fi
+wanted() { [[ $stages == *" $1 "* ]]; }
+
 stage="dependencies"
 passed=()
+stage_start=$SECONDS
 summary() {
   local status=$?
   if ((status == 0)); then
@@ -25,18 +54,32 @@ summary() {
   fi
 }
 trap summary EXIT
+# A run stopped by a signal is not a pass: exit with the signal's status, which summary reports.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# begin NAME [DIR] ... end: a stage, timed.
+begin() {
+  stage=$1
+  stage_start=$SECONDS
+  printf '\n==> %s%s\n' "$1" "${2:+ ($2)}"
+}
+end() {
+  local took=$((SECONDS - stage_start))
+  printf '==> %s passed in %dm%02ds\n' "$stage" $((took / 60)) $((took % 60))
+  passed+=("$stage(${took}s)")
+}
 
 # stage NAME BUILD_DIR CTEST_JOBS [cmake arguments...]: configure, build, run every test.
 stage() {
   local name=$1 dir=$2 jobs=$3
   shift 3
-  stage=$name
-  printf '\n==> %s (%s)\n' "$name" "$dir"
+  begin "$name" "$dir"
   cmake -S . -B "$dir" -DSTREAMQ_BUILD_TESTS=ON "$@"
   cmake --build "$dir" -j2
   "${ctest_prefix[@]}" ctest --test-dir "$dir" --output-on-failure --no-tests=error \
     -j"$jobs" --timeout 300
-  passed+=("$name")
+  end
 }
 
 bash scripts/install-deps.sh --test
@@ -47,25 +90,140 @@ bash scripts/format.sh --check
 passed+=("format")
 
 ctest_prefix=()
-stage "build+tests" build 2 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMQ_WERROR=ON -DSTREAMQ_BUILD_BENCH=ON
+if wanted werror; then
+  stage "build+tests" build 2 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMQ_WERROR=ON -DSTREAMQ_BUILD_BENCH=ON
+fi
 
-if [[ ${STREAMQ_SKIP_SANITIZERS:-0} == 1 ]]; then
-  echo "test.sh: STREAMQ_SKIP_SANITIZERS=1: skipping the ASan+UBSan and TSan stages"
-  passed+=("(sanitizers skipped)")
+if wanted asan; then
+  stage "asan+ubsan" build-asan 2 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
+    "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+fi
+
+if wanted tsan; then
+  # GCC 12's TSan cannot place its shadow memory when the kernel randomises mmap addresses
+  # with more than 28 bits; run without address randomisation there.
+  if (($(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 28) > 28)); then
+    ctest_prefix=(setarch "$(uname -m)" -R)
+  fi
+  # One test at a time: TSan slows the code several-fold, and the tests' deadlines should not
+  # compete with a second test for this machine's two cores.
+  stage "tsan" build-tsan 1 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
+    "-DCMAKE_CXX_FLAGS=-fsanitize=thread -fno-omit-frame-pointer"
+  ctest_prefix=()
+fi
+
+if ! wanted hiredis14 && ! wanted redis62 && ! wanted valkey8; then exit 0; fi
+
+# ---- The compatibility matrix: vendored hiredis 1.4.1, Redis 6.2.16, Valkey 8.0.1 ----------
+vendor=${STREAMQ_VENDOR_DIR:-../shared/vendor}
+if [[ ! -d $vendor ]]; then
+  if [[ ${STREAMQ_REQUIRE_VENDOR:-0} == 1 ]]; then
+    stage="matrix"
+    echo "test.sh: no vendored sources in $vendor (STREAMQ_REQUIRE_VENDOR=1)" >&2
+    exit 1
+  fi
+  echo "test.sh: no vendored sources in $vendor (set STREAMQ_VENDOR_DIR): skipping the hiredis 1.4.1, Redis 6.2.16 and Valkey 8.0.1 stages"
+  passed+=("(matrix skipped: no $vendor)")
   exit 0
 fi
+vendor=$(cd "$vendor" && pwd)
+matrix=$PWD/build-matrix
+prefix=$matrix/prefix
+mkdir -p "$matrix"
 
-stage "asan+ubsan" build-asan 2 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
-  "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+# unpack TARBALL: extracts $vendor/TARBALL into build-matrix/ once, after checking its sha256
+# against the vendor README's table. Prints the directory.
+unpack() {
+  local tarball=$1 dir=$matrix/${1%.tar.gz} want have
+  if [[ ! -e $dir/.unpacked ]]; then
+    want=$(grep -F "| $tarball |" "$vendor/README.md" | grep -oE '\b[0-9a-f]{64}\b' || true)
+    have=$(sha256sum "$vendor/$tarball" | cut -d' ' -f1)
+    if [[ -z $want || $want != "$have" ]]; then
+      echo "test.sh: $vendor/$tarball: sha256 $have, the vendor README says ${want:-nothing}" >&2
+      return 1
+    fi
+    rm -rf "$dir"
+    tar -xzf "$vendor/$tarball" -C "$matrix"
+    touch "$dir/.unpacked"
+  fi
+  echo "$dir"
+}
 
-# GCC 12's TSan cannot place its shadow memory when the kernel randomises mmap addresses with
-# more than 28 bits; run without address randomisation there.
-if (($(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 28) > 28)); then
-  ctest_prefix=(setarch "$(uname -m)" -R)
+# build_server TARBALL PROGRAM: builds PROGRAM (redis-server, valkey-server) without jemalloc,
+# TLS or systemd, at -O2 (Valkey's default -O3 -flto takes several times longer to link).
+build_server() {
+  local dir
+  dir=$(unpack "$1")
+  make -C "$dir/src" -j2 "$2" MALLOC=libc BUILD_TLS=no USE_SYSTEMD=no OPTIMIZATION=-O2 >"$matrix/$2.log" 2>&1 ||
+    { tail -n 30 "$matrix/$2.log" >&2; return 1; }
+  server_binary=$dir/src/$2
+}
+
+# The hiredis 1.4 build of streamq, with its tests; checks that it really uses that hiredis.
+hiredis14_build() {
+  [[ -n ${hiredis14_built:-} ]] && return 0
+  local src
+  src=$(unpack hiredis-1.4.1.tar.gz)
+  if [[ ! -e $prefix/lib/cmake/hiredis/hiredis-config.cmake ]]; then
+    cmake -S "$src" -B "$matrix/hiredis-build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=ON -DDISABLE_TESTS=ON -DENABLE_SSL=OFF >/dev/null
+    cmake --build "$matrix/hiredis-build" -j2 >/dev/null
+    cmake --install "$matrix/hiredis-build" >/dev/null
+  fi
+  mkdir -p build-hiredis14
+  # The examples use only the public API, which hides hiredis: built once, in werror, is enough.
+  cmake -S . -B build-hiredis14 -DSTREAMQ_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSTREAMQ_WERROR=ON -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=ON -DSTREAMQ_TEST_BUILDS=OFF \
+    -DCMAKE_PREFIX_PATH="$prefix" |
+    tee build-hiredis14/configure.log
+  if ! grep -qF "streamq: hiredis 1.4." build-hiredis14/configure.log ||
+     ! grep -qF "($prefix/" build-hiredis14/configure.log; then
+    echo "test.sh: build-hiredis14 did not find hiredis 1.4 in $prefix (see the configure output)" >&2
+    return 1
+  fi
+  cmake --build build-hiredis14 -j2
+  loads_hiredis14 build-hiredis14/tests/streamq_unit_tests build-hiredis14/tests/streamq_integration_tests \
+    build-hiredis14/tests/streamq_test_worker
+  hiredis14_built=1
+}
+
+# loads_hiredis14 BINARY...: fails unless each binary loads the vendored libhiredis.so.1 (and
+# no other libhiredis).
+loads_hiredis14() {
+  local bin libs
+  for bin in "$@"; do
+    libs=$(ldd "$bin" | awk '/libhiredis/ {print $3}' | tr '\n' ' ')
+    if [[ $libs != "$prefix/lib/libhiredis.so.1 " ]]; then
+      echo "test.sh: $bin loads ${libs:-no libhiredis}instead of $prefix/lib/libhiredis.so.1 alone" >&2
+      return 1
+    fi
+  done
+}
+
+# integration_on NAME TARBALL PROGRAM: the integration tests of build-hiredis14 on that server.
+integration_on() {
+  begin "$1"
+  hiredis14_build
+  build_server "$2" "$3"
+  "$server_binary" --version
+  # (Not the package tests: they test the build, not the server, and hiredis14 ran them.)
+  STREAMQ_REDIS_SERVER=$server_binary ctest --test-dir build-hiredis14 -L integration -E '^package[.]|Package[.]' \
+    --output-on-failure --no-tests=error -j2 --timeout 300
+  end
+}
+
+if wanted hiredis14; then
+  begin hiredis14 build-hiredis14
+  hiredis14_build
+  ctest --test-dir build-hiredis14 --output-on-failure --no-tests=error -j2 --timeout 300
+  loads_hiredis14 build-hiredis14/tests/package-installed/streamq_package_app  # built by the package test
+  end
 fi
-# One test at a time: TSan slows the code several-fold, and the tests' deadlines should not
-# compete with a second test for this machine's two cores.
-stage "tsan" build-tsan 1 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
-  "-DCMAKE_CXX_FLAGS=-fsanitize=thread -fno-omit-frame-pointer"
+if wanted redis62; then
+  integration_on redis62 redis-6.2.16.tar.gz redis-server
+fi
+if wanted valkey8; then
+  integration_on valkey8 valkey-8.0.1.tar.gz valkey-server
+fi

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include "streamq/errors.hpp"
 
+#include "error_code.hpp"
+
 namespace streamq {
 
 ReplyError::ReplyError(const std::string& server_message)
-    : Error(server_message), prefix_(server_message.substr(0, server_message.find(' '))) {}
+    : Error(server_message), prefix_(detail::error_code(server_message)) {}
 
 }  // namespace streamq

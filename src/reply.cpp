@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "error_code.hpp"
 #include "hiredis_compat.hpp"
 #include "streamq/errors.hpp"
 
@@ -92,7 +93,7 @@ void ReplyDeleter::operator()(redisReply* r) const noexcept {
 bool is_transient_error(std::string_view error) noexcept {
   static constexpr std::string_view codes[] = {"LOADING",  "OOM",        "BUSY",    "READONLY",
                                                "MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN"};
-  const std::string_view code = error.substr(0, error.find(' '));
+  const std::string_view code = error_code(error);
   return std::find(std::begin(codes), std::end(codes), code) != std::end(codes);
 }
 

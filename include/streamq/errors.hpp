@@ -32,11 +32,15 @@ class TimeoutError : public ConnectionError {
 
 /// Redis answered with an error reply. prefix() is the server's error code, the first word
 /// of the reply: "NOGROUP", "WRONGTYPE", "OOM", "NOPERM", "WRONGPASS", "ERR", ...
+/// An error inside one of streamq's scripts has the same code on every server: Redis 6.2
+/// wraps it ("ERR Error running script (call to f_...): @user_script:3: WRONGTYPE ..."), and
+/// prefix() is the wrapped code ("WRONGTYPE"); what() is the server's text unchanged.
 /// The connection stays usable.
 class ReplyError : public Error {
  public:
   explicit ReplyError(const std::string& server_message);
-  /// The first word of the server's message ("WRONGTYPE", "OOM", ...).
+  /// The server's error code ("WRONGTYPE", "OOM", ...): the first word of its message, or
+  /// of the error a Redis 6.2 script error wraps.
   const std::string& prefix() const noexcept { return prefix_; }
 
  private:

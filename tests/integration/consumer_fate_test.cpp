@@ -21,8 +21,23 @@ namespace {
 using namespace std::chrono_literals;
 
 /// A handler gate: handlers wait in pass() until open(); the test waits in arrived().
+/// Declare `const auto release = gate.opens_on_exit();` after the consumers whose handlers
+/// pass it: a failed ASSERT then opens the gate before those consumers stop, instead of their
+/// stop() waiting on a handler that never returns until the test times out.
 class Gate {
  public:
+  class Opener {
+   public:
+    explicit Opener(Gate& gate) : gate_(gate) {}
+    ~Opener() { gate_.open(); }
+    Opener(const Opener&) = delete;
+    Opener& operator=(const Opener&) = delete;
+
+   private:
+    Gate& gate_;
+  };
+  [[nodiscard]] Opener opens_on_exit() { return Opener(*this); }
+
   void pass(const std::string& entry_id) {
     std::unique_lock lock(m_);
     entry_ids_.push_back(entry_id);
@@ -64,6 +79,7 @@ TEST_F(ConsumerTest, EntryDeletedWhileQueuedIsDeadLetteredOnceAndNeverRun) {
     c.on("block", [&](const Task& t) { gate.pass(t.entry_id()); });
     c.on("work", [&](const Task&) { ++ran; });
   });
+  const auto release = gate.opens_on_exit();
   const std::string blocker = gate.arrived();
   ASSERT_FALSE(blocker.empty());
   const auto entries = client.xrange(stream);
@@ -122,9 +138,11 @@ TEST_P(EntryDeletedWhileRunning, EndsInExactlyOnePlace) {
     });
   };
   RunningConsumer a(o, setup);
+  const auto release_a = gate.opens_on_exit();
   const std::string entry_id = gate.arrived();
   ASSERT_FALSE(entry_id.empty());
   RunningConsumer b(o, setup);  // a second worker, reclaiming every 50 ms
+  const auto release_b = gate.opens_on_exit();
   client.cmd({"XDEL", stream, entry_id}).view().check();
   // The holder's next lease pass finds the body gone: it writes the fields it read to the
   // dead-letter stream and takes the entry off the pending list, so no reclaimer can
@@ -186,6 +204,7 @@ TEST_P(StaleWorker, OnlyItsSuccessIsWrittenOnceAnotherConsumerOwnsTheEntry) {
       if (ending == Ending::permanent) throw PermanentError("refused after losing the lease");
     });
   });
+  const auto release = gate.opens_on_exit();
   const std::string entry_id = gate.arrived();
   ASSERT_FALSE(entry_id.empty());
   client.cmd({"XCLAIM", stream, "workers", "thief", "0", entry_id}).view().check();

@@ -339,11 +339,18 @@ TEST_F(ConsumerTest, RecreatesDeletedGroupAndStream) {
   ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", stream}) == 1; }));
   p.enqueue("work", "{}");
   ASSERT_TRUE(wait_until([&] { return ran == 3; }));
-  // No hot loop while it recovered: a handful of commands, not thousands.
+  // No hot loop while it recovered: a handful of commands, not thousands. Redis 7.0 counts
+  // XGROUP CREATE on its own; 6.2 counts every XGROUP subcommand (this test's DESTROY too).
   const std::string info(client.cmd({"INFO", "commandstats"}).view().str());
-  const auto pos = info.find("cmdstat_xgroup|create:calls=");
-  ASSERT_NE(pos, std::string::npos);
-  EXPECT_LT(std::stoi(info.substr(pos + 28)), 20);
+  std::size_t pos = std::string::npos;
+  for (const std::string key : {"cmdstat_xgroup|create:calls=", "cmdstat_xgroup:calls="}) {
+    if (pos = info.find(key); pos != std::string::npos) {
+      pos += key.size();
+      break;
+    }
+  }
+  ASSERT_NE(pos, std::string::npos) << info;
+  EXPECT_LT(std::stoi(info.substr(pos)), 20);
 }
 
 TEST_F(ConsumerTest, StopReturnsPromptlyFromABlockingRead) {

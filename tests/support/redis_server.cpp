@@ -177,6 +177,24 @@ std::int64_t Client::integer(std::initializer_list<std::string_view> args) {
   return cmd(args).view().integer();
 }
 
+std::string Client::redis_version() {
+  const detail::Reply r = cmd({"INFO", "server"});
+  const std::string_view info = r.view().check().str();
+  constexpr std::string_view key = "redis_version:";
+  const std::size_t at = info.find(key);
+  if (at == std::string_view::npos) throw std::runtime_error("INFO server has no redis_version");
+  const std::string_view rest = info.substr(at + key.size());
+  return std::string(rest.substr(0, rest.find_first_of("\r\n")));
+}
+
+bool Client::redis_at_least(int major, int minor) {
+  const std::string v = redis_version();
+  const std::size_t dot = v.find('.');
+  const int have_major = std::stoi(v);
+  const int have_minor = dot == std::string::npos ? 0 : std::stoi(v.substr(dot + 1));
+  return have_major > major || (have_major == major && have_minor >= minor);
+}
+
 std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> Client::xrange(
     const std::string& key) {
   const detail::Reply r = cmd({"XRANGE", key, "-", "+"});

@@ -63,6 +63,10 @@ class Client {
   /// Entries of XRANGE key - + as (id, fields).
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> xrange(
       const std::string& key);
+  /// INFO server's redis_version ("6.2.16"; Valkey 8 reports the Redis version it matches, 7.2.4).
+  std::string redis_version();
+  /// True when redis_version() is at least major.minor.
+  bool redis_at_least(int major, int minor);
   /// Field value of an entry, or empty.
   static std::string get(const std::vector<std::pair<std::string, std::string>>& fields,
                          std::string_view name);

@@ -255,4 +255,80 @@ TEST(ReplyError, PrefixIsTheFirstWord) {
   EXPECT_STREQ(as_root.what(), "BUSY script running");
 }
 
+// The texts below are what redis-server 6.2.16 and 7.0.15 answered to EVAL (one line each).
+TEST(ReplyError, PrefixOfAnErrorRaisedInAScriptOnRedis62IsTheWrappedCode) {
+  const std::string wrong_type =
+      "ERR Error running script (call to f_1f3b465f6cf3c05cb9ed3db62b0c71afb9a712bd): @user_script:12: "
+      "WRONGTYPE Operation against a key holding the wrong kind of value";
+  EXPECT_EQ(streamq::ReplyError(wrong_type).prefix(), "WRONGTYPE");
+  EXPECT_EQ(streamq::ReplyError(wrong_type).what(), wrong_type);  // the text stays the server's
+  // OOM, ACL and unknown-command refusals carry a second location, and OOM its protocol '-'.
+  EXPECT_EQ(streamq::ReplyError("ERR Error running script (call to f_353e910803c693a4efacc28aea53c6ad98254580): "
+                                "@user_script:3: @user_script: 3: -OOM command not allowed when used memory > "
+                                "'maxmemory'.")
+                .prefix(),
+            "OOM");
+  EXPECT_EQ(streamq::ReplyError("ERR Error running script (call to f_cff23549c2ebb605eb5d794e81aed428927903a1): "
+                                "@user_script:1: NOGROUP No such key 'st' or consumer group 'nog' in XREADGROUP "
+                                "with GROUP option")
+                .prefix(),
+            "NOGROUP");
+  EXPECT_EQ(streamq::ReplyError("ERR Error running script (call to f_7208f1b2dd5b0fdbb2039bfb2de8c5006c05f222): "
+                                "@user_script:1: BUSYGROUP Consumer Group name already exists")
+                .prefix(),
+            "BUSYGROUP");
+  EXPECT_EQ(streamq::ReplyError("ERR Error running script (call to f_7208f1b2dd5b0fdbb2039bfb2de8c5006c05f222): "
+                                "@user_script:1: ERR The XGROUP subcommand requires the key to exist.")
+                .prefix(),
+            "ERR");
+}
+
+TEST(ReplyError, ScriptErrorsWithoutACodeOnRedis62AreErr) {
+  // As on 7.0 ("ERR user_script:1: ...", "ERR Unknown Redis command called from script ...").
+  for (const char* message : {
+           "ERR Error running script (call to f_4f5958446b28593dea988ad0a5603cbd6962dd95): @user_script:1: "
+           "@user_script: 1: Unknown Redis command called from Lua script",
+           "ERR Error running script (call to f_ff967d0ae0e68b4f9e360fa91c54598bc25ad9b6): @user_script:1: "
+           "@user_script: 1: The user executing the script can't run this command or subcommand",
+           "ERR Error running script (call to f_cf0efd7895bbde8aab6ffbb44ec6bca4bd5ef4c3): @user_script:1: "
+           "user_script:1: attempt to index local 'x' (a nil value)",
+           // error('RAISEDSTR string'): a Lua error, whatever its words look like
+           "ERR Error running script (call to f_0d26d05a625691f8283cdac139a1163609402691): @user_script:1: "
+           "user_script:1: RAISEDSTR string",
+           "ERR Error running script (call to f_092723df2c4da115e322ab23e7500b73a929e37d): @err_handler_def:9: "
+           "err_handler_def:9: attempt to concatenate local 'err' (a table value)",
+           "ERR Error running script (call to f_0d26): ",
+           "ERR Error running script (call to f_0d26d05a",
+       }) {
+    EXPECT_EQ(streamq::ReplyError(message).prefix(), "ERR") << message;
+  }
+}
+
+TEST(ReplyError, PrefixOfAScriptErrorOnRedis7IsItsFirstWord) {
+  EXPECT_EQ(streamq::ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value script: "
+                                "1f3b465f6cf3c05cb9ed3db62b0c71afb9a712bd, on @user_script:1.")
+                .prefix(),
+            "WRONGTYPE");
+  EXPECT_EQ(streamq::ReplyError("OOM command not allowed when used memory > 'maxmemory'. script: "
+                                "44a1d1fa082a2d78f42bc63155425f40b815a824, on @user_script:1.")
+                .prefix(),
+            "OOM");
+  EXPECT_EQ(streamq::ReplyError("ERR user_script:1: RAISEDSTR string script: "
+                                "0d26d05a625691f8283cdac139a1163609402691, on @user_script:1.")
+                .prefix(),
+            "ERR");
+  // redis.error_reply() returned by a script comes unwrapped on every version.
+  EXPECT_EQ(streamq::ReplyError("QUEUEFULL q holds 10 of 10 tasks").prefix(), "QUEUEFULL");
+}
+
+TEST(ReplyError, AnOomInsideAScriptIsTransientOnRedis62Too) {
+  EXPECT_TRUE(streamq::detail::is_transient_error(
+      "ERR Error running script (call to f_353e910803c693a4efacc28aea53c6ad98254580): @user_script:2: "
+      "@user_script: 2: -OOM command not allowed when used memory > 'maxmemory'."));
+  EXPECT_TRUE(streamq::detail::is_transient_error(
+      "OOM command not allowed when used memory > 'maxmemory'. script: 44a1d1fa, on @user_script:1."));
+  EXPECT_FALSE(streamq::detail::is_transient_error(
+      "ERR Error running script (call to f_1f3b465f): @user_script:12: WRONGTYPE Operation against a key"));
+}
+
 }  // namespace
