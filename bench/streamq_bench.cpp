@@ -38,8 +38,7 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 // A payload about the size of the seed's send_email task.
-const std::string kPayload =
-    R"({"to":"user@example.com","template":"order_confirmation","order_id":12345})";
+const std::string kPayload = R"({"to":"user@example.com","template":"order_confirmation","order_id":12345})";
 
 struct Args {
   std::string scenario;
@@ -57,13 +56,20 @@ Args parse(int argc, char** argv) {
   a.scenario = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--url") a.url = v;
-    else if (k == "--stream") a.stream = v;
-    else if (k == "--count") a.count = std::stol(v);
-    else if (k == "--batch") a.batch = std::stol(v);
-    else if (k == "--rate") a.rate = std::stol(v);
-    else if (k == "--concurrency") a.concurrency = std::stoi(v);
-    else throw std::invalid_argument("unknown flag " + k);
+    if (k == "--url")
+      a.url = v;
+    else if (k == "--stream")
+      a.stream = v;
+    else if (k == "--count")
+      a.count = std::stol(v);
+    else if (k == "--batch")
+      a.batch = std::stol(v);
+    else if (k == "--rate")
+      a.rate = std::stol(v);
+    else if (k == "--concurrency")
+      a.concurrency = std::stoi(v);
+    else
+      throw std::invalid_argument("unknown flag " + k);
   }
   return a;
 }
@@ -78,7 +84,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 void report(const Args& a, double seconds, const std::string& extra = "") {
   std::printf("scenario=%s tasks=%ld seconds=%.3f tasks_per_s=%.0f peak_rss_mb=%.1f%s\n", a.scenario.c_str(),
-              a.count, seconds, static_cast<double>(a.count) / seconds, peak_rss_kb() / 1024.0, extra.c_str());
+              a.count, seconds, static_cast<double>(a.count) / seconds, peak_rss_kb() / 1024.0,
+              extra.c_str());
 }
 
 streamq::ProducerOptions producer_options(const Args& a) {
@@ -139,8 +146,8 @@ void drain_raw(const Args& a) {
   };
   command({"XGROUP", "CREATE", a.stream, "bench", "0", "MKSTREAM"});
   freeReplyObject(reply());
-  const std::vector<std::string> read = {"XREADGROUP", "GROUP", "bench", "raw", "COUNT", "64",
-                                         "BLOCK", "1000", "STREAMS", a.stream, ">"};
+  const std::vector<std::string> read = {"XREADGROUP", "GROUP", "bench",   "raw",    "COUNT", "64",
+                                         "BLOCK",      "1000",  "STREAMS", a.stream, ">"};
   const auto t = Clock::now();
   command(read);
   long done = 0;
@@ -176,8 +183,8 @@ std::string percentiles(std::vector<double>& us) {
   std::sort(us.begin(), us.end());
   auto at = [&](double q) { return us[static_cast<std::size_t>(q * static_cast<double>(us.size() - 1))]; };
   char buf[160];
-  std::snprintf(buf, sizeof buf, " p50_us=%.0f p90_us=%.0f p99_us=%.0f max_us=%.0f", at(0.5), at(0.9), at(0.99),
-                us.back());
+  std::snprintf(buf, sizeof buf, " p50_us=%.0f p90_us=%.0f p99_us=%.0f max_us=%.0f", at(0.5), at(0.9),
+                at(0.99), us.back());
   return buf;
 }
 
@@ -246,7 +253,8 @@ int scenario_main(const Args& a) {
       if (t.retry_count() == 0) throw std::runtime_error("first attempt fails");
       if (++done == a.count) finish(finished);
     });
-    streamq::set_log_level(streamq::LogLevel::warning);  // as for the earlier versions this is compared with, which logged each retry at info
+    streamq::set_log_level(streamq::LogLevel::warning);  // as for the earlier versions this is compared with,
+                                                         // which logged each retry at info
     const auto t = Clock::now();
     run_until(c, finished);
     report(a, seconds_since(t));
@@ -262,7 +270,8 @@ int main(int argc, char** argv) {
   try {
     return scenario_main(parse(argc, argv));
   } catch (const std::invalid_argument& e) {
-    std::cerr << "streamq-bench: " << e.what() << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|drain-raw|latency|retry"
+    std::cerr << "streamq-bench: " << e.what()
+              << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|drain-raw|latency|retry"
               << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C]\n";
     return 2;
   } catch (const std::exception& e) {

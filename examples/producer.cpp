@@ -27,9 +27,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::map<std::string, std::string> flags{
-      {"--url", "redis://127.0.0.1:6379"}, {"--stream", "task_queue"},
-      {"--type", "send_email"},            {"--payload", R"({"to":"user@example.com"})"},
-      {"--count", "1"},                    {"--max-retries", ""}};
+      {"--url", "redis://127.0.0.1:6379"},           {"--stream", "task_queue"}, {"--type", "send_email"},
+      {"--payload", R"({"to":"user@example.com"})"}, {"--count", "1"},           {"--max-retries", ""}};
   int count = 0;
   streamq::EnqueueOptions task_options;
   try {

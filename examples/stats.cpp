@@ -25,10 +25,8 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  std::map<std::string, std::string> flags{{"--url", "redis://127.0.0.1:6379"},
-                                           {"--stream", "task_queue"},
-                                           {"--group", ""},
-                                           {"--format", "json"}};
+  std::map<std::string, std::string> flags{
+      {"--url", "redis://127.0.0.1:6379"}, {"--stream", "task_queue"}, {"--group", ""}, {"--format", "json"}};
   try {
     example::parse_flags(argc, argv, flags);
   } catch (const std::invalid_argument& e) {

@@ -96,8 +96,8 @@ using DemoHandler = std::function<std::string(const streamq::Task&)>;
 streamq::Consumer::Handler logged(DemoHandler handler, Activity& activity) {
   return [handler = std::move(handler), &activity](const streamq::Task& task) {
     activity.touch();
-    const std::string what = task.type() + " " + task.id() +
-                             " retry_count=" + std::to_string(task.retry_count());
+    const std::string what =
+        task.type() + " " + task.id() + " retry_count=" + std::to_string(task.retry_count());
     try {
       const std::string note = handler(task);
       activity.touch();
@@ -137,9 +137,7 @@ std::string reindex(const streamq::Task& task) {
   return "indexed into " + payload_text(task, "index");
 }
 
-std::string always_fail(const streamq::Task&) {
-  throw std::runtime_error("simulated failure");
-}
+std::string always_fail(const streamq::Task&) { throw std::runtime_error("simulated failure"); }
 
 }  // namespace
 
@@ -148,9 +146,12 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  std::map<std::string, std::string> flags{
-      {"--url", "redis://127.0.0.1:6379"}, {"--stream", "task_queue"}, {"--group", "workers"},
-      {"--consumer", ""},                  {"--concurrency", "4"},     {"--exit-when-idle", ""}};
+  std::map<std::string, std::string> flags{{"--url", "redis://127.0.0.1:6379"},
+                                           {"--stream", "task_queue"},
+                                           {"--group", "workers"},
+                                           {"--consumer", ""},
+                                           {"--concurrency", "4"},
+                                           {"--exit-when-idle", ""}};
   int concurrency = 0;
   int exit_when_idle_ms = 0;
   try {
@@ -188,10 +189,9 @@ int main(int argc, char** argv) {
 
     const streamq::ConsumerMetrics m = consumer.metrics();
     say("metrics: done=" + std::to_string(m.done) + " retried=" + std::to_string(m.retried) +
-        " dead_lettered=" + std::to_string(m.dead_lettered) +
-        " reclaimed=" + std::to_string(m.reclaimed) + " replayed=" + std::to_string(m.replayed) +
-        " skipped=" + std::to_string(m.skipped) + " stale=" + std::to_string(m.stale) +
-        " reconnects=" + std::to_string(m.reconnects));
+        " dead_lettered=" + std::to_string(m.dead_lettered) + " reclaimed=" + std::to_string(m.reclaimed) +
+        " replayed=" + std::to_string(m.replayed) + " skipped=" + std::to_string(m.skipped) +
+        " stale=" + std::to_string(m.stale) + " reconnects=" + std::to_string(m.reconnects));
   } catch (const streamq::Error& e) {
     std::cerr << "streamq-worker: " << e.what() << '\n';
     return 1;

@@ -28,7 +28,8 @@ std::int64_t days_from_civil(int y, int m, int d) {
   y -= m <= 2;
   const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
   const unsigned yoe = static_cast<unsigned>(y - era * 400);
-  const unsigned doy = (153 * static_cast<unsigned>(m + (m > 2 ? -3 : 9)) + 2) / 5 + static_cast<unsigned>(d) - 1;
+  const unsigned doy =
+      (153 * static_cast<unsigned>(m + (m > 2 ? -3 : 9)) + 2) / 5 + static_cast<unsigned>(d) - 1;
   const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
   return era * 146097 + static_cast<std::int64_t>(doe) - 719468;
 }
@@ -51,17 +52,16 @@ std::string format_timestamp(TimePoint t) {
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06lld", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<long long>(frac));
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06lld", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(frac));
   return buf;
 }
 
 std::optional<TimePoint> parse_timestamp(std::string_view s) {
   int y, mo, d, h, mi, se;
   if (!digits(s, 0, 4, y) || s.size() < 19 || s[4] != '-' || !digits(s, 5, 2, mo) || s[7] != '-' ||
-      !digits(s, 8, 2, d) || (s[10] != 'T' && s[10] != ' ') || !digits(s, 11, 2, h) ||
-      s[13] != ':' || !digits(s, 14, 2, mi) || s[16] != ':' || !digits(s, 17, 2, se)) {
+      !digits(s, 8, 2, d) || (s[10] != 'T' && s[10] != ' ') || !digits(s, 11, 2, h) || s[13] != ':' ||
+      !digits(s, 14, 2, mi) || s[16] != ':' || !digits(s, 17, 2, se)) {
     return std::nullopt;
   }
   if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60) return std::nullopt;
@@ -97,8 +97,8 @@ std::optional<TimePoint> parse_timestamp(std::string_view s) {
   }
   if (pos != s.size()) return std::nullopt;
   using namespace std::chrono;
-  const std::int64_t secs = days_from_civil(y, mo, d) * 86400 + std::int64_t{h} * 3600 + std::int64_t{mi} * 60 + se -
-                            offset_min * 60;
+  const std::int64_t secs = days_from_civil(y, mo, d) * 86400 + std::int64_t{h} * 3600 +
+                            std::int64_t{mi} * 60 + se - offset_min * 60;
   return TimePoint(duration_cast<system_clock::duration>(seconds(secs) + nanoseconds(nanos)));
 }
 
@@ -169,9 +169,8 @@ Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> shared, 
                     const DecodeLimits& limits, std::stop_token stop) {
   const Fields& fields = *shared;
   const std::string* values[6] = {};
-  static constexpr std::string_view names[6] = {field::task_id,    field::task_type,
-                                                field::payload,    field::created_at,
-                                                field::max_retries, field::retry_count};
+  static constexpr std::string_view names[6] = {field::task_id,    field::task_type,   field::payload,
+                                                field::created_at, field::max_retries, field::retry_count};
   for (std::size_t i = 0; i < fields.size(); ++i) {
     for (std::size_t k = 0; k < 6; ++k) {
       if (fields[i].first != names[k]) continue;

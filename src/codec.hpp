@@ -29,8 +29,7 @@ std::optional<TimePoint> parse_timestamp(std::string_view text);
 std::string new_uuid_v4();
 
 /// Why a payload is refused, or nullopt when it is fine: size, depth, then syntax.
-std::optional<std::string> payload_problem(std::string_view json, std::size_t max_bytes,
-                                           int max_depth);
+std::optional<std::string> payload_problem(std::string_view json, std::size_t max_bytes, int max_depth);
 
 /// Parses a non-negative decimal integer (no sign, no spaces); nullopt otherwise.
 std::optional<int> parse_count(std::string_view text);
@@ -60,8 +59,8 @@ inline std::size_t new_task_string_count(const NewTask& task) {
 inline constexpr std::size_t kMaxFields = 1000;
 
 /// The fields of a task entry, in the seed's order.
-inline constexpr std::string_view task_fields[] = {field::task_id,     field::task_type,   field::payload,
-                                                   field::created_at,  field::max_retries, field::retry_count,
+inline constexpr std::string_view task_fields[] = {field::task_id,    field::task_type,   field::payload,
+                                                   field::created_at, field::max_retries, field::retry_count,
                                                    field::last_error};
 /// The fields a dead-letter entry sets itself (written by src/lua/lib/fate.lua, which also
 /// names them: a unit test checks that the two lists agree).

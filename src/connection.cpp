@@ -5,8 +5,8 @@
 #include <sys/time.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <ctime>
 #include <thread>

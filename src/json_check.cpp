@@ -70,7 +70,7 @@ class Scanner {
       if (b == '\\') {
         if (!escape()) return false;
       } else if (b < 0x20) {  // NOLINT(bugprone-branch-clone): a different reason to refuse
-        return false;       // control characters must be escaped
+        return false;         // control characters must be escaped
       } else if (b < 0x80) {
         ++i_;
       } else if (!utf8()) {
@@ -93,10 +93,14 @@ class Scanner {
     for (int k = 0; k < 4; ++k) {
       const char c = s_[i_++];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else return -1;
+      if (c >= '0' && c <= '9')
+        v |= c - '0';
+      else if (c >= 'a' && c <= 'f')
+        v |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        v |= c - 'A' + 10;
+      else
+        return -1;
     }
     return v;
   }
@@ -106,8 +110,14 @@ class Scanner {
     if (i_ >= s_.size()) return false;
     const char c = s_[i_++];
     switch (c) {
-      case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
-        return true;
+      case '"':
+      case '\\':
+      case '/':
+      case 'b':
+      case 'f':
+      case 'n':
+      case 'r':
+      case 't': return true;
       case 'u': {
         const int unit = hex4();
         if (unit < 0) return false;
@@ -119,8 +129,7 @@ class Scanner {
         }
         return true;
       }
-      default:
-        return false;
+      default: return false;
     }
   }
 

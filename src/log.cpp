@@ -40,7 +40,8 @@ namespace detail {
 
 LogLevel retry_level(const std::exception& e) noexcept {
   if (dynamic_cast<const ConnectionError*>(&e) != nullptr) return LogLevel::warning;
-  if (dynamic_cast<const ReplyError*>(&e) != nullptr && is_transient_error(e.what())) return LogLevel::warning;
+  if (dynamic_cast<const ReplyError*>(&e) != nullptr && is_transient_error(e.what()))
+    return LogLevel::warning;
   return LogLevel::error;
 }
 

@@ -13,7 +13,7 @@ namespace streamq {
 namespace {
 
 constexpr std::size_t kChunk = 64;  // tasks per enqueue script call: small enough that Redis runs one
-                                     // chunk while the next is formatted (measured: 64 beats 16-256)
+                                    // chunk while the next is formatted (measured: 64 beats 16-256)
 
 ProducerOptions validated(ProducerOptions o) {
   if (o.stream.empty()) throw ConfigError("stream must not be empty");
@@ -60,7 +60,8 @@ std::string partial_batch_message(const std::vector<std::string>& ids, const std
     if (x.count == 0) return std::string("0");
     return std::to_string(x.count) + (x.count == 1 ? " (index " : " (indices ") + x.text + ")";
   };
-  std::string m = "queue full: wrote " + std::to_string(w.count) + " of " + std::to_string(ids.size()) + " tasks";
+  std::string m =
+      "queue full: wrote " + std::to_string(w.count) + " of " + std::to_string(ids.size()) + " tasks";
   if (w.count > 0) m += described(w).substr(std::to_string(w.count).size());
   m += "; refused " + described(r);
   const bool prefix = std::all_of(ids.begin() + static_cast<std::ptrdiff_t>(w.count), ids.end(),
@@ -88,13 +89,14 @@ struct Producer::Impl {
         throw ConfigError("extra field name \"" + name + "\" is empty or reserved");
       }
     }
-    if (auto problem = detail::payload_problem(payload, options.max_payload_bytes,
-                                               options.max_payload_depth)) {
+    if (auto problem =
+            detail::payload_problem(payload, options.max_payload_bytes, options.max_payload_depth)) {
       throw PayloadError(*problem);
     }
     id_storage = eo.task_id.empty() ? detail::new_uuid_v4() : eo.task_id;
-    return detail::NewTask{id_storage, type, payload, created_at,
-                           eo.max_retries.value_or(options.default_max_retries), &eo.extra_fields};
+    return detail::NewTask{
+        id_storage,      type, payload, created_at, eo.max_retries.value_or(options.default_max_retries),
+        &eo.extra_fields};
   }
 
   /// XADD <stream> MAXLEN ~ <max_len> * fields... (the seed's command).
@@ -106,8 +108,8 @@ struct Producer::Impl {
 
   /// One enqueue script call for tasks [first, last); `refusal_mark` (the batch's, see the
   /// enqueue script) is empty for a call that is a whole batch.
-  detail::Argv reject_argv(const std::vector<detail::NewTask>& tasks, std::size_t first,
-                           std::size_t last, const std::string& refusal_mark = {}) const {
+  detail::Argv reject_argv(const std::vector<detail::NewTask>& tasks, std::size_t first, std::size_t last,
+                           const std::string& refusal_mark = {}) const {
     detail::Argv argv = scripts.begin(detail::ScriptId::enqueue, refusal_mark.empty() ? 1 : 2);
     argv.add(options.stream);
     if (!refusal_mark.empty()) argv.add(refusal_mark);
@@ -159,7 +161,8 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
   prepared.reserve(tasks.size());
   const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    prepared.push_back(im.prepare(tasks[i].task_type, tasks[i].payload.text(), tasks[i].options, ids[i], created_at));
+    prepared.push_back(
+        im.prepare(tasks[i].task_type, tasks[i].payload.text(), tasks[i].options, ids[i], created_at));
   }
   if (tasks.empty()) return ids;
   im.conn.connect_with_backoff();
@@ -176,8 +179,9 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
   // Each chunk goes on the wire as soon as it is built, so Redis runs chunk k while the
   // next one is being formatted. A refused chunk marks the batch refused, and every chunk
   // behind it then writes nothing (see the enqueue script): what was written is a prefix.
-  const std::string mark =
-      prepared.size() > kChunk ? detail::batch_refused_key(im.options.stream, detail::new_uuid_v4()) : std::string();
+  const std::string mark = prepared.size() > kChunk
+                               ? detail::batch_refused_key(im.options.stream, detail::new_uuid_v4())
+                               : std::string();
   std::vector<detail::Argv> argvs;
   std::vector<detail::ScriptId> script_ids;
   for (std::size_t first = 0; first < prepared.size(); first += kChunk) {
@@ -194,8 +198,8 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
     if (!refused && replies[c].view().check().integer() > 0) continue;  // written
     const std::size_t first = c * kChunk;
     const std::size_t last = std::min(ids.size(), first + kChunk);
-    std::fill(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.begin() + static_cast<std::ptrdiff_t>(last),
-              std::string());
+    std::fill(ids.begin() + static_cast<std::ptrdiff_t>(first),
+              ids.begin() + static_cast<std::ptrdiff_t>(last), std::string());
   }
   if (!server_message.empty()) {
     std::string message = partial_batch_message(ids, server_message);  // before ids is moved from

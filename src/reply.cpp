@@ -20,9 +20,7 @@ namespace {
 bool ReplyView::is_nil() const noexcept { return r_ == nullptr || r_->type == REDIS_REPLY_NIL; }
 bool ReplyView::is_error() const noexcept { return r_ != nullptr && r_->type == REDIS_REPLY_ERROR; }
 bool ReplyView::is_array() const noexcept { return r_ != nullptr && r_->type == REDIS_REPLY_ARRAY; }
-bool ReplyView::is_integer() const noexcept {
-  return r_ != nullptr && r_->type == REDIS_REPLY_INTEGER;
-}
+bool ReplyView::is_integer() const noexcept { return r_ != nullptr && r_->type == REDIS_REPLY_INTEGER; }
 bool ReplyView::is_string() const noexcept {
   return r_ != nullptr && (r_->type == REDIS_REPLY_STRING || r_->type == REDIS_REPLY_STATUS);
 }
@@ -91,7 +89,7 @@ void ReplyDeleter::operator()(redisReply* r) const noexcept {
 }
 
 bool is_transient_error(std::string_view error) noexcept {
-  static constexpr std::string_view codes[] = {"LOADING",  "OOM",        "BUSY",    "READONLY",
+  static constexpr std::string_view codes[] = {"LOADING",    "OOM",        "BUSY",     "READONLY",
                                                "MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN"};
   const std::string_view code = error_code(error);
   return std::find(std::begin(codes), std::end(codes), code) != std::end(codes);

@@ -25,8 +25,8 @@ class ReplyView {
   bool is_integer() const noexcept;
   bool is_string() const noexcept;  // bulk string or status
 
-  std::string_view str() const;      // bulk string or status
-  std::string_view error() const;    // error text
+  std::string_view str() const;    // bulk string or status
+  std::string_view error() const;  // error text
   std::int64_t integer() const;
   /// Integer reply, or a bulk string holding an integer (as XINFO sometimes answers).
   std::int64_t as_int() const;

@@ -203,8 +203,9 @@ void* create_bool(const redisReadTask* task, int value) {
   return r;
 }
 
-redisReplyObjectFunctions arena_functions = {create_string, create_array<size_t>, create_integer, create_double,
-                                             create_nil,    create_bool,          free_arena_reply};
+redisReplyObjectFunctions arena_functions = {create_string,   create_array<size_t>, create_integer,
+                                             create_double,   create_nil,           create_bool,
+                                             free_arena_reply};
 #else
 redisReplyObjectFunctions arena_functions = {create_string, create_array<int>, create_integer, create_nil,
                                              free_arena_reply};

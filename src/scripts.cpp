@@ -5,7 +5,9 @@
 
 namespace streamq::detail {
 
-const EmbeddedScript& embedded(ScriptId id) noexcept { return embedded_scripts[static_cast<std::size_t>(id)]; }
+const EmbeddedScript& embedded(ScriptId id) noexcept {
+  return embedded_scripts[static_cast<std::size_t>(id)];
+}
 
 std::string_view script_source(ScriptId id) noexcept { return embedded(id).source; }
 std::string_view script_sha(ScriptId id) noexcept { return embedded(id).sha1; }
@@ -16,8 +18,8 @@ void append_retry(Argv& argv, const Fields& copy) {
   for (const auto& [k, v] : copy) argv.add(k).add(v);
 }
 
-void append_dead_letter(Argv& argv, std::string_view reason, std::string_view error, std::string_view failed_at,
-                        const Fields& fields_read) {
+void append_dead_letter(Argv& argv, std::string_view reason, std::string_view error,
+                        std::string_view failed_at, const Fields& fields_read) {
   argv.add("dead_letter").add(reason).add(error).add(failed_at).add(static_cast<std::int64_t>(kMaxFields));
   for (const auto& [k, v] : fields_read) argv.add(k).add(v);
 }
@@ -60,8 +62,7 @@ Reply ScriptRunner::call(ScriptId id, Argv& argv) {
   return r;
 }
 
-std::vector<Reply> ScriptRunner::call_pipelined(const std::vector<ScriptId>& ids,
-                                                std::vector<Argv>& argvs) {
+std::vector<Reply> ScriptRunner::call_pipelined(const std::vector<ScriptId>& ids, std::vector<Argv>& argvs) {
   for (const Argv& argv : argvs) conn_.append(argv);
   return collect(ids, argvs);
 }

@@ -37,10 +37,14 @@ std::string label_value(std::string_view v) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -135,7 +139,8 @@ std::string QueueStats::to_prometheus() const {
   e.sample_seconds("streamq_oldest_entry_age_seconds", {{"stream", s}}, oldest_entry_age_ms.value_or(0));
 
   e.family("streamq_group_pending", "gauge", "Delivered, unacknowledged entries of a group.");
-  for (const auto& g : groups) e.sample("streamq_group_pending", {{"stream", s}, {"group", g.name}}, g.pending);
+  for (const auto& g : groups)
+    e.sample("streamq_group_pending", {{"stream", s}, {"group", g.name}}, g.pending);
   e.family("streamq_group_lag", "gauge",
            "Entries not yet delivered to a group (approximate; absent when Redis cannot tell).");
   for (const auto& g : groups) {
@@ -154,14 +159,15 @@ std::string QueueStats::to_prometheus() const {
   e.family("streamq_consumer_pending", "gauge", "Entries a consumer holds unacknowledged.");
   for (const auto& g : groups) {
     for (const auto& c : g.consumers) {
-      e.sample("streamq_consumer_pending", {{"stream", s}, {"group", g.name}, {"consumer", c.name}}, c.pending);
+      e.sample("streamq_consumer_pending", {{"stream", s}, {"group", g.name}, {"consumer", c.name}},
+               c.pending);
     }
   }
   e.family("streamq_consumer_idle_seconds", "gauge", "Time since a consumer last read or claimed.");
   for (const auto& g : groups) {
     for (const auto& c : g.consumers) {
-      e.sample_seconds("streamq_consumer_idle_seconds", {{"stream", s}, {"group", g.name}, {"consumer", c.name}},
-                       c.idle_ms);
+      e.sample_seconds("streamq_consumer_idle_seconds",
+                       {{"stream", s}, {"group", g.name}, {"consumer", c.name}}, c.idle_ms);
     }
   }
   return e.str();
@@ -226,8 +232,8 @@ struct StatsReader::Impl {
       const detail::ReplyView consumers = gr[2 * i].view().check();
       for (std::size_t c = 0; c < consumers.size(); ++c) {
         const detail::ReplyView ci = consumers[c];
-        g.consumers.push_back(ConsumerInfo{std::string(ci.field("name").str()),
-                                           ci.field("pending").as_int(), ci.field("idle").as_int()});
+        g.consumers.push_back(ConsumerInfo{std::string(ci.field("name").str()), ci.field("pending").as_int(),
+                                           ci.field("idle").as_int()});
       }
       const detail::ReplyView oldest = gr[2 * i + 1].view().check();
       if (oldest.size() > 0) g.oldest_pending_idle_ms = oldest[0][2].as_int();

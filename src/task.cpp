@@ -30,9 +30,12 @@ Task::Task(std::string entry_id, std::shared_ptr<const Fields> fields, std::int6
   const Fields& f = this->fields();
   for (std::size_t i = 0; i < f.size(); ++i) {
     const std::string& name = f[i].first;
-    if (name == field::task_id) id_index_ = i;
-    else if (name == field::task_type) type_index_ = i;
-    else if (name == field::payload) payload_index_ = i;
+    if (name == field::task_id)
+      id_index_ = i;
+    else if (name == field::task_type)
+      type_index_ = i;
+    else if (name == field::payload)
+      payload_index_ = i;
   }
 }
 
@@ -101,7 +104,8 @@ Task& Task::operator=(Task&& o) noexcept {
 const nlohmann::json& Task::json() const {
   std::uint8_t state = json_state_.load(std::memory_order_acquire);
   if (state == json_ready) return payload_;
-  if (state == json_unparsed && json_state_.compare_exchange_strong(state, json_parsing, std::memory_order_acquire)) {
+  if (state == json_unparsed &&
+      json_state_.compare_exchange_strong(state, json_parsing, std::memory_order_acquire)) {
     try {
       // The consumer validated the payload with the producer's scanner, which accepts exactly
       // what nlohmann accepts: this parse does not fail.

@@ -58,8 +58,7 @@ std::string percent_decode(std::string_view url, std::string_view in) {
 int parse_int(std::string_view url, std::string_view text, const char* what, int lo, int hi) {
   int value = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < lo ||
-      value > hi) {
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < lo || value > hi) {
     bad(url, std::string("invalid ") + what + " \"" + std::string(text) + "\"");
   }
   return value;

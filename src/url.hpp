@@ -8,11 +8,11 @@ namespace streamq::detail {
 
 /// A parsed connection URL.
 struct Endpoint {
-  std::string host;         // empty for unix sockets
+  std::string host;  // empty for unix sockets
   int port = 6379;
-  std::string unix_path;    // set for unix:// URLs
-  std::string user;         // empty = no ACL user (AUTH <password> only)
-  std::string password;     // empty = no AUTH
+  std::string unix_path;  // set for unix:// URLs
+  std::string user;       // empty = no ACL user (AUTH <password> only)
+  std::string password;   // empty = no AUTH
   int db = 0;
 
   bool is_unix() const noexcept { return !unix_path.empty(); }

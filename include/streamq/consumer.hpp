@@ -2,8 +2,8 @@
 #pragma once
 
 #include <chrono>
-#include <cstddef>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -169,8 +169,8 @@ class Consumer {
   ///   });
   /// @endcode
   template <class T, class F>
-    requires(std::invocable<F&, const T&, const Task&> || std::invocable<F&, const T&>)
-  void on(std::string task_type, F handler) {
+  requires(std::invocable<F&, const T&, const Task&> ||
+           std::invocable<F&, const T&>) void on(std::string task_type, F handler) {
     on(std::move(task_type), Handler([h = std::move(handler)](const Task& task) mutable {
          const T value = streamq::payload_as<T>(task);
          if constexpr (std::invocable<F&, const T&, const Task&>) {

@@ -64,13 +64,12 @@ class Payload {
   Payload(std::string_view json_text) : text_(json_text) {}
   Payload(const char* json_text) : text_(json_text ? json_text : "") {}
   /// A braced list, read as nlohmann::json reads it.
-  Payload(nlohmann::json::initializer_list_t init)
-      : text_(serialise(nlohmann::json(init))) {}
+  Payload(nlohmann::json::initializer_list_t init) : text_(serialise(nlohmann::json(init))) {}
   /// A JSON value, or any type nlohmann::json can be built from (its to_json).
   template <class T>
-    requires(!detail::is_json_text_v<T> && !std::is_same_v<std::remove_cvref_t<T>, Payload> &&
-             (nlohmann::detail::is_basic_json<T>::value || std::is_constructible_v<nlohmann::json, const T&>))
-  Payload(const T& value)
+  requires(!detail::is_json_text_v<T> && !std::is_same_v<std::remove_cvref_t<T>, Payload> &&
+           (nlohmann::detail::is_basic_json<T>::value || std::is_constructible_v<nlohmann::json, const T&>))
+      Payload(const T& value)
       : text_(convert(value)) {}
 
   /// The JSON text that will be stored in the task's `payload` field.
@@ -161,8 +160,8 @@ class Producer {
   /// @throws PayloadError when to_json throws or the value cannot be serialised (nothing
   ///   sent), and as above.
   template <class T>
-    requires(!detail::is_json_text_v<T> && std::is_constructible_v<Payload, const T&>)
-  std::string enqueue(std::string_view task_type, const T& payload, const EnqueueOptions& options = {}) {
+  requires(!detail::is_json_text_v<T> && std::is_constructible_v<Payload, const T&>) std::string
+      enqueue(std::string_view task_type, const T& payload, const EnqueueOptions& options = {}) {
     const Payload p(payload);
     return enqueue(task_type, std::string_view(p.text()), options);
   }

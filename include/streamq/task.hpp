@@ -103,7 +103,8 @@ class Task {
   const std::string& value_at(std::size_t index) const noexcept;
 
   std::string entry_id_;
-  std::shared_ptr<const Fields> fields_;  // shared with the consumer, which may need them after a crash-safe move
+  std::shared_ptr<const Fields>
+      fields_;  // shared with the consumer, which may need them after a crash-safe move
   // Positions in fields_ (npos when absent), so the payload bytes are stored once.
   std::size_t id_index_ = static_cast<std::size_t>(-1);
   std::size_t type_index_ = static_cast<std::size_t>(-1);

@@ -18,8 +18,8 @@ enum class Write { ack, move, replace, orphan, none };
 struct Plan {
   std::vector<Argv> argvs;
   std::vector<ScriptId> ids;
-  std::vector<Write> write;         // per completion
-  std::vector<std::size_t> reply;   // per completion: index of its reply (ack: of EXEC)
+  std::vector<Write> write;        // per completion
+  std::vector<std::size_t> reply;  // per completion: index of its reply (ack: of EXEC)
   std::vector<std::pair<std::size_t, std::size_t>> multis;  // MULTI and EXEC index of each block
 
   void add(Argv argv, ScriptId id) {
@@ -30,8 +30,10 @@ struct Plan {
 
 }  // namespace
 
-std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t stream,
-                                                const std::vector<std::string_view>& ids, const OrphanAcks& orphans) {
+std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s,
+                                                std::uint16_t stream,
+                                                const std::vector<std::string_view>& ids,
+                                                const OrphanAcks& orphans) {
   const QueueKeys& keys = s.keys(stream);
   const std::size_t first = argvs.size();
   argvs.push_back(Argv{"MULTI"});
@@ -95,7 +97,8 @@ void Completer::main(const std::stop_token&) {
   Clock::time_point retry_at{};
   for (;;) {
     const Clock::time_point deadline{Clock::duration(deadline_.load())};
-    const bool more = s_.inflight.wait_completions(batch, batch.empty() ? deadline : std::min(retry_at, deadline));
+    const bool more =
+        s_.inflight.wait_completions(batch, batch.empty() ? deadline : std::min(retry_at, deadline));
     const auto now = Clock::now();
     if (!more && batch.empty()) break;  // finish() was called and everything is written
     if (now >= deadline) {
@@ -116,16 +119,16 @@ void Completer::main(const std::stop_token&) {
     } catch (const ConnectionError& e) {
       // What was in flight may or may not have been written; every write is safe to repeat.
       const Millis delay = conn_.backoff_delay();
-      log(LogLevel::warning, std::string("completer: ") + e.what() + "; retrying in " +
-                                 std::to_string(delay.count()) + " ms");
+      log(LogLevel::warning,
+          std::string("completer: ") + e.what() + "; retrying in " + std::to_string(delay.count()) + " ms");
       retry_at = now + delay;
       continue;
     } catch (const std::exception& e) {
       // The session set-up was refused (a busy or loading server, or an ACL problem).
       retry_backoff.fail();
       const Millis delay = retry_backoff.delay();
-      log(LogLevel::warning, std::string("completer: ") + e.what() + "; retrying in " +
-                                 std::to_string(delay.count()) + " ms");
+      log(LogLevel::warning,
+          std::string("completer: ") + e.what() + "; retrying in " + std::to_string(delay.count()) + " ms");
       retry_at = now + delay;
       continue;
     }
@@ -181,8 +184,8 @@ void Completer::flush(std::vector<Completion>& batch) {
     if (c.outcome == Outcome::orphan) {
       // Moot once the entry is no longer held, or when its own completion is in this batch.
       const bool moot = !fate[i].held || std::any_of(batch.begin(), batch.end(), [&](const Completion& o) {
-                          return o.outcome != Outcome::orphan && o.key == c.key;
-                        });
+        return o.outcome != Outcome::orphan && o.key == c.key;
+      });
       if (moot) continue;
     }
     const bool replace = !fate[i].orphan_id.empty() && c.outcome != Outcome::orphan;
@@ -267,12 +270,12 @@ void Completer::flush(std::vector<Completion>& batch) {
       // Not pending any more, another consumer owns it, or its provisional record was acted
       // on: its fate is not ours to decide.
       Metrics::add(s_.metrics.stale, 1);
-      log(LogLevel::warning, "entry " + c.key.id +
-                                 (plan.write[i] == Write::replace          ? "'s dead-letter record was replayed or deleted"
-                                  : v.integer() == move_not_owner          ? " was reclaimed by another consumer"
-                                                                           : " is no longer pending") +
-                                 "; its " + (c.outcome == Outcome::retry ? "retry" : "dead letter") +
-                                 " was not written");
+      log(LogLevel::warning,
+          "entry " + c.key.id +
+              (plan.write[i] == Write::replace ? "'s dead-letter record was replayed or deleted"
+               : v.integer() == move_not_owner ? " was reclaimed by another consumer"
+                                               : " is no longer pending") +
+              "; its " + (c.outcome == Outcome::retry ? "retry" : "dead letter") + " was not written");
       finished.push_back(c.key);
     } else if (plan.write[i] == Write::orphan) {
       // The record is the task's fate unless its handler runs: then its completion decides

@@ -3,9 +3,9 @@
 // the only part that decides an entry's fate in Redis, so those decisions happen in one
 // order: successes as one MULTI of XACK + XDEL per batch; retries and dead letters each with
 // the owner-checked move script; orphan records (the body was deleted while held) with the
-// orphan script; completions of orphaned entries with the replace script. A write refused by a passing server state (LOADING after a restart, OOM
-// under noeviction, a failover) is retried with backoff while the entries stay held and
-// leased; counters count only what was written. Talks to: the in-flight set, Redis.
+// orphan script; completions of orphaned entries with the replace script. A write refused by a passing server
+// state (LOADING after a restart, OOM under noeviction, a failover) is retried with backoff while the entries
+// stay held and leased; counters count only what was written. Talks to: the in-flight set, Redis.
 #pragma once
 
 #include <thread>
@@ -27,7 +27,8 @@ struct OrphanAcks {
 /// records and their index fields (if any), EXEC: the acknowledgement of successes of one
 /// stream. MULTI: a crash between XACK and XDEL would leave a done entry counting toward
 /// max_len. The views must outlive the pipeline. Returns the MULTI's and EXEC's index.
-std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t stream,
+std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s,
+                                                std::uint16_t stream,
                                                 const std::vector<std::string_view>& ids,
                                                 const OrphanAcks& orphans = {});
 /// The error that refused such a block (the refused command's, not EXECABORT), "" if written.

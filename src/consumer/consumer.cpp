@@ -96,7 +96,8 @@ struct Consumer::Impl {
       }
       backoff.fail();
       const Millis delay = backoff.delay();
-      detail::log(LogLevel::warning, "start: " + problem + "; retrying in " + std::to_string(delay.count()) + " ms");
+      detail::log(LogLevel::warning,
+                  "start: " + problem + "; retrying in " + std::to_string(delay.count()) + " ms");
       std::unique_lock lock(mutex);
       if (cv.wait_for(lock, delay, [&] { return stop_requested; })) return false;
     }
@@ -175,15 +176,16 @@ struct Consumer::Impl {
       detail::ScriptRunner scripts(control);
       detail::LeaseKeeper::release(*s, scripts);
     } catch (const std::exception& e) {
-      detail::log(LogLevel::warning, std::string("shutdown: ") + e.what() +
-                                         "; unstarted entries stay pending until reclaimed");
+      detail::log(LogLevel::warning,
+                  std::string("shutdown: ") + e.what() + "; unstarted entries stay pending until reclaimed");
     }
     // 4. Write every completion (retrying a passing refusal for a while).
     const auto& c = s->connection;
     completer.finish(std::max(grace_end, Clock::now() + c.connect_timeout + c.socket_timeout));
     // 5. Handlers still running keep their threads, detached; their entries stay pending.
     if (const std::size_t n = s->inflight.running(); n > 0) {
-      detail::log(LogLevel::warning, std::to_string(n) + " handlers still running after shutdown_grace; their "
+      detail::log(LogLevel::warning, std::to_string(n) +
+                                         " handlers still running after shutdown_grace; their "
                                          "entries stay pending and are reclaimed after claim_min_idle");
     }
     executor.release_threads();

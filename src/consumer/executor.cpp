@@ -21,7 +21,12 @@ Completion dead_letter(const Shared& s, const EntryKey& key, std::shared_ptr<con
     log(LogLevel::warning, "dead-lettering entry " + key.id + " of " + s.keys(key.stream).stream + " (" +
                                std::string(why) + "): " + error);
   }
-  return Completion{key, Outcome::dead_letter, {}, std::move(fields), why, std::move(error),
+  return Completion{key,
+                    Outcome::dead_letter,
+                    {},
+                    std::move(fields),
+                    why,
+                    std::move(error),
                     format_timestamp(std::chrono::system_clock::now())};
 }
 
@@ -135,7 +140,8 @@ Completion execute(const Shared& s, const Work& w) {
                                  std::to_string(task.retry_count() + 1) + " of " +
                                  std::to_string(task.max_retries()) + ": " + error);
       }
-      return Completion{w.key, Outcome::retry, retry_copy(task.fields(), task.retry_count(), std::move(error))};
+      return Completion{w.key, Outcome::retry,
+                        retry_copy(task.fields(), task.retry_count(), std::move(error))};
     case Verdict::dead_letter: break;
   }
   return dead_letter(s, w.key, w.fields, d.reason, std::move(error));

@@ -214,16 +214,16 @@ void Fetcher::main(const std::stop_token& stop) {
       drop_requests();
       if (stop.stop_requested()) break;
       const Millis delay = conn_.backoff_delay();
-      log(LogLevel::warning, std::string("fetcher: ") + e.what() + "; reconnecting in " +
-                                 std::to_string(delay.count()) + " ms");
+      log(LogLevel::warning,
+          std::string("fetcher: ") + e.what() + "; reconnecting in " + std::to_string(delay.count()) + " ms");
       if (!pause(stop, delay)) break;
     } catch (const std::exception& e) {
       // Server-side trouble (LOADING after a restart, NOPERM, a failing script): back off
       // rather than spin, and keep going.
       error_backoff.fail();
       const Millis delay = error_backoff.delay();
-      log(retry_level(e), std::string("fetcher: ") + e.what() + "; retrying in " + std::to_string(delay.count()) +
-                              " ms");
+      log(retry_level(e),
+          std::string("fetcher: ") + e.what() + "; retrying in " + std::to_string(delay.count()) + " ms");
       if (requests_.empty() && !pause(stop, delay)) break;
     }
   }

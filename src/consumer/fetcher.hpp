@@ -10,8 +10,8 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -72,11 +72,11 @@ class Fetcher {
     std::size_t multi = 0, exec = 0;  // reply indexes of its MULTI and EXEC (when acks)
     std::size_t count = 0;            // its XREADGROUP COUNT (0: no read)
   };
-  const std::size_t read_batch_;   // entries per read: half the prefetch, so two fit
-  std::deque<Request> requests_;   // sent, replies not yet read (two at most)
-  std::size_t reserved_ = 0;       // entries the reads in flight may still bring
-  bool group_gone_ = false;        // recreate the group once the pipeline is drained
-  std::vector<Work> works_;        // reused between reads
+  const std::size_t read_batch_;  // entries per read: half the prefetch, so two fit
+  std::deque<Request> requests_;  // sent, replies not yet read (two at most)
+  std::size_t reserved_ = 0;      // entries the reads in flight may still bring
+  bool group_gone_ = false;       // recreate the group once the pipeline is drained
+  std::vector<Work> works_;       // reused between reads
   std::atomic<std::int64_t> client_id_{-1};
   std::atomic<bool> replayed_once_{false};
   std::mutex finished_mutex_;

@@ -80,7 +80,7 @@ struct Completion {
   std::shared_ptr<const Fields> read{};  // the fields read (null: none, the body was gone)
   std::string_view reason{};             // one of the reason:: values
   std::string error{};
-  std::string failed_at{};               // format_timestamp() text
+  std::string failed_at{};  // format_timestamp() text
 };
 
 /// An unstarted entry to hand back at shutdown.
@@ -228,17 +228,17 @@ class InFlight {
   const std::size_t flush_batch_;  // completions worth a write even while handlers are busy
   Metrics& metrics_;
   std::mutex mutex_;
-  std::condition_variable work_cv_;        // handlers: work queued, or stopping
-  std::condition_variable done_cv_;        // completer: completions queued, or stopping
-  std::condition_variable_any room_cv_;    // fetcher: room freed, or stopping
-  std::condition_variable idle_cv_;        // shutdown: a handler finished
+  std::condition_variable work_cv_;      // handlers: work queued, or stopping
+  std::condition_variable done_cv_;      // completer: completions queued, or stopping
+  std::condition_variable_any room_cv_;  // fetcher: room freed, or stopping
+  std::condition_variable idle_cv_;      // shutdown: a handler finished
   HeldMap held_;
   std::deque<Work> ready_;
-  std::vector<Completion> done_;     // retries, dead letters, orphans, refused successes
-  std::vector<EntryKey> acks_;       // successes not yet taken by the fetcher or the completer
-  Clock::time_point acks_since_{};   // when acks_ last became non-empty
-  std::size_t idle_handlers_ = 0;  // handlers waiting in take()
-  std::size_t running_ = 0;        // handlers between take() and finish()/not_run()
+  std::vector<Completion> done_;    // retries, dead letters, orphans, refused successes
+  std::vector<EntryKey> acks_;      // successes not yet taken by the fetcher or the completer
+  Clock::time_point acks_since_{};  // when acks_ last became non-empty
+  std::size_t idle_handlers_ = 0;   // handlers waiting in take()
+  std::size_t running_ = 0;         // handlers between take() and finish()/not_run()
   bool suspect_running_ = false;
   bool completer_waiting_ = false;
   bool stopping_ = false;

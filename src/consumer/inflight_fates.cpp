@@ -139,7 +139,8 @@ std::size_t InFlight::lost(std::uint16_t stream, const std::vector<std::string>&
   return n;
 }
 
-std::vector<std::shared_ptr<const Fields>> InFlight::gone(std::uint16_t stream, const std::vector<std::string>& ids) {
+std::vector<std::shared_ptr<const Fields>> InFlight::gone(std::uint16_t stream,
+                                                          const std::vector<std::string>& ids) {
   std::vector<std::shared_ptr<const Fields>> out;
   out.reserve(ids.size());
   std::lock_guard lock(mutex_);

@@ -32,12 +32,13 @@ void Janitor::tick(ScriptRunner& scripts, Clock::time_point now) {
     std::string names;
     for (std::size_t i = 0; i < removed.size(); ++i) names += (i ? ", " : "") + std::string(removed[i].str());
     log(LogLevel::info, "removed " + std::to_string(removed.size()) + " consumers idle for over " +
-                            std::to_string(s_.opt.idle_consumer_timeout.count()) + " ms without pending entries from group " +
-                            s_.opt.group + ": " + names);
+                            std::to_string(s_.opt.idle_consumer_timeout.count()) +
+                            " ms without pending entries from group " + s_.opt.group + ": " + names);
   }
   // A full call may have left more behind: go on soon.
-  next_ = now + (static_cast<std::int64_t>(removed.size()) >= kMostPerCall ? Millis(100)
-                                                                             : interval(s_.opt.idle_consumer_timeout));
+  next_ = now + (static_cast<std::int64_t>(removed.size()) >= kMostPerCall
+                     ? Millis(100)
+                     : interval(s_.opt.idle_consumer_timeout));
 }
 
 }  // namespace streamq::detail

@@ -35,8 +35,9 @@ void lease(Shared& s, ScriptRunner& scripts, std::uint16_t stream, const std::ve
     for (std::size_t i = 0; i < r[0].size(); ++i) lost.emplace_back(r[0][i].str());
     for (std::size_t i = 0; i < r[1].size(); ++i) gone.emplace_back(r[1][i].str());
     if (const std::size_t n = s.inflight.lost(stream, lost); n > 0) {
-      log(LogLevel::warning, std::to_string(n) + " held entries of " + s.keys(stream).stream +
-                                 " were taken by another consumer or are no longer pending; not running them");
+      log(LogLevel::warning,
+          std::to_string(n) + " held entries of " + s.keys(stream).stream +
+              " were taken by another consumer or are no longer pending; not running them");
     }
     report_gone(s, stream, gone);
   }
@@ -52,7 +53,11 @@ void report_gone(Shared& s, std::uint16_t stream, const std::vector<std::string>
     if (!fields[i]) continue;  // no longer held, or already reported
     log(LogLevel::warning, "entry " + ids[i] + " of " + s.keys(stream).stream +
                                " was deleted from the stream while held; dead-lettering the copy read");
-    s.inflight.push(Completion{EntryKey{stream, ids[i]}, Outcome::orphan, {}, fields[i], reason::body_lost,
+    s.inflight.push(Completion{EntryKey{stream, ids[i]},
+                               Outcome::orphan,
+                               {},
+                               fields[i],
+                               reason::body_lost,
                                "body lost: the entry was trimmed or deleted from the stream while a consumer "
                                "held it; these are the fields it had read",
                                now});
@@ -65,7 +70,8 @@ void LeaseKeeper::tick(ScriptRunner& scripts, Clock::time_point now) {
   // Leases older than half an interval are renewed, so with one tick per interval none is
   // ever older than about one interval plus the time a tick takes.
   for (std::uint16_t stream = 0; stream < s_.stream_count(); ++stream) {
-    lease(s_, scripts, stream, s_.inflight.due_for_lease(stream, now - s_.opt.heartbeat_interval / 2), "0", "-1");
+    lease(s_, scripts, stream, s_.inflight.due_for_lease(stream, now - s_.opt.heartbeat_interval / 2), "0",
+          "-1");
   }
   next_ = now + s_.opt.heartbeat_interval;
 }
@@ -82,7 +88,8 @@ void LeaseKeeper::release(Shared& s, ScriptRunner& scripts) {
     }
   }
   if (!entries.empty()) {
-    log(LogLevel::info, "released " + std::to_string(entries.size()) + " unstarted entries for other consumers");
+    log(LogLevel::info,
+        "released " + std::to_string(entries.size()) + " unstarted entries for other consumers");
   }
 }
 

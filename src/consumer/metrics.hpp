@@ -21,8 +21,9 @@ struct Metrics {
 
   ConsumerMetrics snapshot() const noexcept {
     auto get = [](const std::atomic<std::uint64_t>& c) { return c.load(std::memory_order_relaxed); };
-    return ConsumerMetrics{get(done),     get(retried), get(dead_lettered), get(reclaimed),        get(replayed),
-                           get(skipped), get(stale),   get(reconnects),    get(consumers_removed)};
+    return ConsumerMetrics{get(done),      get(retried),    get(dead_lettered),
+                           get(reclaimed), get(replayed),   get(skipped),
+                           get(stale),     get(reconnects), get(consumers_removed)};
   }
 };
 

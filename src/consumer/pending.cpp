@@ -61,8 +61,8 @@ PendingBatch fetch_pending(Shared& s, ScriptRunner& scripts, PendingMode mode, c
   if (batch.dead > 0) {
     Metrics::add(s.metrics.dead_lettered, static_cast<std::uint64_t>(batch.dead));
     log(LogLevel::warning, std::to_string(batch.dead) + " pending entries of " + keys.stream +
-                               " dead-lettered (body lost, or started " + std::to_string(s.opt.max_deliveries) +
-                               " times without finishing)");
+                               " dead-lettered (body lost, or started " +
+                               std::to_string(s.opt.max_deliveries) + " times without finishing)");
   }
   return batch;
 }

@@ -23,8 +23,8 @@ enum class PendingMode { own, reclaim };
 
 struct PendingBatch {
   std::vector<Work> works;
-  std::string cursor;        // where the next call goes on; "0-0" once the end was reached
-  std::int64_t dead = 0;     // dead-lettered by the script (body lost, too many deliveries)
+  std::string cursor;     // where the next call goes on; "0-0" once the end was reached
+  std::int64_t dead = 0;  // dead-lettered by the script (body lost, too many deliveries)
 };
 
 /// Takes up to `count` pending entries of stream 0 after `cursor` ("0-0" = from the start),

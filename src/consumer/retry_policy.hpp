@@ -26,13 +26,13 @@ inline constexpr std::string_view bad_payload = "bad_payload";
 
 /// How an attempt ended, as the executor saw it.
 enum class AttemptResult {
-  succeeded,  // the handler returned
-  failed,     // the handler threw (anything but PermanentError)
-  permanent,  // the handler threw PermanentError
+  succeeded,    // the handler returned
+  failed,       // the handler threw (anything but PermanentError)
+  permanent,    // the handler threw PermanentError
   bad_payload,  // the payload does not convert to the handler's type (BadPayloadError)
-  malformed,  // the entry cannot be decoded: it never reached a handler
-  no_handler, // nobody handles its type
-  body_lost,  // the entry has no body to run
+  malformed,    // the entry cannot be decoded: it never reached a handler
+  no_handler,   // nobody handles its type
+  body_lost,    // the entry has no body to run
 };
 
 struct Attempt {

@@ -13,8 +13,8 @@
 
 #include "codec.hpp"
 #include "connection.hpp"
-#include "keys.hpp"
 #include "inflight.hpp"
+#include "keys.hpp"
 #include "metrics.hpp"
 #include "streamq/consumer.hpp"
 

@@ -71,8 +71,8 @@ TEST(Connection, RefusedConnectionFailsAtOnce) {
     RedisServer server;
     port = server.port();
   }
-  Producer producer({.connection = {.url = "redis://127.0.0.1:" + std::to_string(port),
-                                    .connect_timeout = 10s}});
+  Producer producer(
+      {.connection = {.url = "redis://127.0.0.1:" + std::to_string(port), .connect_timeout = 10s}});
   // A refusal is an answer: no waiting for the 10 s connect timeout.
   EXPECT_LT(time_to_throw<ConnectionError>(producer), 5s);
 }
@@ -116,16 +116,16 @@ TEST(Connection, PasswordAndAclUser) {
   }
 
   // ACL user with a percent-encoded password ('@' and ' ').
-  Producer user({.connection = {.url = "redis://producer:p%40ss%20word@127.0.0.1:" + port},
-                 .stream = unique_key()});
+  Producer user(
+      {.connection = {.url = "redis://producer:p%40ss%20word@127.0.0.1:" + port}, .stream = unique_key()});
   EXPECT_EQ(user.enqueue("t", "{}").size(), 36u);
   EXPECT_EQ(admin.integer({"XLEN", unique_key()}), 1);
 }
 
 TEST(Connection, SelectsDatabaseAndSetsClientName) {
   RedisServer server;
-  Producer producer({.connection = {.url = server.url() + "/3", .client_name = "orders-api"},
-                     .stream = unique_key()});
+  Producer producer(
+      {.connection = {.url = server.url() + "/3", .client_name = "orders-api"}, .stream = unique_key()});
   producer.enqueue("t", "{}");
   Client db0(server.url());
   Client db3(server.url() + "/3");
@@ -149,9 +149,8 @@ TEST(Connection, ReconnectsAfterServerRestart) {
 
 TEST(Connection, WriteToKilledServerDoesNotRaiseSigpipe) {
   RedisServer server;
-  Producer producer({.connection = {.url = server.url()},
-                     .stream = unique_key(),
-                     .max_payload_bytes = 16u << 20});
+  Producer producer(
+      {.connection = {.url = server.url()}, .stream = unique_key(), .max_payload_bytes = 16u << 20});
   producer.enqueue("t", "{}");
   server.kill9();
   // 8 MB does not fit in the socket buffer: the write hits the reset connection (EPIPE).
@@ -163,8 +162,7 @@ TEST(Connection, WriteToKilledServerDoesNotRaiseSigpipe) {
 
 TEST(Connection, StalledServerGivesTimeoutError) {
   RedisServer server;
-  Producer producer({.connection = {.url = server.url(), .socket_timeout = 300ms},
-                     .stream = unique_key()});
+  Producer producer({.connection = {.url = server.url(), .socket_timeout = 300ms}, .stream = unique_key()});
   producer.enqueue("t", "{}");
   server.pause();
   EXPECT_THROW(producer.enqueue("t", "{}"), TimeoutError);

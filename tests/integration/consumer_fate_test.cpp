@@ -117,8 +117,8 @@ class EntryDeletedWhileRunning : public ConsumerTest, public ::testing::WithPara
 
 TEST_P(EntryDeletedWhileRunning, EndsInExactlyOnePlace) {
   const Ending ending = GetParam();
-  const std::string task_id = producer().enqueue("long", R"({"k":"v"})",
-                                                 {.max_retries = 1, .extra_fields = {{"priority", "high"}}});
+  const std::string task_id =
+      producer().enqueue("long", R"({"k":"v"})", {.max_retries = 1, .extra_fields = {{"priority", "high"}}});
   Gate gate;
   std::atomic<int> first_runs{0}, retry_runs{0};
   auto o = options();
@@ -218,15 +218,16 @@ TEST_P(StaleWorker, OnlyItsSuccessIsWrittenOnceAnotherConsumerOwnsTheEntry) {
     EXPECT_EQ(rc.consumer().metrics().stale, 0u);
   } else {
     ASSERT_TRUE(wait_until([&] { return rc.consumer().metrics().stale == 1; }));
-    EXPECT_EQ(xlen(stream), 1);  // the original only: no retry copy
-    EXPECT_EQ(xlen(dlq), 0);     // and no dead letter
+    EXPECT_EQ(xlen(stream), 1);                         // the original only: no retry copy
+    EXPECT_EQ(xlen(dlq), 0);                            // and no dead letter
     EXPECT_EQ(pending_entry(entry_id).owner, "thief");  // the thief's claim is intact
     EXPECT_EQ(rc.consumer().metrics().retried + rc.consumer().metrics().dead_lettered, 0u);
   }
   rc.stop();
 }
 
-INSTANTIATE_TEST_SUITE_P(Endings, StaleWorker, ::testing::Values(Ending::returns, Ending::throws, Ending::permanent),
+INSTANTIATE_TEST_SUITE_P(Endings, StaleWorker,
+                         ::testing::Values(Ending::returns, Ending::throws, Ending::permanent),
                          [](const auto& info) {
                            switch (info.param) {
                              case Ending::returns: return std::string("Success");
@@ -237,15 +238,16 @@ INSTANTIATE_TEST_SUITE_P(Endings, StaleWorker, ::testing::Values(Ending::returns
                          });
 
 TEST_F(ConsumerTest, ExtraFieldsRideIntoRetryCopiesAndDeadLetters) {
-  const std::string id = producer().enqueue("flaky", R"({"x":1})",
-                                            {.max_retries = 1, .extra_fields = {{"priority", "high"}, {"tenant", "acme"}}});
+  const std::string id = producer().enqueue(
+      "flaky", R"({"x":1})", {.max_retries = 1, .extra_fields = {{"priority", "high"}, {"tenant", "acme"}}});
   std::mutex m;
   std::vector<std::pair<std::string, std::string>> seen;  // priority, tenant per attempt
   RunningConsumer rc(options(), [&](Consumer& c) {
     c.on("flaky", [&](const Task& t) {
       {
         std::lock_guard lock(m);
-        seen.emplace_back(std::string(t.field("priority").value_or("")), std::string(t.field("tenant").value_or("")));
+        seen.emplace_back(std::string(t.field("priority").value_or("")),
+                          std::string(t.field("tenant").value_or("")));
       }
       throw std::runtime_error("attempt " + std::to_string(t.retry_count()));
     });

@@ -138,8 +138,8 @@ TEST_F(ConsumerTest, HandlerPastTheGracePeriodKeepsItsEntryAndBlocksNeitherRunNo
       if (!cv.wait_for(lock, 20s, [&] { return destroyed.load(); })) release = true;
       cv.notify_all();
     });
-    rc->stop();   // run() returns after the grace period
-    rc.reset();   // ~Consumer
+    rc->stop();  // run() returns after the grace period
+    rc.reset();  // ~Consumer
     destroyed = true;
     cv.notify_all();
     watchdog.join();
@@ -168,7 +168,8 @@ TEST_F(ConsumerTest, HandlerPastTheGracePeriodKeepsItsEntryAndBlocksNeitherRunNo
 }
 
 TEST_F(ConsumerTest, PreviousSignalHandlersAreRestored) {
-  struct sigaction custom {}, before_int {}, before_term {};
+  struct sigaction custom {
+  }, before_int{}, before_term{};
   custom.sa_handler = [](int) {};
   sigemptyset(&custom.sa_mask);
   ASSERT_EQ(sigaction(SIGINT, &custom, &before_int), 0);
@@ -183,7 +184,8 @@ TEST_F(ConsumerTest, PreviousSignalHandlersAreRestored) {
     o.stop_on_signals = true;
     RunningConsumer rc(o, [](Consumer& c) { c.on("work", [](const Task&) {}); });
     // While run() runs, the consumer's handlers are installed ...
-    ASSERT_TRUE(wait_until([&] { return current(SIGINT) != custom.sa_handler && current(SIGTERM) != custom.sa_handler; }));
+    ASSERT_TRUE(wait_until(
+        [&] { return current(SIGINT) != custom.sa_handler && current(SIGTERM) != custom.sa_handler; }));
   }
   // ... and afterwards the previous ones are back.
   EXPECT_EQ(current(SIGINT), custom.sa_handler);
@@ -207,7 +209,8 @@ TEST(ConsumerRun, AnUnreachableHostIsRetriedWithGrowingCappedDelaysAndTheCause) 
   std::this_thread::sleep_for(2s);  // the time under observation
   c.stop();
   runner.join();
-  const std::regex line(R"(^start: redis 127\.0\.0\.1:\d+: connect: Connection refused; retrying in (\d+) ms$)");
+  const std::regex line(
+      R"(^start: redis 127\.0\.0\.1:\d+: connect: Connection refused; retrying in (\d+) ms$)");
   std::size_t attempts = 0;
   for (const auto& [level, text] : log.lines()) {
     std::smatch match;
@@ -231,9 +234,10 @@ TEST_F(ConsumerTest, LostConnectionsAreLoggedAndCountedWhenReestablished) {
   p.enqueue("work", "{}");
   ASSERT_TRUE(wait_until([&] { return ran == 1 && pending() == 0; }));
   EXPECT_EQ(rc.consumer().metrics().reconnects, 0u);
-  client.cmd({"CLIENT", "KILL", "TYPE", "normal"}).view().check();  // every client but this one
+  client.cmd({"CLIENT", "KILL", "TYPE", "normal"}).view().check();     // every client but this one
   ASSERT_TRUE(succeeds_eventually([&] { p.enqueue("work", "{}"); }));  // its first call finds the socket dead
-  ASSERT_TRUE(wait_until([&] { return ran == 2 && pending() == 0 && rc.consumer().metrics().reconnects >= 1; }));
+  ASSERT_TRUE(
+      wait_until([&] { return ran == 2 && pending() == 0 && rc.consumer().metrics().reconnects >= 1; }));
   rc.stop();
   EXPECT_LE(rc.consumer().metrics().reconnects, 4u);  // fetcher, completer, scheduler, control at most
   EXPECT_GE(log.count(LogLevel::warning, "reconnecting"), 1u);

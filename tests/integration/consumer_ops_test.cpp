@@ -108,7 +108,8 @@ TEST(ConsumerRecovery, AServerThatComesBackEmptyGetsItsGroupBack) {
                       .stream = stream,
                       .block = 200ms},
                      [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
-  Producer p({.connection = {.url = server.url(), .backoff_base = 20ms, .backoff_max = 200ms}, .stream = stream});
+  Producer p(
+      {.connection = {.url = server.url(), .backoff_base = 20ms, .backoff_max = 200ms}, .stream = stream});
   p.enqueue("work", "{}");
   ASSERT_TRUE(wait_until([&] { return ran == 1; }));
   server.restart();
@@ -135,7 +136,8 @@ TEST_F(ConsumerTest, AnOrphanRecordIsWrittenOnceHoweverOftenItsWriteIsRepeated) 
   const std::string_view source = detail::script_source(detail::ScriptId::orphan);
   auto write = [&] {
     return client.cmd({"EVAL", source, "3", stream, dlq, stream + ":orphans", "workers", "holder", ids[0],
-                       "dead_letter", "body_lost", "gone", "2026-12-01T00:00:00.000000", "1000", "task_id", "t"});
+                       "dead_letter", "body_lost", "gone", "2026-12-01T00:00:00.000000", "1000", "task_id",
+                       "t"});
   };
   const detail::Reply first = write();
   ASSERT_TRUE(first.view().is_string()) << (first.view().is_error() ? first.view().error() : "");
@@ -153,7 +155,8 @@ TEST_F(ConsumerTest, EveryScriptHashIsTheOneRedisComputes) {
   for (std::size_t i = 0; i < static_cast<std::size_t>(detail::ScriptId::count_); ++i) {
     const auto id = static_cast<detail::ScriptId>(i);
     const detail::Reply r = client.cmd({"SCRIPT", "LOAD", detail::script_source(id)});
-    ASSERT_TRUE(r.view().is_string()) << detail::script_name(id) << ": " << (r.view().is_error() ? r.view().error() : "");
+    ASSERT_TRUE(r.view().is_string())
+        << detail::script_name(id) << ": " << (r.view().is_error() ? r.view().error() : "");
     EXPECT_EQ(r.view().str(), detail::script_sha(id)) << detail::script_name(id);
   }
 }
@@ -220,19 +223,20 @@ TEST_F(ConsumerTest, CompletionsRefusedByABusyServerAreRetriedAndCountedOnceWrit
   bool open = false;
   std::atomic<int> started{0}, ran{0}, warmed{0};
   LogCapture log(LogLevel::info);
-  RunningConsumer rc({.connection = {.url = busy_server.url()}, .stream = s, .concurrency = 5, .block = 200ms},
-                     [&](Consumer& c) {
-                       c.on("warm", [&](const Task& t) {
-                         if (t.retry_count() == 0) throw std::runtime_error("once");  // via the completer
-                         ++warmed;
-                       });
-                       c.on("work", [&](const Task&) {
-                         ++started;
-                         std::unique_lock lock(m);
-                         cv.wait(lock, [&] { return open; });
-                         ++ran;
-                       });
-                     });
+  RunningConsumer rc(
+      {.connection = {.url = busy_server.url()}, .stream = s, .concurrency = 5, .block = 200ms},
+      [&](Consumer& c) {
+        c.on("warm", [&](const Task& t) {
+          if (t.retry_count() == 0) throw std::runtime_error("once");  // via the completer
+          ++warmed;
+        });
+        c.on("work", [&](const Task&) {
+          ++started;
+          std::unique_lock lock(m);
+          cv.wait(lock, [&] { return open; });
+          ++ran;
+        });
+      });
   p.enqueue("warm", "{}");  // every connection of the consumer is up and has written once
   ASSERT_TRUE(wait_until([&] { return warmed == 1 && rc.consumer().metrics().done == 1; }));
   for (int i = 0; i < 5; ++i) p.enqueue("work", "{}");
@@ -304,7 +308,8 @@ TEST_F(ConsumerTest, IdleConsumersWithoutPendingEntriesAreRemovedFromTheGroup) {
   // old-idle goes; old-busy stays while it holds an entry (deleting it would drop the entry),
   // until the reclaimer has taken that over and the task ran; this consumer is never removed.
   ASSERT_TRUE(wait_until([&] {
-    return consumer_names(client, stream) == std::set<std::string>{"live"} && pending() == 0 && xlen(stream) == 0;
+    return consumer_names(client, stream) == std::set<std::string>{"live"} && pending() == 0 &&
+           xlen(stream) == 0;
   }));
   EXPECT_EQ(ran, 1);
   EXPECT_EQ(rc.consumer().metrics().consumers_removed, 2u);

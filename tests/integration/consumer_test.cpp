@@ -4,8 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,7 +33,8 @@ TEST_F(ConsumerTest, RunsTasksEnqueuedBeforeTheFirstWorkerAndDeletesThem) {
   std::atomic<int> bad_payload{0};
   RunningConsumer rc(options(), [&](Consumer& c) {
     c.on("send_email", [&](const Task& t) {
-      if (!t.json().contains("i") || t.retry_count() != 0 || t.max_retries() != 3 || t.deliveries() != 1) ++bad_payload;
+      if (!t.json().contains("i") || t.retry_count() != 0 || t.max_retries() != 3 || t.deliveries() != 1)
+        ++bad_payload;
       std::lock_guard lock(m);
       seen.insert(t.id());
     });
@@ -126,11 +127,10 @@ TEST_F(ConsumerTest, TypedHandlerGetsTheTypedPayload) {
 TEST_F(ConsumerTest, PayloadThatDoesNotConvertIsDeadLetteredNotRetried) {
   auto p = producer();
   p.enqueue("resize", R"({"image": "cat.png", "width": "wide"})", {.max_retries = 5});  // width not a number
-  p.enqueue("resize", R"({"image": "dog.png"})", {.max_retries = 5});                  // width missing
+  p.enqueue("resize", R"({"image": "dog.png"})", {.max_retries = 5});                   // width missing
   std::atomic<int> calls{0};
-  RunningConsumer rc(options(), [&](Consumer& c) {
-    c.on<Resize>("resize", [&](const Resize&, const Task&) { ++calls; });
-  });
+  RunningConsumer rc(
+      options(), [&](Consumer& c) { c.on<Resize>("resize", [&](const Resize&, const Task&) { ++calls; }); });
   ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2 && pending() == 0; }));
   rc.stop();
   EXPECT_EQ(calls, 0);
@@ -140,13 +140,15 @@ TEST_F(ConsumerTest, PayloadThatDoesNotConvertIsDeadLetteredNotRetried) {
   for (const auto& [entry_id, e] : entries) {
     EXPECT_EQ(Client::get(e, "reason"), "bad_payload");
     EXPECT_EQ(Client::get(e, "retry_count"), "0");
-    EXPECT_NE(Client::get(e, "error").find("payload of task type \"resize\" does not convert: [json.exception."),
-              std::string::npos)
+    EXPECT_NE(
+        Client::get(e, "error").find("payload of task type \"resize\" does not convert: [json.exception."),
+        std::string::npos)
         << Client::get(e, "error");
   }
   std::map<std::string, std::string> error_of;  // handler threads finish in any order
   for (const auto& [entry_id, e] : entries) error_of[Client::get(e, "payload")] = Client::get(e, "error");
-  EXPECT_NE(error_of[R"({"image": "cat.png", "width": "wide"})"].find("type must be number"), std::string::npos);
+  EXPECT_NE(error_of[R"({"image": "cat.png", "width": "wide"})"].find("type must be number"),
+            std::string::npos);
   EXPECT_NE(error_of[R"({"image": "dog.png"})"].find("key 'width' not found"), std::string::npos);
 }
 
@@ -169,8 +171,8 @@ TEST_F(ConsumerTest, UnknownTypeIsDeadLetteredOrGoesToTheFallback) {
 TEST_F(ConsumerTest, HostileEntriesAreDeadLetteredWithoutRunningAnything) {
   const std::string now = "2026-11-29T18:00:00.123456";
   auto task = [&](std::string payload) {
-    return Fields{{"task_id", "t"}, {"task_type", "work"}, {"payload", std::move(payload)},
-                  {"created_at", now}, {"max_retries", "3"}, {"retry_count", "0"}};
+    return Fields{{"task_id", "t"},    {"task_type", "work"}, {"payload", std::move(payload)},
+                  {"created_at", now}, {"max_retries", "3"},  {"retry_count", "0"}};
   };
   const std::string deep = std::string(200000, '[') + std::string(200000, ']');
   const std::vector<Fields> hostile = {
@@ -183,15 +185,25 @@ TEST_F(ConsumerTest, HostileEntriesAreDeadLetteredWithoutRunningAnything) {
       Fields{{"task_id", "t"}, {"payload", "{}"}, {"created_at", now}},
       Fields{{"task_id", "t"}, {"task_type", "work"}, {"created_at", now}},
       Fields{{"task_id", "t"}, {"task_type", "work"}, {"payload", "{}"}, {"created_at", "yesterday"}},
-      Fields{{"task_id", "t"}, {"task_type", "work"}, {"payload", "{}"}, {"created_at", now}, {"retry_count", "-1"}},
-      Fields{{"task_id", "t"}, {"task_type", "work"}, {"payload", "{}"}, {"created_at", now}, {"max_retries", "99999999999999999999"}},
-      Fields{{"task_id", "t"}, {"task_id", "u"}, {"task_type", "work"}, {"payload", "{}"}, {"created_at", now}},
+      Fields{{"task_id", "t"},
+             {"task_type", "work"},
+             {"payload", "{}"},
+             {"created_at", now},
+             {"retry_count", "-1"}},
+      Fields{{"task_id", "t"},
+             {"task_type", "work"},
+             {"payload", "{}"},
+             {"created_at", now},
+             {"max_retries", "99999999999999999999"}},
+      Fields{
+          {"task_id", "t"}, {"task_id", "u"}, {"task_type", "work"}, {"payload", "{}"}, {"created_at", now}},
   };
   std::vector<std::string> entry_ids;
   for (const auto& f : hostile) entry_ids.push_back(xadd(f));
   std::atomic<int> ran{0};
   RunningConsumer rc(options(), [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
-  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == static_cast<std::int64_t>(hostile.size()) && pending() == 0; }));
+  ASSERT_TRUE(
+      wait_until([&] { return xlen(dlq) == static_cast<std::int64_t>(hostile.size()) && pending() == 0; }));
   rc.stop();
   EXPECT_EQ(ran, 0);
   EXPECT_EQ(xlen(stream), 0);
@@ -293,7 +305,8 @@ TEST_F(ConsumerTest, ReclaimDeadLettersTrimmedBodiesAndPoisonBeforeRunning) {
   rc.stop();
   EXPECT_EQ(ran, (std::set<std::string>{ids[3], ids[4], ids[5]}));
   std::map<std::string, std::string> reasons;
-  for (const auto& [id, f] : client.xrange(dlq)) reasons[Client::get(f, "original_id")] = Client::get(f, "reason");
+  for (const auto& [id, f] : client.xrange(dlq))
+    reasons[Client::get(f, "original_id")] = Client::get(f, "reason");
   EXPECT_EQ(reasons[ids[0]], "body_lost");
   EXPECT_EQ(reasons[ids[1]], "body_lost");
   EXPECT_EQ(reasons[ids[2]], "max_deliveries");
@@ -322,7 +335,9 @@ TEST_F(ConsumerTest, LongTaskKeepsItsLeaseAndRunsOnce) {
   ASSERT_TRUE(wait_until([&] { return xlen(stream) == 0 && pending() == 0; }));
   EXPECT_EQ(runs, 1);
   EXPECT_EQ(a.consumer().metrics().done, 1u);
-  EXPECT_EQ(b.consumer().metrics().reclaimed + c.consumer().metrics().reclaimed + d.consumer().metrics().reclaimed, 0u);
+  EXPECT_EQ(
+      b.consumer().metrics().reclaimed + c.consumer().metrics().reclaimed + d.consumer().metrics().reclaimed,
+      0u);
 }
 
 TEST_F(ConsumerTest, RecreatesDeletedGroupAndStream) {
@@ -359,7 +374,8 @@ TEST_F(ConsumerTest, StopReturnsPromptlyFromABlockingRead) {
   o.connection.socket_timeout = 12s;
   RunningConsumer rc(o, [](Consumer& c) { c.on("work", [](const Task&) {}); });
   ASSERT_TRUE(wait_until([&] {
-    return std::string(client.cmd({"CLIENT", "LIST"}).view().str()).find("cmd=xreadgroup") != std::string::npos;
+    return std::string(client.cmd({"CLIENT", "LIST"}).view().str()).find("cmd=xreadgroup") !=
+           std::string::npos;
   }));
   const auto start = std::chrono::steady_clock::now();
   rc.stop();
@@ -414,9 +430,8 @@ TEST_F(ConsumerTest, ManyHandlerThreadsRunEveryTaskOnce) {
   auto o = options();
   o.concurrency = 8;
   o.prefetch = 64;
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("work", [&](const Task& t) { counts[t.json()["i"].get<int>()]++; });
-  });
+  RunningConsumer rc(
+      o, [&](Consumer& c) { c.on("work", [&](const Task& t) { counts[t.json()["i"].get<int>()]++; }); });
   ASSERT_TRUE(wait_until([&] { return xlen(stream) == 0 && pending() == 0; }, 60s));
   rc.stop();
   for (int i = 0; i < 5000; ++i) EXPECT_EQ(counts[i].load(), 1) << i;

@@ -54,8 +54,8 @@ TEST_F(InteropTest, SeedShapedEntriesRunInAStreamqWorker) {
   // without microseconds (Python drops ".000000"), a retry copy with retry_count "1".
   const std::vector<std::vector<std::string>> entries = {
       {"task_id", "7d0f7a0c-3c1e-4a8e-9a53-2f1f3f0e5a11", "task_type", "send_email", "payload",
-       R"({"to": "user@example.com", "template": "order_confirmation", "order_id": 12345})",
-       "created_at", "2025-12-01T09:30:15.250000", "max_retries", "3", "retry_count", "0"},
+       R"({"to": "user@example.com", "template": "order_confirmation", "order_id": 12345})", "created_at",
+       "2025-12-01T09:30:15.250000", "max_retries", "3", "retry_count", "0"},
       {"task_id", "0b5c3f8e-6a7d-4e0f-8f1a-9c2d3e4f5a6b", "task_type", "generate_pdf", "payload",
        R"({"report_type": "monthly", "period": "2025-12"})", "created_at", "2025-12-01T09:30:16",
        "max_retries", "3", "retry_count", "1"},
@@ -92,7 +92,8 @@ TEST_F(InteropTest, SeedShapedEntriesRunInAStreamqWorker) {
 
 TEST_F(InteropTest, SeedPythonProducerFeedsAStreamqWorker) {
   int status = -1;
-  const std::string out = run("/usr/bin/python3 " + seed_script() + " produce " + server.url() + " '" + stream + "' 20", status);
+  const std::string out =
+      run("/usr/bin/python3 " + seed_script() + " produce " + server.url() + " '" + stream + "' 20", status);
   ASSERT_EQ(status, 0) << out;
   const auto ids = lines(out);
   ASSERT_EQ(ids.size(), 20u);
@@ -118,11 +119,13 @@ TEST_F(InteropTest, StreamqProducerFeedsTheSeedPythonConsumer) {
   ids.push_back(producer.enqueue("generate_pdf", nlohmann::json{{"period", "2026-11"}}, {.max_retries = 5}));
   ids.push_back(producer.enqueue("reindex", nlohmann::json::array({1, 2})));
   int status = -1;
-  const std::string out = run("/usr/bin/python3 " + seed_script() + " consume " + server.url() + " '" + stream + "' 3", status);
+  const std::string out =
+      run("/usr/bin/python3 " + seed_script() + " consume " + server.url() + " '" + stream + "' 3", status);
   ASSERT_EQ(status, 0) << out;
   const auto got = lines(out);
   ASSERT_EQ(got.size(), 3u) << out;
-  const auto a = nlohmann::json::parse(got[0]), b = nlohmann::json::parse(got[1]), c = nlohmann::json::parse(got[2]);
+  const auto a = nlohmann::json::parse(got[0]), b = nlohmann::json::parse(got[1]),
+             c = nlohmann::json::parse(got[2]);
   EXPECT_EQ(a["task_id"], ids[0]);
   EXPECT_EQ(a["payload"]["to"], "a@b.c");
   EXPECT_EQ(a["retry_count"], 0);

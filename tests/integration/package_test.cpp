@@ -60,7 +60,8 @@ TEST_P(Package, EnqueuesAndReportsAnErrorReply) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0].size(), 36u);
   EXPECT_EQ(lines[1], "WRONGTYPE");
-  EXPECT_TRUE(lines[2].starts_with("WRONGTYPE Operation against a key holding the wrong kind of value")) << lines[2];
+  EXPECT_TRUE(lines[2].starts_with("WRONGTYPE Operation against a key holding the wrong kind of value"))
+      << lines[2];
 
   const auto entries = client.xrange(stream);
   ASSERT_EQ(entries.size(), 1u);

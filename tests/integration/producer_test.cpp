@@ -30,7 +30,8 @@ class ProducerTest : public ::testing::Test {
 TEST_F(ProducerTest, WritesTheSeedWireFormat) {
   Producer producer(options());
   const auto before = std::chrono::system_clock::now();
-  const std::string id = producer.enqueue("send_email", nlohmann::json{{"to", "user@example.com"}, {"order_id", 12345}});
+  const std::string id =
+      producer.enqueue("send_email", nlohmann::json{{"to", "user@example.com"}, {"order_id", 12345}});
   const auto after = std::chrono::system_clock::now();
 
   const auto entries = client.xrange(stream);
@@ -40,10 +41,13 @@ TEST_F(ProducerTest, WritesTheSeedWireFormat) {
   const char* names[] = {"task_id", "task_type", "payload", "created_at", "max_retries", "retry_count"};
   for (std::size_t i = 0; i < 6; ++i) EXPECT_EQ(f[i].first, names[i]);
   EXPECT_EQ(f[0].second, id);
-  EXPECT_TRUE(std::regex_match(id, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")));
+  EXPECT_TRUE(std::regex_match(
+      id, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")));
   EXPECT_EQ(f[1].second, "send_email");
-  EXPECT_EQ(nlohmann::json::parse(f[2].second), (nlohmann::json{{"to", "user@example.com"}, {"order_id", 12345}}));
-  EXPECT_TRUE(std::regex_match(f[3].second, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})"))) << f[3].second;
+  EXPECT_EQ(nlohmann::json::parse(f[2].second),
+            (nlohmann::json{{"to", "user@example.com"}, {"order_id", 12345}}));
+  EXPECT_TRUE(std::regex_match(f[3].second, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})")))
+      << f[3].second;
   const auto created = detail::parse_timestamp(f[3].second);
   ASSERT_TRUE(created.has_value());
   EXPECT_GE(*created, std::chrono::time_point_cast<std::chrono::microseconds>(before) - 1us);
@@ -54,9 +58,9 @@ TEST_F(ProducerTest, WritesTheSeedWireFormat) {
 
 TEST_F(ProducerTest, CallerIdMaxRetriesAndExtraFieldsRoundTrip) {
   Producer producer(options());
-  const std::string id = producer.enqueue("reindex", "[1,2,3]",
-                                          {.task_id = "order-42", .max_retries = 0,
-                                           .extra_fields = {{"priority", "high"}}});
+  const std::string id =
+      producer.enqueue("reindex", "[1,2,3]",
+                       {.task_id = "order-42", .max_retries = 0, .extra_fields = {{"priority", "high"}}});
   EXPECT_EQ(id, "order-42");
   const auto f = client.xrange(stream).at(0).second;
   EXPECT_EQ(Client::get(f, "task_id"), "order-42");
@@ -91,13 +95,14 @@ TEST_F(ProducerTest, EveryPayloadFormIsStoredAsItsJson) {
   producer.enqueue("t", {{"a", 1}}, {.max_retries = 1});
   producer.enqueue("t", Resize{.image = "cat.png", .width = 640});
   const nlohmann::json value{{"b", 2}};
-  producer.enqueue_batch({{"t", value}, {.task_type = "t", .payload = {{"c", 3}}}, {"t", Resize{"x", 1}}, {"t", "[1]"}});
+  producer.enqueue_batch(
+      {{"t", value}, {.task_type = "t", .payload = {{"c", 3}}}, {"t", Resize{"x", 1}}, {"t", "[1]"}});
   const auto entries = client.xrange(stream);
   std::vector<std::string> payloads;
   for (const auto& [id, fields] : entries) payloads.push_back(Client::get(fields, "payload"));
   EXPECT_EQ(payloads, (std::vector<std::string>{text, text, text, R"({"a":1})", R"({"a":1})", R"({"a":1})",
-                                                R"({"image":"cat.png","width":640})", R"({"b":2})", R"({"c":3})",
-                                                R"({"image":"x","width":1})", "[1]"}));
+                                                R"({"image":"cat.png","width":640})", R"({"b":2})",
+                                                R"({"c":3})", R"({"image":"x","width":1})", "[1]"}));
   EXPECT_EQ(Client::get(entries[5].second, "max_retries"), "1");
 }
 
@@ -169,7 +174,8 @@ TEST_F(ProducerTest, FullQueueRefusesBatchChunksWhole) {
     for (std::size_t i = 0; i < 600; ++i) EXPECT_EQ(e.batch_ids()[i].empty(), i >= 256) << i;
     const auto entries = client.xrange(stream);
     ASSERT_EQ(entries.size(), 256u);
-    for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(Client::get(entries[i].second, "task_id"), e.batch_ids()[i]);
+    for (std::size_t i = 0; i < 256; ++i)
+      EXPECT_EQ(Client::get(entries[i].second, "task_id"), e.batch_ids()[i]);
   }
 }
 
@@ -187,9 +193,10 @@ TEST_F(ProducerTest, RefusedBatchWritesAPrefixAndSaysWhich) {
   } catch (const QueueFullError& e) {
     EXPECT_EQ(e.accepted(), 64u);
     const std::string what = e.what();
-    EXPECT_NE(what.find("queue full: wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote "
-                        "nothing after the first refused one: QUEUEFULL"),
-              std::string::npos)
+    EXPECT_NE(
+        what.find("queue full: wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote "
+                  "nothing after the first refused one: QUEUEFULL"),
+        std::string::npos)
         << what;
     const auto entries = client.xrange(stream);
     ASSERT_EQ(entries.size(), 64u);
@@ -216,7 +223,9 @@ TEST_F(ProducerTest, BatchRefusedAtTheFirstChunkWritesNothing) {
     FAIL() << "no QueueFullError";
   } catch (const QueueFullError& e) {
     EXPECT_EQ(e.accepted(), 0u);
-    EXPECT_EQ(std::string(e.what()).rfind("queue full: wrote 0 of 70 tasks; refused 70 (indices 0-69): QUEUEFULL", 0), 0u)
+    EXPECT_EQ(std::string(e.what()).rfind(
+                  "queue full: wrote 0 of 70 tasks; refused 70 (indices 0-69): QUEUEFULL", 0),
+              0u)
         << e.what();
   }
   EXPECT_EQ(client.integer({"XLEN", stream}), 0);

@@ -94,7 +94,8 @@ std::string slurp(const std::string& path) {
 }
 
 /// Pending entries of the group: id -> (owner, idle ms).
-std::map<std::string, std::pair<std::string, std::int64_t>> pending_entries(Client& c, const std::string& stream) {
+std::map<std::string, std::pair<std::string, std::int64_t>> pending_entries(Client& c,
+                                                                            const std::string& stream) {
   std::map<std::string, std::pair<std::string, std::int64_t>> out;
   const detail::Reply r = c.cmd({"XPENDING", stream, "workers", "-", "+", "1000"});
   const auto v = r.view().check();
@@ -127,9 +128,9 @@ int run_chaos(const RedisServer& server, Client& client, const std::string& stre
               std::chrono::milliseconds interval) {
   std::vector<std::unique_ptr<WorkerProcess>> procs;
   for (int i = 0; i < workers; ++i) {
-    procs.push_back(std::make_unique<WorkerProcess>(std::vector<std::string>{
-        STREAMQ_TEST_WORKER, server.url(), stream, "slot-" + std::to_string(i), "concurrency=2",
-        "prefetch=" + std::to_string(prefetch)}));
+    procs.push_back(std::make_unique<WorkerProcess>(
+        std::vector<std::string>{STREAMQ_TEST_WORKER, server.url(), stream, "slot-" + std::to_string(i),
+                                 "concurrency=2", "prefetch=" + std::to_string(prefetch)}));
   }
   const auto total = static_cast<std::int64_t>(ids.size());
   std::mt19937 rng(12345);
@@ -141,10 +142,13 @@ int run_chaos(const RedisServer& server, Client& client, const std::string& stre
     w->start();
     ++kills;
   }
-  EXPECT_TRUE(wait_until([&] {
-    return client.integer({"HLEN", stream + ":done"}) == total && client.integer({"XLEN", stream}) == 0 &&
-           pending(client, stream) == 0;
-  }, 60s)) << "done " << client.integer({"HLEN", stream + ":done"}) << " of " << total;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return client.integer({"HLEN", stream + ":done"}) == total && client.integer({"XLEN", stream}) == 0 &&
+               pending(client, stream) == 0;
+      },
+      60s))
+      << "done " << client.integer({"HLEN", stream + ":done"}) << " of " << total;
   const auto done = hash(client, stream + ":done");
   for (const auto& id : ids) EXPECT_TRUE(done.count(id)) << "lost task " << id;
   EXPECT_EQ(done.size(), ids.size());  // nothing unexpected ran
@@ -196,16 +200,18 @@ TEST(Reliability, TaskThatKillsItsWorkerIsDeadLetteredAfterTheLimit) {
         "min_idle_ms=600", "heartbeat_ms=150", "reclaim_ms=100"}));
   }
   int deaths = 0;
-  ASSERT_TRUE(wait_until([&] {
-    for (auto& w : workers) {
-      if (w->died()) {  // a supervisor restarts crashed workers under the same name
-        ++deaths;
-        w->start();
-      }
-    }
-    return client.integer({"XLEN", stream + ":dlq"}) == 1 && client.integer({"HLEN", stream + ":done"}) == 200 &&
-           pending(client, stream) == 0;
-  }, 60s));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (auto& w : workers) {
+          if (w->died()) {  // a supervisor restarts crashed workers under the same name
+            ++deaths;
+            w->start();
+          }
+        }
+        return client.integer({"XLEN", stream + ":dlq"}) == 1 &&
+               client.integer({"HLEN", stream + ":done"}) == 200 && pending(client, stream) == 0;
+      },
+      60s));
   const auto dead = client.xrange(stream + ":dlq").at(0).second;
   EXPECT_EQ(Client::get(dead, "task_id"), poison);
   EXPECT_EQ(Client::get(dead, "reason"), "max_deliveries");
@@ -251,7 +257,8 @@ TEST(Reliability, RedisKilledAndRestartedWithAofLosesNothingAcknowledged) {
   });
 
   Producer producer({.connection = {.url = server.url(), .backoff_base = 20ms, .backoff_max = 500ms},
-                     .stream = stream, .max_len = 100000});
+                     .stream = stream,
+                     .max_len = 100000});
   std::vector<std::string> acked, indeterminate;
   for (int i = 0; i < kTasks; ++i) {
     if (i == kTasks / 3 || i == kTasks / 2) server.restart();  // kill -9, then start on the same AOF
@@ -263,14 +270,17 @@ TEST(Reliability, RedisKilledAndRestartedWithAofLosesNothingAcknowledged) {
       indeterminate.push_back(id);  // the write may or may not have reached the AOF
     }
   }
-  ASSERT_TRUE(wait_until([&] {
-    try {
-      return client.integer({"XLEN", stream}) == 0 && pending(client, stream) == 0;
-    } catch (const ConnectionError&) {
-      return false;
-    }
-  }, 60s)) << "XLEN " << client.integer({"XLEN", stream}) << ", pending " << pending(client, stream) << ", handled "
-           << handled << ", done " << rc.consumer().metrics().done;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        try {
+          return client.integer({"XLEN", stream}) == 0 && pending(client, stream) == 0;
+        } catch (const ConnectionError&) {
+          return false;
+        }
+      },
+      60s))
+      << "XLEN " << client.integer({"XLEN", stream}) << ", pending " << pending(client, stream)
+      << ", handled " << handled << ", done " << rc.consumer().metrics().done;
   rc.stop();
   Client after(server.url());
   const auto done = hash(after, done_key);
@@ -307,12 +317,14 @@ TEST(Reliability, SigtermFinishesRunningTasksAndExitsCleanly) {
   }
   // So a worker under another name takes them at once, although its claim_min_idle is ten
   // minutes: this wait is far shorter.
-  WorkerProcess other({STREAMQ_TEST_WORKER, server.url(), stream, "slot-1", "min_idle_ms=600000",
-                       "heartbeat_ms=200000"});
-  ASSERT_TRUE(wait_until([&] {
-    return client.integer({"HLEN", stream + ":done"}) == 20 && client.integer({"XLEN", stream}) == 0 &&
-           pending(client, stream) == 0;
-  }, 60s));
+  WorkerProcess other(
+      {STREAMQ_TEST_WORKER, server.url(), stream, "slot-1", "min_idle_ms=600000", "heartbeat_ms=200000"});
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return client.integer({"HLEN", stream + ":done"}) == 20 && client.integer({"XLEN", stream}) == 0 &&
+               pending(client, stream) == 0;
+      },
+      60s));
 }
 
 TEST(Reliability, SecondSigtermEndsTheGracePeriodAtOnce) {
@@ -348,16 +360,19 @@ TEST(Reliability, WorkerKilledAfterItsRunningEntryWasDeletedLeavesTheCopyItRead)
   Client client(server.url());
   const std::string stream = unique_key();
   Producer producer({.connection = {.url = server.url()}, .stream = stream});
-  const std::string task_id = producer.enqueue("hang", R"({"ms":600000})", {.extra_fields = {{"order", "42"}}});
-  WorkerProcess worker({STREAMQ_TEST_WORKER, server.url(), stream, "slot-0", "heartbeat_ms=200",
-                        "min_idle_ms=1000"});
+  const std::string task_id =
+      producer.enqueue("hang", R"({"ms":600000})", {.extra_fields = {{"order", "42"}}});
+  WorkerProcess worker(
+      {STREAMQ_TEST_WORKER, server.url(), stream, "slot-0", "heartbeat_ms=200", "min_idle_ms=1000"});
   ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":started"}) == 1; }));
   const auto entries = client.xrange(stream);
   ASSERT_EQ(entries.size(), 1u);
   client.cmd({"XDEL", stream, entries[0].first}).view().check();
   // The worker's lease pass finds the body gone and moves the fields it read to the
   // dead-letter stream, off the pending list ...
-  ASSERT_TRUE(wait_until([&] { return client.integer({"XLEN", stream + ":dlq"}) == 1 && pending(client, stream) == 0; }));
+  ASSERT_TRUE(wait_until([&] {
+    return client.integer({"XLEN", stream + ":dlq"}) == 1 && pending(client, stream) == 0;
+  }));
   worker.kill9();
   // ... so when it dies mid-task, that record is where the task is, with all its fields, and
   // nothing else refers to it.

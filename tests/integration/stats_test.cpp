@@ -122,7 +122,8 @@ TEST_F(StatsTest, BusyQueue) {
   EXPECT_EQ(doc["consumers_active"], 1);
 
   const std::string prom = st.to_prometheus();
-  const std::regex line_re(R"((# (HELP|TYPE) streamq_[a-z_]+ .+)|(streamq_[a-z_]+\{[a-z_]+="(\\.|[^"\\])*"(,[a-z_]+="(\\.|[^"\\])*")*\} -?[0-9.e+]+))");
+  const std::regex line_re(
+      R"((# (HELP|TYPE) streamq_[a-z_]+ .+)|(streamq_[a-z_]+\{[a-z_]+="(\\.|[^"\\])*"(,[a-z_]+="(\\.|[^"\\])*")*\} -?[0-9.e+]+))");
   std::istringstream in(prom);
   std::string line;
   int samples = 0;
@@ -132,9 +133,11 @@ TEST_F(StatsTest, BusyQueue) {
   }
   EXPECT_GT(samples, 10);
   EXPECT_NE(prom.find("streamq_dlq_length{stream=\"" + stream + "\"} 2\n"), std::string::npos) << prom;
-  EXPECT_NE(prom.find("streamq_group_pending{stream=\"" + stream + "\",group=\"workers\"} 3\n"), std::string::npos);
+  EXPECT_NE(prom.find("streamq_group_pending{stream=\"" + stream + "\",group=\"workers\"} 3\n"),
+            std::string::npos);
   if (redis7) {
-    EXPECT_NE(prom.find("streamq_group_lag{stream=\"" + stream + "\",group=\"workers\"} 7\n"), std::string::npos);
+    EXPECT_NE(prom.find("streamq_group_lag{stream=\"" + stream + "\",group=\"workers\"} 7\n"),
+              std::string::npos);
   } else {
     EXPECT_EQ(prom.find("streamq_group_lag{"), std::string::npos) << "an unknown lag is omitted";
   }

@@ -48,8 +48,8 @@ class ConsumerTest : public ::testing::Test {
   /// Reads `count` entries as `consumer` without ever acking them: a worker that then died.
   std::vector<std::string> read_as(const std::string& consumer, int count) {
     client.cmd({"XGROUP", "CREATE", stream, "workers", "0", "MKSTREAM"});
-    const detail::Reply r = client.cmd({"XREADGROUP", "GROUP", "workers", consumer, "COUNT",
-                                        std::to_string(count), "STREAMS", stream, ">"});
+    const detail::Reply r = client.cmd(
+        {"XREADGROUP", "GROUP", "workers", consumer, "COUNT", std::to_string(count), "STREAMS", stream, ">"});
     std::vector<std::string> ids;
     if (r.view().is_nil()) return ids;
     const auto entries = r.view().check()[0][1];

@@ -2,9 +2,9 @@
 #include "redis_server.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -88,7 +88,8 @@ RedisServer::~RedisServer() {
     kill(pid_, SIGTERM);
     // A server busy in a script (or stuck) does not act on SIGTERM: after 5 s, SIGKILL.
     int status = 0;
-    const bool exited = wait_until([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, std::chrono::seconds(5));
+    const bool exited =
+        wait_until([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, std::chrono::seconds(5));
     if (!exited) {
       kill(pid_, SIGKILL);
       waitpid(pid_, &status, 0);
@@ -101,13 +102,26 @@ RedisServer::~RedisServer() {
 void RedisServer::spawn() {
   const char* env_binary = std::getenv("STREAMQ_REDIS_SERVER");
   const std::string binary = env_binary != nullptr ? env_binary : "redis-server";
-  std::vector<std::string> args = {binary,     "--port",      std::to_string(port_),
-                                   "--bind",   "127.0.0.1",   "--save",
-                                   "",         "--dir",       dir_,
-                                   "--daemonize", "no",       "--loglevel",
-                                   "warning",  "--logfile",   dir_ + "/redis.log",
-                                   "--appendonly", options_.appendonly ? "yes" : "no",
-                                   "--appendfsync", "always", "--maxmemory-policy",
+  std::vector<std::string> args = {binary,
+                                   "--port",
+                                   std::to_string(port_),
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--save",
+                                   "",
+                                   "--dir",
+                                   dir_,
+                                   "--daemonize",
+                                   "no",
+                                   "--loglevel",
+                                   "warning",
+                                   "--logfile",
+                                   dir_ + "/redis.log",
+                                   "--appendonly",
+                                   options_.appendonly ? "yes" : "no",
+                                   "--appendfsync",
+                                   "always",
+                                   "--maxmemory-policy",
                                    "noeviction"};
   for (const auto& a : options_.extra) args.push_back(a);
   std::vector<char*> argv;

@@ -17,7 +17,7 @@
 namespace streamq::test {
 
 struct RedisServerOptions {
-  bool appendonly = false;         // AOF with appendfsync always when true
+  bool appendonly = false;           // AOF with appendfsync always when true
   std::vector<std::string> extra{};  // more redis-server arguments
 };
 

@@ -30,7 +30,8 @@ void record(const std::string& key, const std::string& task_id) {
   if (!conn) {
     streamq::ConnectionOptions o;
     o.url = g_url;
-    conn = std::make_unique<streamq::detail::Connection>(streamq::detail::make_connection_config(o, "recorder"));
+    conn =
+        std::make_unique<streamq::detail::Connection>(streamq::detail::make_connection_config(o, "recorder"));
   }
   conn->command(streamq::detail::Argv{"HINCRBY", key, task_id, "1"}).view().check();
 }

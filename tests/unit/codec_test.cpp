@@ -47,14 +47,12 @@ TEST(Timestamp, FormatsPythonIsoformatWithMicroseconds) {
   const std::string text = d::format_timestamp(from_micros(kKnownMicros));
   EXPECT_EQ(text, "2026-11-29T18:00:00.123456");
   EXPECT_EQ(text.size(), 26u);
-  EXPECT_TRUE(std::regex_match(text, std::regex(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6})")))
-      << text;
+  EXPECT_TRUE(std::regex_match(text, std::regex(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6})"))) << text;
 }
 
 TEST(Timestamp, FormatKeepsSixDigitsForWholeSeconds) {
   EXPECT_EQ(d::format_timestamp(TimePoint{}), "1970-01-01T00:00:00.000000");
-  EXPECT_EQ(d::format_timestamp(from_micros(kKnownSeconds * 1000000 + 7)),
-            "2026-11-29T18:00:00.000007");
+  EXPECT_EQ(d::format_timestamp(from_micros(kKnownSeconds * 1000000 + 7)), "2026-11-29T18:00:00.000007");
 }
 
 TEST(Timestamp, FormatBeforeEpochBorrowsASecond) {
@@ -62,14 +60,13 @@ TEST(Timestamp, FormatBeforeEpochBorrowsASecond) {
 }
 
 TEST(Timestamp, FormatTruncatesSubMicrosecond) {
-  EXPECT_EQ(d::format_timestamp(from_nanos(kKnownMicros * 1000 + 999)),
-            "2026-11-29T18:00:00.123456");
+  EXPECT_EQ(d::format_timestamp(from_nanos(kKnownMicros * 1000 + 999)), "2026-11-29T18:00:00.123456");
 }
 
 TEST(Timestamp, ParseRoundTripsFormat) {
-  for (std::int64_t us : {kKnownMicros, std::int64_t{0}, std::int64_t{-1},
-                          std::int64_t{951782400000000} /* 2000-02-29 */,
-                          std::int64_t{1709164799999999} /* 2024-02-28T23:59:59.999999 */}) {
+  for (std::int64_t us :
+       {kKnownMicros, std::int64_t{0}, std::int64_t{-1}, std::int64_t{951782400000000} /* 2000-02-29 */,
+        std::int64_t{1709164799999999} /* 2024-02-28T23:59:59.999999 */}) {
     const TimePoint t = from_micros(us);
     const auto parsed = d::parse_timestamp(d::format_timestamp(t));
     ASSERT_TRUE(parsed.has_value()) << d::format_timestamp(t);
@@ -108,23 +105,36 @@ TEST(Timestamp, AcceptsSpaceSeparator) {
 }
 
 TEST(Timestamp, AcceptsThreeOrNineFractionalDigits) {
-  EXPECT_EQ(d::parse_timestamp("2026-11-29T18:00:00.123"),
-            from_micros(kKnownSeconds * 1000000 + 123000));
-  EXPECT_EQ(d::parse_timestamp("2026-11-29T18:00:00.5"),
-            from_micros(kKnownSeconds * 1000000 + 500000));
+  EXPECT_EQ(d::parse_timestamp("2026-11-29T18:00:00.123"), from_micros(kKnownSeconds * 1000000 + 123000));
+  EXPECT_EQ(d::parse_timestamp("2026-11-29T18:00:00.5"), from_micros(kKnownSeconds * 1000000 + 500000));
   EXPECT_EQ(d::parse_timestamp("2026-11-29T18:00:00.123456789"),
             from_nanos(kKnownSeconds * 1000000000 + 123456789));
 }
 
 TEST(Timestamp, RejectsMalformedText) {
-  for (const char* bad : {"", "garbage", "2026-11-29", "2026-11-29T18:00", "2026-11-29T18:00:0",
-                          "2026-13-01T00:00:00", "2026-00-10T00:00:00", "2026-11-32T00:00:00",
-                          "2026-11-29T24:00:00", "2026-11-29T18:60:00", "2026/11/29T18:00:00",
-                          "2026-11-29X18:00:00", "2026-11-29T18:00:00.", "2026-11-29T18:00:00.12x",
-                          "2026-11-29T18:00:00.123456abc", "2026-11-29T18:00:00 ",
-                          "2026-11-29T18:00:00Zjunk", "2026-11-29T18:00:00+3:00",
-                          "2026-11-29T18:00:00+03", "2026-11-29T18:00:00+03:00junk",
-                          "2026-11-29T18:00:00+24:00", "20x6-11-29T18:00:00", " 2026-11-29T18:00:00"}) {
+  for (const char* bad : {"",
+                          "garbage",
+                          "2026-11-29",
+                          "2026-11-29T18:00",
+                          "2026-11-29T18:00:0",
+                          "2026-13-01T00:00:00",
+                          "2026-00-10T00:00:00",
+                          "2026-11-32T00:00:00",
+                          "2026-11-29T24:00:00",
+                          "2026-11-29T18:60:00",
+                          "2026/11/29T18:00:00",
+                          "2026-11-29X18:00:00",
+                          "2026-11-29T18:00:00.",
+                          "2026-11-29T18:00:00.12x",
+                          "2026-11-29T18:00:00.123456abc",
+                          "2026-11-29T18:00:00 ",
+                          "2026-11-29T18:00:00Zjunk",
+                          "2026-11-29T18:00:00+3:00",
+                          "2026-11-29T18:00:00+03",
+                          "2026-11-29T18:00:00+03:00junk",
+                          "2026-11-29T18:00:00+24:00",
+                          "20x6-11-29T18:00:00",
+                          " 2026-11-29T18:00:00"}) {
     EXPECT_FALSE(d::parse_timestamp(bad).has_value()) << '"' << bad << '"';
   }
 }
@@ -146,9 +156,9 @@ TEST(Uuid, Version4TextForm) {
 // ---------------------------------------------------------------- payload guards
 
 TEST(PayloadProblem, AcceptsAnyJsonValue) {
-  for (const char* ok : {"{}", "[1,2]", "\"s\"", "3", "null", "true", "-1.5e3",
-                         R"({"to":"user@example.com","n":[1,{"x":null}]})", " {} ",
-                         "\"caf\xc3\xa9 \xe2\x82\xac\""}) {
+  for (const char* ok :
+       {"{}", "[1,2]", "\"s\"", "3", "null", "true", "-1.5e3",
+        R"({"to":"user@example.com","n":[1,{"x":null}]})", " {} ", "\"caf\xc3\xa9 \xe2\x82\xac\""}) {
     EXPECT_FALSE(d::payload_problem(ok, 1 << 20, 64).has_value()) << ok;
   }
 }
@@ -186,8 +196,8 @@ TEST(PayloadProblem, InvalidJson) {
 }
 
 TEST(PayloadProblem, InvalidUtf8InsideAString) {
-  for (const char* bad : {"\"\xff\"", "\"a\xc3\x28\"", "\"\xc0\xaf\"", "{\"k\":\"\xed\xa0\x80\"}",
-                          "[\"\xe2\x82\"]"}) {
+  for (const char* bad :
+       {"\"\xff\"", "\"a\xc3\x28\"", "\"\xc0\xaf\"", "{\"k\":\"\xed\xa0\x80\"}", "[\"\xe2\x82\"]"}) {
     EXPECT_TRUE(d::payload_problem(bad, 1 << 20, 64).has_value()) << bad;
   }
 }
@@ -202,8 +212,8 @@ TEST(ParseCount, NonNegativeDecimals) {
 }
 
 TEST(ParseCount, RejectsEverythingElse) {
-  for (const char* bad : {"-1", "", "3x", " 3", "3 ", "+3", "99999999999", "2147483648", "0x10",
-                          "1.5", "abc"}) {
+  for (const char* bad :
+       {"-1", "", "3x", " 3", "3 ", "+3", "99999999999", "2147483648", "0x10", "1.5", "abc"}) {
     EXPECT_FALSE(d::parse_count(bad).has_value()) << '"' << bad << '"';
   }
 }
@@ -217,18 +227,26 @@ TEST(AppendNewTask, WritesTheSeedFieldsInOrder) {
   const std::size_t added = d::append_new_task(argv, task);
   EXPECT_EQ(added, 12u);
   EXPECT_EQ(d::new_task_string_count(task), 12u);
-  const std::vector<std::string> expected = {
-      "XADD",       "q",          "*",
-      "task_id",    "id-1",       "task_type",   "send_email",
-      "payload",    R"({"to":"a@b"})",
-      "created_at", "2026-11-29T18:00:00.123456",
-      "max_retries", "7",         "retry_count", "0"};
+  const std::vector<std::string> expected = {"XADD",
+                                             "q",
+                                             "*",
+                                             "task_id",
+                                             "id-1",
+                                             "task_type",
+                                             "send_email",
+                                             "payload",
+                                             R"({"to":"a@b"})",
+                                             "created_at",
+                                             "2026-11-29T18:00:00.123456",
+                                             "max_retries",
+                                             "7",
+                                             "retry_count",
+                                             "0"};
   EXPECT_EQ(strings(argv), expected);
 }
 
 TEST(AppendNewTask, ExtrasFollowTheStandardFields) {
-  const std::vector<std::pair<std::string, std::string>> extras = {{"priority", "high"},
-                                                                   {"tenant", "acme"}};
+  const std::vector<std::pair<std::string, std::string>> extras = {{"priority", "high"}, {"tenant", "acme"}};
   const std::string created = d::format_timestamp(from_micros(kKnownMicros));
   const d::NewTask task{"id-2", "resize", "[1,2]", created, 0, &extras};
   Argv argv;
@@ -254,9 +272,8 @@ TEST(AppendNewTask, CountMatchesWithEmptyExtras) {
 }
 
 TEST(ReservedFields, WireAndDeadLetterNames) {
-  for (const char* name : {"task_id", "task_type", "payload", "created_at", "max_retries",
-                           "retry_count", "last_error", "error", "failed_at", "original_id",
-                           "consumer", "reason"}) {
+  for (const char* name : {"task_id", "task_type", "payload", "created_at", "max_retries", "retry_count",
+                           "last_error", "error", "failed_at", "original_id", "consumer", "reason"}) {
     EXPECT_TRUE(d::is_reserved_field(name)) << name;
   }
   for (const char* name : {"priority", "", "Task_id", "task_id ", "payloads", "tenant"}) {
@@ -416,8 +433,7 @@ TEST(DecodeTask, HugeNestingIsReasonedAboutNotParsed) {
   const Fields bad = with(good_fields(), "payload", std::string(200000, '[') + std::string(200000, ']'));
   d::Decoded decoded = d::decode_task("9-0", std::make_shared<const Fields>(bad), 1, DecodeLimits{});
   ASSERT_TRUE(std::holds_alternative<std::string>(decoded));
-  EXPECT_NE(std::get<std::string>(decoded).find("deep"), std::string::npos)
-      << std::get<std::string>(decoded);
+  EXPECT_NE(std::get<std::string>(decoded).find("deep"), std::string::npos) << std::get<std::string>(decoded);
 }
 
 TEST(DecodeTask, PayloadAtTheCapsIsAccepted) {

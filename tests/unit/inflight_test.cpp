@@ -58,7 +58,7 @@ TEST_F(InFlightTest, SuspectsRunOneAtATimeBesideFreshWork) {
   ASSERT_TRUE(a);
   EXPECT_EQ(a->key.id, "1-0");
   EXPECT_EQ(f.started(a->key, 1), StartVerdict::run);
-  EXPECT_EQ(take_id(), "3-0");  // 2-0 waits: a suspect is running
+  EXPECT_EQ(take_id(), "3-0");       // 2-0 waits: a suspect is running
   EXPECT_EQ(f.reclaim_room(4), 0u);  // and the reclaimer takes none while one waits
   auto b = f.finish_and_take(Completion{a->key, Outcome::ack, {}}, true);
   ASSERT_TRUE(b);
@@ -84,9 +84,9 @@ TEST_F(InFlightTest, LostEntriesAreSkippedAndCounted) {
 
 TEST_F(InFlightTest, AnEntryDeliveredAgainRunsFromItsNewDelivery) {
   deliver({work("1-0"), work("2-0")});
-  f.completed({EntryKey{0, "1-0"}});         // forgotten while still queued
+  f.completed({EntryKey{0, "1-0"}});          // forgotten while still queued
   deliver({work("1-0", Origin::reclaimed)});  // ... and delivered again
-  EXPECT_EQ(take_id(), "2-0");               // the stale copy of 1-0 is skipped
+  EXPECT_EQ(take_id(), "2-0");                // the stale copy of 1-0 is skipped
   auto w = f.take();
   ASSERT_TRUE(w);
   EXPECT_EQ(w->key.id, "1-0");
@@ -101,8 +101,8 @@ TEST_F(InFlightTest, GoneUnstartedEntryIsNotRunAndForgottenOnceDeadLettered) {
   ASSERT_TRUE(fields[0]);
   EXPECT_EQ(fields[0]->at(0).second, "t-1-0");
   EXPECT_FALSE(f.gone(0, {"1-0"})[0]);  // reported once
-  EXPECT_EQ(take_id(), "2-0");         // 1-0 skipped
-  EXPECT_EQ(f.held_count(), 2u);       // kept until its record is written
+  EXPECT_EQ(take_id(), "2-0");          // 1-0 skipped
+  EXPECT_EQ(f.held_count(), 2u);        // kept until its record is written
   EXPECT_TRUE(f.due_for_lease(0, Clock::now()) == std::vector<std::string>{"2-0"});
   f.orphaned(EntryKey{0, "1-0"}, "100-0");
   EXPECT_EQ(f.held_count(), 1u);
@@ -139,8 +139,12 @@ TEST_F(InFlightTest, SuccessesGoToTheFetcherAndCountAsRoom) {
   std::stop_source stop;
   std::thread waiter([&] { EXPECT_TRUE(f.wait_for_room(stop.get_token())); });
   // Each handler then waits for more work, until stop().
-  std::thread h0([&] { EXPECT_FALSE(f.finish_and_take(Completion{running[0]->key, Outcome::ack, {}}, false)); });
-  std::thread h1([&] { EXPECT_FALSE(f.finish_and_take(Completion{running[1]->key, Outcome::ack, {}}, false)); });
+  std::thread h0([&] {
+    EXPECT_FALSE(f.finish_and_take(Completion{running[0]->key, Outcome::ack, {}}, false));
+  });
+  std::thread h1([&] {
+    EXPECT_FALSE(f.finish_and_take(Completion{running[1]->key, Outcome::ack, {}}, false));
+  });
   waiter.join();
   std::vector<EntryKey> acks;
   while (acks.size() < 2) f.take_acks(acks, 0);  // both handlers may not have pushed yet
@@ -187,7 +191,9 @@ TEST_F(InFlightTest, RetriesAndDeadLettersAreWrittenOnceNothingElseRuns) {
     ASSERT_EQ(out.size(), 1u);
     EXPECT_EQ(out[0].outcome, Outcome::retry);
   });
-  std::thread handler([&] { EXPECT_FALSE(f.finish_and_take(Completion{w->key, Outcome::retry, {}}, false)); });
+  std::thread handler([&] {
+    EXPECT_FALSE(f.finish_and_take(Completion{w->key, Outcome::retry, {}}, false));
+  });
   completer.join();
   f.stop();
   handler.join();

@@ -29,19 +29,93 @@ bool agree(const std::string& s) {
 
 const std::vector<std::string>& corpus() {
   static const std::vector<std::string> c = {
-      "{}", "[]", "0", "-0", "1.5", "-1.5e10", "1E+2", "1e-2", "\"\"", "true", "false", "null",
+      "{}",
+      "[]",
+      "0",
+      "-0",
+      "1.5",
+      "-1.5e10",
+      "1E+2",
+      "1e-2",
+      "\"\"",
+      "true",
+      "false",
+      "null",
       " \t\n\r{ \"a\" : [ 1 , 2 , { \"b\" : null } ] } \n",
       R"({"to":"user@example.com","template":"order_confirmation","order_id":12345})",
-      R"("\u00e9\ud83d\ude00\n\t\"\\\/\b\f\r")", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"",
-      "", " ", "{", "}", "[", "]", "[1,]", "[,1]", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{a:1}",
-      "{\"a\":1 \"b\":2}", "[1 2]", "01", "1.", ".5", "-", "+1", "1e", "1e+", "0x10", "NaN",
-      "Infinity", "tru", "nul", "falsey", "truefalse", "\"unterminated", "\"bad \\x escape\"",
-      "\"\\u12\"", "\"\\uZZZZ\"", "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"",
-      "\"\\ud800x\"", std::string("\"a\0b\"", 5), "\"tab\there\"", "\"\x7f\"",
-      "\"\xc0\xaf\"", "\"\xc1\xbf\"", "\"\xe0\x80\xaf\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"",
-      "\"\xf5\x80\x80\x80\"", "\"\xff\"", "\"\x80\"", "\"\xc3\"", "\"\xe2\x82\"", "1 2", "{} {}",
-      "1e400", "-1e400", "1e-400", "123456789012345678901234567890", "[1e5525]", "[1]]", "[[1]", "{\"a\":1}}", "// comment\n1", "/* c */ 1", "'single'", "[\"a\",\"b\",]",
-      std::string("1\0", 2), std::string("1\0junk", 6), "\"\\/\"", "[-]", "[--1]", "[1e5.5]", "[1.5e]", "{\"\":\"\"}",
+      R"("\u00e9\ud83d\ude00\n\t\"\\\/\b\f\r")",
+      "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"",
+      "",
+      " ",
+      "{",
+      "}",
+      "[",
+      "]",
+      "[1,]",
+      "[,1]",
+      "{\"a\"}",
+      "{\"a\":}",
+      "{\"a\":1,}",
+      "{a:1}",
+      "{\"a\":1 \"b\":2}",
+      "[1 2]",
+      "01",
+      "1.",
+      ".5",
+      "-",
+      "+1",
+      "1e",
+      "1e+",
+      "0x10",
+      "NaN",
+      "Infinity",
+      "tru",
+      "nul",
+      "falsey",
+      "truefalse",
+      "\"unterminated",
+      "\"bad \\x escape\"",
+      "\"\\u12\"",
+      "\"\\uZZZZ\"",
+      "\"\\ud800\"",
+      "\"\\udc00\"",
+      "\"\\ud800\\u0041\"",
+      "\"\\ud800x\"",
+      std::string("\"a\0b\"", 5),
+      "\"tab\there\"",
+      "\"\x7f\"",
+      "\"\xc0\xaf\"",
+      "\"\xc1\xbf\"",
+      "\"\xe0\x80\xaf\"",
+      "\"\xed\xa0\x80\"",
+      "\"\xf4\x90\x80\x80\"",
+      "\"\xf5\x80\x80\x80\"",
+      "\"\xff\"",
+      "\"\x80\"",
+      "\"\xc3\"",
+      "\"\xe2\x82\"",
+      "1 2",
+      "{} {}",
+      "1e400",
+      "-1e400",
+      "1e-400",
+      "123456789012345678901234567890",
+      "[1e5525]",
+      "[1]]",
+      "[[1]",
+      "{\"a\":1}}",
+      "// comment\n1",
+      "/* c */ 1",
+      "'single'",
+      "[\"a\",\"b\",]",
+      std::string("1\0", 2),
+      std::string("1\0junk", 6),
+      "\"\\/\"",
+      "[-]",
+      "[--1]",
+      "[1e5.5]",
+      "[1.5e]",
+      "{\"\":\"\"}",
   };
   return c;
 }
@@ -65,8 +139,12 @@ TEST(JsonCheck, AgreesWithNlohmannOnRandomMutations) {
       const char c = alphabet[rng() % alphabet.size()];
       switch (rng() % 3) {
         case 0: s.insert(s.begin() + static_cast<std::ptrdiff_t>(pos), c); break;
-        case 1: if (pos < s.size()) s.erase(pos, 1); break;
-        default: if (pos < s.size()) s[pos] = c; break;
+        case 1:
+          if (pos < s.size()) s.erase(pos, 1);
+          break;
+        default:
+          if (pos < s.size()) s[pos] = c;
+          break;
       }
     }
     if (!agree(s) && ++disagreements <= 5) ADD_FAILURE() << "disagree on [" << s << ']';
@@ -89,7 +167,7 @@ TEST(JsonCheck, DepthCountsContainersNotBracketsInStrings) {
   EXPECT_EQ(check_json(R"({"a":[1,{"b":[2]}],"c":{}})", 3), JsonCheck::too_deep);
   EXPECT_EQ(check_json(R"(["[[[[{{{{"])", 1), JsonCheck::ok);
   EXPECT_EQ(check_json(R"({"k]]}}":"[[["})", 1), JsonCheck::ok);
-  EXPECT_EQ(check_json(R"(["\"[[[[\"[["])", 1), JsonCheck::ok);   // escaped quotes stay inside
+  EXPECT_EQ(check_json(R"(["\"[[[[\"[["])", 1), JsonCheck::ok);       // escaped quotes stay inside
   EXPECT_EQ(check_json(R"(["\\", [[1]]])", 2), JsonCheck::too_deep);  // an escaped backslash does not
   std::string objects;
   for (int i = 0; i < 100000; ++i) objects += "{\"a\":";

@@ -57,7 +57,8 @@ std::vector<ConnectionMistake> connection_mistakes() {
       {"connect_timeout", [](ConnectionOptions& c) { c.connect_timeout = -5ms; }},
       {"socket_timeout", [](ConnectionOptions& c) { c.socket_timeout = 0ms; }},
       {"backoff_base", [](ConnectionOptions& c) { c.backoff_base = 0ms; }},
-      {"backoff_max", [](ConnectionOptions& c) {
+      {"backoff_max",
+       [](ConnectionOptions& c) {
          c.backoff_base = 100ms;
          c.backoff_max = 99ms;
        }},
@@ -82,13 +83,12 @@ TEST(ProducerOptions, RefusesBadValues) {
   expect_refused<Producer>(ProducerOptions{.stream = ""}, "stream");
   expect_refused<Producer>(ProducerOptions{.max_len = 0}, "max_len");
   expect_refused<Producer>(ProducerOptions{.max_len = -1}, "max_len");
-  expect_refused<Producer>(ProducerOptions{.overflow = static_cast<streamq::Overflow>(7)},
-                           "overflow");
+  expect_refused<Producer>(ProducerOptions{.overflow = static_cast<streamq::Overflow>(7)}, "overflow");
   expect_refused<Producer>(ProducerOptions{.max_payload_bytes = 0}, "max_payload_bytes");
   expect_refused<Producer>(ProducerOptions{.max_payload_depth = 0}, "max_payload_depth");
   expect_refused<Producer>(ProducerOptions{.default_max_retries = -1}, "default_max_retries");
-  EXPECT_NO_THROW(Producer(ProducerOptions{.max_len = 1, .max_payload_bytes = 1,
-                                           .max_payload_depth = 1, .default_max_retries = 0}));
+  EXPECT_NO_THROW(Producer(ProducerOptions{
+      .max_len = 1, .max_payload_bytes = 1, .max_payload_depth = 1, .default_max_retries = 0}));
 }
 
 TEST(ProducerOptions, RefusesBadConnectionOptions) {
@@ -133,24 +133,28 @@ TEST(ConsumerOptions, RefusesBadValues) {
       {"group", [](ConsumerOptions& o) { o.group = ""; }},
       {"concurrency", [](ConsumerOptions& o) { o.concurrency = 0; }},
       {"concurrency", [](ConsumerOptions& o) { o.concurrency = -2; }},
-      {"prefetch", [](ConsumerOptions& o) {
+      {"prefetch",
+       [](ConsumerOptions& o) {
          o.concurrency = 8;
          o.prefetch = 7;
        }},
       {"block", [](ConsumerOptions& o) { o.block = 0ms; }},
       // The phantom-delivery guard: the read must not time out while the server still
       // holds the client blocked.
-      {"socket_timeout", [](ConsumerOptions& o) {
+      {"socket_timeout",
+       [](ConsumerOptions& o) {
          o.block = 2000ms;
          o.connection.socket_timeout = 2500ms;
        }},
-      {"socket_timeout", [](ConsumerOptions& o) {
+      {"socket_timeout",
+       [](ConsumerOptions& o) {
          o.block = 2000ms;
          o.connection.socket_timeout = 2999ms;
        }},
       {"socket_timeout", [](ConsumerOptions& o) { o.connection.socket_timeout = 1000ms; }},
       {"heartbeat_interval", [](ConsumerOptions& o) { o.heartbeat_interval = 0ms; }},
-      {"claim_min_idle", [](ConsumerOptions& o) {
+      {"claim_min_idle",
+       [](ConsumerOptions& o) {
          o.heartbeat_interval = 5000ms;
          o.claim_min_idle = 14999ms;
        }},
@@ -162,7 +166,8 @@ TEST(ConsumerOptions, RefusesBadValues) {
       {"default_max_retries", [](ConsumerOptions& o) { o.default_max_retries = -1; }},
       {"idle_consumer_timeout", [](ConsumerOptions& o) { o.idle_consumer_timeout = -1ms; }},
       // A consumer idle for less than claim_min_idle may be a live one between two reads.
-      {"idle_consumer_timeout", [](ConsumerOptions& o) {
+      {"idle_consumer_timeout",
+       [](ConsumerOptions& o) {
          o.claim_min_idle = 30000ms;
          o.idle_consumer_timeout = 29999ms;
        }},
@@ -251,19 +256,19 @@ TEST(ConnectionConfig, DefaultClientNameNamesTheRole) {
   EXPECT_EQ(streamq::detail::make_connection_config({}, "stats").backoff_max, 2000ms);
   EXPECT_EQ(streamq::detail::make_connection_config({}, "consumer").backoff_max, 30000ms);  // nobody waits
   // The role's default never undercuts a larger base; an explicit cap is kept.
-  EXPECT_EQ(streamq::detail::make_connection_config({.backoff_base = 5000ms}, "producer").backoff_max, 5000ms);
+  EXPECT_EQ(streamq::detail::make_connection_config({.backoff_base = 5000ms}, "producer").backoff_max,
+            5000ms);
   EXPECT_EQ(streamq::detail::make_connection_config({.backoff_max = 700ms}, "consumer").backoff_max, 700ms);
 }
 
 TEST(ConnectionConfig, GivenValuesAreKept) {
-  const auto c = streamq::detail::make_connection_config(
-      {.url = "redis://u:p@cache:6390/2",
-       .connect_timeout = 300ms,
-       .socket_timeout = 7000ms,
-       .client_name = "billing-worker",
-       .backoff_base = 10ms,
-       .backoff_max = 10ms},
-      "consumer");
+  const auto c = streamq::detail::make_connection_config({.url = "redis://u:p@cache:6390/2",
+                                                          .connect_timeout = 300ms,
+                                                          .socket_timeout = 7000ms,
+                                                          .client_name = "billing-worker",
+                                                          .backoff_base = 10ms,
+                                                          .backoff_max = 10ms},
+                                                         "consumer");
   EXPECT_EQ(c.client_name, "billing-worker");
   EXPECT_EQ(c.endpoint.host, "cache");
   EXPECT_EQ(c.endpoint.port, 6390);
@@ -310,8 +315,8 @@ TEST(Backoff, ReachesALargeMax) { check_backoff(1ms, 60000ms); }
 
 TEST(Scripts, EachIsEmbeddedUnderItsFileName) {
   // ScriptId's order is the order of STREAMQ_LUA_SCRIPTS in CMakeLists.txt.
-  using streamq::detail::ScriptId;
   using streamq::detail::script_name;
+  using streamq::detail::ScriptId;
   EXPECT_EQ(script_name(ScriptId::enqueue), "enqueue");
   EXPECT_EQ(script_name(ScriptId::move), "move");
   EXPECT_EQ(script_name(ScriptId::orphan), "orphan");
@@ -325,7 +330,8 @@ TEST(Scripts, EachIsEmbeddedUnderItsFileName) {
     const auto id = static_cast<ScriptId>(i);
     const std::string source(streamq::detail::script_source(id));
     EXPECT_TRUE(source.starts_with("-- " + std::string(script_name(id)) + ": ")) << script_name(id);
-    EXPECT_EQ(source.find("-- @include"), std::string::npos) << script_name(id) << ": an include left unexpanded";
+    EXPECT_EQ(source.find("-- @include"), std::string::npos)
+        << script_name(id) << ": an include left unexpanded";
     const std::string sha(streamq::detail::script_sha(id));
     EXPECT_TRUE(std::regex_match(sha, std::regex("[0-9a-f]{40}"))) << sha;
     shas.insert(streamq::detail::script_sha(id));

@@ -102,8 +102,8 @@ TEST(Payload, ConversionFailuresArePayloadErrors) {
 }
 
 streamq::Task task_with_payload(std::string payload) {
-  auto fields = std::make_shared<const streamq::Fields>(streamq::Fields{
-      {"task_id", "id-1"}, {"task_type", "resize"}, {"payload", std::move(payload)}});
+  auto fields = std::make_shared<const streamq::Fields>(
+      streamq::Fields{{"task_id", "id-1"}, {"task_type", "resize"}, {"payload", std::move(payload)}});
   return streamq::Task("1-0", fields, 1, {}, 0, 3);
 }
 
@@ -120,7 +120,9 @@ TEST(PayloadAs, AFailedConversionIsABadPayloadErrorWithTheReason) {
       FAIL() << "no BadPayloadError for " << bad;
     } catch (const streamq::PermanentError& e) {  // BadPayloadError is one: never retried
       EXPECT_NE(dynamic_cast<const streamq::BadPayloadError*>(&e), nullptr);
-      EXPECT_EQ(std::string(e.what()).rfind("payload of task type \"resize\" does not convert: [json.exception.", 0), 0u)
+      EXPECT_EQ(std::string(e.what()).rfind(
+                    "payload of task type \"resize\" does not convert: [json.exception.", 0),
+                0u)
           << e.what();
     }
   }

@@ -51,7 +51,8 @@ void expect_same(const redisReply* a, const redisReply* b, const std::string& pa
     EXPECT_EQ(a->str[a->len], '\0') << path;  // NUL-terminated as hiredis does
   }
   ASSERT_EQ(a->elements, b->elements) << path;
-  for (std::size_t i = 0; i < a->elements; ++i) expect_same(a->element[i], b->element[i], path + "/" + std::to_string(i));
+  for (std::size_t i = 0; i < a->elements; ++i)
+    expect_same(a->element[i], b->element[i], path + "/" + std::to_string(i));
 }
 
 /// Parses `resp` with hiredis' reader and with the arena reader, fed `step` bytes at a time.
@@ -70,21 +71,33 @@ void expect_same_trees(std::string_view resp, std::size_t step) {
   }
 }
 
-std::string bulk(std::string_view s) { return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n"; }
+std::string bulk(std::string_view s) {
+  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
+}
 
 /// An XREADGROUP reply with `n` entries of `fields` fields each.
 std::string xreadgroup_reply(int n, int fields, std::size_t value_size) {
   std::string r = "*1\r\n*2\r\n" + bulk("task_queue") + "*" + std::to_string(n) + "\r\n";
   for (int e = 0; e < n; ++e) {
-    r += "*2\r\n" + bulk(std::to_string(1700000000000 + e) + "-0") + "*" + std::to_string(2 * fields) + "\r\n";
-    for (int f = 0; f < fields; ++f) r += bulk("field" + std::to_string(f)) + bulk(std::string(value_size, 'a' + f % 26));
+    r +=
+        "*2\r\n" + bulk(std::to_string(1700000000000 + e) + "-0") + "*" + std::to_string(2 * fields) + "\r\n";
+    for (int f = 0; f < fields; ++f)
+      r += bulk("field" + std::to_string(f)) + bulk(std::string(value_size, 'a' + f % 26));
   }
   return r;
 }
 
 TEST(ReplyArena, EveryReplyShapeMatchesHiredis) {
-  const std::string resp = "+OK\r\n" "-ERR boom\r\n" ":42\r\n" ":-7\r\n" "$-1\r\n" "*-1\r\n" "$0\r\n\r\n" "*0\r\n" +
-                           bulk(std::string("bin\0ary\r\n", 10)) + "*3\r\n:1\r\n$-1\r\n*2\r\n+a\r\n*1\r\n-E x\r\n";
+  const std::string resp =
+      "+OK\r\n"
+      "-ERR boom\r\n"
+      ":42\r\n"
+      ":-7\r\n"
+      "$-1\r\n"
+      "*-1\r\n"
+      "$0\r\n\r\n"
+      "*0\r\n" +
+      bulk(std::string("bin\0ary\r\n", 10)) + "*3\r\n:1\r\n$-1\r\n*2\r\n+a\r\n*1\r\n-E x\r\n";
   for (std::size_t step : {std::size_t{1}, std::size_t{3}, resp.size()}) expect_same_trees(resp, step);
 }
 
@@ -132,7 +145,7 @@ TEST(FormatCommand, MatchesHiredisFormatterByteForByte) {
     format_command(argv, out);
     char* want = nullptr;
     const long long n = redisFormatCommandArgv(&want, static_cast<int>(argv.size()),
-                                                const_cast<const char**>(argv.data()), argv.lengths());
+                                               const_cast<const char**>(argv.data()), argv.lengths());
     ASSERT_GT(n, 0);
     EXPECT_EQ(out, std::string(want, static_cast<std::size_t>(n)));
     redisFreeCommand(want);

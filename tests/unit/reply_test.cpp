@@ -247,8 +247,7 @@ TEST(Reply, CheckReturnsTheSameViewForChaining) {
 
 TEST(ReplyError, PrefixIsTheFirstWord) {
   EXPECT_EQ(streamq::ReplyError("NOGROUP No such key").prefix(), "NOGROUP");
-  EXPECT_EQ(streamq::ReplyError("OOM command not allowed when used memory > 'maxmemory'.").prefix(),
-            "OOM");
+  EXPECT_EQ(streamq::ReplyError("OOM command not allowed when used memory > 'maxmemory'.").prefix(), "OOM");
   EXPECT_EQ(streamq::ReplyError("ERR").prefix(), "ERR");
   EXPECT_STREQ(streamq::ReplyError("NOGROUP No such key").what(), "NOGROUP No such key");
   const streamq::Error& as_root = streamq::ReplyError("BUSY script running");
@@ -263,24 +262,28 @@ TEST(ReplyError, PrefixOfAnErrorRaisedInAScriptOnRedis62IsTheWrappedCode) {
   EXPECT_EQ(streamq::ReplyError(wrong_type).prefix(), "WRONGTYPE");
   EXPECT_EQ(streamq::ReplyError(wrong_type).what(), wrong_type);  // the text stays the server's
   // OOM, ACL and unknown-command refusals carry a second location, and OOM its protocol '-'.
-  EXPECT_EQ(streamq::ReplyError("ERR Error running script (call to f_353e910803c693a4efacc28aea53c6ad98254580): "
-                                "@user_script:3: @user_script: 3: -OOM command not allowed when used memory > "
-                                "'maxmemory'.")
-                .prefix(),
-            "OOM");
-  EXPECT_EQ(streamq::ReplyError("ERR Error running script (call to f_cff23549c2ebb605eb5d794e81aed428927903a1): "
-                                "@user_script:1: NOGROUP No such key 'st' or consumer group 'nog' in XREADGROUP "
-                                "with GROUP option")
-                .prefix(),
-            "NOGROUP");
-  EXPECT_EQ(streamq::ReplyError("ERR Error running script (call to f_7208f1b2dd5b0fdbb2039bfb2de8c5006c05f222): "
-                                "@user_script:1: BUSYGROUP Consumer Group name already exists")
-                .prefix(),
-            "BUSYGROUP");
-  EXPECT_EQ(streamq::ReplyError("ERR Error running script (call to f_7208f1b2dd5b0fdbb2039bfb2de8c5006c05f222): "
-                                "@user_script:1: ERR The XGROUP subcommand requires the key to exist.")
-                .prefix(),
-            "ERR");
+  EXPECT_EQ(
+      streamq::ReplyError("ERR Error running script (call to f_353e910803c693a4efacc28aea53c6ad98254580): "
+                          "@user_script:3: @user_script: 3: -OOM command not allowed when used memory > "
+                          "'maxmemory'.")
+          .prefix(),
+      "OOM");
+  EXPECT_EQ(
+      streamq::ReplyError("ERR Error running script (call to f_cff23549c2ebb605eb5d794e81aed428927903a1): "
+                          "@user_script:1: NOGROUP No such key 'st' or consumer group 'nog' in XREADGROUP "
+                          "with GROUP option")
+          .prefix(),
+      "NOGROUP");
+  EXPECT_EQ(
+      streamq::ReplyError("ERR Error running script (call to f_7208f1b2dd5b0fdbb2039bfb2de8c5006c05f222): "
+                          "@user_script:1: BUSYGROUP Consumer Group name already exists")
+          .prefix(),
+      "BUSYGROUP");
+  EXPECT_EQ(
+      streamq::ReplyError("ERR Error running script (call to f_7208f1b2dd5b0fdbb2039bfb2de8c5006c05f222): "
+                          "@user_script:1: ERR The XGROUP subcommand requires the key to exist.")
+          .prefix(),
+      "ERR");
 }
 
 TEST(ReplyError, ScriptErrorsWithoutACodeOnRedis62AreErr) {
@@ -295,7 +298,8 @@ TEST(ReplyError, ScriptErrorsWithoutACodeOnRedis62AreErr) {
            // error('RAISEDSTR string'): a Lua error, whatever its words look like
            "ERR Error running script (call to f_0d26d05a625691f8283cdac139a1163609402691): @user_script:1: "
            "user_script:1: RAISEDSTR string",
-           "ERR Error running script (call to f_092723df2c4da115e322ab23e7500b73a929e37d): @err_handler_def:9: "
+           "ERR Error running script (call to f_092723df2c4da115e322ab23e7500b73a929e37d): "
+           "@err_handler_def:9: "
            "err_handler_def:9: attempt to concatenate local 'err' (a table value)",
            "ERR Error running script (call to f_0d26): ",
            "ERR Error running script (call to f_0d26d05a",

@@ -26,10 +26,13 @@ TEST(RetryPolicy, SuccessIsAcked) {
 TEST(RetryPolicy, FailureIsRetriedWhileRetriesRemain) {
   EXPECT_EQ(decide({AttemptResult::failed, 0, 3}).verdict, Verdict::retry);
   EXPECT_EQ(decide({AttemptResult::failed, 2, 3}).verdict, Verdict::retry);
-  EXPECT_EQ(decide({AttemptResult::failed, 3, 3}), (Decision{Verdict::dead_letter, reason::retries_exhausted}));
-  EXPECT_EQ(decide({AttemptResult::failed, 7, 3}), (Decision{Verdict::dead_letter, reason::retries_exhausted}));
+  EXPECT_EQ(decide({AttemptResult::failed, 3, 3}),
+            (Decision{Verdict::dead_letter, reason::retries_exhausted}));
+  EXPECT_EQ(decide({AttemptResult::failed, 7, 3}),
+            (Decision{Verdict::dead_letter, reason::retries_exhausted}));
   // max_retries 0: the first failure is final.
-  EXPECT_EQ(decide({AttemptResult::failed, 0, 0}), (Decision{Verdict::dead_letter, reason::retries_exhausted}));
+  EXPECT_EQ(decide({AttemptResult::failed, 0, 0}),
+            (Decision{Verdict::dead_letter, reason::retries_exhausted}));
 }
 
 TEST(RetryPolicy, EverythingElseIsDeadLetteredAtOnceWithItsReason) {
@@ -38,12 +41,13 @@ TEST(RetryPolicy, EverythingElseIsDeadLetteredAtOnceWithItsReason) {
   EXPECT_EQ(decide({AttemptResult::no_handler, 0, 3}), (Decision{Verdict::dead_letter, reason::no_handler}));
   EXPECT_EQ(decide({AttemptResult::body_lost, 0, 3}), (Decision{Verdict::dead_letter, reason::body_lost}));
   // A payload that does not convert: retrying cannot fix it, even with retries left.
-  EXPECT_EQ(decide({AttemptResult::bad_payload, 0, 3}), (Decision{Verdict::dead_letter, reason::bad_payload}));
+  EXPECT_EQ(decide({AttemptResult::bad_payload, 0, 3}),
+            (Decision{Verdict::dead_letter, reason::bad_payload}));
 }
 
 TEST(RetryCopy, RaisesTheCountSetsTheErrorAndKeepsEverythingElse) {
-  const Fields original = {{"task_id", "t1"},       {"task_type", "send"}, {"payload", "{}"},
-                           {"created_at", "2026"},  {"max_retries", "3"},  {"retry_count", "1"},
+  const Fields original = {{"task_id", "t1"},        {"task_type", "send"}, {"payload", "{}"},
+                           {"created_at", "2026"},   {"max_retries", "3"},  {"retry_count", "1"},
                            {"last_error", "before"}, {"priority", "high"}};
   const Fields copy = retry_copy(original, 1, "smtp down");
   ASSERT_EQ(copy.size(), original.size());
@@ -55,7 +59,8 @@ TEST(RetryCopy, RaisesTheCountSetsTheErrorAndKeepsEverythingElse) {
 }
 
 TEST(RetryCopy, AddsMissingCounters) {
-  const Fields seed_style = {{"task_id", "t1"}, {"task_type", "send"}, {"payload", "{}"}, {"created_at", "2026"}};
+  const Fields seed_style = {
+      {"task_id", "t1"}, {"task_type", "send"}, {"payload", "{}"}, {"created_at", "2026"}};
   const Fields copy = retry_copy(seed_style, 0, "boom");
   EXPECT_EQ(get(copy, "retry_count"), "1");
   EXPECT_EQ(get(copy, "last_error"), "boom");

@@ -290,9 +290,11 @@ TEST(Prometheus, LargeValuesAreExact) {
   st.length = 10000001;
   st.oldest_entry_age_ms = 1234567;
   const std::string text = st.to_prometheus();
-  EXPECT_NE(text.find("streamq_entries_added_total{stream=\"q\"} 1234567890123\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("streamq_entries_added_total{stream=\"q\"} 1234567890123\n"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("streamq_stream_length{stream=\"q\"} 10000001\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("streamq_oldest_entry_age_seconds{stream=\"q\"} 1234.567\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("streamq_oldest_entry_age_seconds{stream=\"q\"} 1234.567\n"), std::string::npos)
+      << text;
 }
 
 }  // namespace

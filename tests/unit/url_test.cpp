@@ -16,8 +16,8 @@ using streamq::detail::parse_url;
 std::string refusal(const std::string& url) {
   try {
     const Endpoint ep = parse_url(url);
-    ADD_FAILURE() << "accepted " << url << " as host=" << ep.host << " port=" << ep.port
-                  << " db=" << ep.db << " unix=" << ep.unix_path;
+    ADD_FAILURE() << "accepted " << url << " as host=" << ep.host << " port=" << ep.port << " db=" << ep.db
+                  << " unix=" << ep.unix_path;
   } catch (const streamq::ConfigError& e) {
     return e.what();
   }
@@ -164,32 +164,21 @@ TEST_P(UrlRefused, ThrowsConfigErrorNamingTheField) {
 
 INSTANTIATE_TEST_SUITE_P(
     Mistakes, UrlRefused,
-    ::testing::Values(BadUrl{"http://localhost:6379", "scheme"},
-                      BadUrl{"localhost:6379", "scheme"},
-                      BadUrl{"", "scheme"},
-                      BadUrl{"rediss://localhost:6380", "TLS"},
-                      BadUrl{"redis://", "host"},
-                      BadUrl{"redis://:6379", "host"},
-                      BadUrl{"redis://user:pw@:6379/0", "host"},
-                      BadUrl{"redis://localhost:0", "port"},
-                      BadUrl{"redis://localhost:70000", "port"},
-                      BadUrl{"redis://localhost:abc", "port"},
-                      BadUrl{"redis://localhost:", "port"},
-                      BadUrl{"redis://localhost:-1", "port"},
-                      BadUrl{"redis://[::1]:0", "port"},
-                      BadUrl{"redis://[::1", "IPv6"},
-                      BadUrl{"redis://localhost/abc", "db"},
-                      BadUrl{"redis://localhost/-1", "db"},
-                      BadUrl{"redis://localhost/1x", "db"},
-                      BadUrl{"unix:///tmp/r.sock?db=x", "db"},
+    ::testing::Values(BadUrl{"http://localhost:6379", "scheme"}, BadUrl{"localhost:6379", "scheme"},
+                      BadUrl{"", "scheme"}, BadUrl{"rediss://localhost:6380", "TLS"},
+                      BadUrl{"redis://", "host"}, BadUrl{"redis://:6379", "host"},
+                      BadUrl{"redis://user:pw@:6379/0", "host"}, BadUrl{"redis://localhost:0", "port"},
+                      BadUrl{"redis://localhost:70000", "port"}, BadUrl{"redis://localhost:abc", "port"},
+                      BadUrl{"redis://localhost:", "port"}, BadUrl{"redis://localhost:-1", "port"},
+                      BadUrl{"redis://[::1]:0", "port"}, BadUrl{"redis://[::1", "IPv6"},
+                      BadUrl{"redis://localhost/abc", "db"}, BadUrl{"redis://localhost/-1", "db"},
+                      BadUrl{"redis://localhost/1x", "db"}, BadUrl{"unix:///tmp/r.sock?db=x", "db"},
                       BadUrl{"redis://user:p%zzss@localhost", "percent"},
                       BadUrl{"redis://user:pass%4@localhost", "percent"},
                       BadUrl{"redis://user:pass%@localhost", "percent"},
-                      BadUrl{"unix://tmp/r.sock", "absolute"},
-                      BadUrl{"unix://", "absolute"},
+                      BadUrl{"unix://tmp/r.sock", "absolute"}, BadUrl{"unix://", "absolute"},
                       BadUrl{"unix:///tmp/r.sock?timeout=5", "timeout"},
-                      BadUrl{"redis://localhost?foo=bar", "foo"},
-                      BadUrl{"unix:///tmp/r.sock?db", "="}));
+                      BadUrl{"redis://localhost?foo=bar", "foo"}, BadUrl{"unix:///tmp/r.sock?db", "="}));
 
 TEST(Url, RefusalIsAStreamqError) {
   // Callers that catch the root type see URL mistakes too.
@@ -206,8 +195,6 @@ TEST(Url, RefusalsNeverShowThePassword) {
   EXPECT_EQ(unix_url.find("hunter2"), std::string::npos) << unix_url;
 }
 
-TEST(Url, DescribeBracketsIpv6) {
-  EXPECT_EQ(parse_url("redis://[::1]:6380").describe(), "[::1]:6380");
-}
+TEST(Url, DescribeBracketsIpv6) { EXPECT_EQ(parse_url("redis://[::1]:6380").describe(), "[::1]:6380"); }
 
 }  // namespace
