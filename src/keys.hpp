@@ -6,13 +6,18 @@
 #include <string>
 #include <string_view>
 
+#include "streamq/options.hpp"
+
 namespace streamq::detail {
 
 struct QueueKeys {
-  std::string stream;   // the task stream itself
-  std::string dlq;      // dead-letter stream
-  std::string delayed;  // sorted set of delayed tasks (score = due time)
-  std::string orphans;  // hash: entry id -> its provisional dead-letter record (body deleted while held)
+  std::string stream;     // the task stream itself: normal priority, as the seed uses it
+  std::string dlq;        // dead-letter stream
+  std::string delayed;    // sorted set of delayed tasks (score = due time in ms, member = the task)
+  std::string orphans;    // hash: entry id -> its provisional dead-letter record (body deleted while held)
+  std::string high;       // the high-priority sibling stream
+  std::string low;        // the low-priority sibling stream
+  std::string forwarder;  // the forwarder lease: which consumer polls the delayed set often
 };
 
 /// The refusal mark of one multi-chunk enqueue_batch (see the enqueue script): `token` is
@@ -21,9 +26,25 @@ inline std::string batch_refused_key(std::string_view stream, std::string_view t
   return std::string(stream) + ":batch:" + std::string(token) + ":refused";
 }
 
+/// The uniqueness lock of `key` (EnqueueOptions::unique_for): holds the task id.
+inline std::string unique_lock_key(std::string_view stream, std::string_view key) {
+  return std::string(stream) + ":unique:" + std::string(key);
+}
+
 inline QueueKeys queue_keys(std::string_view stream) {
   const std::string s(stream);
-  return QueueKeys{s, s + ":dlq", s + ":delayed", s + ":orphans"};
+  return QueueKeys{
+      s, s + ":dlq", s + ":delayed", s + ":orphans", s + ":p:high", s + ":p:low", s + ":forwarder"};
+}
+
+/// The stream of a priority level.
+inline const std::string& priority_stream(const QueueKeys& keys, Priority p) {
+  switch (p) {
+    case Priority::high: return keys.high;
+    case Priority::low: return keys.low;
+    case Priority::normal: break;
+  }
+  return keys.stream;
 }
 
 }  // namespace streamq::detail

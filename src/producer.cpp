@@ -2,6 +2,7 @@
 #include "streamq/producer.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "codec.hpp"
 #include "connection.hpp"
@@ -53,21 +54,67 @@ IndexRanges index_ranges(const std::vector<std::string>& ids, bool written) {
 
 /// "queue full: wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote
 /// nothing after the first refused one: <the server's message>".
-std::string partial_batch_message(const std::vector<std::string>& ids, const std::string& server_message) {
+std::string partial_batch_message(std::string_view what, const std::vector<std::string>& ids,
+                                  const std::string& server_message) {
   const IndexRanges w = index_ranges(ids, true);
   const IndexRanges r = index_ranges(ids, false);
   auto described = [](const IndexRanges& x) {
     if (x.count == 0) return std::string("0");
     return std::to_string(x.count) + (x.count == 1 ? " (index " : " (indices ") + x.text + ")";
   };
-  std::string m =
-      "queue full: wrote " + std::to_string(w.count) + " of " + std::to_string(ids.size()) + " tasks";
+  std::string m = std::string(what) + ": wrote " + std::to_string(w.count) + " of " +
+                  std::to_string(ids.size()) + " tasks";
   if (w.count > 0) m += described(w).substr(std::to_string(w.count).size());
   m += "; refused " + described(r);
   const bool prefix = std::all_of(ids.begin() + static_cast<std::ptrdiff_t>(w.count), ids.end(),
                                   [](const std::string& id) { return id.empty(); });
   if (prefix && w.count > 0) m += " and wrote nothing after the first refused one";
   return m + ": " + server_message;
+}
+
+/// A checked task and how the enqueue script is to write it.
+struct Prepared {
+  detail::NewTask task;
+  std::int64_t dest = 1;      // KEYS index of its stream in the enqueue script: 1 normal, 2 high, 3 low
+  std::int64_t at_ms = 0;     // run_at, ms since the epoch (0 = none)
+  std::int64_t delay_ms = 0;  // delay (0 = none)
+  std::string nonce;          // keeps equal delayed tasks apart in the delayed set
+  std::string lock_key;       // its uniqueness lock, or empty
+  std::int64_t lock_ms = 0;
+};
+
+/// A DUPLICATE refusal of the enqueue script: "DUPLICATE <index> <id length> <id> holds <key>".
+struct Duplicate {
+  std::size_t index = 0;  // in the script call
+  std::string holder;
+  std::string key;
+};
+
+std::optional<Duplicate> parse_duplicate(const detail::Reply& r) {
+  if (!r.view().is_error()) return std::nullopt;
+  std::string_view e = r.view().error();
+  if (!e.starts_with("DUPLICATE ")) return std::nullopt;
+  e.remove_prefix(10);
+  Duplicate d;
+  const auto sp = e.find(' ');
+  const auto index = detail::parse_count(e.substr(0, sp));
+  if (sp == std::string_view::npos || !index) return std::nullopt;
+  e.remove_prefix(sp + 1);
+  const auto sp2 = e.find(' ');
+  const auto length = detail::parse_count(e.substr(0, sp2));
+  if (sp2 == std::string_view::npos || !length || sp2 + 1 + static_cast<std::size_t>(*length) > e.size()) {
+    return std::nullopt;
+  }
+  d.index = static_cast<std::size_t>(*index);
+  d.holder = std::string(e.substr(sp2 + 1, static_cast<std::size_t>(*length)));
+  const std::string_view rest = e.substr(sp2 + 1 + static_cast<std::size_t>(*length));
+  d.key = std::string(rest.starts_with(" holds ") ? rest.substr(7) : rest);
+  return d;
+}
+
+std::string duplicate_message(const Duplicate& d) {
+  return "duplicate task: unique lock " + d.key + " is held by task " + d.holder +
+         " (enqueued within its unique_for window and not finished)";
 }
 
 }  // namespace
@@ -77,11 +124,12 @@ struct Producer::Impl {
       : options(validated(std::move(o))),
         conn(detail::make_connection_config(options.connection, "producer")),
         scripts(conn),
+        keys(detail::queue_keys(options.stream)),
         max_len_text(std::to_string(options.max_len)) {}
 
   /// Checks one task and its per-call options; throws before anything is sent.
-  detail::NewTask prepare(std::string_view type, std::string_view payload, const EnqueueOptions& eo,
-                          std::string& id_storage, std::string_view created_at) const {
+  Prepared prepare(std::string_view type, std::string_view payload, const EnqueueOptions& eo,
+                   std::string& id_storage, std::string_view created_at) const {
     if (type.empty()) throw ConfigError("task_type must not be empty");
     if (eo.max_retries && *eo.max_retries < 0) throw ConfigError("max_retries must be >= 0");
     for (const auto& [name, value] : eo.extra_fields) {
@@ -89,14 +137,39 @@ struct Producer::Impl {
         throw ConfigError("extra field name \"" + name + "\" is empty or reserved");
       }
     }
+    if (eo.delay.count() < 0) throw ConfigError("delay must be >= 0");
+    if (eo.delay.count() > 0 && eo.run_at) throw ConfigError("delay and run_at: set one of them, not both");
+    if (eo.unique_for.count() < 0) throw ConfigError("unique_for must be >= 0");
+    if (!eo.unique_key.empty() && eo.unique_for.count() == 0) {
+      throw ConfigError("unique_key needs unique_for > 0");
+    }
+    if (eo.priority != Priority::high && eo.priority != Priority::normal && eo.priority != Priority::low) {
+      throw ConfigError("priority must be Priority::high, Priority::normal or Priority::low");
+    }
     if (auto problem =
             detail::payload_problem(payload, options.max_payload_bytes, options.max_payload_depth)) {
       throw PayloadError(*problem);
     }
     id_storage = eo.task_id.empty() ? detail::new_uuid_v4() : eo.task_id;
-    return detail::NewTask{
+    Prepared p;
+    p.task = detail::NewTask{
         id_storage,      type, payload, created_at, eo.max_retries.value_or(options.default_max_retries),
         &eo.extra_fields};
+    p.dest = eo.priority == Priority::high ? 2 : eo.priority == Priority::low ? 3 : 1;
+    if (eo.run_at) {
+      // 1 ms after the epoch stands for any time already past: "due now" (0 means no due time).
+      p.at_ms = std::max<std::int64_t>(
+          1, std::chrono::duration_cast<std::chrono::milliseconds>(eo.run_at->time_since_epoch()).count());
+    }
+    p.delay_ms = eo.delay.count();
+    if (p.at_ms > 0 || p.delay_ms > 0) p.nonce = detail::new_uuid_v4();
+    if (eo.unique_for.count() > 0) {
+      p.task.unique_key =
+          eo.unique_key.empty() ? std::string_view(id_storage) : std::string_view(eo.unique_key);
+      p.lock_key = detail::unique_lock_key(options.stream, p.task.unique_key);
+      p.lock_ms = eo.unique_for.count();
+    }
+    return p;
   }
 
   /// XADD <stream> MAXLEN ~ <max_len> * fields... (the seed's command).
@@ -108,22 +181,39 @@ struct Producer::Impl {
 
   /// One enqueue script call for tasks [first, last); `refusal_mark` (the batch's, see the
   /// enqueue script) is empty for a call that is a whole batch.
-  detail::Argv reject_argv(const std::vector<detail::NewTask>& tasks, std::size_t first, std::size_t last,
+  detail::Argv script_argv(const std::vector<Prepared>& tasks, std::size_t first, std::size_t last,
                            const std::string& refusal_mark = {}) const {
-    detail::Argv argv = scripts.begin(detail::ScriptId::enqueue, refusal_mark.empty() ? 1 : 2);
-    argv.add(options.stream);
-    if (!refusal_mark.empty()) argv.add(refusal_mark);
-    argv.add(max_len_text).add(static_cast<std::int64_t>(last - first));
+    std::size_t locks = 0;
+    for (std::size_t i = first; i < last; ++i) locks += tasks[i].lock_key.empty() ? 0 : 1;
+    const int numkeys = static_cast<int>(4 + locks + (refusal_mark.empty() ? 0 : 1));
+    detail::Argv argv = scripts.begin(detail::ScriptId::enqueue, numkeys);
+    argv.add(keys.stream).add(keys.high).add(keys.low).add(keys.delayed);
     for (std::size_t i = first; i < last; ++i) {
-      argv.add(static_cast<std::int64_t>(detail::new_task_string_count(tasks[i])));
-      detail::append_new_task(argv, tasks[i]);
+      if (!tasks[i].lock_key.empty()) argv.add(tasks[i].lock_key);
+    }
+    if (!refusal_mark.empty()) argv.add(refusal_mark);
+    argv.add(options.overflow == Overflow::reject ? "reject" : "trim").add(max_len_text);
+    argv.add(refusal_mark.empty() ? "0" : "1").add(static_cast<std::int64_t>(last - first));
+    std::int64_t lock_index = 4;
+    for (std::size_t i = first; i < last; ++i) {
+      const Prepared& t = tasks[i];
+      argv.add(t.dest).add(t.at_ms).add(t.delay_ms);
+      argv.add(t.lock_key.empty() ? 0 : ++lock_index).add(t.lock_ms).add(t.nonce);
+      argv.add(static_cast<std::int64_t>(detail::new_task_string_count(t.task)));
+      detail::append_new_task(argv, t.task);
     }
     return argv;
+  }
+
+  /// Whether a task needs the enqueue script even with Overflow::trim_oldest.
+  static bool needs_script(const Prepared& t) {
+    return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty();
   }
 
   ProducerOptions options;
   detail::Connection conn;
   detail::ScriptRunner scripts;
+  detail::QueueKeys keys;
   std::string max_len_text;
 };
 
@@ -139,17 +229,17 @@ std::string Producer::enqueue(std::string_view task_type, std::string_view paylo
   Impl& im = *impl_;
   std::string id;
   const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
-  const detail::NewTask task = im.prepare(task_type, payload_json, options, id, created_at);
+  std::vector<Prepared> one{im.prepare(task_type, payload_json, options, id, created_at)};
   im.conn.connect_with_backoff();
   detail::Reply reply;
-  if (im.options.overflow == Overflow::trim_oldest) {
-    reply = im.conn.command(im.trim_argv(task));
+  if (im.options.overflow == Overflow::trim_oldest && !Impl::needs_script(one[0])) {
+    reply = im.conn.command(im.trim_argv(one[0].task));
   } else {
-    std::vector<detail::NewTask> one{task};
-    detail::Argv argv = im.reject_argv(one, 0, 1);
+    detail::Argv argv = im.script_argv(one, 0, 1);
     reply = im.scripts.call(detail::ScriptId::enqueue, argv);
   }
   if (is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
+  if (auto d = parse_duplicate(reply)) throw DuplicateTaskError(duplicate_message(*d), d->holder);
   reply.view().check();
   return id;
 }
@@ -157,20 +247,22 @@ std::string Producer::enqueue(std::string_view task_type, std::string_view paylo
 std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& tasks) {
   Impl& im = *impl_;
   std::vector<std::string> ids(tasks.size());
-  std::vector<detail::NewTask> prepared;
+  std::vector<Prepared> prepared;
   prepared.reserve(tasks.size());
   const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
+  bool scripted = im.options.overflow == Overflow::reject;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     prepared.push_back(
         im.prepare(tasks[i].task_type, tasks[i].payload.text(), tasks[i].options, ids[i], created_at));
+    scripted = scripted || Impl::needs_script(prepared.back());
   }
   if (tasks.empty()) return ids;
   im.conn.connect_with_backoff();
 
-  if (im.options.overflow == Overflow::trim_oldest) {
+  if (!scripted) {
     std::vector<detail::Argv> argvs;
     argvs.reserve(prepared.size());
-    for (const auto& t : prepared) argvs.push_back(im.trim_argv(t));
+    for (const auto& t : prepared) argvs.push_back(im.trim_argv(t.task));
     const std::vector<detail::Reply> replies = im.conn.pipeline(argvs);
     for (const auto& r : replies) r.view().check();
     return ids;
@@ -185,24 +277,38 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
   std::vector<detail::Argv> argvs;
   std::vector<detail::ScriptId> script_ids;
   for (std::size_t first = 0; first < prepared.size(); first += kChunk) {
-    argvs.push_back(im.reject_argv(prepared, first, std::min(prepared.size(), first + kChunk), mark));
+    argvs.push_back(im.script_argv(prepared, first, std::min(prepared.size(), first + kChunk), mark));
     script_ids.push_back(detail::ScriptId::enqueue);
     im.conn.append(argvs.back());
     im.conn.flush();
   }
   const std::vector<detail::Reply> replies = im.scripts.collect(script_ids, argvs);
   std::string server_message;
+  std::optional<Duplicate> duplicate;
+  std::size_t duplicate_index = 0;
   for (std::size_t c = 0; c < replies.size(); ++c) {
-    const bool refused = is_queue_full(replies[c]);
-    if (refused && server_message.empty()) server_message = std::string(replies[c].view().error());
-    if (!refused && replies[c].view().check().integer() > 0) continue;  // written
+    const bool full = is_queue_full(replies[c]);
+    auto dup = full ? std::nullopt : parse_duplicate(replies[c]);
+    if ((full || dup) && server_message.empty()) {
+      server_message = full ? std::string(replies[c].view().error()) : duplicate_message(*dup);
+      if (dup) {
+        duplicate = std::move(dup);
+        duplicate_index = c * kChunk + duplicate->index;
+      }
+    }
+    if (!full && !dup && replies[c].view().check().integer() > 0) continue;  // written
     const std::size_t first = c * kChunk;
     const std::size_t last = std::min(ids.size(), first + kChunk);
     std::fill(ids.begin() + static_cast<std::ptrdiff_t>(first),
               ids.begin() + static_cast<std::ptrdiff_t>(last), std::string());
   }
+  if (duplicate) {
+    std::string message = partial_batch_message("duplicate task", ids, server_message);  // before the move
+    throw DuplicateTaskError(message, duplicate->holder, duplicate_index, std::move(ids));
+  }
   if (!server_message.empty()) {
-    std::string message = partial_batch_message(ids, server_message);  // before ids is moved from
+    std::string message =
+        partial_batch_message("queue full", ids, server_message);  // before ids is moved from
     throw QueueFullError(message, std::move(ids));
   }
   return ids;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -53,14 +54,13 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
-/// The queue's unfinished backlog reached ProducerOptions::max_len and the overflow policy
-/// is Overflow::reject. Nothing of a refused task was written.
+/// Base of the refusals of an enqueue: nothing of a refused task was written.
 /// From enqueue_batch, batch_ids() has one slot per task of the batch, in order: the id of
 /// each task that was written, an empty string for each refused one. The written tasks are
 /// always the first accepted() of the batch, and what() says which indices were refused.
-class QueueFullError : public Error {
+class EnqueueRefusedError : public Error {
  public:
-  explicit QueueFullError(const std::string& what, std::vector<std::string> batch_ids = {})
+  explicit EnqueueRefusedError(const std::string& what, std::vector<std::string> batch_ids = {})
       : Error(what), batch_ids_(std::move(batch_ids)) {}
   /// Per-task ids of the batch (empty strings for refused tasks); empty for a single enqueue.
   const std::vector<std::string>& batch_ids() const noexcept { return batch_ids_; }
@@ -75,6 +75,33 @@ class QueueFullError : public Error {
   std::vector<std::string> batch_ids_;
 };
 
+/// The queue's unfinished backlog (the task streams of every priority plus the delayed set)
+/// reached ProducerOptions::max_len and the overflow policy is Overflow::reject.
+class QueueFullError : public EnqueueRefusedError {
+ public:
+  using EnqueueRefusedError::EnqueueRefusedError;
+};
+
+/// A task with EnqueueOptions::unique_for was refused: a task with the same unique key was
+/// enqueued within its window and has not finished (or been dead-lettered) yet.
+/// existing_task_id() is the task id holding the key; from enqueue_batch, index() is the
+/// refused task's index in the batch (0 for a single enqueue), and batch_ids() is as for
+/// QueueFullError.
+class DuplicateTaskError : public EnqueueRefusedError {
+ public:
+  DuplicateTaskError(const std::string& what, std::string existing_task_id, std::size_t index = 0,
+                     std::vector<std::string> batch_ids = {})
+      : EnqueueRefusedError(what, std::move(batch_ids)),
+        existing_task_id_(std::move(existing_task_id)),
+        index_(index) {}
+  const std::string& existing_task_id() const noexcept { return existing_task_id_; }
+  std::size_t index() const noexcept { return index_; }
+
+ private:
+  std::string existing_task_id_;
+  std::size_t index_ = 0;
+};
+
 /// A payload was refused before anything was sent: larger than the size cap, not JSON, or
 /// nested deeper than the depth cap.
 class PayloadError : public Error {
@@ -87,6 +114,24 @@ class PayloadError : public Error {
 class PermanentError : public Error {
  public:
   using Error::Error;
+};
+
+/// Thrown by a handler to have the task retried after `delay` rather than after the backoff
+/// the consumer would choose (for a server's Retry-After, a rate limit, a lock held
+/// elsewhere). It counts as an attempt: a task with no retries left is dead-lettered
+/// (reason retries_exhausted) with this message as its error. A negative delay counts as 0.
+///
+/// @code
+///   if (response.status == 429) throw streamq::RetryAfter(std::chrono::seconds(30), "rate limited");
+/// @endcode
+class RetryAfter : public Error {
+ public:
+  RetryAfter(std::chrono::milliseconds delay, const std::string& what)
+      : Error(what), delay_(delay < std::chrono::milliseconds(0) ? std::chrono::milliseconds(0) : delay) {}
+  std::chrono::milliseconds delay() const noexcept { return delay_; }
+
+ private:
+  std::chrono::milliseconds delay_;
 };
 
 /// A task's payload does not convert to the type its handler takes (Consumer::on<T>: the

@@ -31,6 +31,16 @@ struct ConnectionOptions {
   std::chrono::milliseconds backoff_max{0};
 };
 
+/// A task's priority. Normal tasks live in the queue's stream itself (`<stream>`, as the
+/// seed's code reads and writes it); high and low ones in sibling streams `<stream>:p:high`
+/// and `<stream>:p:low`, which share the stream's hash tag. Consumers serve high before
+/// normal before low (see ConsumerOptions::priority_weights).
+enum class Priority {
+  high,
+  normal,
+  low,
+};
+
 /// What a Producer does when the queue is full.
 enum class Overflow {
   /// Refuse the task with QueueFullError when the stream holds max_len or more unfinished

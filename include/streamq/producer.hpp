@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -17,15 +18,35 @@
 
 namespace streamq {
 
-/// Per-task options for Producer::enqueue.
+/// Per-task options for Producer::enqueue and enqueue_batch.
 struct EnqueueOptions {
-  /// Caller-given task id (an idempotency key you can retry with); empty = a new UUID v4.
+  /// Caller-given task id; empty = a new UUID v4. An id is not checked for uniqueness: a
+  /// retried enqueue with the same id adds a second task unless unique_for is set (the task id
+  /// is then the default unique key).
   std::string task_id{};
   /// Retries allowed after the first attempt; unset = ProducerOptions::default_max_retries.
   std::optional<int> max_retries{};
   /// Extra fields written after the standard ones and carried through retries and the
-  /// dead-letter stream (for example "priority"). Names must not collide with wire fields.
+  /// dead-letter stream. Names must not collide with wire fields.
   std::vector<std::pair<std::string, std::string>> extra_fields{};
+  /// Run no earlier than this long from now, by the Redis server's clock (so producers and
+  /// workers with skewed clocks agree). The task waits in `<stream>:delayed` (a sorted set
+  /// by due time that keeps the whole task) until a consumer's forwarder moves it to its
+  /// stream. Must be >= 0; 0 = now. Not together with run_at.
+  std::chrono::milliseconds delay{0};
+  /// Run no earlier than this time (as the delayed set stores it: ms since the Unix epoch,
+  /// compared with the Redis server's clock). A time already past runs now.
+  std::optional<std::chrono::system_clock::time_point> run_at{};
+  /// Which stream the task goes to (see Priority). A retry keeps it.
+  Priority priority = Priority::normal;
+  /// > 0: refuse the task with DuplicateTaskError while another task with the same unique
+  /// key was enqueued within this window and has not finished. The lock,
+  /// `<stream>:unique:<key>` holding the task id, is checked and written in the enqueue's own
+  /// script, released when the task succeeds or is dead-lettered, and expires on its own
+  /// after unique_for. 0 = no uniqueness.
+  std::chrono::milliseconds unique_for{0};
+  /// The unique key; empty = the task id. Only with unique_for.
+  std::string unique_key{};
 };
 
 namespace detail {
@@ -136,12 +157,14 @@ class Producer {
 
   /// Enqueues one task and returns its task id. `payload_json` is JSON text, stored as given
   /// (a string literal, std::string or std::string_view always lands here, never in the
-  /// overloads below). One round trip: EVALSHA of the reject script (Overflow::reject) or
+  /// overloads below). One round trip: EVALSHA of the enqueue script (Overflow::reject, or
+  /// a task with a delay, a priority or a unique key), else the seed's
   /// `XADD <stream> MAXLEN ~ <max_len> * ...` (Overflow::trim_oldest).
   /// @throws PayloadError (too large, not JSON, too deep; nothing sent), QueueFullError,
-  ///   ConfigError (bad task type, id or extra field), ReplyError (e.g. WRONGTYPE, OOM,
-  ///   NOPERM), ConnectionError / TimeoutError (the outcome is unknown: retry with the
-  ///   same task id).
+  ///   DuplicateTaskError (unique_for), ConfigError (bad task type, id, extra field, delay or
+  ///   unique key), ReplyError (e.g. WRONGTYPE, OOM, NOPERM), ConnectionError / TimeoutError
+  ///   (the outcome is unknown: retry with the same task id, and unique_for if a second copy
+  ///   must not be added).
   std::string enqueue(std::string_view task_type, std::string_view payload_json,
                       const EnqueueOptions& options = {});
 
@@ -177,6 +200,8 @@ class Producer {
   /// written and which indices were refused, e.g. "queue full: wrote 64 of 150 tasks
   /// (indices 0-63); refused 86 (indices 64-149) and wrote nothing after the first refused
   /// one: QUEUEFULL ...". Re-send `tasks` from index accepted() on once there is room.
+  /// A chunk holding a task whose unique key is taken (DuplicateTaskError, with index() the
+  /// first such task) is refused the same way, and so is every chunk after it.
   /// A batch of more than 64 tasks keeps a short-lived refusal mark,
   /// `<stream>:batch:<uuid>:refused` (SET/EXISTS/PEXPIRE, expires after a minute), so the
   /// pipelined chunks behind a refused one know to write nothing.

@@ -26,6 +26,9 @@ inline constexpr std::string_view created_at = "created_at";
 inline constexpr std::string_view max_retries = "max_retries";
 inline constexpr std::string_view retry_count = "retry_count";
 inline constexpr std::string_view last_error = "last_error";
+/// The unique key of a task enqueued with EnqueueOptions::unique_for (its lock is
+/// `<stream>:unique:<unique_key>`), so the consumer can release it.
+inline constexpr std::string_view unique_key = "unique_key";
 // Added to dead-lettered entries.
 inline constexpr std::string_view error = "error";
 inline constexpr std::string_view failed_at = "failed_at";

@@ -1,33 +1,89 @@
--- enqueue: add a batch of tasks unless the backlog would exceed max_len.
--- KEYS[1] = stream, KEYS[2] (optional) = the batch's refusal mark (batch_refused_key() in
---           keys.hpp), passed by enqueue_batch when it sends more than one chunk
--- ARGV[1] = max_len, ARGV[2] = n (tasks), then per task: m (the number of field and value
---           strings) followed by the m strings.
--- Returns n, or the error "QUEUEFULL ..." with nothing written, or 0 with nothing written
--- when an earlier chunk of the same batch was refused. Callers know their tasks by task_id,
--- so the entry ids are not sent back (building that reply costs Redis ~10%).
--- One script: the length check and the writes must not interleave with other producers'.
--- streamq deletes finished entries, so XLEN is the unfinished backlog; adding only while it
--- stays <= max_len means no XADD here ever needs MAXLEN, so no unread task is ever trimmed.
+-- enqueue: add a batch of tasks (immediate or delayed, any priority, unique or not) unless
+-- the backlog would exceed max_len.
+-- KEYS[1] = stream (normal priority), KEYS[2] = high stream, KEYS[3] = low stream,
+-- KEYS[4] = delayed set, then the unique locks the tasks name (unique_lock_key() in
+-- keys.hpp), then, when ARGV[3] is 1, the batch's refusal mark (batch_refused_key()),
+-- passed by enqueue_batch when it sends more than one chunk.
+-- ARGV[1] = 'reject' (the backlog gate: Overflow::reject) or 'trim' (no gate; immediate
+--           entries are added with MAXLEN ~ max_len, as the seed does), ARGV[2] = max_len,
+-- ARGV[3] = 1 when the last key is the refusal mark, else 0, ARGV[4] = n (tasks), then per
+--           task: dest (1-3: the KEYS index of its stream), at (absolute due time in ms, 0 =
+--           none), delay (ms from the server's now, 0 = none), lock (KEYS index of its
+--           unique lock, 0 = none), lock_ms (the lock's lifetime), nonce (for a delayed
+--           member), m (the number of field and value strings), then the m strings.
+-- Returns n, or an error with nothing written: "QUEUEFULL ..." or
+-- "DUPLICATE <index in this call> <length of the id> <task id holding the lock> ...", or 0
+-- with nothing written when an earlier chunk of the same batch was refused. Callers know
+-- their tasks by task_id, so entry ids are not sent back (building that reply costs ~10%).
+-- One script: the checks and the writes must not interleave with other producers'.
+-- The backlog is every priority's stream plus the delayed set (streamq deletes finished
+-- entries, so XLEN is the unfinished backlog): adding only while it stays <= max_len means
+-- no XADD here needs MAXLEN, so no unread task is ever trimmed.
+-- A task due by the server's clock (no delay, or a due time already past) goes straight to
+-- its stream; a later one to the delayed set, whole (lib/delayed.lua), for the forwarder.
 -- The chunks of one batch are pipelined: a refused chunk sets the mark, so the chunks behind
 -- it write nothing even if room appears (a smaller last chunk, a consumer's XDEL), and what
 -- a batch wrote is always a prefix of it. The mark expires a minute after its last use.
-local max_len = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
-if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('PEXPIRE', KEYS[2], 60000)
+-- @include lib/delayed.lua
+local gate = ARGV[1] == 'reject'
+local max_len = tonumber(ARGV[2])
+local mark = nil
+if ARGV[3] == '1' then mark = KEYS[#KEYS] end
+local n = tonumber(ARGV[4])
+if mark and redis.call('EXISTS', mark) == 1 then
+  redis.call('PEXPIRE', mark, 60000)
   return 0
 end
-local len = redis.call('XLEN', KEYS[1])
-if len + n > max_len then
-  if KEYS[2] then redis.call('SET', KEYS[2], '1', 'PX', 60000) end
-  return redis.error_reply('QUEUEFULL ' .. KEYS[1] .. ' holds ' .. len ..
-    ' unfinished tasks; adding ' .. n .. ' would exceed max_len ' .. max_len)
+local function refuse(message)
+  if mark then redis.call('SET', mark, '1', 'PX', 60000) end
+  return redis.error_reply(message)
 end
-local i = 3
-for t = 1, n do
-  local m = tonumber(ARGV[i])
-  redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 1, i + m))
-  i = i + m + 1
+if gate then
+  local len = redis.call('XLEN', KEYS[1]) + redis.call('XLEN', KEYS[2]) + redis.call('XLEN', KEYS[3]) +
+              redis.call('ZCARD', KEYS[4])
+  if len + n > max_len then
+    return refuse('QUEUEFULL ' .. KEYS[1] .. ' holds ' .. len .. ' unfinished tasks; adding ' .. n ..
+                  ' would exceed max_len ' .. max_len)
+  end
+end
+-- Each task's header: dest, at, delay, lock, lock_ms, nonce, m; its strings follow.
+-- Every lock is checked before anything is written, so a refused call writes nothing; the
+-- task id is a task's second string (append_new_task writes task_id first).
+if #KEYS > (mark and 5 or 4) then
+  local taken, i = {}, 5
+  for t = 1, n do
+    local lock = tonumber(ARGV[i + 3])
+    if lock > 0 then
+      local key = KEYS[lock]
+      local holder = taken[key] or redis.call('GET', key)
+      if holder then
+        return refuse('DUPLICATE ' .. (t - 1) .. ' ' .. #holder .. ' ' .. holder .. ' holds ' .. key)
+      end
+      taken[key] = ARGV[i + 8]
+    end
+    i = i + 7 + tonumber(ARGV[i + 6])
+  end
+end
+local now = nil
+local i = 5
+for _ = 1, n do
+  local dest, at, delay, lock = KEYS[tonumber(ARGV[i])], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
+                                tonumber(ARGV[i + 3])
+  local first, last = i + 7, i + 6 + tonumber(ARGV[i + 6])
+  local due = 0
+  if at > 0 or delay > 0 then
+    now = now or now_ms()
+    due = at > 0 and at or now + delay
+    if due <= now then due = 0 end
+  end
+  if due > 0 then
+    redis.call('ZADD', KEYS[4], due, delayed_member(ARGV[i + 5], dest, ARGV, first, last))
+  elseif gate then
+    redis.call('XADD', dest, '*', unpack(ARGV, first, last))
+  else
+    redis.call('XADD', dest, 'MAXLEN', '~', max_len, '*', unpack(ARGV, first, last))
+  end
+  if lock > 0 then redis.call('SET', KEYS[lock], ARGV[first + 1], 'PX', ARGV[i + 4]) end
+  i = last + 1
 end
 return n

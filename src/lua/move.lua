@@ -1,13 +1,15 @@
 -- move: owner-checked retry or dead-letter of one entry.
--- KEYS[1] = stream, KEYS[2] = destination (the stream itself for a retry copy, or the
---           dead-letter stream)
+-- KEYS[1] = stream, KEYS[2] = destination (the stream itself for a retry copy, the delayed
+--           set for a delayed one, or the dead-letter stream)
 -- ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id, ARGV[4..] = the fate, as
 --           write_fate() in lib/fate.lua takes it.
--- Returns the new entry's id; 0 when the entry is no longer pending (acked or gone); -1 when
--- another consumer owns it (it was reclaimed: that consumer decides its fate).
+-- Returns the new entry's id ('delayed' for a delayed retry); 0 when the entry is no longer
+-- pending (acked or gone); -1 when another consumer owns it (it was reclaimed: that consumer
+-- decides its fate).
 -- One script: XACK alone does not check ownership, and the new entry and the removal of the
 -- old one must happen together, or a crash between them loses the task or runs it twice.
 -- @include lib/owner.lua
+-- @include lib/delayed.lua
 -- @include lib/fate.lua
 local owner = pending_owner(KEYS[1], ARGV[1], ARGV[3])
 if owner == nil then return 0 end

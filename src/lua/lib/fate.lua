@@ -32,13 +32,21 @@ local function dead_letter(dlq, fields, first, max_fields, reason, err, failed_a
 end
 
 -- write_fate(dest, first, original_id, consumer) writes the fate that ARGV[first..] describes
--- and returns the new entry's id:
+-- and returns the new entry's id, or 'delayed':
 --   'retry', then the retry copy's fields: XADD to dest (the stream);
+--   'delay', the delay in ms, a nonce, the stream to go to when due, then the retry copy's
+--   fields: a member of dest (the delayed set) due that long from the server's now (the
+--   script must include lib/delayed.lua before this library);
 --   'dead_letter', reason, error, failed_at, max_fields, then the fields read: a dead-letter
 --   entry in dest (the dead-letter stream), built by dead_letter() above.
 local function write_fate(dest, first, original_id, consumer)
   if ARGV[first] == 'retry' then
     return redis.call('XADD', dest, '*', unpack(ARGV, first + 1))
+  end
+  if ARGV[first] == 'delay' then
+    local due = now_ms() + tonumber(ARGV[first + 1])
+    redis.call('ZADD', dest, due, delayed_member(ARGV[first + 2], ARGV[first + 3], ARGV, first + 4, #ARGV))
+    return 'delayed'
   end
   return dead_letter(dest, ARGV, first + 5, tonumber(ARGV[first + 4]), ARGV[first + 1],
                      ARGV[first + 2], ARGV[first + 3], original_id, consumer)
