@@ -41,6 +41,10 @@ std::string_view script_name(ScriptId id) noexcept;
 /// src/lua/lib/fate.lua): appends 'retry' and the copy's fields, or 'dead_letter', the reason,
 /// error, failed_at, the most fields a dead-letter entry keeps, and the fields read.
 void append_retry(Argv& argv, const Fields& copy);
+/// The same for a copy that waits in the delayed set for `delay` (by the server's clock) and
+/// then goes to `stream`: 'delay', the delay in ms, the member's nonce, the stream, the fields.
+void append_delayed_retry(Argv& argv, Millis delay, std::string nonce, std::string_view stream,
+                          const Fields& copy);
 void append_dead_letter(Argv& argv, std::string_view reason, std::string_view error,
                         std::string_view failed_at, const Fields& fields_read);
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "codec.hpp"
 #include "log.hpp"
 #include "streamq/errors.hpp"
 
@@ -189,7 +190,9 @@ void Completer::flush(std::vector<Completion>& batch) {
       if (moot) continue;
     }
     const bool replace = !fate[i].orphan_id.empty() && c.outcome != Outcome::orphan;
-    const std::string& dest = c.outcome == Outcome::retry ? keys.stream : keys.dlq;
+    const std::string& dest = c.outcome != Outcome::retry ? keys.dlq
+                              : c.delay.count() > 0       ? keys.delayed
+                                                          : keys.stream;
     Argv argv;
     ScriptId id;
     if (c.outcome == Outcome::orphan) {
@@ -208,7 +211,10 @@ void Completer::flush(std::vector<Completion>& batch) {
       argv.add(keys.stream).add(dest).add(group).add(me).add(c.key.id);
       plan.write[i] = Write::move;
     }
-    if (c.outcome == Outcome::retry) {
+    if (c.outcome == Outcome::retry && c.delay.count() > 0) {
+      // Due by the server's clock; it goes back to the stream it came from (its priority).
+      append_delayed_retry(argv, c.delay, new_uuid_v4(), keys.stream, c.fields);
+    } else if (c.outcome == Outcome::retry) {
       append_retry(argv, c.fields);
     } else {
       static const Fields none;
@@ -282,7 +288,10 @@ void Completer::flush(std::vector<Completion>& batch) {
       // (and is counted).
       if (s_.inflight.orphaned(c.key, std::string(v.str()))) Metrics::add(s_.metrics.dead_lettered, 1);
     } else {
-      Metrics::add(c.outcome == Outcome::retry ? s_.metrics.retried : s_.metrics.dead_lettered, 1);
+      Metrics::add(c.outcome != Outcome::retry ? s_.metrics.dead_lettered
+                   : c.attempted               ? s_.metrics.retried
+                                               : s_.metrics.rate_limited,
+                   1);
       finished.push_back(c.key);
     }
   }

@@ -81,6 +81,10 @@ struct Completion {
   std::string_view reason{};             // one of the reason:: values
   std::string error{};
   std::string failed_at{};  // format_timestamp() text
+  // retry: how long the copy waits in the delayed set (0: straight to the stream), and
+  // whether it stands for a failed attempt (false: put back unrun, by a rate limit)
+  std::chrono::milliseconds delay{0};
+  bool attempted = true;
 };
 
 /// An unstarted entry to hand back at shutdown.

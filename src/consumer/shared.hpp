@@ -22,6 +22,12 @@ namespace streamq::detail {
 
 using Handler = std::function<void(const Task&)>;
 
+/// A registered handler and its per-type options (Consumer::on).
+struct Registration {
+  Handler handler;
+  HandlerOptions options{};
+};
+
 struct Shared {
   explicit Shared(ConsumerOptions validated_options)
       : opt(std::move(validated_options)),
@@ -35,7 +41,7 @@ struct Shared {
   /// The streams this consumer reads; an EntryKey's `stream` indexes it. One today.
   const std::vector<QueueKeys> streams;
   const DecodeLimits limits;
-  std::unordered_map<std::string, Handler> handlers;
+  std::unordered_map<std::string, Registration> handlers;
   Handler fallback;
 
   Metrics metrics;

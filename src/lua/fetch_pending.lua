@@ -20,6 +20,7 @@
 -- One script: entries whose body is gone (trimmed or XDELed) and entries already started max
 -- deliveries times (their handler may crash the worker) go to the dead-letter stream here,
 -- atomically with their removal from the PEL, so neither can vanish between two commands.
+-- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/fate.lua
 local stream, dlq, group, me, mode = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]

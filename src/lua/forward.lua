@@ -13,6 +13,7 @@
 -- (someone else's ZADD) is dead-lettered (reason 'malformed') with its bytes, not dropped.
 -- The lease does not make forwarding exclusive: it only tells one consumer to poll often
 -- while the others poll rarely, so idle workers do not all hammer the server.
+-- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/fate.lua
 local now = now_ms()

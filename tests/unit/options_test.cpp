@@ -349,8 +349,19 @@ TEST(Scripts, SharedLuaIsIncludedWhereItIsUsed) {
     EXPECT_NE(streamq::detail::script_source(id).find("local function dead_letter("), std::string::npos)
         << streamq::detail::script_name(id);
   }
+  for (ScriptId id : {ScriptId::enqueue, ScriptId::forward, ScriptId::move}) {
+    EXPECT_NE(streamq::detail::script_source(id).find("local function delayed_member("), std::string::npos)
+        << streamq::detail::script_name(id);
+    EXPECT_NE(streamq::detail::script_source(id).find("local function now_ms("), std::string::npos)
+        << streamq::detail::script_name(id);
+  }
   // Where it is not used, it is not included either.
-  EXPECT_EQ(streamq::detail::script_source(ScriptId::enqueue).find("local function"), std::string::npos);
+  EXPECT_EQ(streamq::detail::script_source(ScriptId::enqueue).find("local function dead_letter("),
+            std::string::npos);
+  EXPECT_EQ(streamq::detail::script_source(ScriptId::enqueue).find("local function pending_owner("),
+            std::string::npos);
+  EXPECT_EQ(streamq::detail::script_source(ScriptId::rate).find("local function delayed_member("),
+            std::string::npos);
 }
 
 TEST(Scripts, TheLuaDeadLetterBuilderSetsTheFieldsTheCodecReserves) {

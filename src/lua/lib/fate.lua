@@ -36,7 +36,7 @@ end
 --   'retry', then the retry copy's fields: XADD to dest (the stream);
 --   'delay', the delay in ms, a nonce, the stream to go to when due, then the retry copy's
 --   fields: a member of dest (the delayed set) due that long from the server's now (the
---   script must include lib/delayed.lua before this library);
+--   script must include lib/clock.lua and lib/delayed.lua before this library);
 --   'dead_letter', reason, error, failed_at, max_fields, then the fields read: a dead-letter
 --   entry in dest (the dead-letter stream), built by dead_letter() above.
 local function write_fate(dest, first, original_id, consumer)
