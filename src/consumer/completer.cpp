@@ -211,8 +211,13 @@ void Completer::flush(std::vector<Completion>& batch) {
     if (c.outcome == Outcome::retry) {
       append_retry(argv, c.fields);
     } else {
+      // A dead letter releases the task's unique lock (lib/fate.lua), except a provisional
+      // record of an entry whose handler runs: its own completion decides (a retry keeps the
+      // lock). The record of one that never started is its fate.
       static const Fields none;
-      append_dead_letter(argv, c.reason, c.error, c.failed_at, c.read ? *c.read : none);
+      const bool provisional = c.outcome == Outcome::orphan && fate[i].running;
+      append_dead_letter(argv, c.reason, c.error, c.failed_at,
+                         provisional ? std::string_view() : s_.opt.stream, c.read ? *c.read : none);
     }
     plan.reply[i] = plan.argvs.size();
     plan.add(std::move(argv), id);
