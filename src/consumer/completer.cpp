@@ -34,7 +34,8 @@ struct Plan {
 std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s,
                                                 std::uint16_t stream,
                                                 const std::vector<std::string_view>& ids,
-                                                const OrphanAcks& orphans) {
+                                                const OrphanAcks& orphans,
+                                                const std::vector<const UniqueLock*>& locks) {
   const QueueKeys& keys = s.keys(stream);
   const std::size_t first = argvs.size();
   argvs.push_back(Argv{"MULTI"});
@@ -55,6 +56,13 @@ std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const 
     for (std::string_view id : orphans.entries) unindex.add(id);
     argvs.push_back(std::move(del));
     argvs.push_back(std::move(unindex));
+  }
+  if (!locks.empty()) {
+    Argv release{"EVAL", script_source(ScriptId::release)};
+    release.add(static_cast<std::int64_t>(locks.size()));
+    for (const UniqueLock* l : locks) release.add(l->key);
+    for (const UniqueLock* l : locks) release.add(l->holder);
+    argvs.push_back(std::move(release));
   }
   argvs.push_back(Argv{"EXEC"});
   return {first, argvs.size() - 1};
@@ -156,6 +164,7 @@ void Completer::flush(std::vector<Completion>& batch) {
   for (std::uint16_t stream = 0; stream < s_.stream_count(); ++stream) {
     std::vector<std::string_view> ids;
     OrphanAcks orphans;
+    std::vector<const UniqueLock*> locks;
     std::vector<std::size_t> members;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (batch[i].outcome != Outcome::ack || batch[i].key.stream != stream) continue;
@@ -165,10 +174,11 @@ void Completer::flush(std::vector<Completion>& batch) {
         orphans.records.push_back(fate[i].orphan_id);
         orphans.entries.push_back(batch[i].key.id);
       }
+      if (!batch[i].unique.key.empty()) locks.push_back(&batch[i].unique);
       members.push_back(i);
     }
     if (members.empty()) continue;
-    const auto block = append_acks(plan.argvs, s_, stream, ids, orphans);
+    const auto block = append_acks(plan.argvs, s_, stream, ids, orphans, locks);
     plan.ids.resize(plan.argvs.size(), not_a_script);
     plan.multis.push_back(block);
     for (std::size_t i : members) {
@@ -217,8 +227,13 @@ void Completer::flush(std::vector<Completion>& batch) {
     } else if (c.outcome == Outcome::retry) {
       append_retry(argv, c.fields);
     } else {
+      // A dead letter releases the task's unique lock (lib/fate.lua), except a provisional
+      // record of an entry whose handler runs: its own completion decides (a retry keeps the
+      // lock). The record of one that never started is its fate.
       static const Fields none;
-      append_dead_letter(argv, c.reason, c.error, c.failed_at, c.read ? *c.read : none);
+      const bool provisional = c.outcome == Outcome::orphan && fate[i].running;
+      append_dead_letter(argv, c.reason, c.error, c.failed_at,
+                         provisional ? std::string_view() : s_.opt.stream, c.read ? *c.read : none);
     }
     plan.reply[i] = plan.argvs.size();
     plan.add(std::move(argv), id);

@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "codec.hpp"
+#include "keys.hpp"
 #include "lease_keeper.hpp"
 #include "log.hpp"
 #include "retry_policy.hpp"
@@ -171,7 +172,13 @@ Completion execute(const Shared& s, const Work& w, std::unique_ptr<Channel>& cha
   }
   const Decision d = decide(attempt);
   switch (d.verdict) {
-    case Verdict::ack: return Completion{w.key, Outcome::ack, {}};
+    case Verdict::ack: {
+      Completion done{w.key, Outcome::ack, {}};
+      if (const auto unique = task.field(field::unique_key); unique && !unique->empty()) {
+        done.unique = UniqueLock{unique_lock_key(s.opt.stream, *unique), task.id()};
+      }
+      return done;
+    }
     case Verdict::retry:
       if (log_enabled(LogLevel::debug)) {
         log(LogLevel::debug, "task " + task.id() + " (" + task.type() + ") failed, retry " +

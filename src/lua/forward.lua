@@ -28,7 +28,7 @@ for _, member in ipairs(due) do
     redis.call('XADD', dest, '*', unpack(parts, 4))
   else
     dead_letter(KEYS[2], {'member', member}, 1, tonumber(ARGV[5]), 'malformed',
-                'a member of ' .. KEYS[1] .. ' that is not a streamq task', ARGV[4], '', ARGV[2])
+                'a member of ' .. KEYS[1] .. ' that is not a streamq task', ARGV[4], '', ARGV[2], KEYS[4])
   end
   redis.call('ZREM', KEYS[1], member)
 end

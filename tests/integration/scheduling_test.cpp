@@ -153,9 +153,10 @@ TEST_F(SchedulingTest, DelayedTasksRunOnceNeverEarlyAndSoonAfterTheirDueTime) {
   EXPECT_GE(lateness.front(), 0) << "a task ran before its due time";
   const std::int64_t p50 = lateness[lateness.size() / 2];
   const std::int64_t p99 = lateness[lateness.size() * 99 / 100];
-  std::printf("[ lateness ] %d delayed tasks, forward_interval 50 ms: p50 %lld ms, p99 %lld ms, max %lld ms\n",
-              kTasks, static_cast<long long>(p50), static_cast<long long>(p99),
-              static_cast<long long>(lateness.back()));
+  std::printf(
+      "[ lateness ] %d delayed tasks, forward_interval 50 ms: p50 %lld ms, p99 %lld ms, max %lld ms\n",
+      kTasks, static_cast<long long>(p50), static_cast<long long>(p99),
+      static_cast<long long>(lateness.back()));
   EXPECT_EQ(zcard(), 0);
   EXPECT_EQ(xlen(dlq), 0);
 }
@@ -167,7 +168,8 @@ TEST_F(SchedulingTest, ManyForwardersMoveEachTaskOnce) {
   Producer p = producer();
   const auto at = SystemClock::now() + 1500ms;
   std::vector<TaskSpec> batch;
-  for (int i = 0; i < kTasks; ++i) batch.push_back({.task_type = "t", .payload = "{}", .options = {.run_at = at}});
+  for (int i = 0; i < kTasks; ++i)
+    batch.push_back({.task_type = "t", .payload = "{}", .options = {.run_at = at}});
   const std::vector<std::string> ids = p.enqueue_batch(batch);
   ASSERT_EQ(zcard(), kTasks);
   std::mutex m;
@@ -301,9 +303,8 @@ TEST_F(SchedulingTest, APerTypeBackoffOverridesTheConsumers) {
   p.enqueue("fast", "{}");
   const std::int64_t before = server_ms();
   RunningConsumer rc(o, [&](Consumer& c) {
-    c.on(
-        "fast", [](const Task&) { throw std::runtime_error("no"); },
-        {.retry_backoff = RetryBackoff{.base = 5s, .cap = 5s, .jitter = false}});
+    c.on("fast", [](const Task&) { throw std::runtime_error("no"); },
+         {.retry_backoff = RetryBackoff{.base = 5s, .cap = 5s, .jitter = false}});
   });
   ASSERT_TRUE(wait_until([&] { return zcard() == 1; }));
   rc.stop();
@@ -349,18 +350,17 @@ TEST_F(SchedulingTest, ARateLimitHoldsAcrossWorkersAndLosesNothing) {
     ConsumerOptions o = options();
     o.consumer_name = "w" + std::to_string(c);
     consumers.push_back(std::make_unique<RunningConsumer>(o, [&](Consumer& consumer) {
-      consumer.on(
-          "call_api",
-          [&](const Task& t) {
-            if (t.retry_count() != 0) ++charged;
-            const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 std::chrono::steady_clock::now().time_since_epoch())
-                                 .count();
-            std::lock_guard lock(m);
-            starts.push_back(now);
-            ++runs[t.id()];
-          },
-          {.rate = {.limit = kLimit, .per = kPer}});
+      consumer.on("call_api",
+                  [&](const Task& t) {
+                    if (t.retry_count() != 0) ++charged;
+                    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now().time_since_epoch())
+                                         .count();
+                    std::lock_guard lock(m);
+                    starts.push_back(now);
+                    ++runs[t.id()];
+                  },
+                  {.rate = {.limit = kLimit, .per = kPer}});
     }));
   }
   ASSERT_TRUE(wait_until(
@@ -388,9 +388,10 @@ TEST_F(SchedulingTest, ARateLimitHoldsAcrossWorkersAndLosesNothing) {
     while (j < starts.size() && starts[j] < starts[i] + kPer.count() - 25) ++j;
     most = std::max(most, j - i);
   }
-  std::printf("[ rate     ] %d tasks, limit %d per %lld ms, 3 workers: at most %zu starts in a window, "
-              "%llu put back\n",
-              kTasks, kLimit, static_cast<long long>(kPer.count()), most, static_cast<unsigned long long>(limited));
+  std::printf(
+      "[ rate     ] %d tasks, limit %d per %lld ms, 3 workers: at most %zu starts in a window, "
+      "%llu put back\n",
+      kTasks, kLimit, static_cast<long long>(kPer.count()), most, static_cast<unsigned long long>(limited));
   EXPECT_LE(most, static_cast<std::size_t>(kLimit));
   // 90 tasks at 15 per window need at least 5 full windows after the first.
   EXPECT_GE(starts.back() - starts.front(), 5 * (kPer.count() - 25));

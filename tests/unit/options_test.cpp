@@ -325,6 +325,8 @@ TEST(Scripts, EachIsEmbeddedUnderItsFileName) {
   EXPECT_EQ(script_name(ScriptId::fetch_pending), "fetch_pending");
   EXPECT_EQ(script_name(ScriptId::start), "start");
   EXPECT_EQ(script_name(ScriptId::forget_idle_consumers), "forget_idle_consumers");
+  EXPECT_EQ(script_name(ScriptId::forward), "forward");
+  EXPECT_EQ(script_name(ScriptId::release), "release");
   std::set<std::string_view> shas;
   for (std::size_t i = 0; i < static_cast<std::size_t>(ScriptId::count_); ++i) {
     const auto id = static_cast<ScriptId>(i);
