@@ -21,6 +21,11 @@ inline std::string batch_refused_key(std::string_view stream, std::string_view t
   return std::string(stream) + ":batch:" + std::string(token) + ":refused";
 }
 
+/// The record of periodic task `name` (see the schedule_tick script): the newest tick handled.
+inline std::string schedule_key(std::string_view stream, std::string_view name) {
+  return std::string(stream) + ":sched:" + std::string(name);
+}
+
 inline QueueKeys queue_keys(std::string_view stream) {
   const std::string s(stream);
   return QueueKeys{s, s + ":dlq", s + ":delayed", s + ":orphans"};
