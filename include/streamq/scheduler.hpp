@@ -41,7 +41,8 @@ class Schedule {
   /// offset, east positive: `std::chrono::hours(1)` evaluates the fields at UTC+01:00; no
   /// daylight-saving rules). @throws ConfigError naming the field, the 1-based position in
   /// `expression` and the reason, or saying that the expression matches no date at all.
-  static Schedule cron(std::string_view expression, std::chrono::minutes utc_offset = std::chrono::minutes(0));
+  static Schedule cron(std::string_view expression,
+                       std::chrono::minutes utc_offset = std::chrono::minutes(0));
 
   /// A tick every `interval` (whole milliseconds, at least 1 ms), aligned to the Unix epoch
   /// (every(30s) ticks at :00 and :30 of each minute), so every instance computes the same

@@ -28,8 +28,8 @@ constexpr int kSearchYears = 28;
 struct FieldDef {
   std::string_view name;
   int min;
-  int max;       // largest value accepted (7 for day of week: Sunday again)
-  int star_max;  // largest value `*` covers (6 for day of week)
+  int max;        // largest value accepted (7 for day of week: Sunday again)
+  int star_max;   // largest value `*` covers (6 for day of week)
   int name_base;  // value of the first name (1 for months, 0 for days); names empty = none
   const std::string_view* names;
   std::size_t name_count;
@@ -122,7 +122,8 @@ class Parser {
     std::size_t start = 0;
     for (;;) {
       const std::size_t comma = text.find(',', start);
-      const std::string_view item = text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
+      const std::string_view item =
+          text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
       parse_item(field, item, offset + start, bits);
       if (comma == std::string_view::npos) break;
       start = comma + 1;
@@ -130,7 +131,8 @@ class Parser {
     return bits;
   }
 
-  void parse_item(const FieldDef& field, std::string_view item, std::size_t offset, std::bitset<64>& bits) const {
+  void parse_item(const FieldDef& field, std::string_view item, std::size_t offset,
+                  std::bitset<64>& bits) const {
     if (item.empty()) fail(field, offset, "empty list element");
     const std::size_t slash = item.find('/');
     const std::string_view range = item.substr(0, slash);
@@ -141,7 +143,8 @@ class Parser {
       const std::optional<int> s = number(step_text);
       if (!s) fail(field, step_offset, "step \"" + std::string(step_text) + "\" is not a number");
       if (*s < 1) fail(field, step_offset, "step must be at least 1");
-      if (*s > field.max) fail(field, step_offset, "step " + std::to_string(*s) + " is larger than the field's range");
+      if (*s > field.max)
+        fail(field, step_offset, "step " + std::to_string(*s) + " is larger than the field's range");
       step = *s;
     }
     int lo = 0;
@@ -173,7 +176,8 @@ class Parser {
       if (!v) fail(field, offset, "\"" + std::string(text) + "\" is not a number");
       if (*v < field.min || *v > field.max) {
         fail(field, offset,
-             std::to_string(*v) + " is out of range " + std::to_string(field.min) + "-" + std::to_string(field.max));
+             std::to_string(*v) + " is out of range " + std::to_string(field.min) + "-" +
+                 std::to_string(field.max));
       }
       return *v;
     }
@@ -182,8 +186,9 @@ class Parser {
       if (field.names[k] == name) return field.name_base + static_cast<int>(k);
     }
     if (field.name_count == 0) fail(field, offset, "\"" + std::string(text) + "\" is not a number");
-    fail(field, offset, "\"" + std::string(text) + "\" is not a number or a name (" +
-                            std::string(field.names[0]) + ", " + std::string(field.names[1]) + ", ...)");
+    fail(field, offset,
+         "\"" + std::string(text) + "\" is not a number or a name (" + std::string(field.names[0]) + ", " +
+             std::string(field.names[1]) + ", ...)");
   }
 
   static std::optional<int> number(std::string_view text) {

@@ -22,7 +22,8 @@ std::string offset_text(std::chrono::minutes offset) {
   if (offset.count() == 0) return "";
   const long long total = offset.count() < 0 ? -offset.count() : offset.count();
   char buf[16];
-  std::snprintf(buf, sizeof buf, " UTC%c%02lld:%02lld", offset.count() < 0 ? '-' : '+', total / 60, total % 60);
+  std::snprintf(buf, sizeof buf, " UTC%c%02lld:%02lld", offset.count() < 0 ? '-' : '+', total / 60,
+                total % 60);
   return buf;
 }
 
@@ -50,7 +51,8 @@ Schedule Schedule::every(milliseconds interval) {
 }
 
 Schedule::TimePoint Schedule::next_after(TimePoint t) const {
-  if (const auto* spec = std::get_if<detail::CronSpec>(&rule_->rule)) return detail::cron_next_after(*spec, t);
+  if (const auto* spec = std::get_if<detail::CronSpec>(&rule_->rule))
+    return detail::cron_next_after(*spec, t);
   const milliseconds interval = std::get<milliseconds>(rule_->rule);
   const auto ms = std::chrono::floor<milliseconds>(t.time_since_epoch());
   return TimePoint(floor_to(ms, interval) + interval);

@@ -67,7 +67,7 @@ struct Entry {
   std::string payload;
   int max_retries = 3;
   std::vector<std::pair<std::string, std::string>> extra_fields;
-  std::string key;                  // <stream>:sched:<name>
+  std::string key;                   // <stream>:sched:<name>
   std::optional<TimePoint> handled;  // newest tick this instance got an answer for
 };
 
@@ -83,7 +83,9 @@ struct Scheduler::Impl {
   /// Hands `e`'s most recent tick at `now` to the script, unless this instance already did.
   /// Throws ConnectionError / ReplyError.
   void handle(Entry& e, TimePoint now, detail::ScriptRunner& scripts);
-  void count(std::atomic<std::uint64_t>& counter) noexcept { counter.fetch_add(1, std::memory_order_relaxed); }
+  void count(std::atomic<std::uint64_t>& counter) noexcept {
+    counter.fetch_add(1, std::memory_order_relaxed);
+  }
 
   SchedulerOptions options;
   detail::ConnectionConfig connection;
@@ -132,7 +134,8 @@ void Scheduler::Impl::handle(Entry& e, TimePoint now, detail::ScriptRunner& scri
     case tick_enqueued:
       count(enqueued);
       if (late) {
-        detail::log(LogLevel::info, what + " was missed (" + late_by + "); enqueued it once as task " + task_id);
+        detail::log(LogLevel::info,
+                    what + " was missed (" + late_by + "); enqueued it once as task " + task_id);
       } else if (detail::log_enabled(LogLevel::debug)) {
         detail::log(LogLevel::debug, what + ": enqueued task " + task_id);
       }
@@ -140,7 +143,8 @@ void Scheduler::Impl::handle(Entry& e, TimePoint now, detail::ScriptRunner& scri
     case tick_taken:
       count(taken);
       if (detail::log_enabled(LogLevel::debug)) {
-        detail::log(LogLevel::debug, what + ": already handled (recorded tick " + std::string(v[1].str()) + ")");
+        detail::log(LogLevel::debug,
+                    what + ": already handled (recorded tick " + std::string(v[1].str()) + ")");
       }
       break;
     case tick_skipped:
@@ -154,7 +158,8 @@ void Scheduler::Impl::handle(Entry& e, TimePoint now, detail::ScriptRunner& scri
       count(refused);
       detail::log(LogLevel::error, what + ": queue full: " + options.stream + " holds " +
                                        std::to_string(v[1].integer()) + " entries (max_len " + max_len_text +
-                                       "); task " + task_id + " was not enqueued, and the tick is recorded as refused");
+                                       "); task " + task_id +
+                                       " was not enqueued, and the tick is recorded as refused");
       break;
     default: throw Error("schedule_tick returned " + std::to_string(code));
   }
@@ -244,11 +249,12 @@ void Scheduler::add(std::string name, Schedule schedule, std::string task_type, 
   }
   for (const auto& [field, value] : options.extra_fields) {
     if (field.empty() || detail::is_reserved_field(field)) {
-      throw ConfigError("extra field name \"" + field + "\" of schedule \"" + name + "\" is empty or reserved");
+      throw ConfigError("extra field name \"" + field + "\" of schedule \"" + name +
+                        "\" is empty or reserved");
     }
   }
-  if (auto problem =
-          detail::payload_problem(payload.text(), im.options.max_payload_bytes, im.options.max_payload_depth)) {
+  if (auto problem = detail::payload_problem(payload.text(), im.options.max_payload_bytes,
+                                             im.options.max_payload_depth)) {
     throw PayloadError("payload of schedule \"" + name + "\": " + *problem);
   }
   std::string key = detail::schedule_key(im.options.stream, name);
