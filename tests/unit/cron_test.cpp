@@ -53,8 +53,9 @@ TEST(Cron, ListsRangesAndSteps) {
             (std::vector<std::string>{"2026-01-01T00:10:00Z", "2026-01-01T00:15:00Z", "2026-01-01T00:20:00Z",
                                       "2026-01-01T01:10:00Z"}));
   // `a/n` runs from a to the field's maximum.
-  EXPECT_EQ(ticks(Schedule::cron("50/5 * * * *"), at(2026, 1, 1), 3),
-            (std::vector<std::string>{"2026-01-01T00:50:00Z", "2026-01-01T00:55:00Z", "2026-01-01T01:50:00Z"}));
+  EXPECT_EQ(
+      ticks(Schedule::cron("50/5 * * * *"), at(2026, 1, 1), 3),
+      (std::vector<std::string>{"2026-01-01T00:50:00Z", "2026-01-01T00:55:00Z", "2026-01-01T01:50:00Z"}));
   EXPECT_EQ(ticks(Schedule::cron("*/20 */12 * * *"), at(2026, 1, 1, 0, 1), 4),
             (std::vector<std::string>{"2026-01-01T00:20:00Z", "2026-01-01T00:40:00Z", "2026-01-01T12:00:00Z",
                                       "2026-01-01T12:20:00Z"}));
@@ -69,8 +70,9 @@ TEST(Cron, WeekdaysAcrossAWeekend) {
 }
 
 TEST(Cron, MonthAndDayNamesAnyCaseAndSevenIsSunday) {
-  EXPECT_EQ(ticks(Schedule::cron("0 0 1 JAN,jul *"), at(2026, 1, 1), 3),
-            (std::vector<std::string>{"2026-07-01T00:00:00Z", "2027-01-01T00:00:00Z", "2027-07-01T00:00:00Z"}));
+  EXPECT_EQ(
+      ticks(Schedule::cron("0 0 1 JAN,jul *"), at(2026, 1, 1), 3),
+      (std::vector<std::string>{"2026-07-01T00:00:00Z", "2027-01-01T00:00:00Z", "2027-07-01T00:00:00Z"}));
   // 2026-01-04 is a Sunday.
   for (const char* e : {"0 0 * * 0", "0 0 * * 7", "0 0 * * Sun", "0 0 * * 6-7"}) {
     EXPECT_EQ(text(Schedule::cron(e).next_after(at(2026, 1, 3, 1))), "2026-01-04T00:00:00Z") << e;
@@ -99,9 +101,10 @@ TEST(Cron, LeapDayIsFoundYearsAway) {
 }
 
 TEST(Cron, MacrosAreTheirExpansions) {
-  const std::pair<const char*, const char*> macros[] = {
-      {"@hourly", "0 * * * *"}, {"@daily", "0 0 * * *"},   {"@midnight", "0 0 * * *"}, {"@weekly", "0 0 * * 0"},
-      {"@monthly", "0 0 1 * *"}, {"@yearly", "0 0 1 1 *"}, {"@ANNUALLY", "0 0 1 1 *"}};
+  const std::pair<const char*, const char*> macros[] = {{"@hourly", "0 * * * *"},   {"@daily", "0 0 * * *"},
+                                                        {"@midnight", "0 0 * * *"}, {"@weekly", "0 0 * * 0"},
+                                                        {"@monthly", "0 0 1 * *"},  {"@yearly", "0 0 1 1 *"},
+                                                        {"@ANNUALLY", "0 0 1 1 *"}};
   for (const auto& [macro, expansion] : macros) {
     const Schedule m = Schedule::cron(macro);
     const Schedule e = Schedule::cron(expansion);
@@ -137,7 +140,8 @@ bool matches(const detail::CronSpec& spec, TimePoint t) {
 }
 
 TEST(Cron, NextAndLatestAgreeWithAMinuteByMinuteScan) {
-  for (const char* e : {"*/7 3-5 * * *", "59 23 28-31 * *", "0 12 * 2 mon", "15 */5 1,15 * wed", "0 0 1 3 *"}) {
+  for (const char* e :
+       {"*/7 3-5 * * *", "59 23 28-31 * *", "0 12 * 2 mon", "15 */5 1,15 * wed", "0 0 1 3 *"}) {
     const detail::CronSpec spec = detail::parse_cron(e, minutes(30));
     const Schedule s = Schedule::cron(e, minutes(30));
     // Every matching minute of a window, found one minute at a time.
@@ -239,7 +243,8 @@ TEST(SchedulerOptionsTest, BadOptionsNameTheField) {
   EXPECT_NE(config_error([] { Scheduler s({.max_len = 0}); }).find("max_len"), std::string::npos);
   EXPECT_NE(config_error([] { Scheduler s({.misfire_grace = milliseconds(-1)}); }).find("misfire_grace"),
             std::string::npos);
-  EXPECT_NE(config_error([] { Scheduler s({.max_wait = milliseconds(0)}); }).find("max_wait"), std::string::npos);
+  EXPECT_NE(config_error([] { Scheduler s({.max_wait = milliseconds(0)}); }).find("max_wait"),
+            std::string::npos);
   EXPECT_NE(config_error([] { Scheduler s({.default_max_retries = -1}); }).find("default_max_retries"),
             std::string::npos);
   EXPECT_NE(config_error([] { Scheduler s({.missed = static_cast<MissedTicks>(7)}); }).find("missed"),
@@ -254,13 +259,18 @@ TEST(SchedulerOptionsTest, BadSchedulesAreRefusedByAdd) {
   EXPECT_NE(config_error([&] { s.add("a", every, "", "{}"); }).find("task_type"), std::string::npos);
   EXPECT_NE(config_error([&] { s.add("a", every, "t", "{}", {.max_retries = -1}); }).find("max_retries"),
             std::string::npos);
-  EXPECT_NE(config_error([&] { s.add("a", every, "t", "{}", {.extra_fields = {{"task_id", "x"}}}); })
-                .find("reserved"),
+  EXPECT_NE(config_error([&] {
+              s.add("a", every, "t", "{}", {.extra_fields = {{"task_id", "x"}}});
+            }).find("reserved"),
             std::string::npos);
   EXPECT_THROW(s.add("a", every, "t", "{not json"), PayloadError);
   s.add("a", every, "t", {{"n", 1}});
   EXPECT_NE(config_error([&] { s.add("a", every, "t", "{}"); }).find("already taken"), std::string::npos);
-  EXPECT_NE(config_error([] { Scheduler empty; empty.run(); }).find("no schedule"), std::string::npos);
+  EXPECT_NE(config_error([] {
+              Scheduler empty;
+              empty.run();
+            }).find("no schedule"),
+            std::string::npos);
 }
 
 TEST(SchedulerOptionsTest, StopBeforeRunMakesRunReturnAndRunsOnlyOnce) {
