@@ -13,9 +13,9 @@
 
 #include <streamq/streamq.hpp>
 
+#include "codec.hpp"
 #include "log_capture.hpp"
 #include "redis_server.hpp"
-#include "codec.hpp"
 #include "scheduler/cron.hpp"
 
 namespace streamq::test {
@@ -63,7 +63,9 @@ class SchedulerTest : public ::testing::Test {
   FakeClock clock{at(2026, 1, 1, 0, 0, 30)};
 
   SchedulerOptions options(MissedTicks missed = MissedTicks::enqueue_once) const {
-    return {.connection = {.url = server.url(), .backoff_base = milliseconds(10), .backoff_max = milliseconds(50)},
+    return {.connection = {.url = server.url(),
+                           .backoff_base = milliseconds(10),
+                           .backoff_max = milliseconds(50)},
             .stream = stream,
             .missed = missed,
             .misfire_grace = seconds(10),
@@ -84,7 +86,9 @@ class SchedulerTest : public ::testing::Test {
     const detail::Reply r = client.cmd({"HGET", stream + ":sched:" + name, field});
     return r.view().is_nil() ? "" : std::string(r.view().check().str());
   }
-  static std::string ms(TimePoint t) { return std::to_string(duration_cast<milliseconds>(t.time_since_epoch()).count()); }
+  static std::string ms(TimePoint t) {
+    return std::to_string(duration_cast<milliseconds>(t.time_since_epoch()).count());
+  }
 };
 
 TEST_F(SchedulerTest, ThreeInstancesEnqueueEachOfTenTicksOnce) {
@@ -107,8 +111,9 @@ TEST_F(SchedulerTest, ThreeInstancesEnqueueEachOfTenTicksOnce) {
     ASSERT_TRUE(wait_until([&] {
       const SchedulerMetrics m = sum(schedulers);
       return m.enqueued == static_cast<std::uint64_t>(i) && m.taken == 2 + 2 * static_cast<std::uint64_t>(i);
-    })) << "tick " << i << ": enqueued " << sum(schedulers).enqueued << ", taken " << sum(schedulers).taken
-        << ", XLEN " << client.integer({"XLEN", stream});
+    })) << "tick "
+        << i << ": enqueued " << sum(schedulers).enqueued << ", taken " << sum(schedulers).taken << ", XLEN "
+        << client.integer({"XLEN", stream});
   }
   for (auto& s : schedulers) s->stop();
   EXPECT_EQ(client.integer({"XLEN", stream}), 10);
@@ -118,7 +123,8 @@ TEST_F(SchedulerTest, ThreeInstancesEnqueueEachOfTenTicksOnce) {
   EXPECT_EQ(record("tick", "outcome"), "enqueued");
   const auto entries = client.xrange(stream);
   EXPECT_EQ(Client::get(entries[0].second, "task_type"), "report");
-  EXPECT_EQ(nlohmann::json::parse(Client::get(entries[0].second, "payload")), (nlohmann::json{{"kind", "minutely"}}));
+  EXPECT_EQ(nlohmann::json::parse(Client::get(entries[0].second, "payload")),
+            (nlohmann::json{{"kind", "minutely"}}));
   EXPECT_EQ(Client::get(entries[0].second, "created_at"), "2026-01-01T00:01:02.000000");
   EXPECT_EQ(Client::get(entries[0].second, "max_retries"), "3");
   EXPECT_EQ(Client::get(entries[0].second, "retry_count"), "0");
@@ -188,9 +194,9 @@ TEST_F(SchedulerTest, IntervalScheduleTicksAtMultiplesOfItsInterval) {
   clock.set(at(2026, 1, 1, 0, 1, 0));
   ASSERT_TRUE(wait_until([&] { return s.metrics().enqueued == 3; }));
   s.stop();
-  EXPECT_EQ(task_ids(), (std::vector<std::string>{"half-minute@2026-01-01T00:00:00Z",
-                                                  "half-minute@2026-01-01T00:00:30Z",
-                                                  "half-minute@2026-01-01T00:01:00Z"}));
+  EXPECT_EQ(task_ids(),
+            (std::vector<std::string>{"half-minute@2026-01-01T00:00:00Z", "half-minute@2026-01-01T00:00:30Z",
+                                      "half-minute@2026-01-01T00:01:00Z"}));
   EXPECT_EQ(Client::get(client.xrange(stream)[0].second, "max_retries"), "0");
 }
 
@@ -266,7 +272,8 @@ TEST_F(SchedulerTest, AConsumerRunsTheScheduledTasks) {
   consumer.stop();
   worker.join();
   ASSERT_TRUE(done);
-  EXPECT_EQ(ran, (std::vector<std::string>{"tick@2026-01-01T00:01:00Z minutely", "tick@2026-01-01T00:02:00Z minutely"}));
+  EXPECT_EQ(ran, (std::vector<std::string>{"tick@2026-01-01T00:01:00Z minutely",
+                                           "tick@2026-01-01T00:02:00Z minutely"}));
 }
 
 TEST_F(SchedulerTest, TheDefaultClockIsTheServers) {
