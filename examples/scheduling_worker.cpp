@@ -46,13 +46,14 @@ int main(int argc, char** argv) {
   }
 
   try {
-    streamq::Scheduler scheduler(
-        {.connection = {.url = flags["--url"]},
-         .stream = flags["--stream"],
-         .missed = flags["--missed"] == "skip" ? streamq::MissedTicks::skip : streamq::MissedTicks::enqueue_once});
+    streamq::Scheduler scheduler({.connection = {.url = flags["--url"]},
+                                  .stream = flags["--stream"],
+                                  .missed = flags["--missed"] == "skip"
+                                                ? streamq::MissedTicks::skip
+                                                : streamq::MissedTicks::enqueue_once});
     scheduler.add("cleanup", streamq::Schedule::cron(flags["--cron"]), "cleanup", {{"older_than_days", 30}});
-    scheduler.add("heartbeat", streamq::Schedule::every(std::chrono::seconds(every_seconds)), "heartbeat", "{}",
-                  {.max_retries = 0});  // a missed heartbeat is replaced by the next one
+    scheduler.add("heartbeat", streamq::Schedule::every(std::chrono::seconds(every_seconds)), "heartbeat",
+                  "{}", {.max_retries = 0});  // a missed heartbeat is replaced by the next one
 
     streamq::Consumer consumer(
         {.connection = {.url = flags["--url"]}, .stream = flags["--stream"], .stop_on_signals = true});
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
       std::cout << "cleanup " << task.id() << ": older than " << task.json().at("older_than_days") << " days"
                 << std::endl;
     });
-    consumer.on("heartbeat", [](const streamq::Task& task) { std::cout << "heartbeat " << task.id() << std::endl; });
+    consumer.on("heartbeat",
+                [](const streamq::Task& task) { std::cout << "heartbeat " << task.id() << std::endl; });
 
     scheduler.start();
     std::cout << "scheduling cleanup (" << flags["--cron"] << ") and heartbeat (every " << every_seconds
