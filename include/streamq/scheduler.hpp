@@ -98,7 +98,10 @@ struct SchedulerOptions {
   MissedTicks missed = MissedTicks::enqueue_once;
   /// A tick handled at most this long after its time is on time and enqueued; a later one is
   /// missed and follows `missed`. On a schedule's first start (no record in Redis yet) a tick
-  /// later than this is recorded and not enqueued, whatever `missed` says. Must be >= 0.
+  /// later than this is recorded and not enqueued, whatever `missed` says. Keep it well above
+  /// max_wait plus a Redis round trip: an instance that starts just after a tick must see it
+  /// as on time, or with MissedTicks::skip it could record the tick a running instance was
+  /// about to enqueue. Must be >= 0.
   std::chrono::milliseconds misfire_grace{60000};
   /// The current time. Empty (default) = the Redis server's clock (`TIME`, read on every
   /// wake-up), so instances on hosts with skewed clocks agree on when a tick is due. Set it to

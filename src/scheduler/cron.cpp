@@ -292,7 +292,7 @@ std::string format_tick(system_clock::time_point t) {
   const sys_days d = floor<days>(ms);
   const year_month_day ymd(d);
   const hh_mm_ss<milliseconds> hms(ms - d);
-  char buf[48];
+  char buf[96];  // room for any int in every field, so -Wformat-truncation has nothing to say
   int n = std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d", static_cast<int>(ymd.year()),
                         static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
                         static_cast<int>(hms.hours().count()), static_cast<int>(hms.minutes().count()),

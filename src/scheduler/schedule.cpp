@@ -21,7 +21,7 @@ namespace {
 std::string offset_text(std::chrono::minutes offset) {
   if (offset.count() == 0) return "";
   const long long total = offset.count() < 0 ? -offset.count() : offset.count();
-  char buf[16];
+  char buf[64];  // room for any long long: the compiler cannot see that |offset| <= 24 h
   std::snprintf(buf, sizeof buf, " UTC%c%02lld:%02lld", offset.count() < 0 ? '-' : '+', total / 60,
                 total % 60);
   return buf;

@@ -247,6 +247,10 @@ void Scheduler::add(std::string name, Schedule schedule, std::string task_type, 
   if (options.max_retries && *options.max_retries < 0) {
     throw ConfigError("max_retries of schedule \"" + name + "\" must be >= 0");
   }
+  if (options.extra_fields.size() + std::size(detail::task_fields) > detail::kMaxFields) {
+    throw ConfigError("schedule \"" + name + "\" has more than " +
+                      std::to_string(detail::kMaxFields - std::size(detail::task_fields)) + " extra fields");
+  }
   for (const auto& [field, value] : options.extra_fields) {
     if (field.empty() || detail::is_reserved_field(field)) {
       throw ConfigError("extra field name \"" + field + "\" of schedule \"" + name +

@@ -264,6 +264,10 @@ TEST(SchedulerOptionsTest, BadSchedulesAreRefusedByAdd) {
               s.add("a", every, "t", "{}", {.extra_fields = {{"task_id", "x"}}});
             }).find("reserved"),
             std::string::npos);
+  ScheduledTaskOptions many;
+  for (int i = 0; i < 1000; ++i) many.extra_fields.emplace_back("x" + std::to_string(i), "v");
+  EXPECT_NE(config_error([&] { s.add("a", every, "t", "{}", many); }).find("extra fields"),
+            std::string::npos);
   EXPECT_THROW(s.add("a", every, "t", "{not json"), PayloadError);
   s.add("a", every, "t", {{"n", 1}});
   EXPECT_NE(config_error([&] { s.add("a", every, "t", "{}"); }).find("already taken"), std::string::npos);
