@@ -104,7 +104,10 @@ streamq::Consumer::Handler logged(DemoHandler handler, Activity& activity) {
       say("done   " + what + " (" + note + ")");
     } catch (const std::exception& e) {
       activity.touch();
-      say("failed " + what + ": " + e.what());
+      const auto since_enqueue =
+          std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now() - task.created_at());
+      say("failed " + what + ": " + e.what() + " (" + std::to_string(since_enqueue.count()) +
+          " ms after it was enqueued)");
       throw;
     }
   };

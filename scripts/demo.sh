@@ -50,7 +50,7 @@ url="redis://127.0.0.1:$port"
 stream=demo_tasks
 echo "redis-server pid $redis_pid listening on $url"
 
-step "Enqueue 20 send_email, 5 generate_pdf, 5 reindex and 1 always_fail (max 2 retries)"
+step "Enqueue 20 send_email, 5 generate_pdf, 5 reindex, 1 always_fail (max 2 retries) and 1 remind delayed by 1 s"
 enqueue() {
   local type=$1 count=$2 payload=$3
   shift 3
@@ -63,13 +63,14 @@ enqueue send_email 20 '{"to":"user@example.com","template":"order_confirmation",
 enqueue generate_pdf 5 '{"report_type":"monthly","period":"2025-12"}'
 enqueue reindex 5 '{"index":"catalog","document":{"sku":"TB-205-55-R16"}}'
 enqueue always_fail 1 '{"note":"fails on every attempt"}' --max-retries 2
+enqueue remind 1 '{"what":"call the customer back"}' --delay-ms 1000
 
 step "Stats before the worker runs"
 "$bin/streamq-stats" --url "$url" --stream "$stream"
 
-step "Worker (stops after 1.5 s without a task)"
+step "Worker (retry backoff up to 200 ms x 2^n; stops after 1.5 s without a task)"
 "$bin/streamq-worker" --url "$url" --stream "$stream" --consumer demo-worker-1 \
-  --concurrency 4 --exit-when-idle 1500 | tee "$redis_dir/worker.out"
+  --concurrency 4 --exit-when-idle 1500 --retry-base-ms 200 | tee "$redis_dir/worker.out"
 
 step "Stats after the worker drained the queue (JSON)"
 "$bin/streamq-stats" --url "$url" --stream "$stream"
@@ -85,10 +86,17 @@ length=$(redis-cli -p "$port" XLEN "$stream")
 pending=$(redis-cli -p "$port" XPENDING "$stream" workers | head -n 1)
 dlq=$(redis-cli -p "$port" XLEN "$stream:dlq")
 dlq_type=$(redis-cli -p "$port" --raw XRANGE "$stream:dlq" - + | awk 'prev == "task_type" { print; exit } { prev = $0 }')
+delayed=$(redis-cli -p "$port" ZCARD "$stream:delayed")
 done=$(sed -n 's/^metrics: done=\([0-9]*\).*/\1/p' "$redis_dir/worker.out")
-if [[ $done != 30 || $length != 0 || $pending != 0 || $dlq != 1 || $dlq_type != always_fail ]]; then
-  echo "demo: FAILED: done ${done:-?}, stream length $length, pending $pending," \
-       "dead letters $dlq (${dlq_type:-none}); expected 30, 0, 0, 1 (always_fail)" >&2
+retried=$(sed -n 's/^metrics: .* retried=\([0-9]*\).*/\1/p' "$redis_dir/worker.out")
+# The reminder ran after its delay, not before.
+remind_ms=$(sed -n 's/^done   remind .*, ran \([0-9]*\) ms after it was enqueued.*/\1/p' "$redis_dir/worker.out")
+if [[ $done != 31 || $retried != 2 || $length != 0 || $pending != 0 || $delayed != 0 || $dlq != 1 ||
+      $dlq_type != always_fail || -z $remind_ms ]] || ((remind_ms < 1000)); then
+  echo "demo: FAILED: done ${done:-?}, retried ${retried:-?}, stream length $length, pending $pending," \
+       "delayed $delayed, dead letters $dlq (${dlq_type:-none}), reminder after ${remind_ms:-?} ms;" \
+       "expected 31, 2, 0, 0, 0, 1 (always_fail), >= 1000 ms" >&2
   exit 1
 fi
-echo "demo OK: 30 tasks done, always_fail dead-lettered after 2 retries, nothing left pending"
+echo "demo OK: 31 tasks done, the reminder ran ${remind_ms} ms after its enqueue (delay 1000 ms)," \
+     "always_fail dead-lettered after 2 retries with backoff, nothing left pending or delayed"

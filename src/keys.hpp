@@ -36,6 +36,11 @@ inline std::string rate_key(std::string_view stream, std::string_view task_type)
   return std::string(stream) + ":rate:" + std::string(task_type);
 }
 
+/// The record of periodic task `name` (see the schedule_tick script): the newest tick handled.
+inline std::string schedule_key(std::string_view stream, std::string_view name) {
+  return std::string(stream) + ":sched:" + std::string(name);
+}
+
 inline QueueKeys queue_keys(std::string_view stream) {
   const std::string s(stream);
   return QueueKeys{

@@ -7,6 +7,7 @@
 #include "streamq/log.hpp"
 #include "streamq/options.hpp"
 #include "streamq/producer.hpp"
+#include "streamq/scheduler.hpp"
 #include "streamq/stats.hpp"
 #include "streamq/task.hpp"
 #include "streamq/version.hpp"

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: MIT
+// Periodic tasks: a Scheduler enqueues tasks on cron or interval schedules, each tick exactly
+// once however many Scheduler instances run.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "streamq/options.hpp"
+#include "streamq/producer.hpp"
+
+namespace streamq {
+
+/// When a schedule's tasks are due: a cron expression or a fixed interval. A value type.
+///
+/// @code
+///   auto every_five_minutes = streamq::Schedule::cron("*/5 * * * *");
+///   auto weekdays_at_nine_cet = streamq::Schedule::cron("0 9 * * mon-fri", std::chrono::hours(1));
+///   auto every_half_minute = streamq::Schedule::every(std::chrono::seconds(30));
+/// @endcode
+///
+/// Thread safety: immutable once built; const calls from any thread.
+class Schedule {
+ public:
+  using TimePoint = std::chrono::system_clock::time_point;
+
+  /// A 5-field cron expression: minute (0-59), hour (0-23), day of month (1-31), month (1-12
+  /// or jan-dec), day of week (0-7 or sun-sat; 0 and 7 are Sunday). Each field is `*` or a
+  /// comma-separated list of values, ranges `a-b`, and steps `*/n`, `a-b/n`, `a/n` (= a to the
+  /// field's maximum, every n). Names are case-insensitive. `@hourly`, `@daily` (`@midnight`),
+  /// `@weekly`, `@monthly`, `@yearly` (`@annually`) stand for the usual expressions. When both
+  /// day of month and day of week are restricted (neither starts with `*`), a day matches if
+  /// either does (as in Vixie cron and cronie). Times are UTC shifted by `utc_offset` (a fixed
+  /// offset, east positive: `std::chrono::hours(1)` evaluates the fields at UTC+01:00; no
+  /// daylight-saving rules). @throws ConfigError naming the field, the 1-based position in
+  /// `expression` and the reason, or saying that the expression matches no date at all.
+  static Schedule cron(std::string_view expression,
+                       std::chrono::minutes utc_offset = std::chrono::minutes(0));
+
+  /// A tick every `interval` (whole milliseconds, at least 1 ms), aligned to the Unix epoch
+  /// (every(30s) ticks at :00 and :30 of each minute), so every instance computes the same
+  /// ticks. @throws ConfigError when `interval` is below 1 ms.
+  static Schedule every(std::chrono::milliseconds interval);
+
+  /// The first tick strictly after `t`; TimePoint::max() when there is none.
+  TimePoint next_after(TimePoint t) const;
+  /// The last tick at or before `t`; TimePoint::min() when there is none.
+  TimePoint latest_at_or_before(TimePoint t) const;
+  /// The expression as given (`*/5 * * * *`, with ` UTC+01:00` appended for an offset), or
+  /// `every 30000ms`.
+  const std::string& description() const noexcept;
+
+ private:
+  struct Rule;  // defined in the library
+  explicit Schedule(std::shared_ptr<const Rule> rule) : rule_(std::move(rule)) {}
+  std::shared_ptr<const Rule> rule_;
+};
+
+/// What happens to a tick that fell due while no Scheduler instance could enqueue it (every
+/// instance down, or Redis unreachable) and is found more than `misfire_grace` late.
+enum class MissedTicks {
+  /// Enqueue the most recent missed tick once (older missed ticks of the same schedule are
+  /// not enqueued). Default.
+  enqueue_once,
+  /// Record the most recent missed tick without enqueuing it.
+  skip,
+};
+
+/// Per-schedule task options.
+struct ScheduledTaskOptions {
+  /// Retries allowed after the first attempt; unset = SchedulerOptions::default_max_retries.
+  std::optional<int> max_retries{};
+  /// Extra fields written after the standard ones (as EnqueueOptions::extra_fields). Names
+  /// must not collide with wire fields.
+  std::vector<std::pair<std::string, std::string>> extra_fields{};
+};
+
+/// Scheduler configuration. Validated by the Scheduler constructor (ConfigError names the field).
+struct SchedulerOptions {
+  ConnectionOptions connection{};
+  /// The stream the tasks are enqueued on. Each schedule's record is `<stream>:sched:<name>`.
+  std::string stream = "task_queue";
+  /// Backlog bound, as ProducerOptions::max_len. Must be > 0.
+  std::int64_t max_len = 10000;
+  /// As ProducerOptions::overflow. With Overflow::reject a tick that finds the stream holding
+  /// max_len or more entries is not enqueued: it is recorded as refused (no instance retries
+  /// it), logged at error level and counted in SchedulerMetrics::refused. With
+  /// Overflow::trim_oldest the task is added with `XADD MAXLEN ~ max_len`.
+  Overflow overflow = Overflow::reject;
+  /// What happens to a tick found more than misfire_grace late (see MissedTicks).
+  MissedTicks missed = MissedTicks::enqueue_once;
+  /// A tick handled at most this long after its time is on time and enqueued; a later one is
+  /// missed and follows `missed`. On a schedule's first start (no record in Redis yet) a tick
+  /// later than this is recorded and not enqueued, whatever `missed` says. Keep it well above
+  /// max_wait plus a Redis round trip: an instance that starts just after a tick must see it
+  /// as on time, or with MissedTicks::skip it could record the tick a running instance was
+  /// about to enqueue. Must be >= 0.
+  std::chrono::milliseconds misfire_grace{60000};
+  /// The current time. Empty (default) = the Redis server's clock (`TIME`, read on every
+  /// wake-up), so instances on hosts with skewed clocks agree on when a tick is due. Set it to
+  /// drive a Scheduler from a clock of your own (tests: a fake clock); it is called on the
+  /// Scheduler's thread and must be thread-safe.
+  std::function<std::chrono::system_clock::time_point()> clock{};
+  /// Longest wait between two clock reads. A wait normally ends at the next tick; this bounds
+  /// how late a tick is noticed when the clock jumps (an injected clock). Must be > 0.
+  std::chrono::milliseconds max_wait{1000};
+  /// Retries allowed after the first attempt, unless a schedule says otherwise. Must be >= 0.
+  int default_max_retries = 3;
+  /// Payloads larger or deeper than these are refused by add() with PayloadError.
+  std::size_t max_payload_bytes = 1 << 20;
+  int max_payload_depth = 64;
+};
+
+/// Counters since construction. Each instance counts the ticks it handled itself.
+struct SchedulerMetrics {
+  /// Ticks this instance enqueued (on time or missed and then enqueued once).
+  std::uint64_t enqueued = 0;
+  /// Ticks another instance (or an earlier run) had already handled.
+  std::uint64_t taken = 0;
+  /// Ticks recorded without enqueuing: missed with MissedTicks::skip, or found late on a
+  /// schedule's first start.
+  std::uint64_t skipped = 0;
+  /// Ticks not enqueued because the queue was full (Overflow::reject).
+  std::uint64_t refused = 0;
+  /// Failed attempts (connection lost, an error reply); each is logged and retried.
+  std::uint64_t errors = 0;
+  /// Connections established after a failure or a loss (the first connect is not counted).
+  std::uint64_t reconnects = 0;
+};
+
+/// Enqueues tasks on schedules. Any number of instances (in one process or many) may run the
+/// same schedules on the same stream: each tick is enqueued exactly once, across instances and
+/// restarts. A tick's task has the normal wire format, so a Consumer runs it, and the
+/// deterministic id `<name>@<tick, ISO 8601 UTC>` (`nightly@2026-03-01T02:00:00Z`; with
+/// milliseconds when the tick has them).
+///
+/// Each tick is one `EVALSHA` of a script that compares the tick with the schedule's record
+/// (`HGET <stream>:sched:<name> tick`) and, only when it is newer, checks the backlog
+/// (`XLEN`), adds the task (`XADD`) and records the tick (`HSET`), atomically. With the
+/// default clock each wake-up also sends `TIME`.
+///
+/// @code
+///   streamq::Scheduler scheduler({.connection = {.url = "redis://127.0.0.1:6379"}, .stream = "task_queue"});
+///   scheduler.add("nightly-report", streamq::Schedule::cron("0 2 * * *"), "generate_pdf",
+///                 {{"report_type", "sales"}, {"period", "yesterday"}});
+///   scheduler.add("heartbeat", streamq::Schedule::every(std::chrono::seconds(30)), "reindex", "{}");
+///   scheduler.start();  // its own thread; or scheduler.run() to block this one
+///   // ...
+///   scheduler.stop();
+/// @endcode
+///
+/// Thread safety: add() before run()/start(), from one thread; stop() and metrics() from any
+/// thread. Movable (not while running), not copyable.
+class Scheduler {
+ public:
+  /// Validates the options (ConfigError names the field). Does not connect.
+  explicit Scheduler(SchedulerOptions options = {});
+  /// Stops and joins the thread start() started.
+  ~Scheduler();
+  Scheduler(Scheduler&&) noexcept;
+  Scheduler& operator=(Scheduler&&) noexcept;
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Adds a schedule: at each tick of `schedule`, a task of `task_type` with `payload`.
+  /// `name` identifies the schedule across instances and restarts (its record is
+  /// `<stream>:sched:<name>`): give every instance the same names and schedules.
+  /// @throws ConfigError (empty or duplicate name, empty task type, negative max_retries, a
+  ///   reserved extra field name, or called after run()/start()); PayloadError for a payload
+  ///   that is not JSON or is too large or deep.
+  void add(std::string name, Schedule schedule, std::string task_type, Payload payload,
+           ScheduledTaskOptions options = {});
+
+  /// Runs on the calling thread until stop(): connects, then handles each schedule's ticks as
+  /// they fall due. Connection failures and error replies are logged, counted in
+  /// SchedulerMetrics::errors and retried with the connection's backoff; they never end it.
+  /// On (re)start, the most recent tick of each schedule is handled at once: enqueued when on
+  /// time or missed with MissedTicks::enqueue_once, otherwise recorded.
+  /// @throws ConfigError when no schedule was added, or when run() or start() was called before.
+  void run();
+  /// As run(), on a thread of its own. Returns at once. @throws as run().
+  void start();
+  /// Asks run() (or start()'s thread) to return, promptly: a wait ends at once, a Redis call
+  /// in progress first ends (at most the socket timeout). Joins start()'s thread unless
+  /// called on it. Before run(), makes the next run() return at once. Thread-safe.
+  void stop();
+
+  /// Counters since construction. Thread-safe.
+  SchedulerMetrics metrics() const noexcept;
+  /// The validated options.
+  const SchedulerOptions& options() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace streamq
