@@ -89,8 +89,9 @@ struct SchedulerOptions {
   std::string stream = "task_queue";
   /// Backlog bound, as ProducerOptions::max_len. Must be > 0.
   std::int64_t max_len = 10000;
-  /// As ProducerOptions::overflow. With Overflow::reject a tick that finds the stream holding
-  /// max_len or more entries is not enqueued: it is recorded as refused (no instance retries
+  /// As ProducerOptions::overflow. With Overflow::reject a tick that finds the queue's backlog
+  /// (every priority's stream plus the delayed set, as the Producer counts it) at max_len or
+  /// more is not enqueued: it is recorded as refused (no instance retries
   /// it), logged at error level and counted in SchedulerMetrics::refused. With
   /// Overflow::trim_oldest the task is added with `XADD MAXLEN ~ max_len`.
   Overflow overflow = Overflow::reject;
@@ -143,7 +144,7 @@ struct SchedulerMetrics {
 ///
 /// Each tick is one `EVALSHA` of a script that compares the tick with the schedule's record
 /// (`HGET <stream>:sched:<name> tick`) and, only when it is newer, checks the backlog
-/// (`XLEN`), adds the task (`XADD`) and records the tick (`HSET`), atomically. With the
+/// (`XLEN` of each priority's stream, `ZCARD` of the delayed set), adds the task (`XADD`) and records the tick (`HSET`), atomically. With the
 /// default clock each wake-up also sends `TIME`.
 ///
 /// @code
