@@ -144,8 +144,8 @@ struct SchedulerMetrics {
 ///
 /// Each tick is one `EVALSHA` of a script that compares the tick with the schedule's record
 /// (`HGET <stream>:sched:<name> tick`) and, only when it is newer, checks the backlog
-/// (`XLEN` of each priority's stream, `ZCARD` of the delayed set), adds the task (`XADD`) and records the tick (`HSET`), atomically. With the
-/// default clock each wake-up also sends `TIME`.
+/// (`XLEN` of each priority's stream, `ZCARD` of the delayed set), adds the task (`XADD`) and records the
+/// tick (`HSET`), atomically. With the default clock each wake-up also sends `TIME`.
 ///
 /// @code
 ///   streamq::Scheduler scheduler({.connection = {.url = "redis://127.0.0.1:6379"}, .stream = "task_queue"});

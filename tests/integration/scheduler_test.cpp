@@ -17,16 +17,13 @@
 #include "log_capture.hpp"
 #include "redis_server.hpp"
 #include "scheduler/cron.hpp"
+#include "utc_time.hpp"
 
 namespace streamq::test {
 namespace {
 
 using namespace std::chrono;
 using TimePoint = system_clock::time_point;
-
-TimePoint at(int y, unsigned mo, unsigned d, int h = 0, int mi = 0, int s = 0) {
-  return sys_days(year(y) / month(mo) / day(d)) + hours(h) + minutes(mi) + seconds(s);
-}
 
 /// A clock the test sets; shared by every Scheduler of a test.
 class FakeClock {

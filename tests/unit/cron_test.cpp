@@ -12,16 +12,13 @@
 #include <streamq/streamq.hpp>
 
 #include "scheduler/cron.hpp"
+#include "utc_time.hpp"
 
 namespace streamq::test {
 namespace {
 
 using namespace std::chrono;
 using TimePoint = system_clock::time_point;
-
-TimePoint at(int y, unsigned mo, unsigned d, int h = 0, int mi = 0, int s = 0) {
-  return sys_days(year(y) / month(mo) / day(d)) + hours(h) + minutes(mi) + seconds(s);
-}
 
 std::string text(TimePoint t) { return detail::format_tick(t); }
 
