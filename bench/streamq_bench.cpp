@@ -254,8 +254,13 @@ int scenario_main(const Args& a) {
     // handlers drain them meanwhile, as they would): the rate is tasks moved out of the
     // delayed set per second from the due time on.
     streamq::Producer p(producer_options(a));
-    const auto due = std::chrono::system_clock::now() + std::chrono::seconds(2 + a.count / 100000);
+    // Far enough ahead that every task is still delayed when the preload ends (a task
+    // enqueued after its due time goes straight to the stream, and would never be forwarded).
+    const auto due = std::chrono::system_clock::now() + std::chrono::seconds(3 + a.count / 25000);
     enqueue_batches(p, a.count, a.batch, {.run_at = due});
+    if (std::chrono::system_clock::now() >= due) {
+      throw std::runtime_error("forward: the preload took longer than the due offset; use a smaller --count");
+    }
     std::atomic<long> done{0};
     std::atomic<bool> finished{false};
     streamq::Consumer c(consumer_options(a));
@@ -266,7 +271,7 @@ int scenario_main(const Args& a) {
     std::thread watch([&] {
       std::this_thread::sleep_until(due);
       const auto t = Clock::now();
-      while (c.metrics().forwarded < static_cast<std::uint64_t>(a.count)) {
+      while (c.metrics().forwarded < static_cast<std::uint64_t>(a.count) && !finished.load()) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
       forward_seconds = seconds_since(t);
