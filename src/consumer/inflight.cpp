@@ -11,8 +11,9 @@ std::size_t EntryKeyHash::operator()(const EntryKey& k) const noexcept {
   return std::hash<std::string_view>{}(k.id) * 31 + k.stream;
 }
 
-InFlight::InFlight(std::size_t prefetch, Metrics& metrics)
+InFlight::InFlight(std::size_t prefetch, Metrics& metrics, bool by_level)
     : prefetch_(prefetch),
+      by_level_(by_level),
       low_water_(prefetch - std::max<std::size_t>(1, prefetch / 2)),
       flush_batch_(std::max<std::size_t>(1, prefetch / 4)),
       metrics_(metrics) {
@@ -37,7 +38,15 @@ std::size_t InFlight::deliver(std::vector<Work>& works) {
       h.origin = w.origin;
       h.seq = w.seq = ++next_seq_;
       if (held_.try_emplace(w.key, std::move(h)).second) {
-        ready_.push_back(std::move(w));
+        if (!by_level_ || ready_.empty() || ready_.back().key.stream <= w.key.stream) {
+          ready_.push_back(std::move(w));
+        } else {
+          // Behind its own level and ahead of every less important one (the queue stays sorted).
+          const auto at =
+              std::upper_bound(ready_.begin(), ready_.end(), w.key.stream,
+                               [](std::uint16_t level, const Work& r) { return level < r.key.stream; });
+          ready_.insert(at, std::move(w));
+        }
         ++queued;
       }
     }

@@ -107,7 +107,10 @@ struct FateInfo {
 
 class InFlight {
  public:
-  InFlight(std::size_t prefetch, Metrics& metrics);
+  /// `by_level`: the ready queue keeps entries in level order (EntryKey::stream, lower first;
+  /// FIFO within a level), so a more important entry runs before less important ones
+  /// delivered earlier (strict priority order); otherwise it is FIFO.
+  InFlight(std::size_t prefetch, Metrics& metrics, bool by_level = false);
 
   // ---- fetcher and reclaimer
   /// Adds entries to the ready queue; entries already held are not handed out twice.
@@ -224,6 +227,7 @@ class InFlight {
   void room_freed();  // after unacked() shrank; call with mutex_ held
 
   const std::size_t prefetch_;
+  const bool by_level_;
   const std::size_t low_water_;    // the fetcher reads again once at most this many are held
   const std::size_t flush_batch_;  // completions worth a write even while handlers are busy
   Metrics& metrics_;
