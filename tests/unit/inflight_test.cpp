@@ -210,3 +210,35 @@ TEST_F(InFlightTest, IdleWaitEndsWhenHandlersFinishOrWhenCut) {
 }
 
 }  // namespace
+
+namespace {
+
+Work level_work(std::uint16_t level, const std::string& id) {
+  Work w = work(id);
+  w.key.stream = level;
+  return w;
+}
+
+TEST(InFlightLevels, ByLevelAMoreImportantEntryRunsFirstAndEachLevelStaysInOrder) {
+  Metrics metrics;
+  InFlight f{16, metrics, true};
+  auto first = works({level_work(1, "n1"), level_work(2, "l1"), level_work(1, "n2")});
+  f.deliver(first);
+  auto second = works({level_work(0, "h1"), level_work(1, "n3"), level_work(0, "h2")});
+  f.deliver(second);
+  std::vector<std::string> order;
+  for (int i = 0; i < 6; ++i) order.push_back(f.take()->key.id);
+  EXPECT_EQ(order, (std::vector<std::string>{"h1", "h2", "n1", "n2", "n3", "l1"}));
+}
+
+TEST(InFlightLevels, WithoutByLevelTheReadyQueueIsFifo) {
+  Metrics metrics;
+  InFlight f{16, metrics};
+  auto ws = works({level_work(1, "n1"), level_work(0, "h1"), level_work(2, "l1")});
+  f.deliver(ws);
+  EXPECT_EQ(f.take()->key.id, "n1");
+  EXPECT_EQ(f.take()->key.id, "h1");
+  EXPECT_EQ(f.take()->key.id, "l1");
+}
+
+}  // namespace
