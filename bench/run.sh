@@ -71,6 +71,8 @@ drain=" tasks_per_s=$(median "${dr[@]}") peak_rss_mb=$(field peak_rss_mb "$drain
 drain_levels=" tasks_per_s=$(median "${lv[@]}") peak_rss_mb=$(field peak_rss_mb "$levels")"
 latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
 retry=$(run retry --stream b:retry --count 50000); cli DEL b:retry
+retry_backoff=$(run retry-backoff --stream b:retryb --count 50000); cli DEL b:retryb b:retryb:delayed
+forward=$(run forward --stream b:fwd --count 200000); cli DEL b:fwd b:fwd:delayed
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
@@ -92,6 +94,8 @@ line drain "$drain" "$ref_drain"
 line drain-3-levels "$drain_levels" "$ref_drain"
 line "latency@5k/s" "$latency" ""
 line retry "$retry" ""
+line retry-backoff "$retry_backoff" ""
+line forward "$forward" ""
 echo
 echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64; drain and drain-3-levels vs drain-raw;"
 echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]})"

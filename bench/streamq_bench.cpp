@@ -16,6 +16,11 @@
 //   latency        a producer at R tasks/s (default 5000) for N tasks and a consumer in the
 //                  same process; time from enqueue returning to the handler starting
 //   retry          N tasks that fail once and then succeed: throughput through the retry script
+//                  (no backoff: the copy goes straight back to the stream)
+//   retry-backoff  the same with a backoff of up to 20 ms: each copy waits in the delayed set
+//                  and is forwarded from there
+//   forward        N delayed tasks all due at one moment: tasks/s the forwarder moves from the
+//                  delayed set to the stream, while the consumer's handlers drain them
 // Every scenario prints the process's peak RSS (getrusage ru_maxrss).
 #include <sys/resource.h>
 
@@ -95,10 +100,11 @@ streamq::ProducerOptions producer_options(const Args& a) {
   return {.connection = {.url = a.url}, .stream = a.stream, .max_len = std::max(10000L, 2 * a.count)};
 }
 
-void enqueue_batches(streamq::Producer& p, long count, long batch) {
+void enqueue_batches(streamq::Producer& p, long count, long batch,
+                     const streamq::EnqueueOptions& options = {}) {
   std::vector<streamq::TaskSpec> tasks;
   for (long done = 0; done < count; done += batch) {
-    tasks.assign(static_cast<std::size_t>(std::min(batch, count - done)), {"send_email", kPayload});
+    tasks.assign(static_cast<std::size_t>(std::min(batch, count - done)), {"send_email", kPayload, options});
     p.enqueue_batch(tasks);
   }
 }
@@ -268,12 +274,42 @@ int scenario_main(const Args& a) {
     run_until(c, finished);
     producer.join();
     report(a, seconds_since(t), " offered_per_s=" + std::to_string(a.rate) + percentiles(latency_us));
-  } else if (a.scenario == "retry") {
+  } else if (a.scenario == "forward") {
+    // Delayed tasks all due at one moment, then forwarded by one consumer's forwarder (its
+    // handlers drain them meanwhile, as they would): the rate is tasks moved out of the
+    // delayed set per second from the due time on.
+    streamq::Producer p(producer_options(a));
+    const auto due = std::chrono::system_clock::now() + std::chrono::seconds(2 + a.count / 100000);
+    enqueue_batches(p, a.count, a.batch, {.run_at = due});
+    std::atomic<long> done{0};
+    std::atomic<bool> finished{false};
+    streamq::Consumer c(consumer_options(a));
+    c.on("send_email", [&](const streamq::Task&) {
+      if (++done == a.count) finish(finished);
+    });
+    double forward_seconds = 0;
+    std::thread watch([&] {
+      std::this_thread::sleep_until(due);
+      const auto t = Clock::now();
+      while (c.metrics().forwarded < static_cast<std::uint64_t>(a.count)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      forward_seconds = seconds_since(t);
+    });
+    run_until(c, finished);
+    watch.join();
+    report(a, forward_seconds);
+  } else if (a.scenario == "retry" || a.scenario == "retry-backoff") {
     streamq::Producer p(producer_options(a));
     enqueue_batches(p, a.count, a.batch);
     std::atomic<long> done{0};
     std::atomic<bool> finished{false};
-    streamq::Consumer c(consumer_options(a));
+    streamq::ConsumerOptions o = consumer_options(a);
+    // retry: at once, straight back to the stream. retry-backoff: each retry waits up to
+    // 20 ms in the delayed set and is forwarded from there.
+    o.retry_backoff = {.base = std::chrono::milliseconds(a.scenario == "retry" ? 0 : 20),
+                       .cap = std::chrono::milliseconds(20)};
+    streamq::Consumer c(o);
     c.on("send_email", [&](const streamq::Task& t) {
       if (t.retry_count() == 0) throw std::runtime_error("first attempt fails");
       if (++done == a.count) finish(finished);

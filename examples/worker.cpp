@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// streamq-worker: runs the demo task types (send_email, generate_pdf, reindex, and
-// always_fail, which fails through its retries into the dead-letter stream) until SIGINT or
-// SIGTERM, or with --exit-when-idle MS once no task arrived for that long. (Entries another
-// worker left pending are reclaimed every reclaim_interval, 5 s by default: an idle time
-// shorter than that can exit before taking them.)
+// streamq-worker: runs the demo task types (send_email, generate_pdf, reindex, remind, and
+// always_fail, which fails through its retries, each after a backoff, into the dead-letter
+// stream) until SIGINT or SIGTERM, or with --exit-when-idle MS once no task arrived for that long. (Entries
+// another worker left pending are reclaimed every reclaim_interval, 5 s by default: an idle time shorter than
+// that can exit before taking them.)
 //
 //   streamq-worker --stream task_queue --concurrency 4
 #include <atomic>
@@ -31,7 +31,7 @@ using std::chrono::milliseconds;
 constexpr const char* kUsage =
     "usage: streamq-worker [--url redis://127.0.0.1:6379] [--stream task_queue]\n"
     "                      [--group workers] [--consumer NAME] [--concurrency 4]\n"
-    "                      [--exit-when-idle MS]\n";
+    "                      [--exit-when-idle MS] [--retry-base-ms 1000]\n";
 
 /// Handlers run on several threads: one mutex keeps each output line whole.
 void say(const std::string& line) {
@@ -139,6 +139,14 @@ std::string reindex(const streamq::Task& task) {
 
 std::string always_fail(const streamq::Task&) { throw std::runtime_error("simulated failure"); }
 
+/// Enqueued with a delay: says how long after its enqueue it ran.
+std::string remind(const streamq::Task& task) {
+  const auto waited =
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now() - task.created_at());
+  return "reminder " + payload_text(task, "what") + ", ran " + std::to_string(waited.count()) +
+         " ms after it was enqueued";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,15 +159,18 @@ int main(int argc, char** argv) {
                                            {"--group", "workers"},
                                            {"--consumer", ""},
                                            {"--concurrency", "4"},
-                                           {"--exit-when-idle", ""}};
+                                           {"--exit-when-idle", ""},
+                                           {"--retry-base-ms", "1000"}};
   int concurrency = 0;
   int exit_when_idle_ms = 0;
+  int retry_base_ms = 0;
   try {
     example::parse_flags(argc, argv, flags);
     concurrency = example::to_int("--concurrency", flags["--concurrency"], 1);
     if (!flags["--exit-when-idle"].empty()) {
       exit_when_idle_ms = example::to_int("--exit-when-idle", flags["--exit-when-idle"], 1);
     }
+    retry_base_ms = example::to_int("--retry-base-ms", flags["--retry-base-ms"], 0);
   } catch (const std::invalid_argument& e) {
     std::cerr << "streamq-worker: " << e.what() << '\n' << kUsage;
     return 2;
@@ -172,13 +183,16 @@ int main(int argc, char** argv) {
                                      .group = flags["--group"],
                                      .consumer_name = flags["--consumer"],  // empty: generated
                                      .concurrency = concurrency,
-                                     .stop_on_signals = true};
+                                     .stop_on_signals = true,
+                                     // A failed attempt waits a random time up to base * 2^n.
+                                     .retry_backoff = {.base = milliseconds(retry_base_ms)}};
     options.connection.url = flags["--url"];
     streamq::Consumer consumer(options);
     consumer.on("send_email", logged(send_email, activity));
     consumer.on("generate_pdf", logged(generate_pdf, activity));
     consumer.on("reindex", logged(reindex, activity));
     consumer.on("always_fail", logged(always_fail, activity));
+    consumer.on("remind", logged(remind, activity));
     // Declared after the consumer, so it is destroyed (and its thread joined) first.
     std::optional<IdleWatch> idle_watch;
     if (exit_when_idle_ms > 0) idle_watch.emplace(consumer, activity, milliseconds(exit_when_idle_ms));
@@ -191,7 +205,8 @@ int main(int argc, char** argv) {
     say("metrics: done=" + std::to_string(m.done) + " retried=" + std::to_string(m.retried) +
         " dead_lettered=" + std::to_string(m.dead_lettered) + " reclaimed=" + std::to_string(m.reclaimed) +
         " replayed=" + std::to_string(m.replayed) + " skipped=" + std::to_string(m.skipped) +
-        " stale=" + std::to_string(m.stale) + " reconnects=" + std::to_string(m.reconnects));
+        " stale=" + std::to_string(m.stale) + " reconnects=" + std::to_string(m.reconnects) +
+        " forwarded=" + std::to_string(m.forwarded));
   } catch (const streamq::Error& e) {
     std::cerr << "streamq-worker: " << e.what() << '\n';
     return 1;

@@ -31,6 +31,11 @@ inline std::string unique_lock_key(std::string_view stream, std::string_view key
   return std::string(stream) + ":unique:" + std::string(key);
 }
 
+/// The sliding window of one task type's rate limit (HandlerOptions::rate).
+inline std::string rate_key(std::string_view stream, std::string_view task_type) {
+  return std::string(stream) + ":rate:" + std::string(task_type);
+}
+
 inline QueueKeys queue_keys(std::string_view stream) {
   const std::string s(stream);
   return QueueKeys{

@@ -18,9 +18,16 @@ void append_retry(Argv& argv, const Fields& copy) {
   for (const auto& [k, v] : copy) argv.add(k).add(v);
 }
 
+void append_delayed_retry(Argv& argv, Millis delay, std::string nonce, std::string_view stream,
+                          const Fields& copy) {
+  argv.add("delay").add(static_cast<std::int64_t>(delay.count())).add_copy(std::move(nonce)).add(stream);
+  for (const auto& [k, v] : copy) argv.add(k).add(v);
+}
+
 void append_dead_letter(Argv& argv, std::string_view reason, std::string_view error,
-                        std::string_view failed_at, const Fields& fields_read) {
+                        std::string_view failed_at, std::string_view queue, const Fields& fields_read) {
   argv.add("dead_letter").add(reason).add(error).add(failed_at).add(static_cast<std::int64_t>(kMaxFields));
+  argv.add(queue);
   for (const auto& [k, v] : fields_read) argv.add(k).add(v);
 }
 

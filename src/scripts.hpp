@@ -39,10 +39,17 @@ std::string_view script_name(ScriptId id) noexcept;
 
 /// What a dead-letter or retry write tells the Lua that writes it (write_fate() in
 /// src/lua/lib/fate.lua): appends 'retry' and the copy's fields, or 'dead_letter', the reason,
-/// error, failed_at, the most fields a dead-letter entry keeps, and the fields read.
+/// error, failed_at, the most fields a dead-letter entry keeps, `queue` and the fields read.
+/// `queue` is the queue's stream name (ConsumerOptions::stream): when the fields read have a
+/// unique_key, the dead letter releases the lock `<queue>:unique:<unique_key>` if it still
+/// holds the task's id; "" leaves it alone (a provisional record whose task still runs).
 void append_retry(Argv& argv, const Fields& copy);
+/// The same for a copy that waits in the delayed set for `delay` (by the server's clock) and
+/// then goes to `stream`: 'delay', the delay in ms, the member's nonce, the stream, the fields.
+void append_delayed_retry(Argv& argv, Millis delay, std::string nonce, std::string_view stream,
+                          const Fields& copy);
 void append_dead_letter(Argv& argv, std::string_view reason, std::string_view error,
-                        std::string_view failed_at, const Fields& fields_read);
+                        std::string_view failed_at, std::string_view queue, const Fields& fields_read);
 
 /// Runs scripts on one connection. Sends EVALSHA once the script is known to be cached on the
 /// current connection, EVAL before that, and retries with EVAL on NOSCRIPT.

@@ -127,6 +127,8 @@ std::string QueueStats::to_json() const {
       {"consumers_active", consumers_total},
       {"dlq_length", dlq_length},
       {"delayed", delayed},
+      {"next_delayed_due_ms", next_delayed_due_ms ? json(*next_delayed_due_ms) : json(nullptr)},
+      {"next_delayed_due_in_ms", next_delayed_due_in_ms ? json(*next_delayed_due_in_ms) : json(nullptr)},
       {"oldest_message", oldest_entry_id.empty() ? json(nullptr) : json(oldest_entry_id)},
       {"oldest_entry_age_ms", oldest_entry_age_ms ? json(*oldest_entry_age_ms) : json(nullptr)},
       {"groups", groups_json},
@@ -150,6 +152,11 @@ std::string QueueStats::to_prometheus() const {
   e.sample("streamq_dlq_length", {{"stream", s}}, dlq_length);
   e.family("streamq_delayed", "gauge", "Tasks waiting in the delayed set.");
   e.sample("streamq_delayed", {{"stream", s}}, delayed);
+  if (next_delayed_due_in_ms) {
+    e.family("streamq_delayed_next_due_seconds", "gauge",
+             "Time until the next delayed task is due (negative: overdue).");
+    e.sample_seconds("streamq_delayed_next_due_seconds", {{"stream", s}}, *next_delayed_due_in_ms);
+  }
   e.family("streamq_oldest_entry_age_seconds", "gauge", "Age of the oldest entry in the stream.");
   e.sample_seconds("streamq_oldest_entry_age_seconds", {{"stream", s}}, oldest_entry_age_ms.value_or(0));
 
@@ -257,6 +264,7 @@ struct StatsReader::Impl {
     first.push_back(Argv{"ZCARD", keys.delayed});
     first.push_back(Argv{"XINFO", "STREAM", keys.stream});
     first.push_back(Argv{"XINFO", "GROUPS", keys.stream});
+    first.push_back(Argv{"ZRANGE", keys.delayed, "0", "0", "WITHSCORES"});
     // The other levels: EXISTS, XINFO STREAM, XINFO GROUPS each (errors ignored when missing).
     const std::string* others[] = {&keys.high, &keys.low};
     for (const std::string* level : others) {
@@ -270,8 +278,13 @@ struct StatsReader::Impl {
     st.exists = r[1].view().integer() == 1;
     st.dlq_length = r[2].view().integer();
     st.delayed = r[3].view().integer();
-    LevelStats high = read_level(Priority::high, keys.high, r[6], r[7], r[8], now_ms);
-    LevelStats low = read_level(Priority::low, keys.low, r[9], r[10], r[11], now_ms);
+    if (const detail::ReplyView next = r[6].view().check(); next.size() == 2) {
+      // Scores are due times in whole ms, sent back as decimal text.
+      st.next_delayed_due_ms = static_cast<std::int64_t>(std::stod(std::string(next[1].str())));
+      st.next_delayed_due_in_ms = *st.next_delayed_due_ms - now_ms;
+    }
+    LevelStats high = read_level(Priority::high, keys.high, r[7], r[8], r[9], now_ms);
+    LevelStats low = read_level(Priority::low, keys.low, r[10], r[11], r[12], now_ms);
     LevelStats normal = read_level(Priority::normal, keys.stream, r[1], r[4], r[5], now_ms);
     st.total_length = high.length + normal.length + low.length;
     st.total_pending = high.pending + normal.pending + low.pending;

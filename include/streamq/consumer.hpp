@@ -8,6 +8,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -18,6 +19,37 @@
 #include "streamq/task.hpp"
 
 namespace streamq {
+
+/// How long a failed attempt waits before its retry: retry n (n = the task's retry_count
+/// before the failure, from 0) waits a uniformly random time in
+/// [0, min(cap, base * factor^n)] ("full jitter", so workers that failed together do not
+/// retry together), or exactly min(cap, base * factor^n) with jitter off. The retry copy
+/// waits in `<stream>:delayed` and is forwarded when due. base = 0 retries at once (the
+/// copy goes straight to the stream, as before backoff existed).
+struct RetryBackoff {
+  std::chrono::milliseconds base{1000};
+  std::chrono::milliseconds cap{std::chrono::minutes(10)};
+  /// >= 1.
+  double factor = 2.0;
+  bool jitter = true;
+};
+
+/// A limit on how often tasks of one type start, shared by every worker of the group (kept
+/// in Redis, `<stream>:rate:<task type>`, by the server's clock): at most `limit` starts in
+/// any window of `per`. A task over the limit is not run, not failed and not counted as an
+/// attempt: it goes back to the delayed set, due when the window has room again.
+/// limit = 0: no limit.
+struct RateLimit {
+  std::int64_t limit = 0;
+  std::chrono::milliseconds per{1000};
+};
+
+/// Per task type options for Consumer::on.
+struct HandlerOptions {
+  /// Overrides ConsumerOptions::retry_backoff for this type.
+  std::optional<RetryBackoff> retry_backoff{};
+  RateLimit rate{};
+};
 
 /// Consumer configuration. Validated by the Consumer constructor (ConfigError names the field).
 struct ConsumerOptions {
@@ -83,13 +115,24 @@ struct ConsumerOptions {
   /// new names do not pile up consumers. Checked at start and then every
   /// min(idle_consumer_timeout / 4, 5 min). 0 = never; otherwise >= claim_min_idle.
   std::chrono::milliseconds idle_consumer_timeout{std::chrono::hours(1)};
+  /// When a failed task is retried (see RetryBackoff; per type: HandlerOptions). A handler
+  /// can choose the delay itself by throwing streamq::RetryAfter.
+  RetryBackoff retry_backoff{};
+  /// Delayed tasks (EnqueueOptions::delay/run_at, delayed retries) are moved to their stream
+  /// when due by a forwarder in every consumer (one script per pass moves at most 1,000, so
+  /// forwarders never duplicate or lose one). The consumer holding the queue's forwarder
+  /// lease (`<stream>:forwarder`, renewed each pass) polls every forward_interval, and
+  /// sooner when the next task is due sooner; the others poll once a second and take the
+  /// lease over within about 3 s if its holder stops. Due tasks become visible within about
+  /// forward_interval of their due time. Must be > 0.
+  std::chrono::milliseconds forward_interval{50};
 };
 
 /// Counters since the Consumer was built. All reads are relaxed snapshots.
 struct ConsumerMetrics {
   /// Handler returned, and the entry's XACK + XDEL was written.
   std::uint64_t done = 0;
-  /// Retry copies written.
+  /// Retry copies written (at once or into the delayed set).
   std::uint64_t retried = 0;
   /// Dead-letter entries written by this consumer, for any reason (including entries its
   /// reclaimer or replay found lost or crash-looping before running them).
@@ -108,6 +151,10 @@ struct ConsumerMetrics {
   std::uint64_t reconnects = 0;
   /// Idle consumers without pending entries removed from the group (idle_consumer_timeout).
   std::uint64_t consumers_removed = 0;
+  /// Delayed tasks this consumer's forwarder moved to their stream.
+  std::uint64_t forwarded = 0;
+  /// Tasks put back into the delayed set because their type's rate limit was reached.
+  std::uint64_t rate_limited = 0;
 };
 
 /// The task's payload converted to `T` with nlohmann's from_json (`task.json().get<T>()`), as
@@ -139,7 +186,8 @@ T payload_as(const Task& task) {
 ///
 /// A handler that returns normally completes the task. One that throws
 /// streamq::PermanentError dead-letters it at once; any other exception retries it (a copy
-/// with retry_count + 1 and last_error) while retry_count < max_retries, then dead-letters it.
+/// with retry_count + 1 and last_error, after the retry backoff, or after the delay of a
+/// streamq::RetryAfter) while retry_count < max_retries, then dead-letters it.
 ///
 /// Thread safety: register handlers before run(); run() once; stop() and metrics() from any
 /// thread. Handlers run concurrently on `concurrency` threads. Movable (not while running).
@@ -157,9 +205,9 @@ class Consumer {
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;
 
-  /// Registers the handler for `task_type`. @throws ConfigError (empty type, duplicate, or
-  /// called after run()).
-  void on(std::string task_type, Handler handler);
+  /// Registers the handler for `task_type`, with its options (retry backoff, rate limit).
+  /// @throws ConfigError (empty type, duplicate, bad options, or called after run()).
+  void on(std::string task_type, Handler handler, HandlerOptions options = {});
 
   /// Registers a typed handler: the payload is converted to `T` with nlohmann's from_json
   /// (`task.json().get<T>()`) before `handler(const T&, const Task&)` (or `handler(const T&)`)
@@ -182,7 +230,8 @@ class Consumer {
   /// @endcode
   template <class T, class F>
   requires(std::invocable<F&, const T&, const Task&> ||
-           std::invocable<F&, const T&>) void on(std::string task_type, F handler) {
+           std::invocable<F&, const T&>) void on(std::string task_type, F handler,
+                                                 HandlerOptions options = {}) {
     on(std::move(task_type), Handler([h = std::move(handler)](const Task& task) mutable {
          const T value = streamq::payload_as<T>(task);
          if constexpr (std::invocable<F&, const T&, const Task&>) {
@@ -190,7 +239,8 @@ class Consumer {
          } else {
            h(value);
          }
-       }));
+       }),
+       std::move(options));
   }
 
   /// Handler for task types nobody registered; without one they are dead-lettered

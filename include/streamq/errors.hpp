@@ -122,7 +122,10 @@ class PermanentError : public Error {
 /// (reason retries_exhausted) with this message as its error. A negative delay counts as 0.
 ///
 /// @code
-///   if (response.status == 429) throw streamq::RetryAfter(std::chrono::seconds(30), "rate limited");
+///   consumer.on("call_api", [](const streamq::Task& task) {
+///     const HttpResult r = call_api(task.payload());
+///     if (r.status == 429) throw streamq::RetryAfter(std::chrono::seconds(r.retry_after_s), "rate limited");
+///   });
 /// @endcode
 class RetryAfter : public Error {
  public:

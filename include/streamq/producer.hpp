@@ -42,10 +42,13 @@ struct EnqueueOptions {
   /// > 0: refuse the task with DuplicateTaskError while another task with the same unique
   /// key was enqueued within this window and has not finished. The lock,
   /// `<stream>:unique:<key>` holding the task id, is checked and written in the enqueue's own
-  /// script, released when the task succeeds or is dead-lettered, and expires on its own
-  /// after unique_for. 0 = no uniqueness.
+  /// script, kept through retries, released when the task succeeds (in the MULTI of its ack)
+  /// or is dead-lettered (in the dead-letter script), in both cases only while it still holds
+  /// this task's id, and expires on its own after unique_for. 0 = no uniqueness; < 0 is a
+  /// ConfigError.
   std::chrono::milliseconds unique_for{0};
-  /// The unique key; empty = the task id. Only with unique_for.
+  /// The unique key; empty = the task id. Only with unique_for (else ConfigError). Written
+  /// as the task's `unique_key` field, which the consumer reads to release the lock.
   std::string unique_key{};
 };
 

@@ -73,6 +73,11 @@ struct QueueStats {
   std::int64_t dlq_length = 0;
   /// ZCARD of `<stream>:delayed` (delayed tasks; 0 while no task is delayed).
   std::int64_t delayed = 0;
+  /// When the next delayed task is due (ms since the Unix epoch, by the server's clock), and
+  /// how long from now that is (negative: overdue, the forwarders are behind); empty when no
+  /// task is delayed.
+  std::optional<std::int64_t> next_delayed_due_ms;
+  std::optional<std::int64_t> next_delayed_due_in_ms;
   /// Id of the oldest entry still in the stream; empty when the stream is empty.
   std::string oldest_entry_id;
   /// Age of that entry by the server's clock (its id's millisecond part vs TIME).
@@ -110,9 +115,9 @@ class StatsReader {
   StatsReader& operator=(const StatsReader&) = delete;
 
   /// Takes a snapshot. Issues (pipelined) TIME, EXISTS, XINFO STREAM, XINFO GROUPS, XLEN of
-  /// the dead-letter stream, ZCARD of the delayed set, EXISTS, XINFO STREAM and XINFO GROUPS
-  /// of the high and low priority streams, then XINFO CONSUMERS and an XPENDING per group
-  /// (of the normal stream). All read-only.
+  /// the dead-letter stream, ZCARD and the first member of the delayed set, EXISTS, XINFO STREAM
+  /// and XINFO GROUPS of the high and low priority streams, then XINFO CONSUMERS and an XPENDING
+  /// per group (of the normal stream). All read-only.
   /// @throws ConnectionError / TimeoutError, ReplyError (e.g. WRONGTYPE, NOPERM).
   QueueStats read();
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "codec.hpp"
 #include "log.hpp"
 #include "streamq/errors.hpp"
 
@@ -33,7 +34,8 @@ struct Plan {
 std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s,
                                                 std::uint16_t stream,
                                                 const std::vector<std::string_view>& ids,
-                                                const OrphanAcks& orphans) {
+                                                const OrphanAcks& orphans,
+                                                const std::vector<const UniqueLock*>& locks) {
   const QueueKeys& keys = s.keys(stream);
   const std::size_t first = argvs.size();
   argvs.push_back(Argv{"MULTI"});
@@ -54,6 +56,13 @@ std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const 
     for (std::string_view id : orphans.entries) unindex.add(id);
     argvs.push_back(std::move(del));
     argvs.push_back(std::move(unindex));
+  }
+  if (!locks.empty()) {
+    Argv release{"EVAL", script_source(ScriptId::release)};
+    release.add(static_cast<std::int64_t>(locks.size()));
+    for (const UniqueLock* l : locks) release.add(l->key);
+    for (const UniqueLock* l : locks) release.add(l->holder);
+    argvs.push_back(std::move(release));
   }
   argvs.push_back(Argv{"EXEC"});
   return {first, argvs.size() - 1};
@@ -155,6 +164,7 @@ void Completer::flush(std::vector<Completion>& batch) {
   for (std::uint16_t stream = 0; stream < s_.stream_count(); ++stream) {
     std::vector<std::string_view> ids;
     OrphanAcks orphans;
+    std::vector<const UniqueLock*> locks;
     std::vector<std::size_t> members;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (batch[i].outcome != Outcome::ack || batch[i].key.stream != stream) continue;
@@ -164,10 +174,11 @@ void Completer::flush(std::vector<Completion>& batch) {
         orphans.records.push_back(fate[i].orphan_id);
         orphans.entries.push_back(batch[i].key.id);
       }
+      if (!batch[i].unique.key.empty()) locks.push_back(&batch[i].unique);
       members.push_back(i);
     }
     if (members.empty()) continue;
-    const auto block = append_acks(plan.argvs, s_, stream, ids, orphans);
+    const auto block = append_acks(plan.argvs, s_, stream, ids, orphans, locks);
     plan.ids.resize(plan.argvs.size(), not_a_script);
     plan.multis.push_back(block);
     for (std::size_t i : members) {
@@ -189,7 +200,9 @@ void Completer::flush(std::vector<Completion>& batch) {
       if (moot) continue;
     }
     const bool replace = !fate[i].orphan_id.empty() && c.outcome != Outcome::orphan;
-    const std::string& dest = c.outcome == Outcome::retry ? keys.stream : keys.dlq;
+    const std::string& dest = c.outcome != Outcome::retry ? keys.dlq
+                              : c.delay.count() > 0       ? keys.delayed
+                                                          : keys.stream;
     Argv argv;
     ScriptId id;
     if (c.outcome == Outcome::orphan) {
@@ -208,11 +221,19 @@ void Completer::flush(std::vector<Completion>& batch) {
       argv.add(keys.stream).add(dest).add(group).add(me).add(c.key.id);
       plan.write[i] = Write::move;
     }
-    if (c.outcome == Outcome::retry) {
+    if (c.outcome == Outcome::retry && c.delay.count() > 0) {
+      // Due by the server's clock; it goes back to the stream it came from (its priority).
+      append_delayed_retry(argv, c.delay, new_uuid_v4(), keys.stream, c.fields);
+    } else if (c.outcome == Outcome::retry) {
       append_retry(argv, c.fields);
     } else {
+      // A dead letter releases the task's unique lock (lib/fate.lua), except a provisional
+      // record of an entry whose handler runs: its own completion decides (a retry keeps the
+      // lock). The record of one that never started is its fate.
       static const Fields none;
-      append_dead_letter(argv, c.reason, c.error, c.failed_at, c.read ? *c.read : none);
+      const bool provisional = c.outcome == Outcome::orphan && fate[i].running;
+      append_dead_letter(argv, c.reason, c.error, c.failed_at,
+                         provisional ? std::string_view() : s_.opt.stream, c.read ? *c.read : none);
     }
     plan.reply[i] = plan.argvs.size();
     plan.add(std::move(argv), id);
@@ -282,7 +303,10 @@ void Completer::flush(std::vector<Completion>& batch) {
       // (and is counted).
       if (s_.inflight.orphaned(c.key, std::string(v.str()))) Metrics::add(s_.metrics.dead_lettered, 1);
     } else {
-      Metrics::add(c.outcome == Outcome::retry ? s_.metrics.retried : s_.metrics.dead_lettered, 1);
+      Metrics::add(c.outcome != Outcome::retry ? s_.metrics.dead_lettered
+                   : c.attempted               ? s_.metrics.retried
+                                               : s_.metrics.rate_limited,
+                   1);
       finished.push_back(c.key);
     }
   }

@@ -24,13 +24,18 @@ struct OrphanAcks {
 };
 
 /// Appends MULTI, XACK + XDEL of `ids` (if any), the deletion of `orphans`' provisional
-/// records and their index fields (if any), EXEC: the acknowledgement of successes of one
-/// stream. MULTI: a crash between XACK and XDEL would leave a done entry counting toward
-/// max_len. The views must outlive the pipeline. Returns the MULTI's and EXEC's index.
+/// records and their index fields (if any), the release of `locks` (if any: EVAL of the
+/// release script), EXEC: the acknowledgement of successes of one stream. MULTI: a crash
+/// between XACK and XDEL would leave a done entry counting toward max_len, and one between
+/// the ack and the release would keep a finished task's lock until it expires. The release is
+/// an EVAL, not an EVALSHA: inside a MULTI a NOSCRIPT would only show in EXEC's reply, after
+/// the acks it cannot be retried with. The views must outlive the pipeline. Returns the
+/// MULTI's and EXEC's index.
 std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s,
                                                 std::uint16_t stream,
                                                 const std::vector<std::string_view>& ids,
-                                                const OrphanAcks& orphans = {});
+                                                const OrphanAcks& orphans = {},
+                                                const std::vector<const UniqueLock*>& locks = {});
 /// The error that refused such a block (the refused command's, not EXECABORT), "" if written.
 std::string acks_error(const std::vector<Reply>& replies, std::size_t multi, std::size_t exec);
 /// True when EXEC itself was refused (a busy server refuses it as it refuses XACK), which

@@ -18,6 +18,7 @@
 #include "completer.hpp"
 #include "executor.hpp"
 #include "fetcher.hpp"
+#include "forwarder.hpp"
 #include "janitor.hpp"
 #include "lease_keeper.hpp"
 #include "log.hpp"
@@ -127,6 +128,9 @@ struct Consumer::Impl {
     scheduler.add(leases);
     scheduler.add(reclaimer);
     if (s->opt.idle_consumer_timeout.count() > 0) scheduler.add(janitor);
+    detail::Forwarder forwarder(*s);
+    detail::Scheduler forwarding(*s);
+    forwarding.add(forwarder);
     detail::Fetcher fetcher(*s, [&] {
       reclaimer.arm();
       scheduler.wake();
@@ -135,6 +139,7 @@ struct Consumer::Impl {
       completer.start();
       executor.start();
       scheduler.start();
+      forwarding.start();
       fetcher.start();
       detail::log(LogLevel::info, "consumer " + s->opt.consumer_name + " running on " + s->keys().stream +
                                       " and its priority levels (group " + s->opt.group + ", " +
@@ -145,9 +150,11 @@ struct Consumer::Impl {
     } catch (...) {
       // A thread that could not be started: stop the ones that were, in the same order.
       request_stop();
+      forwarding.stop();
       shutdown(control, fetcher, scheduler, completer, executor);
       throw;
     }
+    forwarding.stop();  // it holds no entry: nothing to finish
     shutdown(control, fetcher, scheduler, completer, executor);
   }
 
@@ -199,11 +206,13 @@ Consumer::~Consumer() = default;
 Consumer::Consumer(Consumer&&) noexcept = default;
 Consumer& Consumer::operator=(Consumer&&) noexcept = default;
 
-void Consumer::on(std::string task_type, Handler handler) {
+void Consumer::on(std::string task_type, Handler handler, HandlerOptions options) {
   if (impl_->started) throw ConfigError("handlers must be registered before run()");
   if (task_type.empty()) throw ConfigError("task_type must not be empty");
   if (!handler) throw ConfigError("handler for \"" + task_type + "\" is empty");
-  const auto [it, added] = impl_->s->handlers.emplace(std::move(task_type), std::move(handler));
+  detail::check_handler_options(options);
+  const auto [it, added] = impl_->s->handlers.emplace(
+      std::move(task_type), detail::Registration{std::move(handler), std::move(options)});
   if (!added) throw ConfigError("a handler for \"" + it->first + "\" is already registered");
 }
 

@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "codec.hpp"
+#include "keys.hpp"
 #include "lease_keeper.hpp"
 #include "log.hpp"
 #include "retry_policy.hpp"
@@ -30,21 +31,14 @@ Completion dead_letter(const Shared& s, const EntryKey& key, std::shared_ptr<con
                     format_timestamp(std::chrono::system_clock::now())};
 }
 
-/// A connection and its script cache, for the start script of suspects.
-struct StartChannel {
-  explicit StartChannel(const ConnectionConfig& config) : conn(config), scripts(conn) {}
-  Connection conn;
-  ScriptRunner scripts;
-};
-
 enum class Start { run, not_ours, gone };
 
 /// Counts the attempt before a suspect runs (owner-checked XCLAIM RETRYCOUNT), so the poison
 /// check sees how often it was started, not how often it was merely prefetched by workers
 /// that died.
-Start start_suspect(const Shared& s, Work& w, std::unique_ptr<StartChannel>& ch) {
+Start start_suspect(const Shared& s, Work& w, std::unique_ptr<Channel>& ch) {
   try {
-    if (!ch) ch = std::make_unique<StartChannel>(s.connection);
+    if (!ch) ch = std::make_unique<Channel>(s.connection);
     Argv argv = ch->scripts.begin(ScriptId::start, 1);
     argv.add(s.keys(w.key.stream).stream).add(s.opt.group).add(s.opt.consumer_name).add(w.key.id);
     argv.add(w.deliveries + 1);
@@ -64,7 +58,7 @@ Start start_suspect(const Shared& s, Work& w, std::unique_ptr<StartChannel>& ch)
 }
 
 void thread_main(Shared& s) {
-  std::unique_ptr<StartChannel> channel;
+  std::unique_ptr<Channel> channel;
   std::optional<Work> w = s.inflight.take();
   while (w) {
     const bool suspect = w->suspect();
@@ -81,7 +75,7 @@ void thread_main(Shared& s) {
           continue;
         }
       }
-      w = s.inflight.finish_and_take(execute(s, *w), suspect);
+      w = s.inflight.finish_and_take(execute(s, *w, channel), suspect);
     } catch (const std::exception& e) {
       // Our own failure (memory): the entry stays pending and is reclaimed after claim_min_idle.
       log(LogLevel::error, "entry " + w->key.id + " could not be run: " + e.what());
@@ -91,9 +85,31 @@ void thread_main(Shared& s) {
   }
 }
 
+/// The entry back into the delayed set, unrun and uncounted, due in `delay`.
+Completion put_back(const Work& w, Millis delay) {
+  Completion c{w.key, Outcome::retry, *w.fields};
+  c.delay = std::max(delay, Millis(1));
+  c.attempted = false;
+  return c;
+}
+
+/// How long a start of `type` must wait for its rate limit (0: it may start now, and is
+/// counted). One script: the sliding window's check and the count of this start together, so
+/// the workers of a group never exceed the limit in any window. Throws what Redis throws.
+Millis rate_wait(const Shared& s, const Work& w, std::string_view type, const RateLimit& rate,
+                 std::unique_ptr<Channel>& ch) {
+  if (!ch) ch = std::make_unique<Channel>(s.connection);
+  const std::string key = rate_key(s.keys().stream, type);
+  Argv argv = ch->scripts.begin(ScriptId::rate, 1);
+  argv.add(key).add(rate.limit).add(static_cast<std::int64_t>(rate.per.count()));
+  argv.add_copy(s.opt.consumer_name + "/" + w.key.id + "/" + std::to_string(w.deliveries));
+  const Reply r = ch->scripts.call(ScriptId::rate, argv);
+  return Millis(r.view().check().integer());
+}
+
 }  // namespace
 
-Completion execute(const Shared& s, const Work& w) {
+Completion execute(const Shared& s, const Work& w, std::unique_ptr<Channel>& channel) {
   if (!w.fields) {
     return dead_letter(s, w.key, nullptr, reason::body_lost,
                        "body lost: the entry was trimmed or deleted before it ran");
@@ -109,15 +125,38 @@ Completion execute(const Shared& s, const Work& w) {
   }
   const Task& task = std::get<Task>(decoded);
   const Handler* handler = &s.fallback;
-  if (auto it = s.handlers.find(task.type()); it != s.handlers.end()) handler = &it->second;
+  const HandlerOptions* options = nullptr;
+  if (auto it = s.handlers.find(task.type()); it != s.handlers.end()) {
+    handler = &it->second.handler;
+    options = &it->second.options;
+  }
   if (!*handler) {
     return dead_letter(s, w.key, w.fields, reason::no_handler,
                        "no handler for task type \"" + task.type() + "\"");
   }
+  if (options != nullptr && options->rate.limit > 0) {
+    Millis wait{0};
+    try {
+      wait = rate_wait(s, w, task.type(), options->rate, channel);
+    } catch (const std::exception& e) {
+      // Running it unchecked could break the limit: put it back for a second instead (the
+      // completer writes that once Redis answers again).
+      log(LogLevel::warning, "rate limit of \"" + task.type() + "\" could not be checked (" + e.what() +
+                                 "); task " + task.id() + " is put back for a second");
+      channel.reset();
+      wait = Millis(1000);
+    }
+    if (wait.count() > 0) return put_back(w, wait);
+  }
   Attempt attempt{AttemptResult::succeeded, task.retry_count(), task.max_retries()};
   std::string error;
+  std::optional<Millis> retry_after;
   try {
     (*handler)(task);
+  } catch (const RetryAfter& e) {
+    attempt.result = AttemptResult::failed;
+    error = e.what();
+    retry_after = e.delay();
   } catch (const BadPayloadError& e) {
     attempt.result = AttemptResult::bad_payload;
     error = e.what();
@@ -133,15 +172,26 @@ Completion execute(const Shared& s, const Work& w) {
   }
   const Decision d = decide(attempt);
   switch (d.verdict) {
-    case Verdict::ack: return Completion{w.key, Outcome::ack, {}};
+    case Verdict::ack: {
+      Completion done{w.key, Outcome::ack, {}};
+      if (const auto unique = task.field(field::unique_key); unique && !unique->empty()) {
+        done.unique = UniqueLock{unique_lock_key(s.opt.stream, *unique), task.id()};
+      }
+      return done;
+    }
     case Verdict::retry:
       if (log_enabled(LogLevel::debug)) {
         log(LogLevel::debug, "task " + task.id() + " (" + task.type() + ") failed, retry " +
                                  std::to_string(task.retry_count() + 1) + " of " +
                                  std::to_string(task.max_retries()) + ": " + error);
       }
-      return Completion{w.key, Outcome::retry,
-                        retry_copy(task.fields(), task.retry_count(), std::move(error))};
+      {
+        Completion c{w.key, Outcome::retry, retry_copy(task.fields(), task.retry_count(), std::move(error))};
+        const RetryBackoff& backoff =
+            options != nullptr && options->retry_backoff ? *options->retry_backoff : s.opt.retry_backoff;
+        c.delay = retry_after ? *retry_after : retry_delay(backoff, task.retry_count(), unit_random());
+        return c;
+      }
     case Verdict::dead_letter: break;
   }
   return dead_letter(s, w.key, w.fields, d.reason, std::move(error));

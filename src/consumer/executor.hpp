@@ -3,7 +3,8 @@
 // counts the start of a suspect (replayed or reclaimed entry) in Redis first, decodes it,
 // runs the handler registered for its type, asks the retry policy what becomes of it and
 // hands the resulting completion back. Talks to: the in-flight set; Redis only for the start
-// script of suspects (a connection per thread, made on first need). Each thread holds the
+// script of suspects and the rate limits of task types that have one (a connection per
+// thread, made on first need). Each thread holds the
 // shared state, so one still running a handler after the shutdown grace period can be
 // detached safely.
 #pragma once
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "scripts.hpp"
 #include "shared.hpp"
 
 namespace streamq::detail {
@@ -39,8 +41,16 @@ class Executor {
   std::vector<Thread> threads_;
 };
 
+/// A handler thread's own connection and script cache, for the start script of suspects and
+/// the rate limit checks, made on first need.
+struct Channel {
+  explicit Channel(const ConnectionConfig& config) : conn(config), scripts(conn) {}
+  Connection conn;
+  ScriptRunner scripts;
+};
+
 /// Runs one decoded-or-not entry to its completion (what the completer must write). Never
 /// throws for anything a handler or an entry does.
-Completion execute(const Shared& s, const Work& w);
+Completion execute(const Shared& s, const Work& w, std::unique_ptr<Channel>& channel);
 
 }  // namespace streamq::detail

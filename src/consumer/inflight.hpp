@@ -72,15 +72,29 @@ enum class Outcome : std::uint8_t {
                 // replaces, so the task ends in exactly one place whatever happens next
 };
 
+/// The uniqueness lock (EnqueueOptions::unique_for) a succeeded task releases with its ack.
+struct UniqueLock {
+  std::string key;     // <stream>:unique:<unique_key>; empty: the task has no unique_key
+  std::string holder;  // the task id: the lock is deleted only while it still holds this one
+};
+
 struct Completion {
   EntryKey key;
   Outcome outcome = Outcome::ack;
   Fields fields{};  // retry: the copy to write
-  // dead_letter, orphan: what the dead-letter entry records (src/lua/lib/fate.lua builds it)
+  // dead_letter, orphan: what the dead-letter entry records (src/lua/lib/fate.lua builds it,
+  // and releases a unique lock named by the fields read)
   std::shared_ptr<const Fields> read{};  // the fields read (null: none, the body was gone)
   std::string_view reason{};             // one of the reason:: values
   std::string error{};
   std::string failed_at{};  // format_timestamp() text
+  // retry: how long the copy waits in the delayed set (0: straight to the stream), and
+  // whether it stands for a failed attempt (false: put back unrun, by a rate limit)
+  std::chrono::milliseconds delay{0};
+  bool attempted = true;
+  // ack: the lock to release with it. Such successes go to the completer, not the fetcher,
+  // so the fetcher's acks (the plain path) carry nothing but their keys.
+  UniqueLock unique{};
 };
 
 /// An unstarted entry to hand back at shutdown.
@@ -147,7 +161,8 @@ class InFlight {
   /// The entry will not run (another consumer owns it now, or its body is gone): counted as
   /// skipped, and forgotten unless its dead-letter record is still to be written.
   void not_run(const EntryKey& key, bool suspect);
-  /// The handler finished; `c` goes to the completer. Then as take(), under the same lock.
+  /// The handler finished; `c` goes to the completer (a success without a unique lock goes to
+  /// the fetcher first, see take_acks). Then as take(), under the same lock.
   std::optional<Work> finish_and_take(Completion c, bool suspect);
 
   /// Successes written by the fetcher (or refused for now: `retry` puts them back for the

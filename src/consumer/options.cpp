@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -58,7 +59,22 @@ ConsumerOptions validated(ConsumerOptions o) {
     // A consumer idle for less than claim_min_idle may be a live one between two reads.
     throw ConfigError("idle_consumer_timeout must be 0 (off) or >= claim_min_idle");
   }
+  check_backoff(o.retry_backoff, "retry_backoff");
+  if (o.forward_interval.count() < 1) throw ConfigError("forward_interval must be >= 1 ms");
   return o;
+}
+
+void check_backoff(const RetryBackoff& b, const std::string& name) {
+  if (b.base.count() < 0) throw ConfigError(name + ".base must be >= 0");
+  if (b.cap < b.base) throw ConfigError(name + ".cap must be >= " + name + ".base");
+  if (!(b.factor >= 1.0) || !std::isfinite(b.factor))
+    throw ConfigError(name + ".factor must be >= 1 and finite");
+}
+
+void check_handler_options(const HandlerOptions& h) {
+  if (h.retry_backoff) check_backoff(*h.retry_backoff, "retry_backoff");
+  if (h.rate.limit < 0) throw ConfigError("rate.limit must be >= 0");
+  if (h.rate.limit > 0 && h.rate.per.count() < 1) throw ConfigError("rate.per must be >= 1 ms");
 }
 
 }  // namespace streamq::detail

@@ -12,6 +12,11 @@ namespace streamq::detail {
 /// name. The connection options are checked by make_connection_config.
 ConsumerOptions validated(ConsumerOptions options);
 
+/// Checks a backoff (`name` prefixes the field in the ConfigError).
+void check_backoff(const RetryBackoff& backoff, const std::string& name);
+/// Checks the options of one Consumer::on.
+void check_handler_options(const HandlerOptions& options);
+
 /// "<hostname>-<pid>-<8 hex digits>": unique per process and per Consumer.
 std::string default_consumer_name();
 

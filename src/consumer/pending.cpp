@@ -45,7 +45,7 @@ PendingBatch fetch_pending(Shared& s, ScriptRunner& scripts, std::uint16_t strea
   argv.add(s.opt.group).add(s.opt.consumer_name).add(mode == PendingMode::own ? "own" : "auto").add(cursor);
   argv.add(static_cast<std::int64_t>(count)).add(static_cast<std::int64_t>(s.opt.claim_min_idle.count()));
   argv.add(static_cast<std::int64_t>(s.opt.max_deliveries)).add(failed_at);
-  argv.add(static_cast<std::int64_t>(kMaxFields));
+  argv.add(static_cast<std::int64_t>(kMaxFields)).add(s.opt.stream);
   for (const auto& id : held) argv.add(id);
   const Reply reply = scripts.call(ScriptId::fetch_pending, argv);
   const ReplyView r = reply.view().check();

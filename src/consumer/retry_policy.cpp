@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "retry_policy.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <random>
 #include <utility>
 
 namespace streamq::detail {
@@ -31,6 +34,21 @@ Decision decide(const Attempt& a) noexcept {
     case AttemptResult::body_lost: return {Verdict::dead_letter, reason::body_lost};
   }
   return {Verdict::dead_letter, reason::malformed};
+}
+
+std::chrono::milliseconds retry_delay(const RetryBackoff& b, int retry_count, double unit) noexcept {
+  if (b.base.count() <= 0) return std::chrono::milliseconds(0);
+  const double cap = static_cast<double>(b.cap.count());
+  // factor^n overflows to inf for a large n, and min() then gives the cap.
+  const double ceiling =
+      std::min(cap, static_cast<double>(b.base.count()) * std::pow(b.factor, std::max(0, retry_count)));
+  const double delay = b.jitter ? ceiling * std::clamp(unit, 0.0, 1.0) : ceiling;
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::min(cap, std::floor(delay))));
+}
+
+double unit_random() noexcept {
+  thread_local std::mt19937_64 generator{std::random_device{}()};
+  return std::uniform_real_distribution<double>(0.0, 1.0)(generator);
 }
 
 Fields retry_copy(const Fields& original, int retry_count, std::string error) {

@@ -5,10 +5,13 @@
 // the executor asks, the completer writes.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "streamq/consumer.hpp"
 #include "streamq/task.hpp"
 
 namespace streamq::detail {
@@ -52,6 +55,13 @@ struct Decision {
 /// A success is acked; a failure is retried while retry_count < max_retries, then
 /// dead-lettered (retries_exhausted); everything else is dead-lettered at once.
 Decision decide(const Attempt& attempt) noexcept;
+
+/// How long retry `retry_count` + 1 waits (see RetryBackoff): `unit` is a uniform random
+/// number in [0, 1), used only with jitter. Never more than backoff.cap.
+std::chrono::milliseconds retry_delay(const RetryBackoff& backoff, int retry_count, double unit) noexcept;
+
+/// A uniform random number in [0, 1) from a per-thread generator.
+double unit_random() noexcept;
 
 /// The retry copy of an entry: all its fields, with retry_count set to `retry_count` + 1 and
 /// last_error to `error` (added when missing).

@@ -32,6 +32,12 @@ inline std::vector<QueueKeys> level_keys(const std::string& stream) {
   return out;
 }
 
+/// A registered handler and its per-type options (Consumer::on).
+struct Registration {
+  Handler handler;
+  HandlerOptions options{};
+};
+
 struct Shared {
   explicit Shared(ConsumerOptions validated_options)
       : opt(std::move(validated_options)),
@@ -48,7 +54,7 @@ struct Shared {
   /// same in each, derived from the normal stream's name.
   const std::vector<QueueKeys> streams;
   const DecodeLimits limits;
-  std::unordered_map<std::string, Handler> handlers;
+  std::unordered_map<std::string, Registration> handlers;
   Handler fallback;
 
   Metrics metrics;

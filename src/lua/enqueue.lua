@@ -24,6 +24,7 @@
 -- The chunks of one batch are pipelined: a refused chunk sets the mark, so the chunks behind
 -- it write nothing even if room appears (a smaller last chunk, a consumer's XDEL), and what
 -- a batch wrote is always a prefix of it. The mark expires a minute after its last use.
+-- @include lib/clock.lua
 -- @include lib/delayed.lua
 local gate = ARGV[1] == 'reject'
 local max_len = tonumber(ARGV[2])

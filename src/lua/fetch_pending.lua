@@ -4,8 +4,9 @@
 -- ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = mode ("auto" | "own"),
 -- ARGV[4] = cursor: the last entry id examined ("0-0" to begin), ARGV[5] = most entries to
 -- take, ARGV[6] = min idle ms (auto), ARGV[7] = max deliveries, ARGV[8] = failed_at text for
--- dead-letter entries, ARGV[9] = most fields a dead-letter entry keeps, ARGV[10..] = ids this
--- consumer holds now (never handed out again).
+-- dead-letter entries, ARGV[9] = most fields a dead-letter entry keeps, ARGV[10] = the queue's
+-- stream name (dead-lettered unique tasks release <queue>:unique:<key>, see lib/fate.lua),
+-- ARGV[11..] = ids this consumer holds now (never handed out again).
 -- Returns {next cursor ("0-0" = the end was reached), {{id, {fields}, deliveries}, ...},
 -- dead-lettered count}.
 --
@@ -20,16 +21,17 @@
 -- One script: entries whose body is gone (trimmed or XDELed) and entries already started max
 -- deliveries times (their handler may crash the worker) go to the dead-letter stream here,
 -- atomically with their removal from the PEL, so neither can vanish between two commands.
+-- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/fate.lua
 local stream, dlq, group, me, mode = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local want, min_idle, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local failed_at, max_fields = ARGV[8], tonumber(ARGV[9])
+local failed_at, max_fields, queue = ARGV[8], tonumber(ARGV[9]), ARGV[10]
 local held = {}
-for i = 10, #ARGV do held[ARGV[i]] = true end
+for i = 11, #ARGV do held[ARGV[i]] = true end
 local dead = 0
 local function bury(id, fields, reason, err)
-  dead_letter(dlq, fields, 1, max_fields, reason, err, failed_at, id, me)
+  dead_letter(dlq, fields, 1, max_fields, reason, err, failed_at, id, me, queue)
   redis.call('XACK', stream, group, id)
   redis.call('XDEL', stream, id)
   dead = dead + 1

@@ -13,6 +13,7 @@
 -- (someone else's ZADD) is dead-lettered (reason 'malformed') with its bytes, not dropped.
 -- The lease does not make forwarding exclusive: it only tells one consumer to poll often
 -- while the others poll rarely, so idle workers do not all hammer the server.
+-- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/fate.lua
 local now = now_ms()
@@ -27,7 +28,7 @@ for _, member in ipairs(due) do
     redis.call('XADD', dest, '*', unpack(parts, 4))
   else
     dead_letter(KEYS[2], {'member', member}, 1, tonumber(ARGV[5]), 'malformed',
-                'a member of ' .. KEYS[1] .. ' that is not a streamq task', ARGV[4], '', ARGV[2])
+                'a member of ' .. KEYS[1] .. ' that is not a streamq task', ARGV[4], '', ARGV[2], KEYS[4])
   end
   redis.call('ZREM', KEYS[1], member)
 end

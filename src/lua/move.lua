@@ -9,6 +9,7 @@
 -- One script: XACK alone does not check ownership, and the new entry and the removal of the
 -- old one must happen together, or a crash between them loses the task or runs it twice.
 -- @include lib/owner.lua
+-- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/fate.lua
 local owner = pending_owner(KEYS[1], ARGV[1], ARGV[3])

@@ -10,6 +10,7 @@
 -- another consumer owns it.
 -- One script: the record, the XACK and the note in the orphans hash stand or fall together.
 -- @include lib/owner.lua
+-- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/fate.lua
 local known = redis.call('HGET', KEYS[3], ARGV[3])

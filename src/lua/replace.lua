@@ -10,6 +10,7 @@
 -- consumer's to decide.
 -- One script: the new entry and the deletion of the record it replaces must happen together,
 -- or the task would end in two places, or in none.
+-- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/fate.lua
 redis.call('HDEL', KEYS[3], ARGV[2])

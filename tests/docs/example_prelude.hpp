@@ -13,3 +13,8 @@
 
 void send_email(const std::string& to);
 void resize(const std::string& image, int width, const std::string& task_id);
+struct HttpResult {
+  int status = 200;
+  int retry_after_s = 0;
+};
+HttpResult call_api(const std::string& body);

@@ -136,8 +136,8 @@ TEST_F(ConsumerTest, AnOrphanRecordIsWrittenOnceHoweverOftenItsWriteIsRepeated) 
   const std::string_view source = detail::script_source(detail::ScriptId::orphan);
   auto write = [&] {
     return client.cmd({"EVAL", source, "3", stream, dlq, stream + ":orphans", "workers", "holder", ids[0],
-                       "dead_letter", "body_lost", "gone", "2026-12-01T00:00:00.000000", "1000", "task_id",
-                       "t"});
+                       "dead_letter", "body_lost", "gone", "2026-12-01T00:00:00.000000", "1000", stream,
+                       "task_id", "t"});
   };
   const detail::Reply first = write();
   ASSERT_TRUE(first.view().is_string()) << (first.view().is_error() ? first.view().error() : "");
@@ -169,7 +169,7 @@ TEST_F(ConsumerTest, ADeadLetterKeepsTheFieldsAndSaysWhatHappened) {
   const std::string source(detail::script_source(detail::ScriptId::move));
   const Fields read = {{"task_id", "t1"}, {"payload", "{}"}, {"reason", "forged"}, {"priority", "high"}};
   std::vector<std::string> args{"EVAL", source, "2", stream, dlq, "workers", "holder", ids[0]};
-  detail::append_dead_letter(argv, "permanent", "card declined", "2026-12-01T00:00:00.000000", read);
+  detail::append_dead_letter(argv, "permanent", "card declined", "2026-12-01T00:00:00.000000", stream, read);
   for (std::size_t i = 0; i < argv.size(); ++i) args.emplace_back(argv[i]);
   const detail::Reply r = client.cmd(args);
   ASSERT_TRUE(r.view().is_string()) << (r.view().is_error() ? r.view().error() : "");
@@ -201,7 +201,7 @@ TEST_F(ConsumerTest, ADeadLetterKeepsAtMostTheFieldCap) {
   const std::string source(detail::script_source(detail::ScriptId::move));
   std::vector<std::string> args{"EVAL", source, "2", stream, dlq, "workers", "holder", ids[0]};
   detail::Argv argv;
-  detail::append_dead_letter(argv, "malformed", "too many fields", "t", read);
+  detail::append_dead_letter(argv, "malformed", "too many fields", "t", stream, read);
   for (std::size_t i = 0; i < argv.size(); ++i) args.emplace_back(argv[i]);
   const detail::Reply r = client.cmd(args);
   ASSERT_TRUE(r.view().is_string()) << (r.view().is_error() ? r.view().error() : "");

@@ -26,7 +26,12 @@ class ConsumerTest : public ::testing::Test {
   std::string dlq = stream + ":dlq";
 
   ConsumerOptions options() const {
-    return {.connection = {.url = server.url()}, .stream = stream, .block = std::chrono::milliseconds(200)};
+    // Retries at once unless a test sets a backoff: most tests are about what a retry is,
+    // not when it comes.
+    return {.connection = {.url = server.url()},
+            .stream = stream,
+            .block = std::chrono::milliseconds(200),
+            .retry_backoff = {.base = std::chrono::milliseconds(0)}};
   }
   Producer producer() const { return Producer({.connection = {.url = server.url()}, .stream = stream}); }
   std::int64_t xlen(const std::string& key) { return client.integer({"XLEN", key}); }

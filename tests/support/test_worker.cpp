@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // A worker process for the reliability tests, which kill it with SIGKILL and start it again.
 // Usage: streamq_test_worker <url> <stream> <consumer-name> [key=value ...]
-//   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries, grace_ms
+//   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries, grace_ms,
+//   backoff_base_ms (retry backoff, default 0: at once), backoff_cap_ms
 // Task types:
 //   work       sleep payload "ms" milliseconds, then HINCRBY <stream>:done <task_id> 1
 //   hang       HINCRBY <stream>:started <task_id> 1, sleep "ms" ignoring stop requests, then
@@ -53,18 +54,20 @@ int main(int argc, char** argv) {
   }
   auto get = [&](const char* k, long def) { return kv.count(k) ? kv[k] : def; };
   using ms = std::chrono::milliseconds;
-  streamq::Consumer consumer({.connection = {.url = g_url},
-                              .stream = stream,
-                              .consumer_name = argv[3],
-                              .concurrency = static_cast<int>(get("concurrency", 2)),
-                              .prefetch = static_cast<int>(get("prefetch", 8)),
-                              .block = ms(200),
-                              .claim_min_idle = ms(get("min_idle_ms", 1500)),
-                              .reclaim_interval = ms(get("reclaim_ms", 250)),
-                              .heartbeat_interval = ms(get("heartbeat_ms", 300)),
-                              .max_deliveries = static_cast<int>(get("max_deliveries", 5)),
-                              .shutdown_grace = ms(get("grace_ms", 10000)),
-                              .stop_on_signals = true});
+  streamq::Consumer consumer(
+      {.connection = {.url = g_url},
+       .stream = stream,
+       .consumer_name = argv[3],
+       .concurrency = static_cast<int>(get("concurrency", 2)),
+       .prefetch = static_cast<int>(get("prefetch", 8)),
+       .block = ms(200),
+       .claim_min_idle = ms(get("min_idle_ms", 1500)),
+       .reclaim_interval = ms(get("reclaim_ms", 250)),
+       .heartbeat_interval = ms(get("heartbeat_ms", 300)),
+       .max_deliveries = static_cast<int>(get("max_deliveries", 5)),
+       .shutdown_grace = ms(get("grace_ms", 10000)),
+       .stop_on_signals = true,
+       .retry_backoff = {.base = ms(get("backoff_base_ms", 0)), .cap = ms(get("backoff_cap_ms", 600000))}});
   consumer.on("work", [&](const streamq::Task& task) {
     const int sleep_ms = task.json().value("ms", 0);
     if (sleep_ms > 0) std::this_thread::sleep_for(ms(sleep_ms));

@@ -325,6 +325,8 @@ TEST(Scripts, EachIsEmbeddedUnderItsFileName) {
   EXPECT_EQ(script_name(ScriptId::fetch_pending), "fetch_pending");
   EXPECT_EQ(script_name(ScriptId::start), "start");
   EXPECT_EQ(script_name(ScriptId::forget_idle_consumers), "forget_idle_consumers");
+  EXPECT_EQ(script_name(ScriptId::forward), "forward");
+  EXPECT_EQ(script_name(ScriptId::release), "release");
   std::set<std::string_view> shas;
   for (std::size_t i = 0; i < static_cast<std::size_t>(ScriptId::count_); ++i) {
     const auto id = static_cast<ScriptId>(i);
@@ -349,8 +351,19 @@ TEST(Scripts, SharedLuaIsIncludedWhereItIsUsed) {
     EXPECT_NE(streamq::detail::script_source(id).find("local function dead_letter("), std::string::npos)
         << streamq::detail::script_name(id);
   }
+  for (ScriptId id : {ScriptId::enqueue, ScriptId::forward, ScriptId::move}) {
+    EXPECT_NE(streamq::detail::script_source(id).find("local function delayed_member("), std::string::npos)
+        << streamq::detail::script_name(id);
+    EXPECT_NE(streamq::detail::script_source(id).find("local function now_ms("), std::string::npos)
+        << streamq::detail::script_name(id);
+  }
   // Where it is not used, it is not included either.
-  EXPECT_EQ(streamq::detail::script_source(ScriptId::enqueue).find("local function"), std::string::npos);
+  EXPECT_EQ(streamq::detail::script_source(ScriptId::enqueue).find("local function dead_letter("),
+            std::string::npos);
+  EXPECT_EQ(streamq::detail::script_source(ScriptId::enqueue).find("local function pending_owner("),
+            std::string::npos);
+  EXPECT_EQ(streamq::detail::script_source(ScriptId::rate).find("local function delayed_member("),
+            std::string::npos);
 }
 
 TEST(Scripts, TheLuaDeadLetterBuilderSetsTheFieldsTheCodecReserves) {

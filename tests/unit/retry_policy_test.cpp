@@ -10,6 +10,7 @@ namespace {
 
 using namespace streamq::detail;
 using streamq::Fields;
+using streamq::RetryBackoff;
 
 std::string get(const Fields& f, const std::string& name) {
   for (const auto& [k, v] : f) {
@@ -65,6 +66,44 @@ TEST(RetryCopy, AddsMissingCounters) {
   EXPECT_EQ(get(copy, "retry_count"), "1");
   EXPECT_EQ(get(copy, "last_error"), "boom");
   EXPECT_EQ(copy.size(), seed_style.size() + 2);
+}
+
+using std::chrono::milliseconds;
+
+TEST(RetryDelay, FollowsTheCurveWithoutJitter) {
+  const RetryBackoff b{
+      .base = milliseconds(1000), .cap = milliseconds(60000), .factor = 2.0, .jitter = false};
+  EXPECT_EQ(retry_delay(b, 0, 0.5), milliseconds(1000));
+  EXPECT_EQ(retry_delay(b, 1, 0.5), milliseconds(2000));
+  EXPECT_EQ(retry_delay(b, 4, 0.5), milliseconds(16000));
+  EXPECT_EQ(retry_delay(b, 6, 0.5), milliseconds(60000));     // capped (64 s)
+  EXPECT_EQ(retry_delay(b, 5000, 0.5), milliseconds(60000));  // factor^n is inf: still the cap
+  const RetryBackoff flat{
+      .base = milliseconds(300), .cap = milliseconds(300), .factor = 1.0, .jitter = false};
+  EXPECT_EQ(retry_delay(flat, 9, 0.5), milliseconds(300));
+}
+
+TEST(RetryDelay, FullJitterScalesTheCurveByTheRandomDraw) {
+  const RetryBackoff b{.base = milliseconds(1000), .cap = milliseconds(10000), .factor = 3.0, .jitter = true};
+  EXPECT_EQ(retry_delay(b, 2, 0.0), milliseconds(0));
+  EXPECT_EQ(retry_delay(b, 2, 0.5), milliseconds(4500));    // half of 9 s
+  EXPECT_EQ(retry_delay(b, 3, 0.999), milliseconds(9990));  // the cap (27 s) scaled
+  EXPECT_EQ(retry_delay(b, 3, 1.0), milliseconds(10000));   // never above the cap
+  // Draws from unit_random() stay in [0, 1), so the delays stay in [0, bound).
+  for (int i = 0; i < 1000; ++i) {
+    const double u = unit_random();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    const milliseconds d = retry_delay(b, 1, u);
+    ASSERT_GE(d, milliseconds(0));
+    ASSERT_LT(d, milliseconds(3000));
+  }
+}
+
+TEST(RetryDelay, AZeroBaseRetriesAtOnce) {
+  const RetryBackoff b{.base = milliseconds(0), .cap = milliseconds(0), .factor = 2.0, .jitter = true};
+  EXPECT_EQ(retry_delay(b, 0, 0.7), milliseconds(0));
+  EXPECT_EQ(retry_delay(b, 5000, 0.7), milliseconds(0));  // 0 * inf is not NaN here
 }
 
 }  // namespace

@@ -30,9 +30,3 @@ local function delayed_parts(member)
   if out[1] ~= 'sq1' or #out < 3 or (#out - 3) % 2 ~= 0 then return nil end
   return out
 end
-
--- now_ms(): the server's clock in ms since the Unix epoch.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end

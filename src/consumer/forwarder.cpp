@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: MIT
+#include "forwarder.hpp"
+
+#include <algorithm>
+
+#include "codec.hpp"
+#include "log.hpp"
+#include "metrics.hpp"
+
+namespace streamq::detail {
+
+Forwarder::Forwarder(Shared& shared) : s_(shared), next_(Clock::now()) {}
+
+void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
+  const QueueKeys& keys = s_.keys();
+  Argv argv = scripts.begin(ScriptId::forward, 6);
+  argv.add(keys.delayed).add(keys.dlq).add(keys.forwarder).add(keys.stream).add(keys.high).add(keys.low);
+  argv.add(kMostPerPass).add(s_.opt.consumer_name).add(static_cast<std::int64_t>(kLease.count()));
+  const std::string failed_at = format_timestamp(std::chrono::system_clock::now());
+  argv.add(failed_at).add(static_cast<std::int64_t>(kMaxFields));
+  const Reply reply = scripts.call(ScriptId::forward, argv);
+  const ReplyView r = reply.view().check();
+  const std::int64_t moved = r[0].integer();
+  const std::int64_t next_due = r[1].integer();
+  const bool leader = r[2].integer() == 1;
+  if (moved > 0) Metrics::add(s_.metrics.forwarded, static_cast<std::uint64_t>(moved));
+  if (moved >= kMostPerPass) {
+    next_ = now;  // more are due: go on at once
+    return;
+  }
+  const Millis poll = leader ? s_.opt.forward_interval : kStandbyInterval;
+  // The lease holder also wakes for the next due task if that comes before its poll.
+  const Millis wait = leader && next_due >= 0 ? std::min(poll, Millis(next_due)) : poll;
+  next_ = now + wait;
+}
+
+}  // namespace streamq::detail

@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: MIT
+// The forwarder: a duty, on a scheduler of its own (so a long reclaim pass never delays a due
+// task), that moves the queue's delayed tasks to their streams when due: delayed enqueues
+// (EnqueueOptions::delay/run_at), delayed retries and rate-limited tasks put back. One forward
+// script per pass moves at most kMostPerPass, atomically per task, so any number of
+// forwarders run at once without duplicates or losses. Due times are the server's clock; the
+// script also says how long until the next task is due, and the next pass is then (or at
+// forward_interval, whichever is sooner) while this consumer holds the queue's forwarder
+// lease, and once a second otherwise: one consumer polls often, the rest stand by. Talks to:
+// Redis only.
+#pragma once
+
+#include "scheduler.hpp"
+
+namespace streamq::detail {
+
+class Forwarder final : public Duty {
+ public:
+  /// Most tasks one pass moves: large enough for >= 50,000 tasks/s, small enough that one
+  /// pass keeps the server busy for only a few ms.
+  static constexpr std::int64_t kMostPerPass = 1000;
+  /// How often a consumer without the lease polls, and how long a lease lasts unrenewed.
+  static constexpr Millis kStandbyInterval{1000};
+  static constexpr Millis kLease{3000};
+
+  explicit Forwarder(Shared& shared);
+  std::string_view name() const noexcept override { return "forwarder"; }
+  Clock::time_point next() const override { return next_; }
+  void tick(ScriptRunner& scripts, Clock::time_point now) override;
+
+ private:
+  Shared& s_;
+  Clock::time_point next_;
+};
+
+}  // namespace streamq::detail
