@@ -232,9 +232,8 @@ TEST_F(PriorityTest, DeadLettersOfEveryLevelGoToTheQueuesDeadLetterStream) {
   auto p = producer();
   const std::string id_high = p.enqueue("doomed", "{}", {.max_retries = 0, .priority = Priority::high});
   const std::string id_low = p.enqueue("doomed", "{}", {.max_retries = 0, .priority = Priority::low});
-  RunningConsumer rc(options(), [&](Consumer& c) {
-    c.on("doomed", [](const Task&) { throw PermanentError("no"); });
-  });
+  RunningConsumer rc(options(),
+                     [&](Consumer& c) { c.on("doomed", [](const Task&) { throw PermanentError("no"); }); });
   ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2 && xlen(high) == 0 && xlen(low) == 0; }));
   rc.stop();
   EXPECT_EQ(client.integer({"EXISTS", high + ":dlq"}), 0);
@@ -311,9 +310,11 @@ TEST_F(PriorityTest, StatsReportEveryLevel) {
     EXPECT_EQ(*st.levels[0].lag, 2);
   }
   const std::string prom = st.to_prometheus();
-  EXPECT_NE(prom.find("streamq_level_length{stream=\"" + stream + "\",level=\"high\"} 3\n"), std::string::npos)
+  EXPECT_NE(prom.find("streamq_level_length{stream=\"" + stream + "\",level=\"high\"} 3\n"),
+            std::string::npos)
       << prom;
-  EXPECT_NE(prom.find("streamq_level_pending{stream=\"" + stream + "\",level=\"high\"} 1\n"), std::string::npos);
+  EXPECT_NE(prom.find("streamq_level_pending{stream=\"" + stream + "\",level=\"high\"} 1\n"),
+            std::string::npos);
   const auto doc = nlohmann::json::parse(st.to_json());
   EXPECT_EQ(doc["levels"][2]["level"], "low");
   EXPECT_EQ(doc["levels"][2]["length"], 1);
