@@ -228,6 +228,34 @@ TEST_F(PriorityTest, RetryCopyKeepsItsLevel) {
   EXPECT_EQ(rc.consumer().metrics().done, 1u);
 }
 
+TEST_F(PriorityTest, RetryAfterABackoffGoesBackToItsLevel) {
+  // With a backoff the retry copy waits in the delayed set; the forwarder then adds it to the
+  // stream the task came from, not to the normal one.
+  auto p = producer();
+  const std::string id = p.enqueue("flaky", "{}", {.max_retries = 2, .priority = Priority::low});
+  Client probe(server.url());  // used on the handler thread only
+  std::atomic<int> calls{0};
+  std::string copy_retry_count;
+  auto o = options();
+  o.retry_backoff = {.base = std::chrono::milliseconds(50), .jitter = false};
+  RunningConsumer rc(o, [&](Consumer& c) {
+    c.on("flaky", [&](const Task&) {
+      if (++calls == 1) throw std::runtime_error("first attempt fails");
+      for (const auto& [entry_id, fields] : probe.xrange(low)) {
+        if (Client::get(fields, "task_id") == id) copy_retry_count = Client::get(fields, "retry_count");
+      }
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return calls == 2 && xlen(low) == 0; }));
+  rc.stop();
+  EXPECT_EQ(copy_retry_count, "1");
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(xlen(high), 0);
+  EXPECT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 0);
+  EXPECT_EQ(rc.consumer().metrics().retried, 1u);
+  EXPECT_EQ(rc.consumer().metrics().done, 1u);
+}
+
 TEST_F(PriorityTest, DeadLettersOfEveryLevelGoToTheQueuesDeadLetterStream) {
   auto p = producer();
   const std::string id_high = p.enqueue("doomed", "{}", {.max_retries = 0, .priority = Priority::high});
