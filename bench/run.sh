@@ -54,16 +54,21 @@ batch=" tasks_per_s=$(median "${bat[@]}") peak_rss_mb=$(field peak_rss_mb "$batc
 # Drain against its reference, a bare hiredis loop doing the same Redis work per task
 # (XREADGROUP COUNT 64, XACK + XDEL pipelined with the next read): five interleaved rounds, as
 # both are bound by wake-up latencies that vary more on this machine than throughput does.
-dr=() raw=()
+dr=() raw=() lv=()
 for round in 1 2 3 4 5; do
   run preload --stream b:drain --count 200000 >/dev/null
   drain=$(run drain --stream b:drain --count 200000); cli DEL b:drain
   dr+=("$(field tasks_per_s "$drain")")
   run preload --stream b:raw --count 200000 >/dev/null
   raw+=("$(field tasks_per_s "$(run drain-raw --stream b:raw --count 200000)")"); cli DEL b:raw
+  if ((round <= 3)); then
+    levels=$(run drain-levels --stream b:lv --count 198000); cli DEL b:lv b:lv:p:high b:lv:p:low
+    lv+=("$(field tasks_per_s "$levels")")
+  fi
 done
 ref_drain=$(median "${raw[@]}")
 drain=" tasks_per_s=$(median "${dr[@]}") peak_rss_mb=$(field peak_rss_mb "$drain")"
+drain_levels=" tasks_per_s=$(median "${lv[@]}") peak_rss_mb=$(field peak_rss_mb "$levels")"
 latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
 retry=$(run retry --stream b:retry --count 50000); cli DEL b:retry
 retry_backoff=$(run retry-backoff --stream b:retryb --count 50000); cli DEL b:retryb b:retryb:delayed
@@ -86,10 +91,11 @@ line() {  # line <name> <result> <reference>
 line enqueue "$enqueue" "$ref_p1"
 line enqueue-batch "$batch" "$ref_p64"
 line drain "$drain" "$ref_drain"
+line drain-3-levels "$drain_levels" "$ref_drain"
 line "latency@5k/s" "$latency" ""
 line retry "$retry" ""
 line retry-backoff "$retry_backoff" ""
 line forward "$forward" ""
 echo
-echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64; drain vs drain-raw;"
-echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | drain-raw ${raw[*]} | drain ${dr[*]})"
+echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64; drain and drain-3-levels vs drain-raw;"
+echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]})"

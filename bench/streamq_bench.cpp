@@ -8,6 +8,8 @@
 //   preload        N tasks enqueued in batches (setup for drain; prints nothing measured)
 //   drain          a Consumer with default options and a no-op handler runs the N preloaded
 //                  tasks; time from run() to the last ack
+//   drain-levels   as drain, with the N tasks spread over the three priority levels (a third
+//                  each, enqueued outside the timed part), served in the default strict order
 //   drain-raw      the reference for drain: a raw hiredis loop on one connection doing the same
 //                  Redis work per task (XREADGROUP COUNT 64, then XACK + XDEL of those ids
 //                  pipelined with the next read), no parsing, no handler
@@ -217,6 +219,29 @@ int scenario_main(const Args& a) {
     const auto t = Clock::now();
     run_until(c, finished);  // run() returns after the final acks are flushed
     report(a, seconds_since(t));
+  } else if (a.scenario == "drain-levels") {
+    {
+      streamq::Producer p(producer_options(a));
+      std::vector<streamq::TaskSpec> tasks;
+      const streamq::Priority levels[] = {streamq::Priority::high, streamq::Priority::normal,
+                                          streamq::Priority::low};
+      for (long done = 0; done < a.count; done += a.batch) {
+        tasks.clear();
+        for (long i = done; i < std::min(a.count, done + a.batch); ++i) {
+          tasks.push_back({"send_email", kPayload, {.priority = levels[i % 3]}});
+        }
+        p.enqueue_batch(tasks);
+      }
+    }
+    std::atomic<long> done{0};
+    std::atomic<bool> finished{false};
+    streamq::Consumer c(consumer_options(a));
+    c.on("send_email", [&](const streamq::Task&) {
+      if (++done == a.count) finish(finished);
+    });
+    const auto t = Clock::now();
+    run_until(c, finished);
+    report(a, seconds_since(t));
   } else if (a.scenario == "drain-raw") {
     drain_raw(a);
   } else if (a.scenario == "latency") {
@@ -311,9 +336,10 @@ int main(int argc, char** argv) {
   try {
     return scenario_main(parse(argc, argv));
   } catch (const std::invalid_argument& e) {
-    std::cerr << "streamq-bench: " << e.what()
-              << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|drain-raw|latency|retry"
-              << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C]\n";
+    std::cerr
+        << "streamq-bench: " << e.what()
+        << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|drain-levels|drain-raw|latency|retry"
+        << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "streamq-bench: " << e.what() << '\n';

@@ -106,6 +106,18 @@ std::string QueueStats::to_json() const {
                            {"oldest_pending_idle_ms",
                             g.oldest_pending_idle_ms ? json(*g.oldest_pending_idle_ms) : json(nullptr)}});
   }
+  json levels_json = json::array();
+  for (const LevelStats& l : levels) {
+    levels_json.push_back(
+        {{"level", l.level},
+         {"stream", l.stream},
+         {"exists", l.exists},
+         {"length", l.length},
+         {"entries_added", l.entries_added},
+         {"pending", l.pending},
+         {"lag", l.lag ? json(*l.lag) : json(nullptr)},
+         {"oldest_entry_age_ms", l.oldest_entry_age_ms ? json(*l.oldest_entry_age_ms) : json(nullptr)}});
+  }
   const json doc = {
       {"stream", stream},
       {"exists", exists},
@@ -120,6 +132,9 @@ std::string QueueStats::to_json() const {
       {"oldest_message", oldest_entry_id.empty() ? json(nullptr) : json(oldest_entry_id)},
       {"oldest_entry_age_ms", oldest_entry_age_ms ? json(*oldest_entry_age_ms) : json(nullptr)},
       {"groups", groups_json},
+      {"levels", levels_json},
+      {"total_length", total_length},
+      {"total_pending", total_pending},
   };
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -144,6 +159,23 @@ std::string QueueStats::to_prometheus() const {
   }
   e.family("streamq_oldest_entry_age_seconds", "gauge", "Age of the oldest entry in the stream.");
   e.sample_seconds("streamq_oldest_entry_age_seconds", {{"stream", s}}, oldest_entry_age_ms.value_or(0));
+
+  e.family("streamq_level_length", "gauge", "Entries in a priority level's stream (unfinished tasks).");
+  for (const auto& l : levels)
+    e.sample("streamq_level_length", {{"stream", s}, {"level", l.level}}, l.length);
+  e.family("streamq_level_pending", "gauge", "Delivered, unacknowledged entries of a priority level.");
+  for (const auto& l : levels)
+    e.sample("streamq_level_pending", {{"stream", s}, {"level", l.level}}, l.pending);
+  e.family("streamq_level_lag", "gauge",
+           "Entries of a priority level not yet delivered (approximate; absent when Redis cannot tell).");
+  for (const auto& l : levels) {
+    if (l.lag) e.sample("streamq_level_lag", {{"stream", s}, {"level", l.level}}, *l.lag);
+  }
+  e.family("streamq_level_oldest_entry_age_seconds", "gauge", "Age of the oldest entry of a priority level.");
+  for (const auto& l : levels) {
+    e.sample_seconds("streamq_level_oldest_entry_age_seconds", {{"stream", s}, {"level", l.level}},
+                     l.oldest_entry_age_ms.value_or(0));
+  }
 
   e.family("streamq_group_pending", "gauge", "Delivered, unacknowledged entries of a group.");
   for (const auto& g : groups)
@@ -186,6 +218,39 @@ struct StatsReader::Impl {
         keys(detail::queue_keys(options.stream)),
         conn(detail::make_connection_config(options.connection, "stats")) {}
 
+  /// One level from its EXISTS, XINFO STREAM and XINFO GROUPS replies.
+  LevelStats read_level(Priority p, const std::string& stream, const detail::Reply& exists,
+                        const detail::Reply& info_reply, const detail::Reply& groups_reply,
+                        std::int64_t now_ms) {
+    LevelStats l;
+    l.priority = p;
+    l.level = p == Priority::high ? "high" : p == Priority::low ? "low" : "normal";
+    l.stream = stream;
+    l.exists = exists.view().integer() == 1;
+    if (!l.exists) return l;
+    const detail::ReplyView info = info_reply.view().check();
+    l.length = info.field("length").as_int();
+    if (auto added = info.field("entries-added"); !added.is_nil()) l.entries_added = added.as_int();
+    if (auto first_entry = info.field("first-entry"); !first_entry.is_nil()) {
+      l.oldest_entry_age_ms = std::max<std::int64_t>(0, now_ms - id_millis(first_entry[0].str()));
+    }
+    const detail::ReplyView groups = groups_reply.view().check();
+    bool lag_known = true;
+    std::size_t matched = 0;
+    std::int64_t lag = 0;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const detail::ReplyView g = groups[i];
+      if (!options.group.empty() && g.field("name").str() != options.group) continue;
+      ++matched;
+      l.pending += g.field("pending").as_int();
+      const std::optional<std::int64_t> group_lag = optional_int(g.field("lag"));
+      lag_known = lag_known && group_lag.has_value();
+      lag += group_lag.value_or(0);
+    }
+    if (lag_known && matched > 0) l.lag = lag;
+    return l;
+  }
+
   QueueStats read() {
     using detail::Argv;
     conn.connect_with_backoff();
@@ -200,6 +265,13 @@ struct StatsReader::Impl {
     first.push_back(Argv{"XINFO", "STREAM", keys.stream});
     first.push_back(Argv{"XINFO", "GROUPS", keys.stream});
     first.push_back(Argv{"ZRANGE", keys.delayed, "0", "0", "WITHSCORES"});
+    // The other levels: EXISTS, XINFO STREAM, XINFO GROUPS each (errors ignored when missing).
+    const std::string* others[] = {&keys.high, &keys.low};
+    for (const std::string* level : others) {
+      first.push_back(Argv{"EXISTS", *level});
+      first.push_back(Argv{"XINFO", "STREAM", *level});
+      first.push_back(Argv{"XINFO", "GROUPS", *level});
+    }
     const auto r = conn.pipeline(first);
     const detail::ReplyView time = r[0].view().check();
     const std::int64_t now_ms = time[0].as_int() * 1000 + time[1].as_int() / 1000;
@@ -211,6 +283,12 @@ struct StatsReader::Impl {
       st.next_delayed_due_ms = static_cast<std::int64_t>(std::stod(std::string(next[1].str())));
       st.next_delayed_due_in_ms = *st.next_delayed_due_ms - now_ms;
     }
+    LevelStats high = read_level(Priority::high, keys.high, r[7], r[8], r[9], now_ms);
+    LevelStats low = read_level(Priority::low, keys.low, r[10], r[11], r[12], now_ms);
+    LevelStats normal = read_level(Priority::normal, keys.stream, r[1], r[4], r[5], now_ms);
+    st.total_length = high.length + normal.length + low.length;
+    st.total_pending = high.pending + normal.pending + low.pending;
+    st.levels = {std::move(high), std::move(normal), std::move(low)};
     if (!st.exists) return st;  // XINFO answered "no such key"; nothing else to read
 
     const detail::ReplyView info = r[4].view().check();

@@ -12,6 +12,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "streamq/errors.hpp"
 #include "streamq/options.hpp"
@@ -65,7 +66,18 @@ struct ConsumerOptions {
   int concurrency = 4;
   /// Most entries held at once (queued, running, or awaiting their ack). Bigger batches are
   /// faster; smaller ones share work more evenly between workers. Must be >= concurrency.
+  /// A read asks every priority level it includes for at least one entry, so with prefetch
+  /// below 3 up to 3 may be held.
   int prefetch = 64;
+  /// How the priority levels (high, normal, low: `<stream>:p:high`, `<stream>`,
+  /// `<stream>:p:low`) are served. Empty (default) = strict order: a level is read only when
+  /// every more important one was found drained by the read before, and a high task read while
+  /// normal ones wait in this consumer's prefetch runs before them. Three weights {high,
+  /// normal, low}, each 1 to 1000, e.g. {6, 3, 1} (asynq's `Queues`) = weighted order: while
+  /// several levels have tasks, each read goes to the level furthest behind its share of the
+  /// tasks served, so they are served in proportion to the weights and none is starved; tasks
+  /// then start in the order they were read.
+  std::vector<int> priority_weights{};
   /// XREADGROUP BLOCK time. connection.socket_timeout must exceed it by at least 1 s.
   std::chrono::milliseconds block{1000};
   /// An entry pending this long without a heartbeat is taken by another consumer's

@@ -34,7 +34,31 @@ struct GroupInfo {
   std::optional<std::int64_t> oldest_pending_idle_ms;
 };
 
-/// A snapshot of one queue's health.
+/// One priority level of a queue: its own stream (`<stream>:p:high`, `<stream>`,
+/// `<stream>:p:low`).
+struct LevelStats {
+  Priority priority = Priority::normal;
+  /// "high", "normal" or "low" (the `level` label).
+  std::string level;
+  std::string stream;
+  /// False when the level's stream does not exist (every number is then 0).
+  bool exists = false;
+  /// XLEN: unfinished entries of this level.
+  std::int64_t length = 0;
+  /// Entries ever added to this level's stream (Redis >= 7.0; 0 when unknown).
+  std::int64_t entries_added = 0;
+  /// Delivered, unacknowledged entries of this level, over every reported group.
+  std::int64_t pending = 0;
+  /// Entries of this level not yet delivered, summed over the reported groups; unset when a
+  /// group cannot tell (see GroupInfo::lag) or no group is reported.
+  std::optional<std::int64_t> lag;
+  /// Age of this level's oldest entry by the server's clock; unset when it is empty.
+  std::optional<std::int64_t> oldest_entry_age_ms;
+};
+
+/// A snapshot of one queue's health. The fields before `levels` describe the queue's own
+/// stream (normal priority, the one the seed's code uses), as they always have; `levels` and
+/// the totals cover every priority level.
 struct QueueStats {
   std::string stream;
   /// False when the stream key does not exist (every number is then 0).
@@ -59,12 +83,21 @@ struct QueueStats {
   /// Age of that entry by the server's clock (its id's millisecond part vs TIME).
   std::optional<std::int64_t> oldest_entry_age_ms;
   std::vector<GroupInfo> groups;
+  /// Every priority level, in order high, normal, low (the normal one repeats the numbers above).
+  std::vector<LevelStats> levels;
+  /// Unfinished entries over every level (the sum of the levels' `length`).
+  std::int64_t total_length = 0;
+  /// Pending entries over every level (the sum of the levels' `pending`).
+  std::int64_t total_pending = 0;
 
   /// JSON object; the seed's keys (queue_length, pending_total, consumers_active,
-  /// dlq_length, oldest_message) plus everything above.
+  /// dlq_length, oldest_message) plus everything above (`levels`: an array of objects with
+  /// `level`, `stream`, `exists`, `length`, `entries_added`, `pending`, `lag`,
+  /// `oldest_entry_age_ms`; `total_length`, `total_pending`).
   std::string to_json() const;
   /// Prometheus text exposition (format 0.0.4): `streamq_*` metrics with `stream`, `group`
-  /// and `consumer` labels, each with # HELP and # TYPE lines.
+  /// and `consumer` labels, each with # HELP and # TYPE lines; the per-level families
+  /// (`streamq_level_*`) carry a `level` label ("high", "normal", "low").
   std::string to_prometheus() const;
 };
 
@@ -82,8 +115,9 @@ class StatsReader {
   StatsReader& operator=(const StatsReader&) = delete;
 
   /// Takes a snapshot. Issues (pipelined) TIME, EXISTS, XINFO STREAM, XINFO GROUPS, XLEN of
-  /// the dead-letter stream, ZCARD and the first member of the delayed set, then XINFO CONSUMERS and an
-  /// XPENDING per group. All read-only.
+  /// the dead-letter stream, ZCARD and the first member of the delayed set, EXISTS, XINFO STREAM
+  /// and XINFO GROUPS of the high and low priority streams, then XINFO CONSUMERS and an XPENDING
+  /// per group (of the normal stream). All read-only.
   /// @throws ConnectionError / TimeoutError, ReplyError (e.g. WRONGTYPE, NOPERM).
   QueueStats read();
 

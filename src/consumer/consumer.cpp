@@ -86,7 +86,8 @@ struct Consumer::Impl {
       std::string problem;
       try {
         conn.connect();
-        detail::ensure_group(conn, s->keys().stream, s->opt.group);
+        for (const detail::QueueKeys& level : s->streams)
+          detail::ensure_group(conn, level.stream, s->opt.group);
         return true;
       } catch (const ConnectionError& e) {
         problem = e.what();
@@ -141,8 +142,9 @@ struct Consumer::Impl {
       forwarding.start();
       fetcher.start();
       detail::log(LogLevel::info, "consumer " + s->opt.consumer_name + " running on " + s->keys().stream +
-                                      " (group " + s->opt.group + ", " + std::to_string(s->opt.concurrency) +
-                                      " handler threads)");
+                                      " and its priority levels (group " + s->opt.group + ", " +
+                                      std::to_string(s->opt.concurrency) + " handler threads, " +
+                                      (s->opt.priority_weights.empty() ? "strict" : "weighted") + " order)");
       std::unique_lock lock(mutex);
       cv.wait(lock, [&] { return stop_requested; });
     } catch (...) {

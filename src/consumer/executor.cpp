@@ -109,7 +109,7 @@ Millis rate_wait(const Shared& s, const Work& w, std::string_view type, const Ra
 
 }  // namespace
 
-Completion execute(const Shared& s, const Work& w, std::unique_ptr<Channel>& channel) {
+Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) {
   if (!w.fields) {
     return dead_letter(s, w.key, nullptr, reason::body_lost,
                        "body lost: the entry was trimmed or deleted before it ran");
@@ -151,6 +151,7 @@ Completion execute(const Shared& s, const Work& w, std::unique_ptr<Channel>& cha
   Attempt attempt{AttemptResult::succeeded, task.retry_count(), task.max_retries()};
   std::string error;
   std::optional<Millis> retry_after;
+  s.inflight.entering(w);
   try {
     (*handler)(task);
   } catch (const RetryAfter& e) {

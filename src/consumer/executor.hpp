@@ -51,6 +51,6 @@ struct Channel {
 
 /// Runs one decoded-or-not entry to its completion (what the completer must write). Never
 /// throws for anything a handler or an entry does.
-Completion execute(const Shared& s, const Work& w, std::unique_ptr<Channel>& channel);
+Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel);
 
 }  // namespace streamq::detail

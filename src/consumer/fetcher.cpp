@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "fetcher.hpp"
 
+#include <algorithm>
 #include <tuple>
 
 #include "completer.hpp"
@@ -26,7 +27,8 @@ Fetcher::Fetcher(Shared& shared, std::function<void()> on_first_replay)
       conn_(shared.connection),
       scripts_(conn_),
       block_text_(std::to_string(shared.opt.block.count())),
-      read_batch_(static_cast<std::size_t>(shared.opt.prefetch - shared.opt.prefetch / 2)) {}
+      read_batch_(static_cast<std::size_t>(shared.opt.prefetch - shared.opt.prefetch / 2)),
+      order_(shared.opt.priority_weights) {}
 
 Fetcher::~Fetcher() {
   request_stop();
@@ -51,52 +53,84 @@ bool Fetcher::pause(const std::stop_token& stop, Millis delay) {
 }
 
 void Fetcher::replay_own(const std::stop_token& stop) {
-  std::string cursor = "0-0";
-  while (!stop.stop_requested()) {
-    // Within the prefetch, like any read: a long own pending list is replayed as room frees.
-    if (!s_.inflight.wait_for_room(stop)) return;
-    PendingBatch batch;
-    try {
-      batch = fetch_pending(s_, scripts_, PendingMode::own, cursor, read_batch_);
-    } catch (const ReplyError& e) {
-      // The group is gone (a Redis that came back empty, a deleted stream): so is its pending
-      // list. Recreate it at 0 and read on; nothing of this consumer is left to replay.
-      if (std::string_view(e.what()).find("NOGROUP") == std::string_view::npos) throw;
-      log(LogLevel::warning, "consumer group " + s_.opt.group + " on " + s_.keys().stream + " is gone (" +
-                                 e.what() + "); recreating it");
-      ensure_group(conn_, s_.keys().stream, s_.opt.group);
-      break;
+  // Every level, the most important first.
+  for (std::uint16_t level = 0; level < s_.stream_count() && !stop.stop_requested(); ++level) {
+    std::string cursor = "0-0";
+    while (!stop.stop_requested()) {
+      // Within the prefetch, like any read: a long own pending list is replayed as room frees.
+      if (!s_.inflight.wait_for_room(stop)) return;
+      PendingBatch batch;
+      try {
+        batch = fetch_pending(s_, scripts_, level, PendingMode::own, cursor, read_batch_);
+      } catch (const ReplyError& e) {
+        // The group is gone (a Redis that came back empty, a deleted stream): so is its pending
+        // list. Recreate it at 0 and read on; nothing of this consumer is left to replay there.
+        if (std::string_view(e.what()).find("NOGROUP") == std::string_view::npos) throw;
+        log(LogLevel::warning, "consumer group " + s_.opt.group + " on " + s_.keys(level).stream +
+                                   " is gone (" + e.what() + "); recreating it");
+        ensure_group(conn_, s_.keys(level).stream, s_.opt.group);
+        break;
+      }
+      if (const std::size_t n = s_.inflight.deliver(batch.works); n > 0) {
+        Metrics::add(s_.metrics.replayed, n);
+        log(LogLevel::info, "replaying " + std::to_string(n) + " pending entries of consumer " +
+                                s_.opt.consumer_name + " on " + s_.keys(level).stream);
+      }
+      if (batch.cursor == "0-0") break;
+      cursor = std::move(batch.cursor);
     }
-    if (const std::size_t n = s_.inflight.deliver(batch.works); n > 0) {
-      Metrics::add(s_.metrics.replayed, n);
-      log(LogLevel::info,
-          "replaying " + std::to_string(n) + " pending entries of consumer " + s_.opt.consumer_name);
-    }
-    if (batch.cursor == "0-0") break;
-    cursor = std::move(batch.cursor);
   }
+  if (stop.stop_requested()) return;
   if (!replayed_once_.exchange(true)) on_first_replay_();
+}
+
+void Fetcher::append_read(std::vector<Argv>& argvs, const std::vector<std::uint16_t>& levels,
+                          std::size_t count, bool block) const {
+  Argv read{"XREADGROUP", "GROUP", s_.opt.group, s_.opt.consumer_name, "COUNT"};
+  read.add(static_cast<std::int64_t>(count));
+  if (block) read.add("BLOCK").add(block_text_);
+  read.add("STREAMS");
+  for (const std::uint16_t l : levels) read.add(s_.keys(l).stream);
+  for (std::size_t i = 0; i < levels.size(); ++i) read.add(">");
+  argvs.push_back(std::move(read));
 }
 
 bool Fetcher::send(std::size_t in_hand) {
   Request req;
-  req.count = s_.inflight.take_acks(req.acks, reserved_ + in_hand);
+  std::vector<EntryKey> acks;
+  std::size_t room = s_.inflight.take_acks(acks, reserved_ + in_hand);
   // Ahead of a batch in hand, read only a whole half-prefetch; a smaller read waits for the
   // next turn (successes taken now still go out).
-  if (in_hand > 0 && req.count < read_batch_) req.count = 0;
-  if (req.acks.empty() && req.count == 0) return false;
-  std::vector<Argv> argvs;
-  if (!req.acks.empty()) {
-    std::vector<std::string_view> ids;
-    ids.reserve(req.acks.size());
-    for (const EntryKey& k : req.acks) ids.push_back(k.id);  // stream 0: the only one read today
-    std::tie(req.multi, req.exec) = append_acks(argvs, s_, 0, ids, {});
+  if (in_hand > 0 && room < read_batch_) room = 0;
+  if (acks.empty() && room == 0) return false;
+  // One MULTI per level with successes; usually all of them are of one level.
+  if (!acks.empty()) {
+    const std::uint16_t first = acks.front().stream;
+    if (std::all_of(acks.begin(), acks.end(), [&](const EntryKey& k) { return k.stream == first; })) {
+      req.blocks.push_back(AckBlock{std::move(acks)});
+    } else {
+      for (std::uint16_t level = 0; level < s_.stream_count(); ++level) {
+        AckBlock b;
+        for (EntryKey& k : acks) {
+          if (k.stream == level) b.acks.push_back(std::move(k));
+        }
+        if (!b.acks.empty()) req.blocks.push_back(std::move(b));
+      }
+    }
   }
-  if (req.count > 0) {
-    Argv read{"XREADGROUP", "GROUP", s_.opt.group, s_.opt.consumer_name, "COUNT"};
-    read.add(static_cast<std::int64_t>(req.count)).add("BLOCK").add(block_text_);
-    read.add("STREAMS").add(s_.keys().stream).add(">");
-    argvs.push_back(std::move(read));
+  // The views below point into the blocks' vectors, whose buffers stay put from here on.
+  std::vector<Argv> argvs;
+  for (AckBlock& b : req.blocks) {
+    std::vector<std::string_view> ids;
+    ids.reserve(b.acks.size());
+    for (const EntryKey& k : b.acks) ids.push_back(k.id);
+    std::tie(b.multi, b.exec) = append_acks(argvs, s_, b.acks.front().stream, ids, {});
+  }
+  if (room > 0) {
+    req.plan = order_.plan(room);
+    if (!req.plan.probe.empty()) append_read(argvs, req.plan.probe, 1, false);
+    append_read(argvs, req.plan.main, req.plan.count, req.plan.block);
+    req.count = req.plan.most();
   }
   reserved_ += req.count;
   requests_.push_back(std::move(req));
@@ -108,59 +142,118 @@ bool Fetcher::send(std::size_t in_hand) {
 void Fetcher::drop_requests() noexcept {
   // Written or not: the completer writes the successes (again). A read that was served is
   // in this consumer's pending list; the replay after the reconnect runs it.
-  for (Request& req : requests_) s_.inflight.acks_refused(req.acks);
+  for (Request& req : requests_) {
+    for (AckBlock& b : req.blocks) s_.inflight.acks_refused(b.acks);
+  }
   requests_.clear();
   reserved_ = 0;
   conn_.disconnect();
 }
 
+namespace {
+
+/// Entries per level of one XREADGROUP reply over `levels` (nil: none), in `levels`' order.
+std::vector<ReplyView> entries_by_level(const ReplyView r, const Shared& s,
+                                        const std::vector<std::uint16_t>& levels) {
+  std::vector<ReplyView> out(levels.size(), ReplyView(nullptr));
+  if (r.is_nil()) return out;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const std::string_view name = r[i][0].str();
+    for (std::size_t j = 0; j < levels.size(); ++j) {
+      if (s.keys(levels[j]).stream == name) out[j] = r[i][1];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 bool Fetcher::receive(const std::stop_token& stop) {
   // The request stays queued until its replies are read: if the connection fails meanwhile,
   // drop_requests() still hands its successes to the completer.
   Request& req = requests_.front();
-  if (!req.acks.empty()) {
+  if (!req.blocks.empty()) {
     std::vector<Reply> replies;
-    for (std::size_t i = 0; i <= req.exec; ++i) replies.push_back(conn_.read_reply());
-    const bool refused = exec_refused(replies, req.exec);
-    acked(req.acks, acks_error(replies, req.multi, req.exec));
+    for (std::size_t i = 0; i <= req.blocks.back().exec; ++i) replies.push_back(conn_.read_reply());
+    bool refused = false;
+    for (AckBlock& b : req.blocks) {
+      refused = refused || exec_refused(replies, b.exec);
+      acked(b.acks, acks_error(replies, b.multi, b.exec));
+    }
     if (refused) {
       drop_requests();  // not left inside a MULTI
       return false;
     }
   }
-  const std::size_t count = req.count;
-  if (count == 0) {
+  if (req.count == 0) {
     requests_.pop_front();
     return true;
   }
-  const Reply reply = conn_.read_reply();
-  reserved_ -= count;
+  const ReadPlan plan = std::move(req.plan);
+  struct Read {
+    Reply reply;
+    const std::vector<std::uint16_t>* levels;
+    std::size_t count;
+    std::vector<ReplyView> entries{};
+  };
+  std::vector<Read> reads;
+  if (!plan.probe.empty()) reads.push_back(Read{conn_.read_reply(), &plan.probe, 1});
+  reads.push_back(Read{conn_.read_reply(), &plan.main, plan.count});
+  reserved_ -= req.count;
   requests_.pop_front();
-  const ReplyView r = reply.view();
-  if (r.is_error()) {
-    const std::string_view err = r.error();
-    if (!err.starts_with("NOGROUP") && !err.starts_with("UNBLOCKED")) r.check();
-    // The stream or the group was deleted: recreate it at 0 (once the pipeline is drained) so
-    // nothing added afterwards is skipped. This is data loss someone caused; say so.
-    log(LogLevel::warning, "consumer group " + s_.opt.group + " on " + s_.keys().stream + " is gone (" +
-                               std::string(err) + "); recreating it");
-    group_gone_ = true;
-    return false;
+  // What each level brought decides the next read: tell the order before sending it.
+  std::size_t n = 0;
+  bool ok = true;
+  const Reply* failed = nullptr;
+  for (Read& read : reads) {
+    const ReplyView r = read.reply.view();
+    if (r.is_error()) {
+      const std::string_view err = r.error();
+      if (!err.starts_with("NOGROUP") && !err.starts_with("UNBLOCKED")) {
+        failed = &read.reply;
+      } else {
+        // A stream or its group was deleted: recreate the groups at 0 (once the pipeline is
+        // drained) so nothing added afterwards is skipped. This is data loss someone caused; say so.
+        log(LogLevel::warning, "consumer group " + s_.opt.group + " on " + s_.keys().stream +
+                                   " or one of its priority levels is gone (" + std::string(err) +
+                                   "); recreating it");
+        group_gone_ = true;
+      }
+      ok = false;
+      continue;
+    }
+    read.entries = entries_by_level(r, s_, *read.levels);
+    for (std::size_t j = 0; j < read.levels->size(); ++j) {
+      const std::size_t got = read.entries[j].is_array() ? read.entries[j].size() : 0;
+      order_.observe((*read.levels)[j], got, read.count);
+      n += got;
+    }
   }
-  if (r.is_nil()) return true;  // BLOCK ran out, or CLIENT UNBLOCK at shutdown
-  const ReplyView entries = r[0][1];
-  const std::size_t n = entries.size();
   // A full batch: ask for the next one before handing this one over, so Redis serves it
   // meanwhile. A few entries (a queue that is not backlogged): hand them over first, the
   // task's latency is what counts then.
-  const bool overlap = n > kDeliverChunk;
+  const bool overlap = ok && n > kDeliverChunk;
   if (overlap && !stop.stop_requested() && requests_.empty()) send(n);
-  // Handed over in small chunks, so handlers start on the first entries while this thread
-  // still reads the rest.
-  for (std::size_t i = 0; i < n; ++i) {
-    works_.push_back(read_entry(entries[i], 0, 1, Origin::fresh));
-    if (works_.size() == kDeliverChunk || i + 1 == n) s_.inflight.deliver(works_);
+  // Handed over in small chunks, most important level first, so handlers start on the first
+  // entries while this thread still reads the rest.
+  std::size_t done = 0;
+  for (std::uint16_t level = 0; level < kLevels; ++level) {
+    for (const Read& read : reads) {
+      for (std::size_t j = 0; j < read.entries.size(); ++j) {
+        if ((*read.levels)[j] != level || !read.entries[j].is_array()) continue;
+        const ReplyView entries = read.entries[j];
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+          works_.push_back(read_entry(entries[i], level, 1, Origin::fresh));
+          ++done;
+          if (works_.size() == kDeliverChunk || done == n) s_.inflight.deliver(works_);
+          if (done == n) break;
+        }
+      }
+    }
   }
+  if (!works_.empty()) s_.inflight.deliver(works_);
+  if (failed != nullptr) failed->view().check();  // throws, after what was read is held
+  if (!ok) return false;
   if (!overlap && !stop.stop_requested() && requests_.empty()) send(0);
   return true;
 }
@@ -193,12 +286,13 @@ void Fetcher::main(const std::stop_token& stop) {
         client_id_.store(conn_.client_id());
       }
       if (conn_.generation() != replayed_generation) {
+        order_.reset();  // nothing is known about the levels after a reconnect
         replay_own(stop);
         replayed_generation = conn_.generation();
       }
       if (requests_.empty()) {
         if (group_gone_) {
-          ensure_group(conn_, s_.keys().stream, s_.opt.group);
+          for (const QueueKeys& level : s_.streams) ensure_group(conn_, level.stream, s_.opt.group);
           group_gone_ = false;
         }
         if (!s_.inflight.wait_for_room(stop)) break;

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 // The fetcher: brings new work in. Owns one thread and one connection. After every connect
-// it first replays this consumer's own pending entries (they were delivered to this name
-// before, and nobody else takes them until they idle past claim_min_idle); then it reads
-// with XREADGROUP ... BLOCK whenever the in-flight set has room, writing the successes that
-// finished meanwhile ahead of each read (one round trip per batch, as a bare loop would),
-// and recreates the group (at id 0) if it was deleted. Talks to: the in-flight set
-// (deliver, room, acks), Redis.
+// it first replays this consumer's own pending entries of every priority level (they were
+// delivered to this name before, and nobody else takes them until they idle past
+// claim_min_idle); then it reads with XREADGROUP whenever the in-flight set has room, the
+// levels and counts of each read chosen by its LevelOrder (level_order.hpp; BLOCK only when
+// every level was found drained), writing the successes that finished meanwhile ahead of
+// each read (one round trip per batch, as a bare loop would), and recreates a group (at id 0)
+// if it was deleted. Talks to: the in-flight set (deliver, room, acks), Redis.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "connection.hpp"
+#include "level_order.hpp"
 #include "scripts.hpp"
 #include "shared.hpp"
 
@@ -59,6 +61,9 @@ class Fetcher {
   void drop_requests() noexcept;
   /// Counts and forgets acknowledged entries, or hands them to the completer.
   void acked(std::vector<EntryKey>& acks, const std::string& error);
+  /// Appends one XREADGROUP over `levels` (COUNT `count`, BLOCK if `block`).
+  void append_read(std::vector<Argv>& argvs, const std::vector<std::uint16_t>& levels, std::size_t count,
+                   bool block) const;
   /// Waits `delay` unless a stop comes first; false when stopping.
   bool pause(const std::stop_token& stop, Millis delay);
 
@@ -67,12 +72,17 @@ class Fetcher {
   Connection conn_;
   ScriptRunner scripts_;
   const std::string block_text_;
+  struct AckBlock {
+    std::vector<EntryKey> acks;       // the successes of one level it acknowledges
+    std::size_t multi = 0, exec = 0;  // reply indexes of its MULTI and EXEC
+  };
   struct Request {
-    std::vector<EntryKey> acks;       // the successes it acknowledges
-    std::size_t multi = 0, exec = 0;  // reply indexes of its MULTI and EXEC (when acks)
-    std::size_t count = 0;            // its XREADGROUP COUNT (0: no read)
+    std::vector<AckBlock> blocks;  // one per level with successes, first in the pipeline
+    ReadPlan plan;                 // then its reads: the probe (if any), the main read
+    std::size_t count = 0;         // entries its reads may bring (0: no read)
   };
   const std::size_t read_batch_;  // entries per read: half the prefetch, so two fit
+  LevelOrder order_;              // which levels each read asks
   std::deque<Request> requests_;  // sent, replies not yet read (two at most)
   std::size_t reserved_ = 0;      // entries the reads in flight may still bring
   bool group_gone_ = false;       // recreate the group once the pipeline is drained

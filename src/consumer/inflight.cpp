@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <string_view>
+#include <thread>
 
 namespace streamq::detail {
 
@@ -11,8 +12,9 @@ std::size_t EntryKeyHash::operator()(const EntryKey& k) const noexcept {
   return std::hash<std::string_view>{}(k.id) * 31 + k.stream;
 }
 
-InFlight::InFlight(std::size_t prefetch, Metrics& metrics)
+InFlight::InFlight(std::size_t prefetch, Metrics& metrics, bool by_level)
     : prefetch_(prefetch),
+      by_level_(by_level),
       low_water_(prefetch - std::max<std::size_t>(1, prefetch / 2)),
       flush_batch_(std::max<std::size_t>(1, prefetch / 4)),
       metrics_(metrics) {
@@ -37,7 +39,15 @@ std::size_t InFlight::deliver(std::vector<Work>& works) {
       h.origin = w.origin;
       h.seq = w.seq = ++next_seq_;
       if (held_.try_emplace(w.key, std::move(h)).second) {
-        ready_.push_back(std::move(w));
+        if (!by_level_ || ready_.empty() || ready_.back().key.stream <= w.key.stream) {
+          ready_.push_back(std::move(w));
+        } else {
+          // Behind its own level and ahead of every less important one (the queue stays sorted).
+          const auto at =
+              std::upper_bound(ready_.begin(), ready_.end(), w.key.stream,
+                               [](std::uint16_t level, const Work& r) { return level < r.key.stream; });
+          ready_.insert(at, std::move(w));
+        }
         ++queued;
       }
     }
@@ -128,6 +138,18 @@ std::optional<Work> InFlight::take_locked(std::unique_lock<std::mutex>& lock) {
       --idle_handlers_;
       continue;
     }
+    if (!gates_.empty() && gated(*next)) {
+      ++gate_waiters_;
+      gate_cv_.wait(lock);
+      --gate_waiters_;
+      // The wake-up came from the thread that lifted the gate, just before it calls its
+      // handler, and on a busy machine it may have handed this thread its CPU: give that back,
+      // or fast handlers here could drain the whole queue before the more important one starts.
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+      continue;
+    }
     Work w = std::move(*next);
     ready_.erase(next);
     const auto it = held_.find(w.key);
@@ -143,6 +165,10 @@ std::optional<Work> InFlight::take_locked(std::unique_lock<std::mutex>& lock) {
       Metrics::add(metrics_.skipped, 1);
       continue;
     }
+    // Less important entries wait behind it: they are not handed out before its handler is
+    // called, whichever handler thread the scheduler runs first (strict level order).
+    w.gates = by_level_ && !ready_.empty() && ready_.back().key.stream > w.key.stream;
+    if (w.gates) gates_.push_back(w.key);
     it->second.state = w.suspect() ? State::taken : State::running;
     suspect_running_ = suspect_running_ || w.suspect();
     ++running_;
@@ -162,6 +188,7 @@ StartVerdict InFlight::started(const EntryKey& key, std::int64_t counted_from) {
     }
     // Entries not yet started are not started once stopping, even when their start script
     // was on its way.
+    lift_gate(key);
     it->second.state = State::queued;
     it->second.restore_count = counted_from;
     suspect_running_ = false;
@@ -174,6 +201,7 @@ StartVerdict InFlight::started(const EntryKey& key, std::int64_t counted_from) {
 void InFlight::not_run(const EntryKey& key, bool suspect) {
   {
     std::lock_guard lock(mutex_);
+    lift_gate(key);
     // A gone entry stays until its dead-letter record is written (orphaned() forgets it).
     if (const auto it = held_.find(key); it != held_.end() && !it->second.gone) {
       held_.erase(it);
@@ -188,8 +216,27 @@ void InFlight::not_run(const EntryKey& key, bool suspect) {
   idle_cv_.notify_all();
 }
 
+void InFlight::entering(const Work& w) {
+  if (!w.gates) return;
+  std::lock_guard lock(mutex_);
+  lift_gate(w.key);
+}
+
+bool InFlight::gated(const Work& w) const {
+  return std::any_of(gates_.begin(), gates_.end(),
+                     [&](const EntryKey& k) { return k.stream < w.key.stream; });
+}
+
+void InFlight::lift_gate(const EntryKey& key) {
+  const auto it = std::find(gates_.begin(), gates_.end(), key);
+  if (it == gates_.end()) return;
+  gates_.erase(it);
+  if (gate_waiters_ > 0) gate_cv_.notify_all();
+}
+
 std::optional<Work> InFlight::finish_and_take(Completion c, bool suspect) {
   std::unique_lock lock(mutex_);
+  if (!gates_.empty()) lift_gate(c.key);  // its handler never ran (e.g. a rate limit put it back)
   if (const auto it = held_.find(c.key); it != held_.end()) {
     it->second.state = State::finished;
     it->second.fields.reset();  // no orphan record from now on; freed on this thread, not the fetcher's
@@ -218,6 +265,7 @@ void InFlight::stop() {
     stopping_ = true;
   }
   work_cv_.notify_all();
+  gate_cv_.notify_all();
   room_cv_.notify_all();
   done_cv_.notify_all();
 }

@@ -57,6 +57,9 @@ struct Work {
   std::int64_t deliveries = 1;
   Origin origin = Origin::fresh;
   std::uint64_t seq = 0;  // set by deliver(): tells this delivery from a later one of the same key
+  /// Set by take() when less important entries wait behind this one (strict level order):
+  /// they are not handed out until its handler is about to run (InFlight::entering).
+  bool gates = false;
   /// Replayed and reclaimed entries may be what killed their previous worker: they run one at
   /// a time, and their start is counted in Redis before they run.
   bool suspect() const noexcept { return origin != Origin::fresh; }
@@ -121,7 +124,10 @@ struct FateInfo {
 
 class InFlight {
  public:
-  InFlight(std::size_t prefetch, Metrics& metrics);
+  /// `by_level`: the ready queue keeps entries in level order (EntryKey::stream, lower first;
+  /// FIFO within a level), so a more important entry runs before less important ones
+  /// delivered earlier (strict priority order); otherwise it is FIFO.
+  InFlight(std::size_t prefetch, Metrics& metrics, bool by_level = false);
 
   // ---- fetcher and reclaimer
   /// Adds entries to the ready queue; entries already held are not handed out twice.
@@ -158,6 +164,9 @@ class InFlight {
   /// The entry will not run (another consumer owns it now, or its body is gone): counted as
   /// skipped, and forgotten unless its dead-letter record is still to be written.
   void not_run(const EntryKey& key, bool suspect);
+  /// The handler of `w` (taken with `gates` set) is called next: less important entries may be
+  /// handed out again. Its completion or not_run() also lifts the gate.
+  void entering(const Work& w);
   /// The handler finished; `c` goes to the completer (a success without a unique lock goes to
   /// the fetcher first, see take_acks). Then as take(), under the same lock.
   std::optional<Work> finish_and_take(Completion c, bool suspect);
@@ -237,8 +246,13 @@ class InFlight {
   // (acks_ can name entries no longer held, e.g. lost ones: never below 0.)
   std::size_t unacked() const { return held_.size() > acks_.size() ? held_.size() - acks_.size() : 0; }
   void room_freed();  // after unacked() shrank; call with mutex_ held
+  /// Whether `w` must wait for a more important entry taken before it (see Work::gates).
+  bool gated(const Work& w) const;
+  /// Lifts the gate of `key`, if it holds one; call with mutex_ held.
+  void lift_gate(const EntryKey& key);
 
   const std::size_t prefetch_;
+  const bool by_level_;
   const std::size_t low_water_;    // the fetcher reads again once at most this many are held
   const std::size_t flush_batch_;  // completions worth a write even while handlers are busy
   Metrics& metrics_;
@@ -247,8 +261,11 @@ class InFlight {
   std::condition_variable done_cv_;      // completer: completions queued, or stopping
   std::condition_variable_any room_cv_;  // fetcher: room freed, or stopping
   std::condition_variable idle_cv_;      // shutdown: a handler finished
+  std::condition_variable gate_cv_;      // handlers: a gate was lifted, or stopping
   HeldMap held_;
   std::deque<Work> ready_;
+  std::vector<EntryKey> gates_;  // taken entries whose handler is not yet called (Work::gates)
+  std::size_t gate_waiters_ = 0;
   std::vector<Completion> done_;    // retries, dead letters, orphans, refused successes
   std::vector<EntryKey> acks_;      // successes not yet taken by the fetcher or the completer
   Clock::time_point acks_since_{};  // when acks_ last became non-empty

@@ -27,6 +27,16 @@ ConsumerOptions validated(ConsumerOptions o) {
   if (o.consumer_name.empty()) o.consumer_name = default_consumer_name();
   if (o.concurrency < 1) throw ConfigError("concurrency must be >= 1");
   if (o.prefetch < o.concurrency) throw ConfigError("prefetch must be >= concurrency");
+  if (!o.priority_weights.empty()) {
+    if (o.priority_weights.size() != 3) {
+      throw ConfigError(
+          "priority_weights must be empty (strict order) or hold 3 weights (high, normal, low)");
+    }
+    for (const int w : o.priority_weights) {
+      // 0 would starve its level; the bound keeps the arithmetic of the shares exact.
+      if (w < 1 || w > 1000) throw ConfigError("priority_weights must each be 1 to 1000");
+    }
+  }
   if (o.block.count() < 1) throw ConfigError("block must be >= 1 ms");
   if (o.connection.socket_timeout < o.block + milliseconds(1000)) {
     // A socket timeout shorter than BLOCK fails the read while the server keeps the client

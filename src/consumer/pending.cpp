@@ -35,10 +35,10 @@ Work read_entry(ReplyView entry, std::uint16_t stream, std::int64_t deliveries, 
   return w;
 }
 
-PendingBatch fetch_pending(Shared& s, ScriptRunner& scripts, PendingMode mode, const std::string& cursor,
-                           std::size_t count) {
-  const QueueKeys& keys = s.keys();
-  const std::vector<std::string> held = s.inflight.held_ids(0);
+PendingBatch fetch_pending(Shared& s, ScriptRunner& scripts, std::uint16_t stream, PendingMode mode,
+                           const std::string& cursor, std::size_t count) {
+  const QueueKeys& keys = s.keys(stream);
+  const std::vector<std::string> held = s.inflight.held_ids(stream);
   const std::string failed_at = format_timestamp(std::chrono::system_clock::now());
   Argv argv = scripts.begin(ScriptId::fetch_pending, 2);
   argv.add(keys.stream).add(keys.dlq);
@@ -55,7 +55,7 @@ PendingBatch fetch_pending(Shared& s, ScriptRunner& scripts, PendingMode mode, c
   const Origin origin = mode == PendingMode::own ? Origin::replayed : Origin::reclaimed;
   batch.works.reserve(entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    batch.works.push_back(read_entry(entries[i], 0, entries[i][2].integer(), origin));
+    batch.works.push_back(read_entry(entries[i], stream, entries[i][2].integer(), origin));
   }
   batch.dead = r[2].integer();
   if (batch.dead > 0) {

@@ -27,9 +27,10 @@ struct PendingBatch {
   std::int64_t dead = 0;  // dead-lettered by the script (body lost, too many deliveries)
 };
 
-/// Takes up to `count` pending entries of stream 0 after `cursor` ("0-0" = from the start),
-/// never one this consumer holds now. Throws ConnectionError / ReplyError.
-PendingBatch fetch_pending(Shared& s, ScriptRunner& scripts, PendingMode mode, const std::string& cursor,
-                           std::size_t count);
+/// Takes up to `count` pending entries of level `stream` after `cursor` ("0-0" = from the
+/// start), never one this consumer holds now. Entries it dead-letters go to the queue's
+/// dead-letter stream, whatever their level. Throws ConnectionError / ReplyError.
+PendingBatch fetch_pending(Shared& s, ScriptRunner& scripts, std::uint16_t stream, PendingMode mode,
+                           const std::string& cursor, std::size_t count);
 
 }  // namespace streamq::detail

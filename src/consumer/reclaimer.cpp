@@ -20,13 +20,25 @@ void Reclaimer::tick(ScriptRunner& scripts, Clock::time_point now) {
     next_ = now + soon;
     return;
   }
-  PendingBatch batch = fetch_pending(s_, scripts, PendingMode::reclaim, cursor_, room);
-  if (const std::size_t n = s_.inflight.deliver(batch.works); n > 0) {
-    Metrics::add(s_.metrics.reclaimed, n);
-    log(LogLevel::info, "reclaimed " + std::to_string(n) + " stalled entries of " + s_.keys().stream);
+  // Every level, the most important first: one bounded step each, within the room left.
+  bool more = false;
+  std::size_t left = room;
+  for (std::uint16_t level = 0; level < s_.stream_count(); ++level) {
+    std::string& cursor = cursors_[level];
+    if (left == 0) {
+      more = true;
+      break;
+    }
+    PendingBatch batch = fetch_pending(s_, scripts, level, PendingMode::reclaim, cursor, left);
+    if (const std::size_t n = s_.inflight.deliver(batch.works); n > 0) {
+      Metrics::add(s_.metrics.reclaimed, n);
+      log(LogLevel::info, "reclaimed " + std::to_string(n) + " stalled entries of " + s_.keys(level).stream);
+      left -= std::min(left, n);
+    }
+    cursor = std::move(batch.cursor);
+    more = more || cursor != "0-0";
   }
-  cursor_ = std::move(batch.cursor);
-  next_ = now + (cursor_ != "0-0" ? soon : s_.opt.reclaim_interval);
+  next_ = now + (more ? soon : s_.opt.reclaim_interval);
 }
 
 }  // namespace streamq::detail

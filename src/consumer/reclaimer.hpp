@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: MIT
 // The reclaimer: a scheduler duty that takes over entries whose consumer stalled (pending and
 // idle for claim_min_idle or longer, i.e. no heartbeat renewed them), every reclaim_interval
-// and sooner while more may wait. It walks the group's pending list with a cursor, so each
-// call is bounded; entries whose body is gone or that were started max_deliveries times are
-// dead-lettered by the same script instead of being run. Reclaimed entries are suspects:
-// they run one at a time, so it takes at most `concurrency` of them, and none while earlier
-// ones still wait. It starts only after the fetcher's first replay of this consumer's own
-// entries, or both would fetch what a previous run under this name left. Runs on the
-// scheduler's thread; talks to the in-flight set and Redis.
+// and sooner while more may wait. It walks the group's pending list of every priority level
+// (the most important first) with a cursor per level, so each call is bounded; entries whose body is gone or
+// that were started max_deliveries times are dead-lettered by the same script instead of being run. Reclaimed
+// entries are suspects: they run one at a time, so it takes at most `concurrency` of them, and none while
+// earlier ones still wait. It starts only after the fetcher's first replay of this consumer's own entries, or
+// both would fetch what a previous run under this name left. Runs on the scheduler's thread; talks to the
+// in-flight set and Redis.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <string>
 
@@ -31,7 +32,7 @@ class Reclaimer final : public Duty {
   Shared& s_;
   std::atomic<bool> armed_{false};
   Clock::time_point next_{};  // due at once when armed
-  std::string cursor_ = "0-0";
+  std::array<std::string, kLevels> cursors_{"0-0", "0-0", "0-0"};
 };
 
 }  // namespace streamq::detail

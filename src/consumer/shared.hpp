@@ -15,12 +15,22 @@
 #include "connection.hpp"
 #include "inflight.hpp"
 #include "keys.hpp"
+#include "level_order.hpp"
 #include "metrics.hpp"
 #include "streamq/consumer.hpp"
 
 namespace streamq::detail {
 
 using Handler = std::function<void(const Task&)>;
+
+/// The keys of each level: the queue's keys with `stream` set to that level's stream.
+inline std::vector<QueueKeys> level_keys(const std::string& stream) {
+  const QueueKeys queue = queue_keys(stream);
+  std::vector<QueueKeys> out(kLevels, queue);
+  for (std::uint16_t l = 0; l < kLevels; ++l)
+    out[l].stream = priority_stream(queue, static_cast<Priority>(l));
+  return out;
+}
 
 /// A registered handler and its per-type options (Consumer::on).
 struct Registration {
@@ -32,13 +42,16 @@ struct Shared {
   explicit Shared(ConsumerOptions validated_options)
       : opt(std::move(validated_options)),
         connection(make_connection_config(opt.connection, "consumer")),
-        streams{queue_keys(opt.stream)},
+        streams(level_keys(opt.stream)),
         limits{opt.max_payload_bytes, opt.max_payload_depth, opt.default_max_retries},
-        inflight(static_cast<std::size_t>(opt.prefetch), metrics) {}
+        inflight(static_cast<std::size_t>(opt.prefetch), metrics, opt.priority_weights.empty()) {}
 
   const ConsumerOptions opt;
   const ConnectionConfig connection;
-  /// The streams this consumer reads; an EntryKey's `stream` indexes it. One today.
+  /// The streams this consumer reads, one per priority level (index = level_index(): high,
+  /// normal, low); an EntryKey's `stream` indexes it. Each element's `stream` is its level's
+  /// stream; every other key (dlq, delayed, orphans, forwarder, ...) is the queue's own, the
+  /// same in each, derived from the normal stream's name.
   const std::vector<QueueKeys> streams;
   const DecodeLimits limits;
   std::unordered_map<std::string, Registration> handlers;
@@ -49,7 +62,8 @@ struct Shared {
   /// Requested when the consumer starts to stop; handlers see it as Task::stop_token().
   std::stop_source stopping;
 
-  const QueueKeys& keys(std::uint16_t stream = 0) const { return streams[stream]; }
+  /// The keys of level `stream`; by default the normal level's, i.e. the queue's own keys.
+  const QueueKeys& keys(std::uint16_t stream = kNormalLevel) const { return streams[stream]; }
   std::uint16_t stream_count() const noexcept { return static_cast<std::uint16_t>(streams.size()); }
 };
 

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -133,6 +134,88 @@ TEST_F(InteropTest, StreamqProducerFeedsTheSeedPythonConsumer) {
   EXPECT_EQ(b["task_type"], "generate_pdf");
   EXPECT_EQ(b["max_retries"], 5);
   EXPECT_EQ(c["payload"], nlohmann::json::array({1, 2}));
+}
+
+TEST_F(InteropTest, SeedPythonConsumerRunsNormalPriorityTasksAndLeavesTheOtherLevels) {
+  // Normal priority stays in the seed's stream; other levels are in sibling streams the seed
+  // never reads.
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  const std::string urgent =
+      producer.enqueue("send_email", nlohmann::json{{"to", "vip@b.c"}}, {.priority = Priority::high});
+  const std::string a =
+      producer.enqueue("send_email", nlohmann::json{{"to", "a@b.c"}}, {.priority = Priority::normal});
+  const std::string slow =
+      producer.enqueue("reindex", nlohmann::json::array({1}), {.priority = Priority::low});
+  const std::string b = producer.enqueue("send_email", nlohmann::json{{"to", "b@b.c"}});
+  int status = -1;
+  const std::string out =
+      run("/usr/bin/python3 " + seed_script() + " consume " + server.url() + " '" + stream + "' 2", status);
+  ASSERT_EQ(status, 0) << out;
+  const auto got = lines(out);
+  ASSERT_EQ(got.size(), 2u) << out;
+  EXPECT_EQ(nlohmann::json::parse(got[0])["task_id"], a);
+  EXPECT_EQ(nlohmann::json::parse(got[1])["task_id"], b);
+  EXPECT_EQ(client.integer({"XLEN", stream + ":p:high"}), 1);
+  EXPECT_EQ(client.integer({"XLEN", stream + ":p:low"}), 1);
+  // A streamq worker of the seed's group runs what the seed left, the high one first. (A worker
+  // of another group would be right to run the two normal tasks again: the seed acks its
+  // entries but does not delete them, and every group sees every entry.)
+  std::mutex m;
+  std::vector<std::string> seen;
+  RunningConsumer rc({.connection = {.url = server.url()},
+                      .stream = stream,
+                      .group = "seed-workers",
+                      .concurrency = 1,
+                      .block = 200ms},
+                     [&](Consumer& c) {
+                       c.on_unknown([&](const Task& t) {
+                         std::lock_guard lock(m);
+                         seen.push_back(t.id());
+                       });
+                     });
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(m);
+    return seen.size() >= 2;
+  }));
+  // Nothing else is run: the normal tasks the seed handled are not handed out again.
+  EXPECT_FALSE(wait_until(
+      [&] {
+        std::lock_guard lock(m);
+        return seen.size() > 2;
+      },
+      500ms));
+  rc.stop();
+  EXPECT_EQ(seen, (std::vector<std::string>{urgent, slow}));
+}
+
+TEST_F(InteropTest, SeedPythonProducerFeedsAWorkerServingPriorities) {
+  // The seed writes to the queue's stream: a streamq worker runs those tasks as normal ones,
+  // after high ones and before low ones.
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  producer.enqueue("reindex", nlohmann::json::array({1}), {.priority = Priority::low});
+  int status = -1;
+  const std::string out =
+      run("/usr/bin/python3 " + seed_script() + " produce " + server.url() + " '" + stream + "' 5", status);
+  ASSERT_EQ(status, 0) << out;
+  producer.enqueue("reindex", nlohmann::json::array({2}), {.priority = Priority::high});
+  std::mutex m;
+  std::vector<std::string> types;
+  RunningConsumer rc(
+      {.connection = {.url = server.url()}, .stream = stream, .concurrency = 1, .block = 200ms},
+      [&](Consumer& c) {
+        c.on_unknown([&](const Task& t) {
+          std::lock_guard lock(m);
+          types.push_back(t.type() + (t.type() == "reindex" ? t.json().dump() : ""));
+        });
+      });
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(m);
+    return types.size() == 7;
+  }));
+  rc.stop();
+  EXPECT_EQ(types.front(), "reindex[2]");
+  EXPECT_EQ(types.back(), "reindex[1]");
+  for (std::size_t i = 1; i + 1 < types.size(); ++i) EXPECT_EQ(types[i], "send_email");
 }
 
 }  // namespace
