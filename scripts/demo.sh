@@ -50,7 +50,7 @@ url="redis://127.0.0.1:$port"
 stream=demo_tasks
 echo "redis-server pid $redis_pid listening on $url"
 
-step "Enqueue 20 send_email, 5 generate_pdf, 5 reindex, 1 always_fail (max 2 retries) and 1 remind delayed by 1 s"
+step "Enqueue 20 send_email, 5 generate_pdf, 5 reindex, 1 always_fail (max 2 retries), 1 remind delayed by 1 s, a backlog of 100 reindex, then 1 high-priority send_email"
 enqueue() {
   local type=$1 count=$2 payload=$3
   shift 3
@@ -64,6 +64,8 @@ enqueue generate_pdf 5 '{"report_type":"monthly","period":"2025-12"}'
 enqueue reindex 5 '{"index":"catalog","document":{"sku":"TB-205-55-R16"}}'
 enqueue always_fail 1 '{"note":"fails on every attempt"}' --max-retries 2
 enqueue remind 1 '{"what":"call the customer back"}' --delay-ms 1000
+enqueue reindex 100 '{"index":"archive","document":{"sku":"backlog"}}'
+enqueue send_email 1 '{"to":"vip@example.com","template":"urgent"}' --priority high
 
 step "Stats before the worker runs"
 "$bin/streamq-stats" --url "$url" --stream "$stream"
@@ -91,12 +93,16 @@ done=$(sed -n 's/^metrics: done=\([0-9]*\).*/\1/p' "$redis_dir/worker.out")
 retried=$(sed -n 's/^metrics: .* retried=\([0-9]*\).*/\1/p' "$redis_dir/worker.out")
 # The reminder ran after its delay, not before.
 remind_ms=$(sed -n 's/^done   remind .*, ran \([0-9]*\) ms after it was enqueued.*/\1/p' "$redis_dir/worker.out")
-if [[ $done != 31 || $retried != 2 || $length != 0 || $pending != 0 || $delayed != 0 || $dlq != 1 ||
-      $dlq_type != always_fail || -z $remind_ms ]] || ((remind_ms < 1000)); then
+# The high-priority task, enqueued last, was among the first tasks the worker ran.
+vip_rank=$(grep '^done ' "$redis_dir/worker.out" | grep -n 'email to vip@example.com' | cut -d: -f1)
+if [[ $done != 132 || $retried != 2 || $length != 0 || $pending != 0 || $delayed != 0 || $dlq != 1 ||
+      $dlq_type != always_fail || -z $remind_ms || -z $vip_rank ]] || ((remind_ms < 1000 || vip_rank > 8)); then
   echo "demo: FAILED: done ${done:-?}, retried ${retried:-?}, stream length $length, pending $pending," \
-       "delayed $delayed, dead letters $dlq (${dlq_type:-none}), reminder after ${remind_ms:-?} ms;" \
-       "expected 31, 2, 0, 0, 0, 1 (always_fail), >= 1000 ms" >&2
+       "delayed $delayed, dead letters $dlq (${dlq_type:-none}), reminder after ${remind_ms:-?} ms," \
+       "high-priority task done as number ${vip_rank:-?}; expected 132, 2, 0, 0, 0, 1 (always_fail)," \
+       ">= 1000 ms, <= 8" >&2
   exit 1
 fi
-echo "demo OK: 31 tasks done, the reminder ran ${remind_ms} ms after its enqueue (delay 1000 ms)," \
-     "always_fail dead-lettered after 2 retries with backoff, nothing left pending or delayed"
+echo "demo OK: 132 tasks done; the high-priority task, enqueued behind 132 others, ran as number" \
+     "${vip_rank}; the reminder ran ${remind_ms} ms after its enqueue (delay 1000 ms); always_fail" \
+     "was dead-lettered after 2 retries with backoff; nothing left pending or delayed"
