@@ -150,6 +150,12 @@ struct Producer::Impl {
             detail::payload_problem(payload, options.max_payload_bytes, options.max_payload_depth)) {
       throw PayloadError(*problem);
     }
+    // 7 standard fields at most (with unique_key); a consumer dead-letters an entry with more
+    // than kMaxFields, and Lua's unpack() cannot pass many more to one XADD.
+    if (eo.extra_fields.size() + 7 > detail::kMaxFields) {
+      throw ConfigError("too many extra fields: " + std::to_string(eo.extra_fields.size()) + " (at most " +
+                        std::to_string(detail::kMaxFields - 7) + ")");
+    }
     id_storage = eo.task_id.empty() ? detail::new_uuid_v4() : eo.task_id;
     Prepared p;
     p.task = detail::NewTask{

@@ -22,7 +22,7 @@ namespace streamq {
 
 /// How long a failed attempt waits before its retry: retry n (n = the task's retry_count
 /// before the failure, from 0) waits a uniformly random time in
-/// [0, min(cap, base * factor^n)] ("full jitter", so workers that failed together do not
+/// [0, min(cap, base * factor^n)) ("full jitter", so workers that failed together do not
 /// retry together), or exactly min(cap, base * factor^n) with jitter off. The retry copy
 /// waits in `<stream>:delayed` and is forwarded when due. base = 0 retries at once (the
 /// copy goes straight to the stream, as before backoff existed).
@@ -34,8 +34,8 @@ struct RetryBackoff {
   bool jitter = true;
 };
 
-/// A limit on how often tasks of one type start, shared by every worker of the group (kept
-/// in Redis, `<stream>:rate:<task type>`, by the server's clock): at most `limit` starts in
+/// A limit on how often tasks of one type start, shared by every consumer of the stream, of
+/// every group (kept in Redis, `<stream>:rate:<task type>`, by the server's clock): at most `limit` starts in
 /// any window of `per`. A task over the limit is not run, not failed and not counted as an
 /// attempt: it goes back to the delayed set, due when the window has room again.
 /// limit = 0: no limit.
@@ -66,8 +66,9 @@ struct ConsumerOptions {
   int concurrency = 4;
   /// Most entries held at once (queued, running, or awaiting their ack). Bigger batches are
   /// faster; smaller ones share work more evenly between workers. Must be >= concurrency.
-  /// A read asks every priority level it includes for at least one entry, so with prefetch
-  /// below 3 up to 3 may be held.
+  /// A read asks every priority level it includes for at least one entry, so up to 2 more
+  /// than prefetch may be held for a moment (when little room is left and a read covers all
+  /// three levels).
   int prefetch = 64;
   /// How the priority levels (high, normal, low: `<stream>:p:high`, `<stream>`,
   /// `<stream>:p:low`) are served. Empty (default) = strict order: a level is read only when

@@ -9,13 +9,17 @@
 
 namespace streamq::detail {
 
-Forwarder::Forwarder(Shared& shared) : s_(shared), next_(Clock::now()) {}
+Forwarder::Forwarder(Shared& shared)
+    : s_(shared),
+      standby_interval_(std::max(kStandbyInterval, shared.opt.forward_interval)),
+      lease_(std::max(kLease, 3 * shared.opt.forward_interval)),
+      next_(Clock::now()) {}
 
 void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   const QueueKeys& keys = s_.keys();
   Argv argv = scripts.begin(ScriptId::forward, 6);
   argv.add(keys.delayed).add(keys.dlq).add(keys.forwarder).add(keys.stream).add(keys.high).add(keys.low);
-  argv.add(kMostPerPass).add(s_.opt.consumer_name).add(static_cast<std::int64_t>(kLease.count()));
+  argv.add(kMostPerPass).add(s_.opt.consumer_name).add(static_cast<std::int64_t>(lease_.count()));
   const std::string failed_at = format_timestamp(std::chrono::system_clock::now());
   argv.add(failed_at).add(static_cast<std::int64_t>(kMaxFields));
   const Reply reply = scripts.call(ScriptId::forward, argv);
@@ -28,7 +32,7 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
     next_ = now;  // more are due: go on at once
     return;
   }
-  const Millis poll = leader ? s_.opt.forward_interval : kStandbyInterval;
+  const Millis poll = leader ? s_.opt.forward_interval : standby_interval_;
   // The lease holder also wakes for the next due task if that comes before its poll.
   const Millis wait = leader && next_due >= 0 ? std::min(poll, Millis(next_due)) : poll;
   next_ = now + wait;

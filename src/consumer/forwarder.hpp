@@ -19,7 +19,9 @@ class Forwarder final : public Duty {
   /// Most tasks one pass moves: large enough for >= 50,000 tasks/s, small enough that one
   /// pass keeps the server busy for only a few ms.
   static constexpr std::int64_t kMostPerPass = 1000;
-  /// How often a consumer without the lease polls, and how long a lease lasts unrenewed.
+  /// How often a consumer without the lease polls, and how long a lease lasts unrenewed, at
+  /// least (both grow with a forward_interval that is longer, so the holder always renews in
+  /// time and the standbys never poll more often than it).
   static constexpr Millis kStandbyInterval{1000};
   static constexpr Millis kLease{3000};
 
@@ -30,6 +32,8 @@ class Forwarder final : public Duty {
 
  private:
   Shared& s_;
+  const Millis standby_interval_;
+  const Millis lease_;
   Clock::time_point next_;
 };
 

@@ -5,6 +5,7 @@
 
 #include "log.hpp"
 #include "pending.hpp"
+#include "streamq/errors.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -29,7 +30,16 @@ void Reclaimer::tick(ScriptRunner& scripts, Clock::time_point now) {
       more = true;
       break;
     }
-    PendingBatch batch = fetch_pending(s_, scripts, level, PendingMode::reclaim, cursor, left);
+    PendingBatch batch;
+    try {
+      batch = fetch_pending(s_, scripts, level, PendingMode::reclaim, cursor, left);
+    } catch (const ReplyError& e) {
+      // One level's group is gone (its stream was deleted): the fetcher recreates it; the
+      // other levels are still reclaimed meanwhile.
+      if (e.prefix() != "NOGROUP") throw;
+      cursor = "0-0";
+      continue;
+    }
     if (const std::size_t n = s_.inflight.deliver(batch.works); n > 0) {
       Metrics::add(s_.metrics.reclaimed, n);
       log(LogLevel::info, "reclaimed " + std::to_string(n) + " stalled entries of " + s_.keys(level).stream);

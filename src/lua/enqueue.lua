@@ -12,7 +12,8 @@
 --           unique lock, 0 = none), lock_ms (the lock's lifetime), nonce (for a delayed
 --           member), m (the number of field and value strings), then the m strings.
 -- Returns n, or an error with nothing written: "QUEUEFULL ..." or
--- "DUPLICATE <index in this call> <length of the id> <task id holding the lock> ...", or 0
+-- "DUPLICATE <index in this call> <length of the id> <task id holding the lock> ...", or
+-- "WRONGTYPE ..." (a lock key holds something else; the batch is marked refused too), or 0
 -- with nothing written when an earlier chunk of the same batch was refused. Callers know
 -- their tasks by task_id, so entry ids are not sent back (building that reply costs ~10%).
 -- One script: the checks and the writes must not interleave with other producers'.
@@ -56,7 +57,10 @@ if #KEYS > (mark and 5 or 4) then
     local lock = tonumber(ARGV[i + 3])
     if lock > 0 then
       local key = KEYS[lock]
-      local holder = taken[key] or redis.call('GET', key)
+      local holder = taken[key] or redis.pcall('GET', key)
+      if type(holder) == 'table' and holder.err then
+        return refuse('WRONGTYPE the unique lock ' .. key .. ' holds a value that is not a string')
+      end
       if holder then
         return refuse('DUPLICATE ' .. (t - 1) .. ' ' .. #holder .. ' ' .. holder .. ' holds ' .. key)
       end

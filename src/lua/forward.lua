@@ -10,7 +10,8 @@
 -- number of forwarders can run at once and each task is moved exactly once, and a crash
 -- leaves it in one place or the other. A member's stream must be one of the queue's own
 -- (KEYS[4..]); one naming another goes to the normal stream. A member not in streamq's format
--- (someone else's ZADD) is dead-lettered (reason 'malformed') with its bytes, not dropped.
+-- (someone else's ZADD), or with no fields or more than max_fields, is dead-lettered (reason
+-- 'malformed') with its bytes, not dropped.
 -- The lease does not make forwarding exclusive: it only tells one consumer to poll often
 -- while the others poll rarely, so idle workers do not all hammer the server.
 -- @include lib/clock.lua
@@ -23,6 +24,9 @@ for k = 4, #KEYS do streams[KEYS[k]] = true end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, most)
 for _, member in ipairs(due) do
   local parts = delayed_parts(member)
+  -- A member with no fields, or more than a task may have, cannot be one XADD: dead-letter it
+  -- rather than fail the pass (and every pass after it, on the same member).
+  if parts and (#parts < 5 or #parts - 3 > 2 * tonumber(ARGV[5])) then parts = nil end
   if parts then
     local dest = streams[parts[3]] and parts[3] or KEYS[4]
     redis.call('XADD', dest, '*', unpack(parts, 4))

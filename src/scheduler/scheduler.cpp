@@ -284,6 +284,7 @@ void Scheduler::start() {
 }
 
 void Scheduler::stop() {
+  if (!impl_) return;  // moved from
   Impl& im = *impl_;
   im.stop_source.request_stop();
   {

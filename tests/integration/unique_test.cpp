@@ -310,6 +310,25 @@ TEST_F(UniqueTest, ABatchRefusedForADuplicateWritesAPrefix) {
   EXPECT_EQ(holder("taken"), holder_id);
 }
 
+TEST_F(UniqueTest, ALockKeyOfAnotherTypeRefusesTheBatchFromItsChunkOn) {
+  // Not a duplicate, but not a lock either: the chunk that names it writes nothing, and nor
+  // does any chunk after it, so what the batch wrote is still a prefix.
+  client.cmd({"RPUSH", lock("odd"), "x"}).view().check();
+  Producer p = producer();
+  std::vector<TaskSpec> batch(100, TaskSpec{.task_type = "t", .payload = "{}"});
+  batch[70].options = {.unique_for = std::chrono::minutes(1), .unique_key = "odd"};
+  try {
+    p.enqueue_batch(batch);
+    FAIL() << "expected a ReplyError";
+  } catch (const ReplyError& e) {
+    EXPECT_EQ(e.prefix(), "WRONGTYPE") << e.what();
+  }
+  EXPECT_EQ(xlen(stream), 64);  // the first chunk only
+  EXPECT_THROW(p.enqueue("t", "{}", {.unique_for = std::chrono::minutes(1), .unique_key = "odd"}),
+               ReplyError);
+  EXPECT_EQ(xlen(stream), 64);
+}
+
 TEST_F(UniqueTest, UniqueOptionsAreChecked) {
   auto p = producer();
   EXPECT_THROW(p.enqueue("work", "{}", {.unique_key = "k"}), ConfigError);  // no unique_for
