@@ -200,6 +200,16 @@ struct Producer::Impl {
     if (!refusal_mark.empty()) argv.add(refusal_mark);
     argv.add(options.overflow == Overflow::reject ? "reject" : "trim").add(max_len_text);
     argv.add(refusal_mark.empty() ? "0" : "1").add(static_cast<std::int64_t>(last - first));
+    const bool plain = std::none_of(tasks.begin() + static_cast<std::ptrdiff_t>(first),
+                                    tasks.begin() + static_cast<std::ptrdiff_t>(last), needs_script);
+    argv.add(plain ? "plain" : "full");
+    if (plain) {
+      for (std::size_t i = first; i < last; ++i) {
+        argv.add(static_cast<std::int64_t>(detail::new_task_string_count(tasks[i].task)));
+        detail::append_new_task(argv, tasks[i].task);
+      }
+      return argv;
+    }
     std::int64_t lock_index = 4;
     for (std::size_t i = first; i < last; ++i) {
       const Prepared& t = tasks[i];
@@ -211,7 +221,8 @@ struct Producer::Impl {
     return argv;
   }
 
-  /// Whether a task needs the enqueue script even with Overflow::trim_oldest.
+  /// Whether a task needs the enqueue script even with Overflow::trim_oldest, and the
+  /// script's 'full' layout (see enqueue.lua).
   static bool needs_script(const Prepared& t) {
     return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty();
   }

@@ -6,11 +6,14 @@
 -- passed by enqueue_batch when it sends more than one chunk.
 -- ARGV[1] = 'reject' (the backlog gate: Overflow::reject) or 'trim' (no gate; immediate
 --           entries are added with MAXLEN ~ max_len, as the seed does), ARGV[2] = max_len,
--- ARGV[3] = 1 when the last key is the refusal mark, else 0, ARGV[4] = n (tasks), then per
---           task: dest (1-3: the KEYS index of its stream), at (absolute due time in ms, 0 =
---           none), delay (ms from the server's now, 0 = none), lock (KEYS index of its
---           unique lock, 0 = none), lock_ms (the lock's lifetime), nonce (for a delayed
---           member), m (the number of field and value strings), then the m strings.
+-- ARGV[3] = 1 when the last key is the refusal mark, else 0, ARGV[4] = n (tasks),
+-- ARGV[5] = the tasks' layout, then the tasks:
+--   'full':  per task dest (1-3: the KEYS index of its stream), at (absolute due time in ms,
+--            0 = none), delay (ms from the server's now, 0 = none), lock (KEYS index of its
+--            unique lock, 0 = none), lock_ms (the lock's lifetime), nonce (for a delayed
+--            member), m (the number of field and value strings), then the m strings;
+--   'plain': every task immediate, normal priority and not unique, so per task only m and
+--            the m strings (the common case: a third fewer arguments to send and parse).
 -- Returns n, or an error with nothing written: "QUEUEFULL ..." or
 -- "DUPLICATE <index in this call> <length of the id> <task id holding the lock> ...", or
 -- "WRONGTYPE ..." (a lock key holds something else; the batch is marked refused too), or 0
@@ -48,11 +51,24 @@ if gate then
                   ' would exceed max_len ' .. max_len)
   end
 end
+if ARGV[5] == 'plain' then
+  local i = 6
+  for _ = 1, n do
+    local last = i + tonumber(ARGV[i])
+    if gate then
+      redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 1, last))
+    else
+      redis.call('XADD', KEYS[1], 'MAXLEN', '~', max_len, '*', unpack(ARGV, i + 1, last))
+    end
+    i = last + 1
+  end
+  return n
+end
 -- Each task's header: dest, at, delay, lock, lock_ms, nonce, m; its strings follow.
 -- Every lock is checked before anything is written, so a refused call writes nothing; the
 -- task id is a task's second string (append_new_task writes task_id first).
 if #KEYS > (mark and 5 or 4) then
-  local taken, i = {}, 5
+  local taken, i = {}, 6
   for t = 1, n do
     local lock = tonumber(ARGV[i + 3])
     if lock > 0 then
@@ -70,7 +86,7 @@ if #KEYS > (mark and 5 or 4) then
   end
 end
 local now = nil
-local i = 5
+local i = 6
 for _ = 1, n do
   local dest, at, delay, lock = KEYS[tonumber(ARGV[i])], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
                                 tonumber(ARGV[i + 3])
