@@ -2,6 +2,8 @@
 #include "forwarder.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <string_view>
 
 #include "codec.hpp"
 #include "log.hpp"
@@ -23,6 +25,17 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   const std::string failed_at = format_timestamp(std::chrono::system_clock::now());
   argv.add(failed_at).add(static_cast<std::int64_t>(kMaxFields));
   const Reply reply = scripts.call(ScriptId::forward, argv);
+  if (reply.view().is_error()) {
+    // "FORWARD <moved> moved, then a write failed: ...": the tasks before the failed write
+    // were moved (and removed from the set); count them before the error is reported.
+    const std::string_view e = reply.view().error();
+    constexpr std::string_view kPrefix = "FORWARD ";
+    std::int64_t moved = 0;
+    if (e.starts_with(kPrefix)) {
+      std::from_chars(e.data() + kPrefix.size(), e.data() + e.size(), moved);
+    }
+    if (moved > 0) Metrics::add(s_.metrics.forwarded, static_cast<std::uint64_t>(moved));
+  }
   const ReplyView r = reply.view().check();
   const std::int64_t moved = r[0].integer();
   const std::int64_t next_due = r[1].integer();

@@ -4,8 +4,9 @@
 -- ARGV[1] = most tasks to move, ARGV[2] = consumer name, ARGV[3] = lease lifetime in ms (0 =
 --           leave the lease alone), ARGV[4] = failed_at (for a member that cannot be read),
 -- ARGV[5] = the most fields a dead-letter entry keeps
--- Returns {moved, ms until the next task is due (-1: none left), 1 if this consumer holds the
--- lease else 0}.
+-- Returns {moved (or dead-lettered), ms until the next task is due (-1: none left), 1 if this
+-- consumer holds the lease else 0}, or an error "FORWARD <moved> moved, then a write failed:
+-- ..." when a write of the pass failed (see below).
 -- One script: a member is added to its stream and removed from the set together, so any
 -- number of forwarders can run at once and each task is moved exactly once, and a crash
 -- leaves it in one place or the other. A member's stream must be one of the queue's own
@@ -22,19 +23,41 @@ local most = tonumber(ARGV[1])
 local streams = {}
 for k = 4, #KEYS do streams[KEYS[k]] = true end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, most)
-for _, member in ipairs(due) do
+-- The message of an error a protected call returned or raised.
+local function message(e)
+  return type(e) == 'table' and (e.err or 'error') or tostring(e)
+end
+local done, failure = 0, nil
+for i, member in ipairs(due) do
   local parts = delayed_parts(member)
   -- A member with no fields, or more than a task may have, cannot be one XADD: dead-letter it
   -- rather than fail the pass (and every pass after it, on the same member).
   if parts and (#parts < 5 or #parts - 3 > 2 * tonumber(ARGV[5])) then parts = nil end
   if parts then
     local dest = streams[parts[3]] and parts[3] or KEYS[4]
-    redis.call('XADD', dest, '*', unpack(parts, 4))
+    local r = redis.pcall('XADD', dest, '*', unpack(parts, 4))
+    if type(r) == 'table' and r.err then
+      failure = r.err
+      break
+    end
   else
-    dead_letter(KEYS[2], {'member', member}, 1, tonumber(ARGV[5]), 'malformed',
-                'a member of ' .. KEYS[1] .. ' that is not a streamq task', ARGV[4], '', ARGV[2], KEYS[4])
+    local ok, e = pcall(dead_letter, KEYS[2], {'member', member}, 1, tonumber(ARGV[5]), 'malformed',
+                        'a member of ' .. KEYS[1] .. ' that is not a streamq task', ARGV[4], '', ARGV[2],
+                        KEYS[4])
+    if not ok then
+      failure = message(e)
+      break
+    end
   end
-  redis.call('ZREM', KEYS[1], member)
+  done = i
+end
+-- The due members are the set's lowest-ranked (ZRANGEBYSCORE from -inf, in rank order), so
+-- one call removes exactly the ones handled. A write that failed (a stream key of another
+-- type, say) stops the pass there: the members before it are moved and removed, it and the
+-- ones after it stay for a later pass, so nothing is moved twice or lost.
+if done > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, done - 1) end
+if failure then
+  return redis.error_reply('FORWARD ' .. done .. ' moved, then a write failed: ' .. failure)
 end
 local next_due = -1
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -51,4 +74,4 @@ if lease > 0 then
     holds = 1
   end
 end
-return {#due, next_due, holds}
+return {done, next_due, holds}

@@ -1,32 +1,35 @@
 -- lib/delayed.lua: the members of a queue's delayed set (<stream>:delayed, score = due time
 -- in ms since the Unix epoch, by the server's clock).
--- A member is a run of length-prefixed strings, "<length>:<bytes>" each: the format tag
--- 'sq1', a nonce (so two equal tasks stay two members), the stream the task goes to when due,
--- then the task's field and value strings. Binary-safe, and read back without a JSON parser.
+-- A member is a MessagePack array of strings, packed by the cmsgpack library built into
+-- Redis' Lua: the format tag 'sq1', a nonce (so two equal tasks stay two members), the stream
+-- the task goes to when due, then the task's field and value strings. Binary-safe, and
+-- decoded in C: the forwarder's pass is several times faster than with a parser in Lua.
 
 -- delayed_member(nonce, dest, strings, first, last): the member of the task whose fields are
 -- strings[first..last].
 local function delayed_member(nonce, dest, strings, first, last)
-  local parts = {'3:sq1', #nonce .. ':' .. nonce, #dest .. ':' .. dest}
-  for i = first, last do
-    local s = strings[i]
-    parts[#parts + 1] = #s .. ':' .. s
-  end
-  return table.concat(parts)
+  local parts = {'sq1', nonce, dest}
+  for i = first, last do parts[#parts + 1] = strings[i] end
+  return cmsgpack.pack(parts)
+end
+
+-- The one value a protected cmsgpack.unpack returned, or nil when it failed or found more
+-- than one object (bytes after the array).
+local function only_value(ok, value, ...)
+  if ok and select('#', ...) == 0 then return value end
+  return nil
 end
 
 -- delayed_parts(member): a table {'sq1', nonce, dest, field, value, ...}, or nil when the
--- member is not in this format (someone else's ZADD).
+-- member is not in this format (someone else's ZADD): not MessagePack, not one array, not
+-- all strings (a MessagePack nil leaves a hole that maxn finds), or an odd number of fields.
 local function delayed_parts(member)
-  local out, pos, len = {}, 1, #member
-  while pos <= len do
-    local colon = string.find(member, ':', pos, true)
-    if not colon then return nil end
-    local n = tonumber(string.sub(member, pos, colon - 1))
-    if not n or n < 0 or colon + n > len then return nil end
-    out[#out + 1] = string.sub(member, colon + 1, colon + n)
-    pos = colon + n + 1
+  local t = only_value(pcall(cmsgpack.unpack, member))
+  if type(t) ~= 'table' or t[1] ~= 'sq1' then return nil end
+  local n = #t
+  if n < 3 or (n - 3) % 2 ~= 0 or table.maxn(t) ~= n then return nil end
+  for i = 2, n do
+    if type(t[i]) ~= 'string' then return nil end
   end
-  if out[1] ~= 'sq1' or #out < 3 or (#out - 3) % 2 ~= 0 then return nil end
-  return out
+  return t
 end
