@@ -13,15 +13,8 @@ if [[ ! -x $build/bench/streamq-bench ]]; then
 fi
 bench=$build/bench/streamq-bench
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-dir=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
-  --daemonize no --loglevel warning --logfile "$dir/redis.log" &
-pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-url=redis://127.0.0.1:$port
-cli() { redis-cli -p "$port" "$@" >/dev/null; }
+# shellcheck source=bench/private_redis.sh
+source bench/private_redis.sh
 
 # The same fields and sizes as a streamq task (see bench/streamq_bench.cpp).
 task=(task_id 3f2c1a9e-7b4d-4c8e-9f10-2a3b4c5d6e7f task_type send_email
