@@ -196,6 +196,21 @@ std::string percentiles(std::vector<double>& us) {
   return buf;
 }
 
+/// drain and drain-levels: a Consumer with a no-op handler runs the a.count queued tasks;
+/// reports the time from run() to the last ack (run() returns after the final acks are
+/// flushed).
+void time_drain(const Args& a) {
+  std::atomic<long> done{0};
+  std::atomic<bool> finished{false};
+  streamq::Consumer c(consumer_options(a));
+  c.on("send_email", [&](const streamq::Task&) {
+    if (++done == a.count) finish(finished);
+  });
+  const auto t = Clock::now();
+  run_until(c, finished);
+  report(a, seconds_since(t));
+}
+
 int scenario_main(const Args& a) {
   if (a.scenario == "enqueue") {
     streamq::Producer p(producer_options(a));
@@ -210,15 +225,7 @@ int scenario_main(const Args& a) {
     enqueue_batches(p, a.count, a.batch);
     if (a.scenario == "enqueue-batch") report(a, seconds_since(t), " batch=" + std::to_string(a.batch));
   } else if (a.scenario == "drain") {
-    std::atomic<long> done{0};
-    std::atomic<bool> finished{false};
-    streamq::Consumer c(consumer_options(a));
-    c.on("send_email", [&](const streamq::Task&) {
-      if (++done == a.count) finish(finished);
-    });
-    const auto t = Clock::now();
-    run_until(c, finished);  // run() returns after the final acks are flushed
-    report(a, seconds_since(t));
+    time_drain(a);
   } else if (a.scenario == "drain-levels") {
     {
       streamq::Producer p(producer_options(a));
@@ -233,15 +240,7 @@ int scenario_main(const Args& a) {
         p.enqueue_batch(tasks);
       }
     }
-    std::atomic<long> done{0};
-    std::atomic<bool> finished{false};
-    streamq::Consumer c(consumer_options(a));
-    c.on("send_email", [&](const streamq::Task&) {
-      if (++done == a.count) finish(finished);
-    });
-    const auto t = Clock::now();
-    run_until(c, finished);
-    report(a, seconds_since(t));
+    time_drain(a);
   } else if (a.scenario == "drain-raw") {
     drain_raw(a);
   } else if (a.scenario == "latency") {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -38,6 +39,33 @@ class PriorityTest : public ConsumerTest {
     }
     producer.enqueue_batch(tasks);
   }
+  /// The level of every "work" task (the first letter of its payload's "level": 'h', 'n',
+  /// 'l'), in the order the handlers start them.
+  class StartLog {
+   public:
+    /// Registers the recording "work" handler (for RunningConsumer's setup).
+    std::function<void(Consumer&)> handler() {
+      return [this](Consumer& c) {
+        c.on("work", [this](const Task& t) {
+          const char level = t.json()["level"].get<std::string>()[0];
+          std::lock_guard lock(m_);
+          starts_.push_back(level);
+        });
+      };
+    }
+    std::size_t size() {
+      std::lock_guard lock(m_);
+      return starts_.size();
+    }
+    std::vector<char> starts() {
+      std::lock_guard lock(m_);
+      return starts_;
+    }
+
+   private:
+    std::mutex m_;
+    std::vector<char> starts_;
+  };
 };
 
 TEST_F(PriorityTest, EnqueuedLevelsLiveInTheirOwnStreams) {
@@ -57,23 +85,15 @@ TEST_F(PriorityTest, StrictOrderRunsEveryHighTaskBeforeNormalBeforeLow) {
   enqueue_many(p, Priority::low, 150);
   enqueue_many(p, Priority::normal, 150);
   enqueue_many(p, Priority::high, 150);
-  std::mutex m;
-  std::vector<std::string> started;
+  StartLog log;
   auto o = options();
   o.concurrency = 1;
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("work", [&](const Task& t) {
-      std::lock_guard lock(m);
-      started.push_back(t.json()["level"].get<std::string>());
-    });
-  });
-  ASSERT_TRUE(wait_until([&] {
-    std::lock_guard lock(m);
-    return started.size() == 450;
-  }));
+  RunningConsumer rc(o, log.handler());
+  ASSERT_TRUE(wait_until([&] { return log.size() == 450; }));
   rc.stop();
+  const std::vector<char> started = log.starts();
   for (std::size_t i = 0; i < started.size(); ++i) {
-    const char* want = i < 150 ? "high" : i < 300 ? "normal" : "low";
+    const char want = i < 150 ? 'h' : i < 300 ? 'n' : 'l';
     ASSERT_EQ(started[i], want) << "start #" << i;
   }
   EXPECT_EQ(xlen(high) + xlen(stream) + xlen(low), 0);
@@ -122,25 +142,13 @@ TEST_F(PriorityTest, WeightedOrderFollowsTheWeightsOverTenThousandTasks) {
   enqueue_many(p, Priority::high, 7000);
   enqueue_many(p, Priority::normal, 4000);
   enqueue_many(p, Priority::low, 2000);
-  std::mutex m;
-  std::vector<char> started;
-  started.reserve(13000);
+  StartLog log;
   auto o = options();
   o.priority_weights = {6, 3, 1};
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("work", [&](const Task& t) {
-      const char level = t.json()["level"].get<std::string>()[0];
-      std::lock_guard lock(m);
-      started.push_back(level);
-    });
-  });
-  ASSERT_TRUE(wait_until(
-      [&] {
-        std::lock_guard lock(m);
-        return started.size() >= 10000;
-      },
-      120s));
+  RunningConsumer rc(o, log.handler());
+  ASSERT_TRUE(wait_until([&] { return log.size() >= 10000; }, 120s));
   rc.stop();
+  const std::vector<char> started = log.starts();
   int h = 0, n = 0, l = 0;
   for (std::size_t i = 0; i < 10000; ++i) {
     h += started[i] == 'h';
@@ -157,38 +165,19 @@ TEST_F(PriorityTest, WeightedOrderFollowsTheWeightsOverTenThousandTasks) {
 TEST_F(PriorityTest, WeightedOrderStarvesNoLevelThatRefills) {
   auto p = big_producer();
   enqueue_many(p, Priority::normal, 3000);
-  std::mutex m;
-  std::vector<char> started;
-  std::atomic<bool> low_added{false};
+  StartLog log;
   auto o = options();
   o.priority_weights = {6, 3, 1};
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("work", [&](const Task& t) {
-      const char level = t.json()["level"].get<std::string>()[0];
-      std::lock_guard lock(m);
-      started.push_back(level);
-    });
-  });
+  RunningConsumer rc(o, log.handler());
   // Low arrives while normal is being drained, after normal was served alone for a while: it
   // gets its share at once (not only once normal is empty), and normal is not held back to
   // pay for the time low was empty.
-  ASSERT_TRUE(wait_until([&] {
-    std::lock_guard lock(m);
-    return started.size() >= 200;
-  }));
+  ASSERT_TRUE(wait_until([&] { return log.size() >= 200; }));
   enqueue_many(p, Priority::low, 1000);
-  std::size_t at_low;
-  {
-    std::lock_guard lock(m);
-    at_low = started.size();
-  }
-  ASSERT_TRUE(wait_until(
-      [&] {
-        std::lock_guard lock(m);
-        return started.size() >= at_low + 1000;
-      },
-      60s));
+  const std::size_t at_low = log.size();
+  ASSERT_TRUE(wait_until([&] { return log.size() >= at_low + 1000; }, 60s));
   rc.stop();
+  const std::vector<char> started = log.starts();
   int n = 0, l = 0;
   for (std::size_t i = at_low; i < at_low + 1000; ++i) {
     n += started[i] == 'n';
