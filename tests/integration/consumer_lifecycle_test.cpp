@@ -125,8 +125,11 @@ TEST_F(ConsumerTest, HandlerPastTheGracePeriodKeepsItsEntryAndBlocksNeitherRunNo
     auto rc = std::make_unique<RunningConsumer>(o, [&](Consumer& c) {
       c.on("stuck", [&](const Task&) {
         started = true;
-        std::unique_lock lock(m);
-        cv.wait(lock, [&] { return release; });  // ignores the stop request
+        {
+          std::unique_lock lock(m);
+          cv.wait(lock, [&] { return release; });  // ignores the stop request
+        }
+        // Last, after the unlock: once the test sees it, it ends, and m (on its stack) is gone.
         handler_returned = true;
       });
     });
