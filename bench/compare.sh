@@ -44,7 +44,11 @@ for round in $(seq "$rounds"); do
       cli FLUSHALL
       if ((preload > 0)); then "$bin" preload --url "$url" --stream b:x --count "$preload" >/dev/null; fi
       # shellcheck disable=SC2086  # args is a word list
-      out=$("$bin" $args --url "$url" --stream b:x 2>/dev/null)
+      if ! out=$("$bin" $args --url "$url" --stream b:x 2>"$redis_dir/stderr"); then
+        echo "compare.sh: $bin $args failed:" >&2
+        cat "$redis_dir/stderr" >&2
+        exit 1
+      fi
       for f in $fields; do got[$name/$f/$side]+="$(field "$f" "$out") "; done
     done
   done

@@ -152,7 +152,8 @@ struct ConsumerMetrics {
   std::uint64_t reconnects = 0;
   /// Idle consumers without pending entries removed from the group (idle_consumer_timeout).
   std::uint64_t consumers_removed = 0;
-  /// Delayed tasks this consumer's forwarder moved to their stream.
+  /// Delayed tasks this consumer's forwarder moved to their stream, and members of the delayed
+  /// set it dead-lettered as "malformed" (not in streamq's format).
   std::uint64_t forwarded = 0;
   /// Tasks put back into the delayed set because their type's rate limit was reached.
   std::uint64_t rate_limited = 0;

@@ -26,13 +26,13 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   argv.add(failed_at).add(static_cast<std::int64_t>(kMaxFields));
   const Reply reply = scripts.call(ScriptId::forward, argv);
   if (reply.view().is_error()) {
-    // "FORWARD <moved> moved, then a write failed: ...": the tasks before the failed write
-    // were moved (and removed from the set); count them before the error is reported.
+    // "<the server's error> (the forward pass moved <n> before this write failed)": the
+    // tasks before the failed write were moved; count them before the error is reported.
     const std::string_view e = reply.view().error();
-    constexpr std::string_view kPrefix = "FORWARD ";
+    constexpr std::string_view kMarker = "(the forward pass moved ";
     std::int64_t moved = 0;
-    if (e.starts_with(kPrefix)) {
-      std::from_chars(e.data() + kPrefix.size(), e.data() + e.size(), moved);
+    if (const auto at = e.rfind(kMarker); at != std::string_view::npos) {
+      std::from_chars(e.data() + at + kMarker.size(), e.data() + e.size(), moved);
     }
     if (moved > 0) Metrics::add(s_.metrics.forwarded, static_cast<std::uint64_t>(moved));
   }

@@ -5,9 +5,9 @@
 --           leave the lease alone), ARGV[4] = failed_at (for a member that cannot be read),
 -- ARGV[5] = the most fields a dead-letter entry keeps
 -- Returns {moved (or dead-lettered), ms until the next task is due (-1: none left), 1 if this
--- consumer holds the lease else 0}, or an error "FORWARD <moved> moved, then a write failed:
--- ..." when a write of the pass failed (see below).
--- One script: a member is added to its stream and removed from the set together, so any
+-- consumer holds the lease else 0}, or, when a write of the pass failed (see below), the
+-- server's error followed by " (the forward pass moved <n> before this write failed)".
+-- One script: members are removed from the set and added to their streams together, so any
 -- number of forwarders can run at once and each task is moved exactly once, and a crash
 -- leaves it in one place or the other. A member's stream must be one of the queue's own
 -- (KEYS[4..]); one naming another goes to the normal stream. A member not in streamq's format
@@ -22,13 +22,20 @@ local now = now_ms()
 local most = tonumber(ARGV[1])
 local streams = {}
 for k = 4, #KEYS do streams[KEYS[k]] = true end
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, most)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, most)
+local count = #due / 2
+-- The due members are the set's lowest-ranked (ZRANGEBYSCORE from -inf returns them in rank
+-- order, ties by their bytes as ranks are), so one call removes exactly them. It comes first:
+-- a removal the server refuses (an ACL without ZREMRANGEBYRANK) then fails the pass before
+-- anything is written, where after the XADDs it would repeat them on every pass.
+if count > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, count - 1) end
 -- The message of an error a protected call returned or raised.
 local function message(e)
   return type(e) == 'table' and (e.err or 'error') or tostring(e)
 end
 local done, failure = 0, nil
-for i, member in ipairs(due) do
+for i = 1, count do
+  local member = due[2 * i - 1]
   local parts = delayed_parts(member)
   -- A member with no fields, or more than a task may have, cannot be one XADD: dead-letter it
   -- rather than fail the pass (and every pass after it, on the same member).
@@ -51,13 +58,18 @@ for i, member in ipairs(due) do
   end
   done = i
 end
--- The due members are the set's lowest-ranked (ZRANGEBYSCORE from -inf, in rank order), so
--- one call removes exactly the ones handled. A write that failed (a stream key of another
--- type, say) stops the pass there: the members before it are moved and removed, it and the
--- ones after it stay for a later pass, so nothing is moved twice or lost.
-if done > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, done - 1) end
+-- A write that failed (a stream key of another type, say) ends the pass there: the members
+-- before it are moved, it and the ones after it go back with their due times for a later
+-- pass, so nothing is moved twice or lost. The server's error comes first (its code is the
+-- caller's to classify), then how many this pass moved.
 if failure then
-  return redis.error_reply('FORWARD ' .. done .. ' moved, then a write failed: ' .. failure)
+  local back = {}
+  for i = done + 1, count do
+    back[#back + 1] = due[2 * i]
+    back[#back + 1] = due[2 * i - 1]
+  end
+  redis.call('ZADD', KEYS[1], unpack(back))
+  return redis.error_reply(failure .. ' (the forward pass moved ' .. done .. ' before this write failed)')
 end
 local next_due = -1
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -74,4 +86,4 @@ if lease > 0 then
     holds = 1
   end
 end
-return {done, next_due, holds}
+return {count, next_due, holds}

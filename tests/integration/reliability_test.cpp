@@ -136,8 +136,9 @@ int run_chaos(const RedisServer& server, Client& client, const std::string& stre
         // before it got through them (a slow build, the same slot picked twice in a row)
         // charges the same entry at each kill. The crash-loop guard must not take that for a
         // poison task (it would dead-letter a task this oracle expects done): kills alone
-        // reach at most rounds + 1 starts, and a stalled heartbeat's reclaim one more each.
-        "max_deliveries=1000"};
+        // reach at most rounds + 1 starts, and a stalled heartbeat's reclaim one more each,
+        // so twice that is out of reach while still a bound.
+        "max_deliveries=" + std::to_string(2 * rounds + 2)};
     args.insert(args.end(), worker_args.begin(), worker_args.end());
     procs.push_back(std::make_unique<WorkerProcess>(args));
   }
