@@ -88,6 +88,9 @@ TEST_F(ConsumerTest, EntryDeletedWhileQueuedIsDeadLetteredOnceAndNeverRun) {
   // so its next lease pass is most of a second away while reclaimers pass every 50 ms: a
   // reclaimer that dead-letters deleted entries a live worker holds (as XAUTOCLAIM does on
   // Redis 7, idle or not) does so before the holder notices, and the holder then runs them.
+  // Both must be queued in the worker first (read, so pending): one still unread when it is
+  // deleted is never delivered at all, and the test would wait for a dead letter in vain.
+  ASSERT_TRUE(wait_until([&] { return pending() == 3; }));
   ASSERT_TRUE(wait_until([&] { return pending_entry(blocker).idle_ms < 100; }));
   client.cmd({"XDEL", stream, entries[1].first, entries[2].first});
   ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2; }));
