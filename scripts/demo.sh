@@ -91,16 +91,18 @@ dlq_type=$(redis-cli -p "$port" --raw XRANGE "$stream:dlq" - + | awk 'prev == "t
 delayed=$(redis-cli -p "$port" ZCARD "$stream:delayed")
 done=$(sed -n 's/^metrics: done=\([0-9]*\).*/\1/p' "$redis_dir/worker.out")
 retried=$(sed -n 's/^metrics: .* retried=\([0-9]*\).*/\1/p' "$redis_dir/worker.out")
-# The reminder ran after its delay, not before.
+# The reminder ran after its delay, not before: due times are whole milliseconds of the
+# server's clock (the enqueue's millisecond, floored, plus the delay), and the worker prints
+# whole milliseconds since created_at, so 999 is on time; less would be early.
 remind_ms=$(sed -n 's/^done   remind .*, ran \([0-9]*\) ms after it was enqueued.*/\1/p' "$redis_dir/worker.out")
 # The high-priority task, enqueued last, was among the first tasks the worker ran.
 vip_rank=$(grep '^done ' "$redis_dir/worker.out" | grep -n 'email to vip@example.com' | cut -d: -f1)
 if [[ $done != 132 || $retried != 2 || $length != 0 || $pending != 0 || $delayed != 0 || $dlq != 1 ||
-      $dlq_type != always_fail || -z $remind_ms || -z $vip_rank ]] || ((remind_ms < 1000 || vip_rank > 8)); then
+      $dlq_type != always_fail || -z $remind_ms || -z $vip_rank ]] || ((remind_ms < 999 || vip_rank > 8)); then
   echo "demo: FAILED: done ${done:-?}, retried ${retried:-?}, stream length $length, pending $pending," \
        "delayed $delayed, dead letters $dlq (${dlq_type:-none}), reminder after ${remind_ms:-?} ms," \
        "high-priority task done as number ${vip_rank:-?}; expected 132, 2, 0, 0, 0, 1 (always_fail)," \
-       ">= 1000 ms, <= 8" >&2
+       ">= 999 ms, <= 8" >&2
   exit 1
 fi
 echo "demo OK: 132 tasks done; the high-priority task, enqueued behind 132 others, ran as number" \
