@@ -18,6 +18,7 @@ struct QueueKeys {
   std::string high;       // the high-priority sibling stream
   std::string low;        // the low-priority sibling stream
   std::string forwarder;  // the forwarder lease: which consumer polls the delayed set often
+  std::string paused;     // the pause flag (Inspector::pause): workers take no new tasks while it exists
 };
 
 /// The refusal mark of one multi-chunk enqueue_batch (see the enqueue script): `token` is
@@ -43,8 +44,14 @@ inline std::string schedule_key(std::string_view stream, std::string_view name) 
 
 inline QueueKeys queue_keys(std::string_view stream) {
   const std::string s(stream);
-  return QueueKeys{
-      s, s + ":dlq", s + ":delayed", s + ":orphans", s + ":p:high", s + ":p:low", s + ":forwarder"};
+  return QueueKeys{s,
+                   s + ":dlq",
+                   s + ":delayed",
+                   s + ":orphans",
+                   s + ":p:high",
+                   s + ":p:low",
+                   s + ":forwarder",
+                   s + ":paused"};
 }
 
 /// The stream of a priority level.

@@ -56,6 +56,8 @@ void append_dead_letter(Argv& argv, std::string_view reason, std::string_view er
 class ScriptRunner {
  public:
   explicit ScriptRunner(Connection& conn) : conn_(conn) {}
+  /// The connection it runs on (for plain commands between script calls).
+  Connection& connection() const noexcept { return conn_; }
 
   /// Starts an argv for `id`: EVAL(SHA) <script> <numkeys>; append keys, then args.
   Argv begin(ScriptId id, int numkeys) const;

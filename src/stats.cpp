@@ -9,6 +9,7 @@
 
 #include "connection.hpp"
 #include "keys.hpp"
+#include "stats_read.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq {
@@ -140,83 +141,127 @@ std::string QueueStats::to_json() const {
 }
 
 std::string QueueStats::to_prometheus() const {
+  return streamq::to_prometheus(std::vector<QueueStats>{*this});
+}
+
+std::string to_prometheus(const std::vector<QueueStats>& queues) {
   Exposition e;
-  const std::string_view s = stream;
+  // Each family once (a second # HELP/# TYPE of a name is a parse error), with every queue's samples.
+  const auto each = [&](auto&& write) {
+    for (const QueueStats& q : queues) write(q, std::string_view(q.stream));
+  };
   e.family("streamq_stream_length", "gauge", "Entries in the stream (unfinished tasks).");
-  e.sample("streamq_stream_length", {{"stream", s}}, length);
+  each([&](const QueueStats& q, std::string_view s) {
+    e.sample("streamq_stream_length", {{"stream", s}}, q.length);
+  });
   e.family("streamq_entries_added_total", "counter", "Entries ever added to the stream.");
-  e.sample("streamq_entries_added_total", {{"stream", s}}, entries_added);
+  each([&](const QueueStats& q, std::string_view s) {
+    e.sample("streamq_entries_added_total", {{"stream", s}}, q.entries_added);
+  });
   e.family("streamq_pending", "gauge", "Delivered, unacknowledged entries over all groups.");
-  e.sample("streamq_pending", {{"stream", s}}, pending_total);
+  each([&](const QueueStats& q, std::string_view s) {
+    e.sample("streamq_pending", {{"stream", s}}, q.pending_total);
+  });
   e.family("streamq_dlq_length", "gauge", "Entries in the dead-letter stream.");
-  e.sample("streamq_dlq_length", {{"stream", s}}, dlq_length);
+  each([&](const QueueStats& q, std::string_view s) {
+    e.sample("streamq_dlq_length", {{"stream", s}}, q.dlq_length);
+  });
   e.family("streamq_delayed", "gauge", "Tasks waiting in the delayed set.");
-  e.sample("streamq_delayed", {{"stream", s}}, delayed);
-  if (next_delayed_due_in_ms) {
+  each([&](const QueueStats& q, std::string_view s) {
+    e.sample("streamq_delayed", {{"stream", s}}, q.delayed);
+  });
+  if (std::any_of(queues.begin(), queues.end(),
+                  [](const QueueStats& q) { return q.next_delayed_due_in_ms.has_value(); })) {
     e.family("streamq_delayed_next_due_seconds", "gauge",
              "Time until the next delayed task is due (negative: overdue).");
-    e.sample_seconds("streamq_delayed_next_due_seconds", {{"stream", s}}, *next_delayed_due_in_ms);
+    each([&](const QueueStats& q, std::string_view s) {
+      if (q.next_delayed_due_in_ms)
+        e.sample_seconds("streamq_delayed_next_due_seconds", {{"stream", s}}, *q.next_delayed_due_in_ms);
+    });
   }
   e.family("streamq_oldest_entry_age_seconds", "gauge", "Age of the oldest entry in the stream.");
-  e.sample_seconds("streamq_oldest_entry_age_seconds", {{"stream", s}}, oldest_entry_age_ms.value_or(0));
+  each([&](const QueueStats& q, std::string_view s) {
+    e.sample_seconds("streamq_oldest_entry_age_seconds", {{"stream", s}}, q.oldest_entry_age_ms.value_or(0));
+  });
 
   e.family("streamq_level_length", "gauge", "Entries in a priority level's stream (unfinished tasks).");
-  for (const auto& l : levels)
-    e.sample("streamq_level_length", {{"stream", s}, {"level", l.level}}, l.length);
+  each([&](const QueueStats& q, std::string_view s) {
+    for (const auto& l : q.levels)
+      e.sample("streamq_level_length", {{"stream", s}, {"level", l.level}}, l.length);
+  });
   e.family("streamq_level_pending", "gauge", "Delivered, unacknowledged entries of a priority level.");
-  for (const auto& l : levels)
-    e.sample("streamq_level_pending", {{"stream", s}, {"level", l.level}}, l.pending);
+  each([&](const QueueStats& q, std::string_view s) {
+    for (const auto& l : q.levels)
+      e.sample("streamq_level_pending", {{"stream", s}, {"level", l.level}}, l.pending);
+  });
   e.family("streamq_level_lag", "gauge",
            "Entries of a priority level not yet delivered (approximate; absent when Redis cannot tell).");
-  for (const auto& l : levels) {
-    if (l.lag) e.sample("streamq_level_lag", {{"stream", s}, {"level", l.level}}, *l.lag);
-  }
+  each([&](const QueueStats& q, std::string_view s) {
+    for (const auto& l : q.levels) {
+      if (l.lag) e.sample("streamq_level_lag", {{"stream", s}, {"level", l.level}}, *l.lag);
+    }
+  });
   e.family("streamq_level_oldest_entry_age_seconds", "gauge", "Age of the oldest entry of a priority level.");
-  for (const auto& l : levels) {
-    e.sample_seconds("streamq_level_oldest_entry_age_seconds", {{"stream", s}, {"level", l.level}},
-                     l.oldest_entry_age_ms.value_or(0));
-  }
+  each([&](const QueueStats& q, std::string_view s) {
+    for (const auto& l : q.levels) {
+      e.sample_seconds("streamq_level_oldest_entry_age_seconds", {{"stream", s}, {"level", l.level}},
+                       l.oldest_entry_age_ms.value_or(0));
+    }
+  });
 
   e.family("streamq_group_pending", "gauge", "Delivered, unacknowledged entries of a group.");
-  for (const auto& g : groups)
-    e.sample("streamq_group_pending", {{"stream", s}, {"group", g.name}}, g.pending);
+  each([&](const QueueStats& q, std::string_view s) {
+    for (const auto& g : q.groups)
+      e.sample("streamq_group_pending", {{"stream", s}, {"group", g.name}}, g.pending);
+  });
   e.family("streamq_group_lag", "gauge",
            "Entries not yet delivered to a group (approximate; absent when Redis cannot tell).");
-  for (const auto& g : groups) {
-    if (g.lag) e.sample("streamq_group_lag", {{"stream", s}, {"group", g.name}}, *g.lag);
-  }
+  each([&](const QueueStats& q, std::string_view s) {
+    for (const auto& g : q.groups) {
+      if (g.lag) e.sample("streamq_group_lag", {{"stream", s}, {"group", g.name}}, *g.lag);
+    }
+  });
   e.family("streamq_group_consumers", "gauge", "Consumers registered in a group.");
-  for (const auto& g : groups) {
-    e.sample("streamq_group_consumers", {{"stream", s}, {"group", g.name}},
-             static_cast<std::int64_t>(g.consumers.size()));
-  }
+  each([&](const QueueStats& q, std::string_view s) {
+    for (const auto& g : q.groups) {
+      e.sample("streamq_group_consumers", {{"stream", s}, {"group", g.name}},
+               static_cast<std::int64_t>(g.consumers.size()));
+    }
+  });
   e.family("streamq_oldest_pending_idle_seconds", "gauge", "Idle time of a group's oldest pending entry.");
-  for (const auto& g : groups) {
-    e.sample_seconds("streamq_oldest_pending_idle_seconds", {{"stream", s}, {"group", g.name}},
-                     g.oldest_pending_idle_ms.value_or(0));
-  }
+  each([&](const QueueStats& q, std::string_view s) {
+    for (const auto& g : q.groups) {
+      e.sample_seconds("streamq_oldest_pending_idle_seconds", {{"stream", s}, {"group", g.name}},
+                       g.oldest_pending_idle_ms.value_or(0));
+    }
+  });
   e.family("streamq_consumer_pending", "gauge", "Entries a consumer holds unacknowledged.");
-  for (const auto& g : groups) {
-    for (const auto& c : g.consumers) {
-      e.sample("streamq_consumer_pending", {{"stream", s}, {"group", g.name}, {"consumer", c.name}},
-               c.pending);
+  each([&](const QueueStats& q, std::string_view s) {
+    for (const auto& g : q.groups) {
+      for (const auto& c : g.consumers) {
+        e.sample("streamq_consumer_pending", {{"stream", s}, {"group", g.name}, {"consumer", c.name}},
+                 c.pending);
+      }
     }
-  }
+  });
   e.family("streamq_consumer_idle_seconds", "gauge", "Time since a consumer last read or claimed.");
-  for (const auto& g : groups) {
-    for (const auto& c : g.consumers) {
-      e.sample_seconds("streamq_consumer_idle_seconds",
-                       {{"stream", s}, {"group", g.name}, {"consumer", c.name}}, c.idle_ms);
+  each([&](const QueueStats& q, std::string_view s) {
+    for (const auto& g : q.groups) {
+      for (const auto& c : g.consumers) {
+        e.sample_seconds("streamq_consumer_idle_seconds",
+                         {{"stream", s}, {"group", g.name}, {"consumer", c.name}}, c.idle_ms);
+      }
     }
-  }
+  });
   return e.str();
 }
 
-struct StatsReader::Impl {
-  explicit Impl(StatsOptions o)
-      : options(validated(std::move(o))),
-        keys(detail::queue_keys(options.stream)),
-        conn(detail::make_connection_config(options.connection, "stats")) {}
+namespace {
+
+/// One snapshot of one queue (StatsReader::read, Inspector::stats) on `conn`.
+class StatsQuery {
+ public:
+  explicit StatsQuery(const StatsOptions& o) : options(o), keys(detail::queue_keys(o.stream)) {}
 
   /// One level from its EXISTS, XINFO STREAM and XINFO GROUPS replies.
   LevelStats read_level(Priority p, const std::string& stream, const detail::Reply& exists,
@@ -251,9 +296,8 @@ struct StatsReader::Impl {
     return l;
   }
 
-  QueueStats read() {
+  QueueStats read(detail::Connection& conn) {
     using detail::Argv;
-    conn.connect_with_backoff();
     QueueStats st;
     st.stream = options.stream;
 
@@ -332,8 +376,30 @@ struct StatsReader::Impl {
     return st;
   }
 
-  StatsOptions options;
+  const StatsOptions& options;
   detail::QueueKeys keys;
+};
+
+}  // namespace
+
+namespace detail {
+
+QueueStats read_queue_stats(Connection& conn, const StatsOptions& options) {
+  return StatsQuery(options).read(conn);
+}
+
+}  // namespace detail
+
+struct StatsReader::Impl {
+  explicit Impl(StatsOptions o)
+      : options(validated(std::move(o))), conn(detail::make_connection_config(options.connection, "stats")) {}
+
+  QueueStats read() {
+    conn.connect_with_backoff();
+    return detail::read_queue_stats(conn, options);
+  }
+
+  StatsOptions options;
   detail::Connection conn;
 };
 

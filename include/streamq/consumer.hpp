@@ -127,6 +127,13 @@ struct ConsumerOptions {
   /// lease over within about 3 s if its holder stops. Due tasks become visible within about
   /// forward_interval of their due time. Must be > 0.
   std::chrono::milliseconds forward_interval{50};
+  /// How often the consumer checks the queue's pause flag (`<stream>:paused`, set by
+  /// Inspector::pause and `streamq pause`; one EXISTS per check). While it is set the
+  /// consumer reads no new tasks and reclaims none; tasks already read finish, delayed tasks
+  /// are still forwarded (they wait in the stream), and reading resumes within this interval
+  /// of Inspector::resume. A read already waiting on the server when the flag is set may
+  /// still deliver one batch. Must be > 0.
+  std::chrono::milliseconds pause_check_interval{1000};
 };
 
 /// Counters since the Consumer was built. All reads are relaxed snapshots.

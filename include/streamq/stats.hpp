@@ -101,6 +101,11 @@ struct QueueStats {
   std::string to_prometheus() const;
 };
 
+/// The Prometheus text exposition of several queues (what QueueStats::to_prometheus writes
+/// for one): each metric family once, with a sample per queue, so the text parses as one
+/// scrape (the exporter's /metrics).
+std::string to_prometheus(const std::vector<QueueStats>& queues);
+
 /// Reads queue health without changing anything (and without creating any key).
 ///
 /// Thread safety: calls on one StatsReader must not overlap. Movable, not copyable.

@@ -4,6 +4,7 @@
 
 #include "streamq/consumer.hpp"
 #include "streamq/errors.hpp"
+#include "streamq/inspector.hpp"
 #include "streamq/log.hpp"
 #include "streamq/options.hpp"
 #include "streamq/producer.hpp"

@@ -6,7 +6,7 @@
 //   fetcher     (thread)   own-PEL replay, XREADGROUP, group recovery          fetcher.hpp
 //   executor    (threads)  decode, dispatch, retry policy                      executor.hpp
 //   completer   (thread)   acks, retries, dead letters, orphan records         completer.hpp
-//   scheduler   (thread)   lease keeper, reclaimer, janitor                     scheduler.hpp
+//   scheduler   (thread)   lease keeper, reclaimer, janitor, pause watch        scheduler.hpp
 //   in-flight set          the one lock, between all of them                   inflight.hpp
 #include "streamq/consumer.hpp"
 
@@ -23,6 +23,7 @@
 #include "lease_keeper.hpp"
 #include "log.hpp"
 #include "options.hpp"
+#include "pause_watch.hpp"
 #include "reclaimer.hpp"
 #include "scheduler.hpp"
 #include "shared.hpp"
@@ -88,6 +89,7 @@ struct Consumer::Impl {
         conn.connect();
         for (const detail::QueueKeys& level : s->streams)
           detail::ensure_group(conn, level.stream, s->opt.group);
+        detail::check_paused(*s, conn);  // a consumer started on a paused queue reads nothing
         return true;
       } catch (const ConnectionError& e) {
         problem = e.what();
@@ -124,7 +126,9 @@ struct Consumer::Impl {
     detail::LeaseKeeper leases(*s);
     detail::Reclaimer reclaimer(*s);
     detail::Janitor janitor(*s);
+    detail::PauseWatch pause_watch(*s);
     detail::Scheduler scheduler(*s);
+    scheduler.add(pause_watch);
     scheduler.add(leases);
     scheduler.add(reclaimer);
     if (s->opt.idle_consumer_timeout.count() > 0) scheduler.add(janitor);

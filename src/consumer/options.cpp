@@ -61,6 +61,7 @@ ConsumerOptions validated(ConsumerOptions o) {
   }
   check_backoff(o.retry_backoff, "retry_backoff");
   if (o.forward_interval.count() < 1) throw ConfigError("forward_interval must be >= 1 ms");
+  if (o.pause_check_interval.count() < 1) throw ConfigError("pause_check_interval must be >= 1 ms");
   return o;
 }
 

@@ -16,6 +16,10 @@ constexpr Millis kReclaimSoon{50};  // next pass when more may wait, or there wa
 
 void Reclaimer::tick(ScriptRunner& scripts, Clock::time_point now) {
   const Millis soon = std::min(kReclaimSoon, s_.opt.reclaim_interval);
+  if (s_.pause.paused()) {  // a paused queue's stalled entries wait for the resume too
+    next_ = now + s_.opt.reclaim_interval;
+    return;
+  }
   const std::size_t room = s_.inflight.reclaim_room(static_cast<std::size_t>(s_.opt.concurrency));
   if (room == 0) {
     next_ = now + soon;

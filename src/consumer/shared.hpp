@@ -6,7 +6,10 @@
 // for the in-flight set, the counters and the stop source, which are thread-safe.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <stop_token>
 #include <string>
 #include <unordered_map>
@@ -38,6 +41,35 @@ struct Registration {
   HandlerOptions options{};
 };
 
+/// Whether the queue is paused, as last read by the pause watch; the fetcher waits on it.
+class PauseFlag {
+ public:
+  /// Records the flag; true when it changed.
+  bool set(bool paused) {
+    {
+      std::lock_guard lock(mutex_);
+      if (paused_ == paused) return false;
+      paused_ = paused;
+    }
+    cv_.notify_all();
+    return true;
+  }
+  bool paused() const {
+    std::lock_guard lock(mutex_);
+    return paused_;
+  }
+  /// Blocks while paused; false when `stop` was requested.
+  bool wait_resumed(const std::stop_token& stop) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait(lock, stop, [&] { return !paused_; });
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable_any cv_;
+  bool paused_ = false;
+};
+
 struct Shared {
   explicit Shared(ConsumerOptions validated_options)
       : opt(std::move(validated_options)),
@@ -61,6 +93,9 @@ struct Shared {
   InFlight inflight;
   /// Requested when the consumer starts to stop; handlers see it as Task::stop_token().
   std::stop_source stopping;
+  /// The queue's pause flag (see PauseWatch), and whether the ACL user may not read it.
+  PauseFlag pause;
+  std::atomic<bool> pause_unreadable{false};
 
   /// The keys of level `stream`; by default the normal level's, i.e. the queue's own keys.
   const QueueKeys& keys(std::uint16_t stream = kNormalLevel) const { return streams[stream]; }

@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "streamq/options.hpp"
+#include "streamq/stats.hpp"
+#include "streamq/task.hpp"
+
+namespace streamq {
+
+struct InspectorOptions {
+  ConnectionOptions connection{};
+  /// The consumer group whose pending entries are reported and whose deliveries cancel()
+  /// respects (the Consumer's default group).
+  std::string group = "workers";
+};
+
+/// Where a task is.
+enum class TaskState {
+  queued,   ///< in a stream of the queue, not yet delivered to the group
+  pending,  ///< delivered to a consumer of the group and not finished (running, or its worker died)
+  delayed,  ///< in the delayed set, waiting for its due time (delay, run_at, retry backoff)
+  dead,     ///< in the dead-letter stream
+};
+/// "queued", "pending", "delayed" or "dead".
+std::string_view to_string(TaskState s) noexcept;
+/// The inverse of to_string(); nullopt for anything else.
+std::optional<TaskState> parse_task_state(std::string_view s) noexcept;
+/// "high", "normal" or "low".
+std::string_view to_string(Priority p) noexcept;
+std::optional<Priority> parse_priority(std::string_view s) noexcept;
+
+/// A queue found on the server: a stream with streamq's shape and the keys derived from it.
+struct QueueInfo {
+  /// The queue's name: its normal-priority stream (ConsumerOptions::stream).
+  std::string name;
+  /// The priority levels whose stream exists, most important first.
+  std::vector<Priority> levels;
+  std::string dlq;      ///< `<name>:dlq`
+  std::string delayed;  ///< `<name>:delayed`
+  std::int64_t length = 0;  ///< unfinished entries over every level
+  std::int64_t dlq_length = 0;
+  std::int64_t delayed_count = 0;
+  /// Inspector::pause() was called and resume() not since.
+  bool paused = false;
+};
+
+/// One task as an operator sees it.
+struct TaskInfo {
+  TaskState state = TaskState::queued;
+  /// The level of the stream it is in (queued, pending), or the one it goes to when due
+  /// (delayed). Dead letters do not record their level: normal.
+  Priority level = Priority::normal;
+  /// The Redis key it sits in.
+  std::string key;
+  /// The entry id in `key` (queued, pending, dead); for a delayed task its task_id.
+  std::string id;
+  /// Every field of the entry, in order (task_id, task_type, payload, created_at, ...; a
+  /// dead letter adds error, failed_at, original_id, consumer, reason).
+  Fields fields;
+  /// Pending only: the consumer it was delivered to, ms since that consumer last touched it
+  /// (its heartbeat renews this), and how many times it was delivered.
+  std::string consumer;
+  std::int64_t idle_ms = 0;
+  std::int64_t deliveries = 0;
+  /// Delayed only: when it is due (ms since the Unix epoch, the server's clock).
+  std::int64_t due_ms = 0;
+
+  /// The value of field `name`, or "" when the entry has none.
+  std::string_view field(std::string_view name) const noexcept;
+  std::string_view task_id() const noexcept { return field("task_id"); }
+  std::string_view task_type() const noexcept { return field("task_type"); }
+  std::string_view payload() const noexcept { return field("payload"); }
+  /// A JSON object: state, level, key, id, fields (an object), and consumer, idle_ms and
+  /// deliveries (pending) or due_ms (delayed). Bytes that are not UTF-8 are replaced (U+FFFD).
+  std::string to_json() const;
+};
+
+/// A page of tasks; pass `next_cursor` back for the next page. Empty: this was the last.
+struct TaskPage {
+  std::vector<TaskInfo> tasks;
+  std::string next_cursor;
+};
+
+/// Which tasks to list.
+struct TaskQuery {
+  TaskState state = TaskState::queued;
+  /// Only this level (queued, pending); unset = every level, most important first.
+  std::optional<Priority> level{};
+  /// Where to continue (TaskPage::next_cursor); empty = from the start.
+  std::string cursor{};
+  /// At most this many tasks per page (1 to 10,000).
+  std::size_t count = 100;
+};
+
+/// Which dead letters replay() and delete_dead() act on. Every set criterion must match.
+struct DeadLetterFilter {
+  /// These dead-letter entry ids only (at most 10,000); empty = every dead letter.
+  std::vector<std::string> ids{};
+  /// Only tasks of this type; empty = any.
+  std::string task_type{};
+  /// Only dead letters with this reason (e.g. "max_retries", "permanent", "no_handler"); empty = any.
+  std::string reason{};
+};
+
+/// How far a bulk action got, reported between its batches.
+struct Progress {
+  std::int64_t done = 0;     ///< tasks acted on so far
+  std::int64_t scanned = 0;  ///< entries looked at so far
+  std::int64_t total = 0;    ///< entries there were to look at when it started
+};
+/// Called after every batch; returning false stops the action there (what was done stays
+/// done, nothing is left half-done: each batch is one atomic script or command).
+using ProgressCallback = std::function<bool(const Progress&)>;
+
+struct ReplayOptions {
+  DeadLetterFilter filter{};
+  /// The level whose stream the tasks go back to (dead letters do not record theirs).
+  Priority priority = Priority::normal;
+  ProgressCallback progress{};
+};
+
+struct ActionResult {
+  /// Tasks replayed, deleted, ...
+  std::int64_t done = 0;
+  /// Matching entries left alone: gone meanwhile (another operator, a worker), or not tasks
+  /// (a replay skips dead letters without task_type or payload, e.g. malformed delayed members).
+  std::int64_t skipped = 0;
+  /// False when the progress callback stopped the action early.
+  bool finished = true;
+};
+
+/// What cancel() did.
+enum class CancelOutcome {
+  cancelled,  ///< removed; no worker will run it
+  missing,    ///< not found (finished, cancelled, moved, or never there)
+  running,    ///< delivered to a consumer and not finished: left alone, never interrupted
+};
+
+/// One finding of Inspector::doctor().
+struct Finding {
+  enum class Severity {
+    ok,       ///< as it should be
+    info,     ///< worth knowing (a feature the server lacks, a check that could not run)
+    warning,  ///< works, but risky (e.g. appendfsync no, no replica, little memory left)
+    danger,   ///< would lose tasks (no persistence, an evicting maxmemory-policy, a version too old)
+  };
+  Severity severity = Severity::ok;
+  /// What was checked: "version", "persistence", "maxmemory-policy", "memory", "acl",
+  /// "replication", "clock".
+  std::string topic;
+  /// What was found, and for anything but ok what to do about it.
+  std::string message;
+};
+/// "ok", "info", "warning" or "danger".
+std::string_view to_string(Finding::Severity s) noexcept;
+
+/// Reads and manages queues for operators: the library API behind the `streamq` command,
+/// its exporter and its dashboard. Every action is atomic on the server (one script or one
+/// command per batch) and safe while workers run. Nothing loads a whole stream: lists page
+/// (TaskQuery::count), bulk actions go in batches of at most 500, and discovery uses SCAN.
+///
+/// Thread safety: calls on one Inspector must not overlap (it holds one connection).
+/// Movable, not copyable. Every call may throw ConnectionError / TimeoutError, or
+/// ReplyError (e.g. NOPERM for an ACL user without the command).
+class Inspector {
+ public:
+  /// Validates the options (ConfigError); connects lazily.
+  explicit Inspector(InspectorOptions options = {});
+  ~Inspector();
+  Inspector(Inspector&&) noexcept;
+  Inspector& operator=(Inspector&&) noexcept;
+  Inspector(const Inspector&) = delete;
+  Inspector& operator=(const Inspector&) = delete;
+
+  /// Every queue on the server (this database): SCAN … TYPE stream (never KEYS), then for each
+  /// candidate EXISTS/XLEN/ZCARD of its keys and its first entry. A stream is a queue when its
+  /// oldest entry has task_id and task_type, when it has a consumer group and no entries, or
+  /// when one of its derived keys exists (`:dlq`, `:delayed`, `:p:high`, `:p:low`). Sorted by
+  /// name.
+  std::vector<QueueInfo> queues();
+
+  /// The queue's health (what StatsReader::read returns), for every group.
+  QueueStats stats(const std::string& queue);
+
+  /// One page of the queue's tasks in `query.state`. Queued: XRANGE after the group's
+  /// last-delivered id; pending: XPENDING (extended form) and the bodies with XRANGE; delayed:
+  /// the delayed set in due order (a script decodes its members); dead: XRANGE of the
+  /// dead-letter stream. Throws ConfigError for a count out of range or a cursor that is not
+  /// one of this state's.
+  TaskPage tasks(const std::string& queue, const TaskQuery& query);
+
+  /// One task by entry id (looked up directly in each level's stream, then in the dead-letter
+  /// stream: ids of different streams can be equal, and the first found is returned) or by task_id (anything that is not an entry id: every key of the
+  /// queue is scanned in pages of 1,000, O(queue size) round trips but bounded memory).
+  std::optional<TaskInfo> task(const std::string& queue, const std::string& id);
+
+  /// Puts dead-lettered tasks back into the queue (see ReplayOptions): each with retry_count 0,
+  /// replay_count raised, replayed_from, replayed_at and last_error set; its dead letter is
+  /// deleted in the same script. Only the dead letters there when it started are looked at, so
+  /// tasks that fail again during a long replay are not replayed twice.
+  ActionResult replay(const std::string& queue, const ReplayOptions& options = {});
+  /// Deletes dead letters (XDEL in batches) that match `filter`.
+  ActionResult delete_dead(const std::string& queue, const DeadLetterFilter& filter,
+                           const ProgressCallback& progress = {});
+  /// Deletes the whole dead-letter stream (UNLINK: freed in the background). Returns how many
+  /// entries it held. Dead letters written after it are kept.
+  std::int64_t purge_dead(const std::string& queue);
+
+  /// Moves a delayed task (by task_id) to its stream now. Returns the new entry id, or nullopt
+  /// when no delayed task has that id (it may have become due meanwhile).
+  std::optional<std::string> run_now(const std::string& queue, const std::string& task_id);
+  /// Cancels a queued task (by entry id or task_id) or a delayed one (by task_id). A task a
+  /// consumer holds is not interrupted: the answer is `running` and nothing changes.
+  CancelOutcome cancel(const std::string& queue, const std::string& id);
+
+  /// Pauses the queue: sets `<queue>:paused` (SET, no expiry). Consumers stop reading and
+  /// reclaiming within ConsumerOptions::pause_check_interval; running tasks finish, delayed
+  /// tasks still become due (they wait in the stream). Idempotent.
+  void pause(const std::string& queue);
+  /// Resumes a paused queue (DEL of the flag). Idempotent.
+  void resume(const std::string& queue);
+  bool paused(const std::string& queue);
+
+  /// Checks whether the server runs streamq safely: its version and the features it enables,
+  /// persistence (appendonly, appendfsync, RDB only), maxmemory-policy (must be noeviction),
+  /// memory headroom, replicas, what this connection's ACL user may run for the producer and
+  /// worker roles on `queue` (ACL DRYRUN on Redis >= 7.0), and the skew between this machine's clock and
+  /// the server's (TIME). Uses INFO, CONFIG GET (a finding of its own when refused), ACL
+  /// WHOAMI/DRYRUN, TIME. The worst finding decides `streamq doctor`'s exit status.
+  std::vector<Finding> doctor(const std::string& queue = "task_queue");
+
+  /// The server's clock (TIME), ms since the Unix epoch.
+  std::int64_t server_time_ms();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace streamq

@@ -1,0 +1,700 @@
+// SPDX-License-Identifier: MIT
+// The Inspector: reads (queues, tasks by state, one task) and the operators' actions (replay,
+// delete, purge, run now, cancel, pause). Each action is one script or one command per batch;
+// every list pages. doctor() is in doctor.cpp.
+#include "streamq/inspector.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "codec.hpp"
+#include "inspector_impl.hpp"
+#include "keys.hpp"
+#include "stats_read.hpp"
+#include "streamq/errors.hpp"
+
+namespace streamq {
+
+using detail::Argv;
+using detail::Reply;
+using detail::ReplyView;
+
+namespace {
+
+constexpr std::size_t kBatch = 500;       // ids per replay script call, XDEL, ...
+constexpr std::size_t kScanPage = 1000;   // entries per XRANGE page of a task_id search
+constexpr std::size_t kMostIds = 10000;   // DeadLetterFilter::ids
+constexpr std::size_t kMostCount = 10000;  // TaskQuery::count
+constexpr Priority kLevels[] = {Priority::high, Priority::normal, Priority::low};
+
+const std::string& level_stream(const detail::QueueKeys& k, Priority p) { return detail::priority_stream(k, p); }
+
+char level_letter(Priority p) { return p == Priority::high ? 'h' : p == Priority::low ? 'l' : 'n'; }
+
+std::optional<Priority> level_of_letter(char c) {
+  if (c == 'h') return Priority::high;
+  if (c == 'n') return Priority::normal;
+  if (c == 'l') return Priority::low;
+  return std::nullopt;
+}
+
+/// `<ms>-<seq>`, both decimal.
+bool is_entry_id(std::string_view id) {
+  const auto dash = id.find('-');
+  if (dash == std::string_view::npos || dash == 0 || dash + 1 == id.size()) return false;
+  const auto digits = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return digits(id.substr(0, dash)) && digits(id.substr(dash + 1));
+}
+
+Fields fields_of(ReplyView flat) {
+  Fields f;
+  if (!flat.is_array()) return f;  // a deleted entry's body (XPENDING lists it, XRANGE has none)
+  f.reserve(flat.size() / 2);
+  for (std::size_t i = 0; i + 1 < flat.size(); i += 2) f.emplace_back(flat[i].str(), flat[i + 1].str());
+  return f;
+}
+
+std::string_view field_of(const Fields& f, std::string_view name) {
+  for (const auto& [k, v] : f) {
+    if (k == name) return v;
+  }
+  return {};
+}
+
+bool matches(const Fields& f, const DeadLetterFilter& filter) {
+  return (filter.task_type.empty() || field_of(f, "task_type") == filter.task_type) &&
+         (filter.reason.empty() || field_of(f, "reason") == filter.reason);
+}
+
+void check_queue(const std::string& queue) {
+  if (queue.empty()) throw ConfigError("queue must not be empty");
+}
+
+std::string bad_cursor(std::string_view cursor, TaskState state) {
+  return "cursor \"" + std::string(cursor) + "\" is not a cursor of " + std::string(to_string(state)) +
+         " tasks (pass back a TaskPage::next_cursor of the same state)";
+}
+
+}  // namespace
+
+std::string_view to_string(TaskState s) noexcept {
+  switch (s) {
+    case TaskState::queued: return "queued";
+    case TaskState::pending: return "pending";
+    case TaskState::delayed: return "delayed";
+    case TaskState::dead: return "dead";
+  }
+  return "queued";
+}
+
+std::optional<TaskState> parse_task_state(std::string_view s) noexcept {
+  for (TaskState t : {TaskState::queued, TaskState::pending, TaskState::delayed, TaskState::dead}) {
+    if (to_string(t) == s) return t;
+  }
+  return std::nullopt;
+}
+
+std::string_view to_string(Priority p) noexcept {
+  return p == Priority::high ? "high" : p == Priority::low ? "low" : "normal";
+}
+
+std::optional<Priority> parse_priority(std::string_view s) noexcept {
+  for (Priority p : kLevels) {
+    if (to_string(p) == s) return p;
+  }
+  return std::nullopt;
+}
+
+std::string_view TaskInfo::field(std::string_view name) const noexcept { return field_of(fields, name); }
+
+std::string TaskInfo::to_json() const {
+  nlohmann::ordered_json f = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : fields) f[k] = v;
+  nlohmann::ordered_json j = {{"state", to_string(state)}, {"level", to_string(level)}, {"key", key},
+                              {"id", id}, {"fields", f}};
+  if (state == TaskState::pending) {
+    j["consumer"] = consumer;
+    j["idle_ms"] = idle_ms;
+    j["deliveries"] = deliveries;
+  }
+  if (state == TaskState::delayed) j["due_ms"] = due_ms;
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+// ---- Impl
+
+Inspector::Impl::Impl(InspectorOptions o)
+    : options(std::move(o)), conn(detail::make_connection_config(options.connection, "inspector")), scripts(conn) {
+  if (options.group.empty()) throw ConfigError("group must not be empty");
+}
+
+detail::Connection& Inspector::Impl::connected() {
+  conn.connect_with_backoff();
+  return conn;
+}
+
+Reply Inspector::Impl::run(const Argv& argv) { return connected().command(argv); }
+
+std::int64_t Inspector::Impl::server_ms() {
+  const Reply r = run(Argv{"TIME"});
+  const ReplyView t = r.view().check();
+  return t[0].as_int() * 1000 + t[1].as_int() / 1000;
+}
+
+std::vector<TaskInfo> Inspector::Impl::entries(ReplyView list, TaskState state, Priority level,
+                                               const std::string& key) {
+  std::vector<TaskInfo> out;
+  out.reserve(list.size());
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    TaskInfo t;
+    t.state = state;
+    t.level = level;
+    t.key = key;
+    t.id = std::string(list[i][0].str());
+    t.fields = fields_of(list[i][1]);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::string Inspector::Impl::last_delivered(const std::string& stream) {
+  const Reply r = run(Argv{"XINFO", "GROUPS", stream});
+  const ReplyView v = r.view();
+  if (v.is_error()) {
+    if (v.error().find("no such key") != std::string_view::npos) return {};
+    v.check();
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i].field("name").str() == options.group) return std::string(v[i].field("last-delivered-id").str());
+  }
+  return {};  // no such group: nothing was delivered to it
+}
+
+void Inspector::Impl::add_pending_details(std::vector<TaskInfo>& tasks) {
+  if (tasks.empty()) return;
+  std::vector<Argv> argvs;
+  for (const TaskInfo& t : tasks) argvs.push_back(Argv{"XPENDING", t.key, options.group, t.id, t.id, "1"});
+  const auto replies = connected().pipeline(argvs);
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const ReplyView v = replies[i].view();
+    if (v.is_error() || v.size() == 0) continue;  // no group, or not pending: queued
+    tasks[i].state = TaskState::pending;
+    tasks[i].consumer = std::string(v[0][1].str());
+    tasks[i].idle_ms = v[0][2].as_int();
+    tasks[i].deliveries = v[0][3].as_int();
+  }
+}
+
+TaskPage Inspector::Impl::stream_page(const detail::QueueKeys& keys, const TaskQuery& q) {
+  // Cursor "<q|p>:<level letter>:<exclusive start>", e.g. "q:n:(1700000000000-3".
+  const char tag = q.state == TaskState::queued ? 'q' : 'p';
+  std::vector<Priority> levels;
+  for (Priority p : kLevels) {
+    if (!q.level || *q.level == p) levels.push_back(p);
+  }
+  std::size_t first = 0;
+  std::string start;
+  if (!q.cursor.empty()) {
+    const auto level = q.cursor.size() > 4 ? level_of_letter(q.cursor[2]) : std::nullopt;
+    if (q.cursor[0] != tag || q.cursor[1] != ':' || !level || q.cursor[3] != ':') {
+      throw ConfigError(bad_cursor(q.cursor, q.state));
+    }
+    const auto it = std::find(levels.begin(), levels.end(), *level);
+    if (it == levels.end()) throw ConfigError(bad_cursor(q.cursor, q.state));
+    first = static_cast<std::size_t>(it - levels.begin());
+    start = q.cursor.substr(4);
+  }
+  TaskPage page;
+  for (std::size_t li = first; li < levels.size(); ++li) {
+    const std::string& stream = level_stream(keys, levels[li]);
+    const std::size_t want = q.count - page.tasks.size();
+    std::vector<TaskInfo> got;
+    if (q.state == TaskState::queued) {
+      if (start.empty()) {
+        const std::string last = last_delivered(stream);
+        start = last.empty() ? "-" : "(" + last;
+      }
+      const Reply r = run(Argv{"XRANGE", stream, start, "+", "COUNT", std::to_string(want)});
+      got = entries(r.view().check(), TaskState::queued, levels[li], stream);
+    } else {
+      if (start.empty()) start = "-";
+      const Reply r = run(Argv{"XPENDING", stream, options.group, start, "+", std::to_string(want)});
+      const ReplyView v = r.view();
+      if (v.is_error() && v.error().starts_with("NOGROUP")) {
+        start.clear();
+        continue;
+      }
+      v.check();
+      std::vector<Argv> bodies;
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        TaskInfo t;
+        t.state = TaskState::pending;
+        t.level = levels[li];
+        t.key = stream;
+        t.id = std::string(v[i][0].str());
+        t.consumer = std::string(v[i][1].str());
+        t.idle_ms = v[i][2].as_int();
+        t.deliveries = v[i][3].as_int();
+        got.push_back(std::move(t));
+      }
+      for (const TaskInfo& t : got) bodies.push_back(Argv{"XRANGE", stream, t.id, t.id});
+      const auto replies = connected().pipeline(bodies);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const ReplyView b = replies[i].view().check();
+        if (b.size() > 0) got[i].fields = fields_of(b[0][1]);
+      }
+    }
+    const bool full = got.size() == want;
+    for (TaskInfo& t : got) page.tasks.push_back(std::move(t));
+    if (full) {
+      // More may follow on this level (or on the next ones).
+      page.next_cursor = std::string{tag, ':', level_letter(levels[li]), ':'} + "(" + page.tasks.back().id;
+      return page;
+    }
+    start.clear();
+  }
+  return page;
+}
+
+std::vector<Inspector::Impl::Delayed> Inspector::Impl::delayed_page(const detail::QueueKeys& keys,
+                                                                    std::string_view min_score, std::size_t skip,
+                                                                    std::size_t count) {
+  Argv argv = scripts.begin(detail::ScriptId::inspect_delayed, 1);
+  argv.add(keys.delayed).add(min_score).add(static_cast<std::int64_t>(skip)).add(static_cast<std::int64_t>(count));
+  connected();
+  const Reply r = scripts.call(detail::ScriptId::inspect_delayed, argv);
+  const ReplyView v = r.view().check();
+  std::vector<Delayed> out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const ReplyView item = v[i];
+    Delayed d;
+    d.member = std::string(item[0].str());
+    d.score = std::string(item[1].str());
+    TaskInfo& t = d.info;
+    t.state = TaskState::delayed;
+    t.key = keys.delayed;
+    t.due_ms = static_cast<std::int64_t>(std::stod(d.score));
+    if (item.size() >= 3) {
+      const std::string_view dest = item[2].str();
+      t.level = dest == keys.high ? Priority::high : dest == keys.low ? Priority::low : Priority::normal;
+      for (std::size_t j = 3; j + 1 < item.size(); j += 2) t.fields.emplace_back(item[j].str(), item[j + 1].str());
+      t.id = std::string(t.task_id());
+    } else {
+      t.fields.emplace_back("member", d.member);  // not streamq's: the forwarder dead-letters it
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+TaskPage Inspector::Impl::delayed_tasks(const detail::QueueKeys& keys, const TaskQuery& q) {
+  // Cursor "d:<score>:<members at that score already returned>".
+  std::string score = "-inf";
+  std::size_t skip = 0;
+  if (!q.cursor.empty()) {
+    const auto colon = q.cursor.rfind(':');
+    if (!q.cursor.starts_with("d:") || colon <= 2) throw ConfigError(bad_cursor(q.cursor, q.state));
+    score = q.cursor.substr(2, colon - 2);
+    const std::string_view n = std::string_view(q.cursor).substr(colon + 1);
+    const auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), skip);
+    if (ec != std::errc{} || p != n.data() + n.size() ||
+        !std::all_of(score.begin(), score.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.' || c == '-'; })) {
+      throw ConfigError(bad_cursor(q.cursor, q.state));
+    }
+  }
+  std::vector<Delayed> got = delayed_page(keys, score, skip, q.count);
+  TaskPage page;
+  if (got.size() == q.count) {
+    const std::string& last = got.back().score;
+    std::size_t same = 0;
+    for (const Delayed& d : got) same += d.score == last ? 1 : 0;
+    page.next_cursor = "d:" + last + ":" + std::to_string(last == score ? skip + same : same);
+  }
+  for (Delayed& d : got) page.tasks.push_back(std::move(d.info));
+  return page;
+}
+
+TaskPage Inspector::Impl::dead_tasks(const detail::QueueKeys& keys, const TaskQuery& q) {
+  std::string start = "-";
+  if (!q.cursor.empty()) {
+    if (!q.cursor.starts_with("x:(") || !is_entry_id(std::string_view(q.cursor).substr(3))) {
+      throw ConfigError(bad_cursor(q.cursor, q.state));
+    }
+    start = q.cursor.substr(2);
+  }
+  const Reply r = run(Argv{"XRANGE", keys.dlq, start, "+", "COUNT", std::to_string(q.count)});
+  TaskPage page;
+  page.tasks = entries(r.view().check(), TaskState::dead, Priority::normal, keys.dlq);
+  if (page.tasks.size() == q.count) page.next_cursor = "x:(" + page.tasks.back().id;
+  return page;
+}
+
+std::optional<Inspector::Impl::Delayed> Inspector::Impl::find_delayed(const detail::QueueKeys& keys,
+                                                                      std::string_view task_id) {
+  std::string score = "-inf";
+  std::size_t skip = 0;
+  for (;;) {
+    std::vector<Delayed> got = delayed_page(keys, score, skip, kScanPage);
+    for (Delayed& d : got) {
+      if (!d.info.id.empty() && d.info.id == task_id) return std::move(d);
+    }
+    if (got.size() < kScanPage) return std::nullopt;
+    const std::string last = got.back().score;
+    std::size_t same = 0;
+    for (const Delayed& d : got) same += d.score == last ? 1 : 0;
+    skip = last == score ? skip + same : same;
+    score = last;
+  }
+}
+
+std::optional<TaskInfo> Inspector::Impl::find(const detail::QueueKeys& keys, const std::string& id) {
+  const bool by_entry = is_entry_id(id);
+  for (Priority p : kLevels) {
+    const std::string& stream = level_stream(keys, p);
+    if (by_entry) {
+      const Reply r = run(Argv{"XRANGE", stream, id, id});
+      std::vector<TaskInfo> got = entries(r.view().check(), TaskState::queued, p, stream);
+      if (!got.empty()) {
+        add_pending_details(got);
+        return std::move(got.front());
+      }
+      continue;
+    }
+    std::string start = "-";
+    for (;;) {
+      const Reply r = run(Argv{"XRANGE", stream, start, "+", "COUNT", std::to_string(kScanPage)});
+      std::vector<TaskInfo> got = entries(r.view().check(), TaskState::queued, p, stream);
+      for (TaskInfo& t : got) {
+        if (t.task_id() != id) continue;
+        std::vector<TaskInfo> one;
+        one.push_back(std::move(t));
+        add_pending_details(one);
+        return std::move(one.front());
+      }
+      if (got.size() < kScanPage) break;
+      start = "(" + got.back().id;
+    }
+  }
+  if (by_entry) {
+    const Reply r = run(Argv{"XRANGE", keys.dlq, id, id});
+    std::vector<TaskInfo> got = entries(r.view().check(), TaskState::dead, Priority::normal, keys.dlq);
+    if (!got.empty()) return std::move(got.front());
+    return std::nullopt;
+  }
+  std::string start = "-";
+  for (;;) {
+    const Reply r = run(Argv{"XRANGE", keys.dlq, start, "+", "COUNT", std::to_string(kScanPage)});
+    std::vector<TaskInfo> got = entries(r.view().check(), TaskState::dead, Priority::normal, keys.dlq);
+    for (TaskInfo& t : got) {
+      if (t.task_id() == id) return std::move(t);
+    }
+    if (got.size() < kScanPage) break;
+    start = "(" + got.back().id;
+  }
+  if (auto d = find_delayed(keys, id)) return std::move(d->info);
+  return std::nullopt;
+}
+
+template <typename Act>
+ActionResult Inspector::Impl::each_dead(const detail::QueueKeys& keys, const DeadLetterFilter& filter,
+                                        const ProgressCallback& progress, Act act) {
+  if (filter.ids.size() > kMostIds) {
+    throw ConfigError("at most " + std::to_string(kMostIds) + " dead-letter ids per call (got " +
+                      std::to_string(filter.ids.size()) + ")");
+  }
+  for (const std::string& id : filter.ids) {
+    if (!is_entry_id(id)) throw ConfigError("\"" + id + "\" is not a dead-letter entry id (<ms>-<seq>)");
+  }
+  ActionResult result;
+  Progress at;
+  const auto report = [&](std::size_t scanned) {
+    at.scanned += static_cast<std::int64_t>(scanned);
+    at.done = result.done;
+    if (progress && !progress(at)) {
+      result.finished = false;
+      return false;
+    }
+    return true;
+  };
+  if (!filter.ids.empty()) {
+    at.total = static_cast<std::int64_t>(filter.ids.size());
+    for (std::size_t i = 0; i < filter.ids.size(); i += kBatch) {
+      const std::size_t n = std::min(kBatch, filter.ids.size() - i);
+      std::vector<std::string> ids(filter.ids.begin() + static_cast<std::ptrdiff_t>(i),
+                                   filter.ids.begin() + static_cast<std::ptrdiff_t>(i + n));
+      act(ids, result);
+      if (!report(n)) return result;
+    }
+    return result;
+  }
+  // The whole stream, up to its newest entry now: what fails again meanwhile is not met twice.
+  const Reply newest = run(Argv{"XREVRANGE", keys.dlq, "+", "-", "COUNT", "1"});
+  const ReplyView nv = newest.view().check();
+  if (nv.size() == 0) return result;
+  const std::string end(nv[0][0].str());
+  at.total = run(Argv{"XLEN", keys.dlq}).view().check().integer();
+  std::string start = "-";
+  for (;;) {
+    const Reply r = run(Argv{"XRANGE", keys.dlq, start, end, "COUNT", std::to_string(kBatch)});
+    const ReplyView page = r.view().check();
+    std::vector<std::string> ids;
+    for (std::size_t i = 0; i < page.size(); ++i) {
+      if (matches(fields_of(page[i][1]), filter)) ids.emplace_back(page[i][0].str());
+    }
+    if (!ids.empty()) act(ids, result);
+    if (!report(page.size())) return result;
+    if (page.size() < kBatch) return result;
+    start = "(" + std::string(page[page.size() - 1][0].str());
+  }
+}
+
+// ---- Inspector
+
+Inspector::Inspector(InspectorOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Inspector::~Inspector() = default;
+Inspector::Inspector(Inspector&&) noexcept = default;
+Inspector& Inspector::operator=(Inspector&&) noexcept = default;
+
+std::vector<QueueInfo> Inspector::queues() {
+  // Candidates: every stream, named by its queue (a level's or a dead-letter stream names its
+  // queue), and every `:delayed` sorted set (a queue with only delayed tasks has no stream yet).
+  std::set<std::string> bases;
+  const auto strip = [](std::string_view key) {
+    for (std::string_view suffix : {":dlq", ":p:high", ":p:low", ":delayed"}) {
+      if (key.size() > suffix.size() && key.ends_with(suffix)) return std::string(key.substr(0, key.size() - suffix.size()));
+    }
+    return std::string(key);
+  };
+  for (const auto& [type, match] : {std::pair{"stream", "*"}, std::pair{"zset", "*:delayed"}}) {
+    std::string cursor = "0";
+    do {
+      const Reply r = impl_->run(Argv{"SCAN", cursor, "MATCH", match, "COUNT", "1000", "TYPE", type});
+      const ReplyView v = r.view().check();
+      cursor = std::string(v[0].str());
+      for (std::size_t i = 0; i < v[1].size(); ++i) bases.insert(strip(v[1][i].str()));
+    } while (cursor != "0");
+  }
+  std::vector<QueueInfo> out;
+  std::vector<std::string> names(bases.begin(), bases.end());
+  for (std::size_t start = 0; start < names.size(); start += 100) {
+    const std::size_t n = std::min<std::size_t>(100, names.size() - start);
+    std::vector<Argv> argvs;
+    std::vector<detail::QueueKeys> keys;
+    for (std::size_t i = 0; i < n; ++i) keys.push_back(detail::queue_keys(names[start + i]));
+    constexpr std::size_t kPer = 9;
+    for (const detail::QueueKeys& k : keys) {
+      argvs.push_back(Argv{"TYPE", k.stream});
+      argvs.push_back(Argv{"XRANGE", k.stream, "-", "+", "COUNT", "1"});
+      argvs.push_back(Argv{"XINFO", "GROUPS", k.stream});
+      argvs.push_back(Argv{"XLEN", k.stream});
+      argvs.push_back(Argv{"XLEN", k.high});
+      argvs.push_back(Argv{"XLEN", k.low});
+      argvs.push_back(Argv{"XLEN", k.dlq});
+      argvs.push_back(Argv{"ZCARD", k.delayed});
+      argvs.push_back(Argv{"EXISTS", k.paused});
+    }
+    const auto r = impl_->connected().pipeline(argvs);
+    for (std::size_t i = 0; i < n; ++i) {
+      const detail::Reply* q = &r[i * kPer];
+      const auto count = [&](std::size_t j) {
+        const ReplyView v = q[j].view();
+        return v.is_integer() ? v.integer() : 0;  // WRONGTYPE: someone else's key of that name
+      };
+      const bool is_stream = q[0].view().is_string() && q[0].view().str() == "stream";
+      QueueInfo info;
+      info.name = names[start + i];
+      info.dlq = keys[i].dlq;
+      info.delayed = keys[i].delayed;
+      const std::int64_t high = count(4), normal = is_stream ? count(3) : 0, low = count(5);
+      info.length = high + normal + low;
+      info.dlq_length = count(6);
+      info.delayed_count = count(7);
+      info.paused = count(8) == 1;
+      if (high > 0) info.levels.push_back(Priority::high);
+      if (is_stream) info.levels.push_back(Priority::normal);
+      if (low > 0) info.levels.push_back(Priority::low);
+      bool task_shaped = false, has_group = false;
+      if (is_stream) {
+        const ReplyView first = q[1].view();
+        if (first.is_array() && first.size() > 0) {
+          const Fields f = fields_of(first[0][1]);
+          task_shaped = !field_of(f, "task_id").empty() && !field_of(f, "task_type").empty();
+        }
+        has_group = q[2].view().is_array() && q[2].view().size() > 0;
+      }
+      const bool derived = high > 0 || low > 0 || info.dlq_length > 0 || info.delayed_count > 0;
+      if (task_shaped || derived || (is_stream && normal == 0 && has_group)) out.push_back(std::move(info));
+    }
+  }
+  return out;
+}
+
+QueueStats Inspector::stats(const std::string& queue) {
+  check_queue(queue);
+  StatsOptions o;
+  o.stream = queue;
+  return detail::read_queue_stats(impl_->connected(), o);
+}
+
+TaskPage Inspector::tasks(const std::string& queue, const TaskQuery& query) {
+  check_queue(queue);
+  if (query.count < 1 || query.count > kMostCount) {
+    throw ConfigError("count must be 1 to " + std::to_string(kMostCount) + " (got " + std::to_string(query.count) + ")");
+  }
+  const detail::QueueKeys keys = detail::queue_keys(queue);
+  switch (query.state) {
+    case TaskState::queued:
+    case TaskState::pending: return impl_->stream_page(keys, query);
+    case TaskState::delayed: return impl_->delayed_tasks(keys, query);
+    case TaskState::dead: return impl_->dead_tasks(keys, query);
+  }
+  throw ConfigError("unknown task state");
+}
+
+std::optional<TaskInfo> Inspector::task(const std::string& queue, const std::string& id) {
+  check_queue(queue);
+  if (id.empty()) throw ConfigError("id must not be empty");
+  return impl_->find(detail::queue_keys(queue), id);
+}
+
+ActionResult Inspector::replay(const std::string& queue, const ReplayOptions& options) {
+  check_queue(queue);
+  const detail::QueueKeys keys = detail::queue_keys(queue);
+  const std::string& dest = detail::priority_stream(keys, options.priority);
+  const std::string replayed_at = detail::format_timestamp(std::chrono::system_clock::now());
+  return impl_->each_dead(keys, options.filter, options.progress,
+                          [&](const std::vector<std::string>& ids, ActionResult& result) {
+                            Argv argv = impl_->scripts.begin(detail::ScriptId::replay, 2);
+                            argv.add(keys.dlq).add(dest).add(replayed_at);
+                            argv.add(options.filter.task_type).add(options.filter.reason);
+                            for (const std::string& id : ids) argv.add(id);
+                            impl_->connected();
+                            const Reply r = impl_->scripts.call(detail::ScriptId::replay, argv);
+                            const ReplyView v = r.view().check();
+                            for (std::size_t i = 0; i < v.size(); ++i) {
+                              if (v[i].is_string()) {
+                                ++result.done;
+                              } else {
+                                ++result.skipped;
+                              }
+                            }
+                          });
+}
+
+ActionResult Inspector::delete_dead(const std::string& queue, const DeadLetterFilter& filter,
+                                    const ProgressCallback& progress) {
+  check_queue(queue);
+  const detail::QueueKeys keys = detail::queue_keys(queue);
+  const bool by_fields = !filter.task_type.empty() || !filter.reason.empty();
+  return impl_->each_dead(keys, filter, progress, [&](const std::vector<std::string>& ids, ActionResult& result) {
+    std::vector<std::string> chosen;
+    if (by_fields && !filter.ids.empty()) {
+      // Ids named and a filter: delete those that match (dead letters never change, so the
+      // read and the XDEL cannot disagree about a match).
+      std::vector<Argv> reads;
+      for (const std::string& id : ids) reads.push_back(Argv{"XRANGE", keys.dlq, id, id});
+      const auto replies = impl_->connected().pipeline(reads);
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const ReplyView v = replies[i].view().check();
+        if (v.size() > 0 && matches(fields_of(v[0][1]), filter)) {
+          chosen.push_back(ids[i]);
+        } else {
+          ++result.skipped;
+        }
+      }
+    } else {
+      chosen = ids;
+    }
+    if (chosen.empty()) return;
+    Argv argv{"XDEL", keys.dlq};
+    for (const std::string& id : chosen) argv.add(id);
+    const std::int64_t n = impl_->run(argv).view().check().integer();
+    result.done += n;
+    result.skipped += static_cast<std::int64_t>(chosen.size()) - n;
+  });
+}
+
+std::int64_t Inspector::purge_dead(const std::string& queue) {
+  check_queue(queue);
+  const detail::QueueKeys keys = detail::queue_keys(queue);
+  std::vector<Argv> argvs;
+  argvs.push_back(Argv{"MULTI"});
+  argvs.push_back(Argv{"XLEN", keys.dlq});
+  argvs.push_back(Argv{"UNLINK", keys.dlq});
+  argvs.push_back(Argv{"EXEC"});
+  const auto r = impl_->connected().pipeline(argvs);
+  const ReplyView exec = r[3].view().check();
+  if (exec.is_nil() || exec.size() != 2) throw Error("purge: the transaction was not executed");
+  return exec[0].check().integer();
+}
+
+std::optional<std::string> Inspector::run_now(const std::string& queue, const std::string& task_id) {
+  check_queue(queue);
+  if (task_id.empty()) throw ConfigError("task_id must not be empty");
+  const detail::QueueKeys keys = detail::queue_keys(queue);
+  const auto found = impl_->find_delayed(keys, task_id);
+  if (!found) return std::nullopt;
+  Argv argv = impl_->scripts.begin(detail::ScriptId::run_delayed, 4);
+  argv.add(keys.delayed).add(keys.stream).add(keys.high).add(keys.low).add(found->member);
+  const Reply r = impl_->scripts.call(detail::ScriptId::run_delayed, argv);
+  const ReplyView v = r.view().check();
+  if (v.is_nil()) return std::nullopt;  // a forwarder moved it meanwhile
+  return std::string(v.str());
+}
+
+CancelOutcome Inspector::cancel(const std::string& queue, const std::string& id) {
+  check_queue(queue);
+  if (id.empty()) throw ConfigError("id must not be empty");
+  const detail::QueueKeys keys = detail::queue_keys(queue);
+  const auto cancel_entry = [&](const std::string& stream, const std::string& entry_id) {
+    Argv argv = impl_->scripts.begin(detail::ScriptId::cancel, 1);
+    argv.add(stream).add(impl_->options.group).add(entry_id).add(keys.stream);
+    impl_->connected();
+    const Reply r = impl_->scripts.call(detail::ScriptId::cancel, argv);
+    const std::string_view what = r.view().check()[0].str();
+    return what == "cancelled" ? CancelOutcome::cancelled
+           : what == "pending" ? CancelOutcome::running
+                               : CancelOutcome::missing;
+  };
+  if (is_entry_id(id)) {
+    for (Priority p : kLevels) {
+      const CancelOutcome c = cancel_entry(level_stream(keys, p), id);
+      if (c != CancelOutcome::missing) return c;
+    }
+    return CancelOutcome::missing;
+  }
+  if (auto d = impl_->find_delayed(keys, id)) {
+    const Reply r = impl_->run(Argv{"ZREM", keys.delayed, d->member});
+    if (r.view().check().integer() == 1) return CancelOutcome::cancelled;
+  }
+  const auto found = impl_->find(keys, id);
+  if (!found || found->state == TaskState::dead || found->state == TaskState::delayed) return CancelOutcome::missing;
+  return cancel_entry(found->key, found->id);
+}
+
+void Inspector::pause(const std::string& queue) {
+  check_queue(queue);
+  const std::string at = detail::format_timestamp(std::chrono::system_clock::now());
+  impl_->run(Argv{"SET", detail::queue_keys(queue).paused, at}).view().check();
+}
+
+void Inspector::resume(const std::string& queue) {
+  check_queue(queue);
+  impl_->run(Argv{"DEL", detail::queue_keys(queue).paused}).view().check();
+}
+
+bool Inspector::paused(const std::string& queue) {
+  check_queue(queue);
+  return impl_->run(Argv{"EXISTS", detail::queue_keys(queue).paused}).view().check().integer() == 1;
+}
+
+std::int64_t Inspector::server_time_ms() { return impl_->server_ms(); }
+
+}  // namespace streamq

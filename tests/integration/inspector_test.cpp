@@ -1,0 +1,434 @@
+// SPDX-License-Identifier: MIT
+// The Inspector: discovery, listing by state with paging (also over 100,000 entries), one
+// task, and every action (replay, delete, purge, run now, cancel, pause/resume), with workers
+// running while it acts: nothing lost, nothing run twice because of the action.
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "consumer_fixture.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class InspectorTest : public ConsumerTest {
+ protected:
+  Inspector inspector{InspectorOptions{.connection = {.url = server.url()}}};
+
+  Producer big_producer(const std::string& s) const {
+    return Producer({.connection = {.url = server.url()}, .stream = s, .max_len = 1000000});
+  }
+  /// Dead letters as a worker writes them: the task's fields plus error, failed_at, original_id,
+  /// consumer and reason.
+  std::vector<std::string> add_dead(int n, const std::string& type = "t", const std::string& reason = "max_retries") {
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) {
+      const std::string task_id = type + "-" + std::to_string(i);
+      const detail::Reply r = client.cmd({"XADD", dlq, "*", "task_id", task_id, "task_type", type, "payload",
+                                          "{\"i\":" + std::to_string(i) + "}", "created_at",
+                                          "2026-12-01T00:00:00.000000", "max_retries", "3", "retry_count", "3",
+                                          "error", "boom " + std::to_string(i), "failed_at",
+                                          "2026-12-01T00:00:01.000000", "original_id", "1-1", "consumer", "w1",
+                                          "reason", reason});
+      ids.emplace_back(r.view().check().str());
+    }
+    return ids;
+  }
+  /// Every task of `state`, page by page of `count`.
+  std::vector<TaskInfo> all(TaskState state, std::size_t count, std::size_t* pages = nullptr) {
+    std::vector<TaskInfo> out;
+    TaskQuery q{.state = state, .count = count};
+    std::size_t n = 0;
+    for (;;) {
+      TaskPage page = inspector.tasks(stream, q);
+      EXPECT_LE(page.tasks.size(), count);
+      ++n;
+      for (TaskInfo& t : page.tasks) out.push_back(std::move(t));
+      if (page.next_cursor.empty()) break;
+      q.cursor = page.next_cursor;
+    }
+    if (pages) *pages = n;
+    return out;
+  }
+};
+
+TEST_F(InspectorTest, DiscoversQueuesByShapeAndSkipsOtherStreams) {
+  producer().enqueue("t", R"({})");
+  Producer delayed_only({.connection = {.url = server.url()}, .stream = stream + "-later"});
+  delayed_only.enqueue("t", R"({})", {.delay = 1h});
+  Producer high({.connection = {.url = server.url()}, .stream = stream + "-high"});
+  high.enqueue("t", R"({})", {.priority = Priority::high});
+  client.cmd({"XADD", stream + "-dead:dlq", "*", "task_id", "a", "task_type", "t", "payload", "{}"});
+  client.cmd({"XADD", "someone-elses-log", "*", "line", "hello"});  // not a task
+  client.cmd({"XGROUP", "CREATE", stream + "-drained", "workers", "$", "MKSTREAM"});
+  inspector.pause(stream);
+
+  std::map<std::string, QueueInfo> found;
+  for (QueueInfo& q : inspector.queues()) found[q.name] = std::move(q);
+  ASSERT_TRUE(found.count(stream)) << "the queue itself";
+  EXPECT_EQ(found[stream].length, 1);
+  EXPECT_TRUE(found[stream].paused);
+  EXPECT_EQ(found[stream].dlq, stream + ":dlq");
+  ASSERT_TRUE(found.count(stream + "-later")) << "a queue with only delayed tasks (no stream yet)";
+  EXPECT_EQ(found[stream + "-later"].delayed_count, 1);
+  ASSERT_TRUE(found.count(stream + "-high")) << "a queue with only high-priority tasks";
+  EXPECT_EQ(found[stream + "-high"].levels, std::vector<Priority>{Priority::high});
+  ASSERT_TRUE(found.count(stream + "-dead")) << "a queue with only dead letters";
+  EXPECT_EQ(found[stream + "-dead"].dlq_length, 1);
+  EXPECT_TRUE(found.count(stream + "-drained")) << "an empty stream with a consumer group";
+  EXPECT_FALSE(found.count("someone-elses-log"));
+  EXPECT_FALSE(found.count(stream + ":dlq")) << "a dead-letter stream is part of its queue";
+  EXPECT_FALSE(found.count(stream + "-high:p:high"));
+}
+
+TEST_F(InspectorTest, ListsEachStateWithItsDetailsAndPagesWithoutGapsOrRepeats) {
+  Producer p = producer();
+  for (int i = 0; i < 23; ++i) p.enqueue("t", nlohmann::json{{"i", i}});
+  Producer(ProducerOptions{.connection = {.url = server.url()}, .stream = stream})
+      .enqueue("urgent", R"({})", {.priority = Priority::high});
+  const std::vector<std::string> held = read_as("dead-worker", 5);  // pending, never acked
+  ASSERT_EQ(held.size(), 5u);
+  for (int i = 0; i < 4; ++i) p.enqueue("later", R"({})", {.task_id = "later-" + std::to_string(i), .delay = 1h});
+  add_dead(3);
+
+  std::size_t pages = 0;
+  const std::vector<TaskInfo> queued = all(TaskState::queued, 4, &pages);
+  ASSERT_EQ(queued.size(), 19u) << "18 normal after the 5 read, and the high one";
+  EXPECT_EQ(queued.front().level, Priority::high) << "most important level first";
+  EXPECT_EQ(queued.front().task_type(), "urgent");
+  std::set<std::string> ids;
+  for (const TaskInfo& t : queued) {
+    EXPECT_EQ(t.state, TaskState::queued);
+    ids.insert(t.key + " " + t.id);  // ids of two streams can be equal
+  }
+  EXPECT_EQ(ids.size(), queued.size()) << "no entry on two pages";
+  EXPECT_GE(pages, 5u);
+
+  const std::vector<TaskInfo> pending = all(TaskState::pending, 2);
+  ASSERT_EQ(pending.size(), 5u);
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    EXPECT_EQ(pending[i].id, held[i]);
+    EXPECT_EQ(pending[i].consumer, "dead-worker");
+    EXPECT_EQ(pending[i].deliveries, 1);
+    EXPECT_EQ(pending[i].task_type(), "t") << "the body comes with it";
+  }
+
+  const std::int64_t now = inspector.server_time_ms();
+  const std::vector<TaskInfo> delayed = all(TaskState::delayed, 3);
+  ASSERT_EQ(delayed.size(), 4u);
+  for (const TaskInfo& t : delayed) {
+    EXPECT_EQ(t.task_type(), "later");
+    EXPECT_EQ(t.id, t.task_id());
+    EXPECT_GT(t.due_ms, now + 3500 * 1000);
+  }
+
+  const std::vector<TaskInfo> dead = all(TaskState::dead, 2);
+  ASSERT_EQ(dead.size(), 3u);
+  EXPECT_EQ(dead[0].field("reason"), "max_retries");
+  EXPECT_EQ(dead[2].field("error"), "boom 2");
+
+  EXPECT_THROW(inspector.tasks(stream, {.state = TaskState::dead, .cursor = "q:n:(1-1"}), ConfigError);
+  EXPECT_THROW(inspector.tasks(stream, {.state = TaskState::queued, .count = 0}), ConfigError);
+  EXPECT_THROW(inspector.tasks(stream, {.state = TaskState::delayed, .cursor = "d:x:1"}), ConfigError);
+}
+
+TEST_F(InspectorTest, PagesOverOneHundredThousandEntriesOneBoundedPageAtATime) {
+  constexpr int kN = 100000;
+  for (const std::string& s : {stream, dlq}) {
+    Producer p = big_producer(s);
+    std::vector<TaskSpec> batch;
+    for (int i = 0; i < kN; ++i) {
+      batch.push_back(TaskSpec{"t", R"({})", {.task_id = std::to_string(i)}});
+      if (batch.size() == 5000) {
+        p.enqueue_batch(batch);
+        batch.clear();
+      }
+    }
+  }
+  for (const TaskState state : {TaskState::queued, TaskState::dead}) {
+    TaskQuery q{.state = state, .count = 1000};
+    std::int64_t seen = 0, expected_next = 0;
+    std::size_t biggest = 0;
+    for (;;) {
+      const TaskPage page = inspector.tasks(stream, q);
+      biggest = std::max(biggest, page.tasks.size());
+      for (const TaskInfo& t : page.tasks) {
+        ASSERT_EQ(t.task_id(), std::to_string(expected_next)) << "in order, none skipped or repeated";
+        ++expected_next;
+      }
+      seen += static_cast<std::int64_t>(page.tasks.size());
+      if (page.next_cursor.empty()) break;
+      q.cursor = page.next_cursor;
+    }
+    EXPECT_EQ(seen, kN) << to_string(state);
+    EXPECT_EQ(biggest, 1000u) << "never more than one page in hand";
+  }
+}
+
+TEST_F(InspectorTest, FindsOneTaskByEntryIdOrTaskId) {
+  Producer p = producer();
+  const std::string queued_id = p.enqueue("t", R"({"a":1})", {.task_id = "job-1"});
+  p.enqueue("t", R"({})", {.task_id = "job-2", .delay = 1h});
+  // Entry ids of different streams can be equal: this one is below any of the stream's.
+  client.cmd({"XADD", dlq, "5-5", "task_id", "old", "task_type", "t", "payload", "{}", "reason", "permanent"});
+  add_dead(1);
+  const auto held = read_as("w9", 1);
+
+  auto t = inspector.task(stream, held[0]);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->state, TaskState::pending);
+  EXPECT_EQ(t->consumer, "w9");
+  EXPECT_EQ(t->task_id(), "job-1");
+  t = inspector.task(stream, "job-2");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->state, TaskState::delayed);
+  t = inspector.task(stream, "5-5");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->state, TaskState::dead);
+  EXPECT_EQ(t->task_id(), "old");
+  t = inspector.task(stream, "t-0");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->state, TaskState::dead);
+  EXPECT_EQ(t->field("error"), "boom 0");
+  EXPECT_FALSE(inspector.task(stream, "no-such-task"));
+  EXPECT_FALSE(inspector.task(stream, "1-999"));
+  EXPECT_NE(t->to_json().find("\"state\":\"dead\""), std::string::npos) << t->to_json();
+  EXPECT_EQ(queued_id, "job-1");
+}
+
+TEST_F(InspectorTest, ReplayWhileWorkersRunRunsEachTaskOnceWithItsHistory) {
+  constexpr int kN = 2000;
+  add_dead(kN);
+  std::mutex m;
+  std::map<std::string, int> runs;
+  std::map<std::string, std::string> seen_fields;
+  RunningConsumer worker(options(), [&](Consumer& c) {
+    c.on("t", [&](const Task& task) {
+      std::lock_guard lock(m);
+      ++runs[task.id()];
+      if (task.id() == "t-7") {
+        for (const auto& [k, v] : task.fields()) seen_fields[k] = v;
+      }
+    });
+  });
+  std::vector<Progress> reports;
+  const ActionResult r = inspector.replay(stream, {.progress = [&](const Progress& p) {
+                                                     reports.push_back(p);
+                                                     return true;
+                                                   }});
+  EXPECT_EQ(r.done, kN);
+  EXPECT_EQ(r.skipped, 0);
+  EXPECT_TRUE(r.finished);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back().done, kN);
+  EXPECT_EQ(reports.back().total, kN);
+  EXPECT_EQ(xlen(dlq), 0);
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(m);
+    return runs.size() == static_cast<std::size_t>(kN);
+  }, 30s));
+  worker.stop();
+  for (const auto& [id, n] : runs) EXPECT_EQ(n, 1) << id;
+  EXPECT_EQ(seen_fields["retry_count"], "0") << "a fresh attempt count";
+  EXPECT_EQ(seen_fields["replay_count"], "1");
+  EXPECT_EQ(seen_fields["last_error"], "boom 7") << "the history is kept";
+  EXPECT_FALSE(seen_fields["replayed_from"].empty());
+  EXPECT_FALSE(seen_fields.count("reason")) << "the dead letter's own fields are not copied";
+  EXPECT_EQ(seen_fields["max_retries"], "3");
+}
+
+TEST_F(InspectorTest, ReplayDoesNotReplayTasksThatFailAgainDuringIt) {
+  add_dead(300, "always_fails");
+  // A worker that dead-letters every replayed task at once: the replay must end anyway, with
+  // each dead letter that was there at its start replayed once.
+  std::atomic<int> runs{0};
+  RunningConsumer worker(options(), [&](Consumer& c) {
+    c.on("always_fails", [&](const Task&) {
+      ++runs;
+      throw PermanentError("still broken");
+    });
+  });
+  const ActionResult r = inspector.replay(stream);
+  EXPECT_EQ(r.done, 300);
+  ASSERT_TRUE(wait_until([&] { return runs.load() == 300 && xlen(dlq) == 300; }, 30s));
+  worker.stop();
+  for (const auto& [id, f] : client.xrange(dlq)) EXPECT_EQ(Client::get(f, "replay_count"), "1") << id;
+}
+
+TEST_F(InspectorTest, ReplayAndDeleteByFilterAndByIds) {
+  const auto a = add_dead(5, "a", "max_retries");
+  const auto b = add_dead(4, "b", "permanent");
+  client.cmd({"XADD", dlq, "*", "member", "\x01\x02", "reason", "malformed"});  // not a task
+
+  ActionResult r = inspector.replay(stream, {.filter = {.task_type = "a"}});
+  EXPECT_EQ(r.done, 5);
+  EXPECT_EQ(xlen(stream), 5);
+  r = inspector.replay(stream, {.filter = {.ids = {b[0], b[1]}, .reason = "permanent"}, .priority = Priority::high});
+  EXPECT_EQ(r.done, 2);
+  EXPECT_EQ(xlen(stream + ":p:high"), 2) << "to the level asked for";
+  r = inspector.replay(stream, {.filter = {.ids = {b[2]}, .reason = "max_retries"}});
+  EXPECT_EQ(r.done, 0) << "the filter applies to named ids too";
+  EXPECT_EQ(r.skipped, 1);
+  r = inspector.replay(stream, {.filter = {.reason = "malformed"}});
+  EXPECT_EQ(r.done, 0) << "an entry that is not a task is not replayed";
+  EXPECT_EQ(r.skipped, 1);
+  EXPECT_EQ(xlen(dlq), 3);
+
+  r = inspector.delete_dead(stream, {.ids = {b[2], a[0]}});
+  EXPECT_EQ(r.done, 1) << "a[0] was replayed already";
+  EXPECT_EQ(r.skipped, 1);
+  r = inspector.delete_dead(stream, {.task_type = "b"});
+  EXPECT_EQ(r.done, 1);
+  EXPECT_EQ(xlen(dlq), 1);
+  add_dead(10);
+  EXPECT_EQ(inspector.purge_dead(stream), 11);
+  EXPECT_EQ(client.integer({"EXISTS", dlq}), 0);
+  EXPECT_THROW(inspector.replay(stream, {.filter = {.ids = {"not-an-id"}}}), ConfigError);
+}
+
+TEST_F(InspectorTest, AnInterruptedReplayLeavesEveryTaskInExactlyOnePlace) {
+  add_dead(1600);
+  int batches = 0;
+  const ActionResult r = inspector.replay(stream, {.progress = [&](const Progress&) { return ++batches < 2; }});
+  EXPECT_FALSE(r.finished);
+  EXPECT_EQ(r.done, 1000) << "two batches of 500";
+  EXPECT_EQ(xlen(stream) + xlen(dlq), 1600);
+  std::set<std::string> ids;
+  for (const std::string& key : {stream, dlq}) {
+    for (const auto& [id, f] : client.xrange(key)) ids.insert(Client::get(f, "task_id"));
+  }
+  EXPECT_EQ(ids.size(), 1600u);
+}
+
+TEST_F(InspectorTest, RunNowAndCancelDelayedTasks) {
+  Producer p = producer();
+  p.enqueue("later", R"({"n":1})", {.task_id = "soon", .delay = 1h});
+  p.enqueue("later", R"({"n":2})", {.task_id = "never", .delay = 1h});
+  std::atomic<int> ran{0};
+  RunningConsumer worker(options(), [&](Consumer& c) {
+    c.on("later", [&](const Task& t) {
+      EXPECT_EQ(t.id(), "soon");
+      ++ran;
+    });
+  });
+  const auto id = inspector.run_now(stream, "soon");
+  ASSERT_TRUE(id);
+  ASSERT_TRUE(wait_until([&] { return ran.load() == 1; }));
+  EXPECT_FALSE(inspector.run_now(stream, "soon")) << "no longer delayed";
+  EXPECT_EQ(inspector.cancel(stream, "never"), CancelOutcome::cancelled);
+  EXPECT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 0);
+  EXPECT_EQ(inspector.cancel(stream, "never"), CancelOutcome::missing);
+  worker.stop();
+  EXPECT_EQ(ran.load(), 1);
+}
+
+TEST_F(InspectorTest, CancelRemovesAQueuedTaskButNeverOneAWorkerHolds) {
+  Producer p = producer();
+  p.enqueue("t", R"({})", {.task_id = "first"});
+  p.enqueue("t", R"({})", {.task_id = "second", .unique_for = 1h, .unique_key = "k"});
+  p.enqueue("t", R"({})", {.task_id = "third"});
+  const std::string first = client.xrange(stream).front().first;
+  const auto held = read_as("busy-worker", 1);
+  ASSERT_EQ(held, std::vector<std::string>{first});
+  EXPECT_EQ(inspector.cancel(stream, first), CancelOutcome::running);
+  EXPECT_EQ(pending(), 1) << "a held task is left alone";
+  EXPECT_EQ(inspector.cancel(stream, "second"), CancelOutcome::cancelled);
+  EXPECT_EQ(client.integer({"EXISTS", stream + ":unique:k"}), 0) << "its uniqueness lock goes with it";
+  const auto rest = client.xrange(stream);
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(Client::get(rest[1].second, "task_id"), "third");
+  EXPECT_EQ(inspector.cancel(stream, "second"), CancelOutcome::missing);
+}
+
+TEST_F(InspectorTest, APausedQueueIsNotReadUntilResumed) {
+  ConsumerOptions o = options();
+  o.pause_check_interval = 50ms;
+  std::atomic<int> done{0};
+  inspector.pause(stream);
+  EXPECT_TRUE(inspector.paused(stream));
+  RunningConsumer worker(o, [&](Consumer& c) { c.on("t", [&](const Task&) { ++done; }); });
+  Producer p = producer();
+  for (int i = 0; i < 20; ++i) p.enqueue("t", R"({})");
+  // Many pause checks and reads later, nothing was taken.
+  EXPECT_FALSE(wait_until([&] { return done.load() > 0 || pending() > 0; }, 1500ms));
+  inspector.resume(stream);
+  ASSERT_TRUE(wait_until([&] { return done.load() == 20; }));
+  // Paused while running: it stops within a check or two, and what it holds finishes.
+  inspector.pause(stream);
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 20; }));
+  std::this_thread::sleep_for(300ms);  // past a few pause checks; no event to await here
+  for (int i = 0; i < 10; ++i) p.enqueue("t", R"({})");
+  EXPECT_FALSE(wait_until([&] { return done.load() > 20; }, 1000ms));
+  EXPECT_EQ(xlen(stream), 10);
+  inspector.resume(stream);
+  ASSERT_TRUE(wait_until([&] { return done.load() == 30; }));
+  EXPECT_FALSE(inspector.paused(stream));
+}
+
+TEST_F(InspectorTest, DoctorFlagsWhatWouldLoseTasks) {
+  // The test server runs without AOF and with Redis' default policy.
+  std::map<std::string, Finding> by_topic;
+  for (Finding& f : inspector.doctor(stream)) by_topic[f.topic] = f;
+  ASSERT_TRUE(by_topic.count("persistence"));
+  EXPECT_EQ(by_topic["persistence"].severity, Finding::Severity::danger) << by_topic["persistence"].message;
+  EXPECT_EQ(by_topic["maxmemory-policy"].severity, Finding::Severity::ok);
+  EXPECT_EQ(by_topic["clock"].severity, Finding::Severity::ok) << by_topic["clock"].message;
+  client.cmd({"CONFIG", "SET", "maxmemory-policy", "allkeys-lru"});
+  client.cmd({"CONFIG", "SET", "appendonly", "yes"});
+  by_topic.clear();
+  for (Finding& f : inspector.doctor(stream)) by_topic[f.topic] = f;
+  EXPECT_EQ(by_topic["maxmemory-policy"].severity, Finding::Severity::danger);
+  EXPECT_NE(by_topic["maxmemory-policy"].message.find("allkeys-lru"), std::string::npos);
+  EXPECT_NE(by_topic["persistence"].severity, Finding::Severity::danger) << by_topic["persistence"].message;
+  if (client.redis_at_least(7, 0)) {
+    // The default user may run everything.
+    std::vector<Finding> acl;
+    for (Finding& f : inspector.doctor(stream)) {
+      if (f.topic == "acl") acl.push_back(f);
+    }
+    ASSERT_EQ(acl.size(), 2u);
+    for (const Finding& f : acl) EXPECT_EQ(f.severity, Finding::Severity::ok) << f.message;
+    client.cmd({"ACL", "SETUSER", "narrow", "on", ">pw", "~*", "+@read", "+acl|whoami", "+acl|dryrun", "+info",
+                "+config|get", "+time", "+client|setname", "+client|id"});
+    Inspector as_narrow(InspectorOptions{.connection = {.url = "redis://narrow:pw@127.0.0.1:" +
+                                                                std::to_string(server.port())}});
+    acl.clear();
+    for (Finding& f : as_narrow.doctor(stream)) {
+      if (f.topic == "acl") acl.push_back(f);
+    }
+    ASSERT_EQ(acl.size(), 2u);
+    EXPECT_NE(acl[0].message.find("XADD"), std::string::npos) << acl[0].message;
+  }
+}
+
+TEST_F(InspectorTest, ExpositionOfSeveralQueuesNamesEachFamilyOnce) {
+  producer().enqueue("t", R"({})");
+  Producer(ProducerOptions{.connection = {.url = server.url()}, .stream = stream + "-2"}).enqueue("t", R"({})");
+  std::vector<QueueStats> all_stats;
+  for (const QueueInfo& q : inspector.queues()) all_stats.push_back(inspector.stats(q.name));
+  ASSERT_EQ(all_stats.size(), 2u);
+  const std::string text = to_prometheus(all_stats);
+  std::map<std::string, int> help;
+  std::size_t at = 0;
+  while ((at = text.find("# HELP ", at)) != std::string::npos) {
+    at += 7;
+    ++help[text.substr(at, text.find(' ', at) - at)];
+  }
+  for (const auto& [name, n] : help) EXPECT_EQ(n, 1) << name;
+  EXPECT_NE(text.find("streamq_stream_length{stream=\"" + stream + "\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("streamq_stream_length{stream=\"" + stream + "-2\"} 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace streamq::test
