@@ -102,7 +102,7 @@ sanitizer_opt=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG -Wno-maybe-uni
 
 if wanted asan; then
   stage "asan+ubsan" build-asan 2 -DCMAKE_BUILD_TYPE=RelWithDebInfo "${sanitizer_opt[@]}" \
-    -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
+    -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_TOOLS=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
     "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 fi
 
@@ -115,7 +115,7 @@ if wanted tsan; then
   # One test at a time: TSan slows the code several-fold, and the tests' deadlines should not
   # compete with a second test for this machine's two cores.
   stage "tsan" build-tsan 1 -DCMAKE_BUILD_TYPE=RelWithDebInfo "${sanitizer_opt[@]}" \
-    -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
+    -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_TOOLS=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
     "-DCMAKE_CXX_FLAGS=-fsanitize=thread -fno-omit-frame-pointer"
   ctest_prefix=()
 fi

@@ -43,8 +43,8 @@ struct QueueInfo {
   std::string name;
   /// The priority levels whose stream exists, most important first.
   std::vector<Priority> levels;
-  std::string dlq;      ///< `<name>:dlq`
-  std::string delayed;  ///< `<name>:delayed`
+  std::string dlq;          ///< `<name>:dlq`
+  std::string delayed;      ///< `<name>:delayed`
   std::int64_t length = 0;  ///< unfinished entries over every level
   std::int64_t dlq_length = 0;
   std::int64_t delayed_count = 0;
@@ -198,8 +198,9 @@ class Inspector {
   TaskPage tasks(const std::string& queue, const TaskQuery& query);
 
   /// One task by entry id (looked up directly in each level's stream, then in the dead-letter
-  /// stream: ids of different streams can be equal, and the first found is returned) or by task_id (anything that is not an entry id: every key of the
-  /// queue is scanned in pages of 1,000, O(queue size) round trips but bounded memory).
+  /// stream: ids of different streams can be equal, and the first found is returned) or by task_id (anything
+  /// that is not an entry id: every key of the queue is scanned in pages of 1,000, O(queue size) round trips
+  /// but bounded memory).
   std::optional<TaskInfo> task(const std::string& queue, const std::string& id);
 
   /// Puts dead-lettered tasks back into the queue (see ReplayOptions): each with retry_count 0,

@@ -99,13 +99,15 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
   const std::string version = get(info, "redis_version");
   const std::string valkey = get(info, "valkey_version");
   const int v = version_number(version);
-  const std::string server = valkey.empty() ? "Redis " + version : "Valkey " + valkey + " (Redis " + version + ")";
+  const std::string server =
+      valkey.empty() ? "Redis " + version : "Valkey " + valkey + " (Redis " + version + ")";
   if (v < 60200) {
     add(S::danger, "version", server + ": streamq needs Redis >= 6.2 (XAUTOCLAIM); upgrade the server");
   } else if (v < 70000) {
     add(S::info, "version",
-        server + ": supported; Redis >= 7.0 adds the group lag, the ids of entries deleted while pending "
-                 "(dead-lettered as lost instead of waiting) and ACL DRYRUN for this check");
+        server +
+            ": supported; Redis >= 7.0 adds the group lag, the ids of entries deleted while pending "
+            "(dead-lettered as lost instead of waiting) and ACL DRYRUN for this check");
   } else {
     add(S::ok, "version", server + ": every streamq feature is available");
   }
@@ -141,8 +143,9 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
   const std::string policy = get(info, "maxmemory_policy");
   if (policy != "noeviction") {
     add(S::danger, "maxmemory-policy",
-        "maxmemory-policy is " + policy + ": under memory pressure Redis deletes keys, whole queues "
-        "included; set `maxmemory-policy noeviction` (enqueues then fail with OOM instead)");
+        "maxmemory-policy is " + policy +
+            ": under memory pressure Redis deletes keys, whole queues "
+            "included; set `maxmemory-policy noeviction` (enqueues then fail with OOM instead)");
   } else {
     add(S::ok, "maxmemory-policy", "noeviction: a full server refuses writes (OOM) and deletes nothing");
   }
@@ -153,8 +156,9 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
   if (maxmemory > 0) {
     const double share = static_cast<double>(used) / static_cast<double>(maxmemory);
     add(share > 0.8 ? S::warning : S::ok, "memory",
-        mib(used) + " used of maxmemory " + mib(maxmemory) + " (" + std::to_string(static_cast<int>(share * 100)) +
-            "%)" + (share > 0.8 ? ": little headroom; enqueues fail with OOM when it is reached" : ""));
+        mib(used) + " used of maxmemory " + mib(maxmemory) + " (" +
+            std::to_string(static_cast<int>(share * 100)) + "%)" +
+            (share > 0.8 ? ": little headroom; enqueues fail with OOM when it is reached" : ""));
   } else {
     add(system > 0 && used > system / 2 ? S::warning : S::info, "memory",
         mib(used) + " used, no maxmemory set" +
@@ -178,8 +182,9 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
   const Reply who = impl_->run(Argv{"ACL", "WHOAMI"});
   if (who.view().is_error() || v < 70000) {
     add(S::info, "acl",
-        v < 70000 ? "ACL DRYRUN needs Redis >= 7.0: the roles' permissions were not checked"
-                  : "ACL WHOAMI was refused (" + std::string(who.view().error()) + "): permissions not checked");
+        v < 70000
+            ? "ACL DRYRUN needs Redis >= 7.0: the roles' permissions were not checked"
+            : "ACL WHOAMI was refused (" + std::string(who.view().error()) + "): permissions not checked");
   } else {
     const std::string user(who.view().str());
     for (const RoleCheck& rc : role_checks(queue, impl_->options.group)) {
@@ -190,7 +195,8 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
         for (const std::string& a : cmd) argv.add(a);
         const Reply r = impl_->run(argv);
         if (r.view().is_error()) {
-          add(S::info, "acl", "ACL DRYRUN was refused (" + std::string(r.view().error()) + "): permissions not checked");
+          add(S::info, "acl",
+              "ACL DRYRUN was refused (" + std::string(r.view().error()) + "): permissions not checked");
           unknown = true;
           break;
         }
@@ -221,7 +227,8 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
   if (std::llabs(skew) > 1000 + rtt) {
     add(S::warning, "clock",
         "the server's clock is " + std::to_string(skew) + " ms " + (skew > 0 ? "ahead of" : "behind") +
-            " this machine's: due times use the server's, but created_at and task ages in logs do not; run NTP on both");
+            " this machine's: due times use the server's, but created_at and task ages in logs do not; run "
+            "NTP on both");
   } else {
     add(S::ok, "clock", "skew " + std::to_string(skew) + " ms (round trip " + std::to_string(rtt) + " ms)");
   }

@@ -25,13 +25,15 @@ using detail::ReplyView;
 
 namespace {
 
-constexpr std::size_t kBatch = 500;       // ids per replay script call, XDEL, ...
-constexpr std::size_t kScanPage = 1000;   // entries per XRANGE page of a task_id search
-constexpr std::size_t kMostIds = 10000;   // DeadLetterFilter::ids
+constexpr std::size_t kBatch = 500;        // ids per replay script call, XDEL, ...
+constexpr std::size_t kScanPage = 1000;    // entries per XRANGE page of a task_id search
+constexpr std::size_t kMostIds = 10000;    // DeadLetterFilter::ids
 constexpr std::size_t kMostCount = 10000;  // TaskQuery::count
 constexpr Priority kLevels[] = {Priority::high, Priority::normal, Priority::low};
 
-const std::string& level_stream(const detail::QueueKeys& k, Priority p) { return detail::priority_stream(k, p); }
+const std::string& level_stream(const detail::QueueKeys& k, Priority p) {
+  return detail::priority_stream(k, p);
+}
 
 char level_letter(Priority p) { return p == Priority::high ? 'h' : p == Priority::low ? 'l' : 'n'; }
 
@@ -116,8 +118,8 @@ std::string_view TaskInfo::field(std::string_view name) const noexcept { return 
 std::string TaskInfo::to_json() const {
   nlohmann::ordered_json f = nlohmann::ordered_json::object();
   for (const auto& [k, v] : fields) f[k] = v;
-  nlohmann::ordered_json j = {{"state", to_string(state)}, {"level", to_string(level)}, {"key", key},
-                              {"id", id}, {"fields", f}};
+  nlohmann::ordered_json j = {
+      {"state", to_string(state)}, {"level", to_string(level)}, {"key", key}, {"id", id}, {"fields", f}};
   if (state == TaskState::pending) {
     j["consumer"] = consumer;
     j["idle_ms"] = idle_ms;
@@ -130,7 +132,9 @@ std::string TaskInfo::to_json() const {
 // ---- Impl
 
 Inspector::Impl::Impl(InspectorOptions o)
-    : options(std::move(o)), conn(detail::make_connection_config(options.connection, "inspector")), scripts(conn) {
+    : options(std::move(o)),
+      conn(detail::make_connection_config(options.connection, "inspector")),
+      scripts(conn) {
   if (options.group.empty()) throw ConfigError("group must not be empty");
 }
 
@@ -263,10 +267,13 @@ TaskPage Inspector::Impl::stream_page(const detail::QueueKeys& keys, const TaskQ
 }
 
 std::vector<Inspector::Impl::Delayed> Inspector::Impl::delayed_page(const detail::QueueKeys& keys,
-                                                                    std::string_view min_score, std::size_t skip,
-                                                                    std::size_t count) {
+                                                                    std::string_view min_score,
+                                                                    std::size_t skip, std::size_t count) {
   Argv argv = scripts.begin(detail::ScriptId::inspect_delayed, 1);
-  argv.add(keys.delayed).add(min_score).add(static_cast<std::int64_t>(skip)).add(static_cast<std::int64_t>(count));
+  argv.add(keys.delayed)
+      .add(min_score)
+      .add(static_cast<std::int64_t>(skip))
+      .add(static_cast<std::int64_t>(count));
   connected();
   const Reply r = scripts.call(detail::ScriptId::inspect_delayed, argv);
   const ReplyView v = r.view().check();
@@ -284,7 +291,8 @@ std::vector<Inspector::Impl::Delayed> Inspector::Impl::delayed_page(const detail
     if (item.size() >= 3) {
       const std::string_view dest = item[2].str();
       t.level = dest == keys.high ? Priority::high : dest == keys.low ? Priority::low : Priority::normal;
-      for (std::size_t j = 3; j + 1 < item.size(); j += 2) t.fields.emplace_back(item[j].str(), item[j + 1].str());
+      for (std::size_t j = 3; j + 1 < item.size(); j += 2)
+        t.fields.emplace_back(item[j].str(), item[j + 1].str());
       t.id = std::string(t.task_id());
     } else {
       t.fields.emplace_back("member", d.member);  // not streamq's: the forwarder dead-letters it
@@ -304,8 +312,9 @@ TaskPage Inspector::Impl::delayed_tasks(const detail::QueueKeys& keys, const Tas
     score = q.cursor.substr(2, colon - 2);
     const std::string_view n = std::string_view(q.cursor).substr(colon + 1);
     const auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), skip);
-    if (ec != std::errc{} || p != n.data() + n.size() ||
-        !std::all_of(score.begin(), score.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.' || c == '-'; })) {
+    if (ec != std::errc{} || p != n.data() + n.size() || !std::all_of(score.begin(), score.end(), [](char c) {
+          return (c >= '0' && c <= '9') || c == '.' || c == '-';
+        })) {
       throw ConfigError(bad_cursor(q.cursor, q.state));
     }
   }
@@ -468,7 +477,8 @@ std::vector<QueueInfo> Inspector::queues() {
   std::set<std::string> bases;
   const auto strip = [](std::string_view key) {
     for (std::string_view suffix : {":dlq", ":p:high", ":p:low", ":delayed"}) {
-      if (key.size() > suffix.size() && key.ends_with(suffix)) return std::string(key.substr(0, key.size() - suffix.size()));
+      if (key.size() > suffix.size() && key.ends_with(suffix))
+        return std::string(key.substr(0, key.size() - suffix.size()));
     }
     return std::string(key);
   };
@@ -546,7 +556,8 @@ QueueStats Inspector::stats(const std::string& queue) {
 TaskPage Inspector::tasks(const std::string& queue, const TaskQuery& query) {
   check_queue(queue);
   if (query.count < 1 || query.count > kMostCount) {
-    throw ConfigError("count must be 1 to " + std::to_string(kMostCount) + " (got " + std::to_string(query.count) + ")");
+    throw ConfigError("count must be 1 to " + std::to_string(kMostCount) + " (got " +
+                      std::to_string(query.count) + ")");
   }
   const detail::QueueKeys keys = detail::queue_keys(queue);
   switch (query.state) {
@@ -593,32 +604,34 @@ ActionResult Inspector::delete_dead(const std::string& queue, const DeadLetterFi
   check_queue(queue);
   const detail::QueueKeys keys = detail::queue_keys(queue);
   const bool by_fields = !filter.task_type.empty() || !filter.reason.empty();
-  return impl_->each_dead(keys, filter, progress, [&](const std::vector<std::string>& ids, ActionResult& result) {
-    std::vector<std::string> chosen;
-    if (by_fields && !filter.ids.empty()) {
-      // Ids named and a filter: delete those that match (dead letters never change, so the
-      // read and the XDEL cannot disagree about a match).
-      std::vector<Argv> reads;
-      for (const std::string& id : ids) reads.push_back(Argv{"XRANGE", keys.dlq, id, id});
-      const auto replies = impl_->connected().pipeline(reads);
-      for (std::size_t i = 0; i < ids.size(); ++i) {
-        const ReplyView v = replies[i].view().check();
-        if (v.size() > 0 && matches(fields_of(v[0][1]), filter)) {
-          chosen.push_back(ids[i]);
-        } else {
-          ++result.skipped;
-        }
-      }
-    } else {
-      chosen = ids;
-    }
-    if (chosen.empty()) return;
-    Argv argv{"XDEL", keys.dlq};
-    for (const std::string& id : chosen) argv.add(id);
-    const std::int64_t n = impl_->run(argv).view().check().integer();
-    result.done += n;
-    result.skipped += static_cast<std::int64_t>(chosen.size()) - n;
-  });
+  return impl_->each_dead(keys, filter, progress,
+                          [&](const std::vector<std::string>& ids, ActionResult& result) {
+                            std::vector<std::string> chosen;
+                            if (by_fields && !filter.ids.empty()) {
+                              // Ids named and a filter: delete those that match (dead letters never change,
+                              // so the read and the XDEL cannot disagree about a match).
+                              std::vector<Argv> reads;
+                              for (const std::string& id : ids)
+                                reads.push_back(Argv{"XRANGE", keys.dlq, id, id});
+                              const auto replies = impl_->connected().pipeline(reads);
+                              for (std::size_t i = 0; i < ids.size(); ++i) {
+                                const ReplyView v = replies[i].view().check();
+                                if (v.size() > 0 && matches(fields_of(v[0][1]), filter)) {
+                                  chosen.push_back(ids[i]);
+                                } else {
+                                  ++result.skipped;
+                                }
+                              }
+                            } else {
+                              chosen = ids;
+                            }
+                            if (chosen.empty()) return;
+                            Argv argv{"XDEL", keys.dlq};
+                            for (const std::string& id : chosen) argv.add(id);
+                            const std::int64_t n = impl_->run(argv).view().check().integer();
+                            result.done += n;
+                            result.skipped += static_cast<std::int64_t>(chosen.size()) - n;
+                          });
 }
 
 std::int64_t Inspector::purge_dead(const std::string& queue) {
@@ -675,7 +688,8 @@ CancelOutcome Inspector::cancel(const std::string& queue, const std::string& id)
     if (r.view().check().integer() == 1) return CancelOutcome::cancelled;
   }
   const auto found = impl_->find(keys, id);
-  if (!found || found->state == TaskState::dead || found->state == TaskState::delayed) return CancelOutcome::missing;
+  if (!found || found->state == TaskState::dead || found->state == TaskState::delayed)
+    return CancelOutcome::missing;
   return cancel_entry(found->key, found->id);
 }
 

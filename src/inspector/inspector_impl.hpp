@@ -23,7 +23,8 @@ struct Inspector::Impl {
   std::int64_t server_ms();
 
   /// TaskInfo of each entry of an XRANGE reply.
-  static std::vector<TaskInfo> entries(detail::ReplyView list, TaskState state, Priority level, const std::string& key);
+  static std::vector<TaskInfo> entries(detail::ReplyView list, TaskState state, Priority level,
+                                       const std::string& key);
   /// The group's last-delivered id on `stream`; empty when it has no such group (or no stream).
   std::string last_delivered(const std::string& stream);
   /// Marks the tasks the group holds as pending, with their consumer, idle time and deliveries.
@@ -39,8 +40,8 @@ struct Inspector::Impl {
     std::string score;
     TaskInfo info;
   };
-  std::vector<Delayed> delayed_page(const detail::QueueKeys& keys, std::string_view min_score, std::size_t skip,
-                                    std::size_t count);
+  std::vector<Delayed> delayed_page(const detail::QueueKeys& keys, std::string_view min_score,
+                                    std::size_t skip, std::size_t count);
   std::optional<Delayed> find_delayed(const detail::QueueKeys& keys, std::string_view task_id);
   std::optional<TaskInfo> find(const detail::QueueKeys& keys, const std::string& id);
 

@@ -31,16 +31,36 @@ class InspectorTest : public ConsumerTest {
   }
   /// Dead letters as a worker writes them: the task's fields plus error, failed_at, original_id,
   /// consumer and reason.
-  std::vector<std::string> add_dead(int n, const std::string& type = "t", const std::string& reason = "max_retries") {
+  std::vector<std::string> add_dead(int n, const std::string& type = "t",
+                                    const std::string& reason = "max_retries") {
     std::vector<std::string> ids;
     for (int i = 0; i < n; ++i) {
       const std::string task_id = type + "-" + std::to_string(i);
-      const detail::Reply r = client.cmd({"XADD", dlq, "*", "task_id", task_id, "task_type", type, "payload",
-                                          "{\"i\":" + std::to_string(i) + "}", "created_at",
-                                          "2026-12-01T00:00:00.000000", "max_retries", "3", "retry_count", "3",
-                                          "error", "boom " + std::to_string(i), "failed_at",
-                                          "2026-12-01T00:00:01.000000", "original_id", "1-1", "consumer", "w1",
-                                          "reason", reason});
+      const detail::Reply r = client.cmd({"XADD",
+                                          dlq,
+                                          "*",
+                                          "task_id",
+                                          task_id,
+                                          "task_type",
+                                          type,
+                                          "payload",
+                                          "{\"i\":" + std::to_string(i) + "}",
+                                          "created_at",
+                                          "2026-12-01T00:00:00.000000",
+                                          "max_retries",
+                                          "3",
+                                          "retry_count",
+                                          "3",
+                                          "error",
+                                          "boom " + std::to_string(i),
+                                          "failed_at",
+                                          "2026-12-01T00:00:01.000000",
+                                          "original_id",
+                                          "1-1",
+                                          "consumer",
+                                          "w1",
+                                          "reason",
+                                          reason});
       ids.emplace_back(r.view().check().str());
     }
     return ids;
@@ -99,7 +119,8 @@ TEST_F(InspectorTest, ListsEachStateWithItsDetailsAndPagesWithoutGapsOrRepeats) 
       .enqueue("urgent", R"({})", {.priority = Priority::high});
   const std::vector<std::string> held = read_as("dead-worker", 5);  // pending, never acked
   ASSERT_EQ(held.size(), 5u);
-  for (int i = 0; i < 4; ++i) p.enqueue("later", R"({})", {.task_id = "later-" + std::to_string(i), .delay = 1h});
+  for (int i = 0; i < 4; ++i)
+    p.enqueue("later", R"({})", {.task_id = "later-" + std::to_string(i), .delay = 1h});
   add_dead(3);
 
   std::size_t pages = 0;
@@ -181,7 +202,8 @@ TEST_F(InspectorTest, FindsOneTaskByEntryIdOrTaskId) {
   const std::string queued_id = p.enqueue("t", R"({"a":1})", {.task_id = "job-1"});
   p.enqueue("t", R"({})", {.task_id = "job-2", .delay = 1h});
   // Entry ids of different streams can be equal: this one is below any of the stream's.
-  client.cmd({"XADD", dlq, "5-5", "task_id", "old", "task_type", "t", "payload", "{}", "reason", "permanent"});
+  client.cmd(
+      {"XADD", dlq, "5-5", "task_id", "old", "task_type", "t", "payload", "{}", "reason", "permanent"});
   add_dead(1);
   const auto held = read_as("w9", 1);
 
@@ -224,9 +246,9 @@ TEST_F(InspectorTest, ReplayWhileWorkersRunRunsEachTaskOnceWithItsHistory) {
   });
   std::vector<Progress> reports;
   const ActionResult r = inspector.replay(stream, {.progress = [&](const Progress& p) {
-                                                     reports.push_back(p);
-                                                     return true;
-                                                   }});
+                                            reports.push_back(p);
+                                            return true;
+                                          }});
   EXPECT_EQ(r.done, kN);
   EXPECT_EQ(r.skipped, 0);
   EXPECT_TRUE(r.finished);
@@ -234,10 +256,12 @@ TEST_F(InspectorTest, ReplayWhileWorkersRunRunsEachTaskOnceWithItsHistory) {
   EXPECT_EQ(reports.back().done, kN);
   EXPECT_EQ(reports.back().total, kN);
   EXPECT_EQ(xlen(dlq), 0);
-  ASSERT_TRUE(wait_until([&] {
-    std::lock_guard lock(m);
-    return runs.size() == static_cast<std::size_t>(kN);
-  }, 30s));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::lock_guard lock(m);
+        return runs.size() == static_cast<std::size_t>(kN);
+      },
+      30s));
   worker.stop();
   for (const auto& [id, n] : runs) EXPECT_EQ(n, 1) << id;
   EXPECT_EQ(seen_fields["retry_count"], "0") << "a fresh attempt count";
@@ -274,7 +298,8 @@ TEST_F(InspectorTest, ReplayAndDeleteByFilterAndByIds) {
   ActionResult r = inspector.replay(stream, {.filter = {.task_type = "a"}});
   EXPECT_EQ(r.done, 5);
   EXPECT_EQ(xlen(stream), 5);
-  r = inspector.replay(stream, {.filter = {.ids = {b[0], b[1]}, .reason = "permanent"}, .priority = Priority::high});
+  r = inspector.replay(stream,
+                       {.filter = {.ids = {b[0], b[1]}, .reason = "permanent"}, .priority = Priority::high});
   EXPECT_EQ(r.done, 2);
   EXPECT_EQ(xlen(stream + ":p:high"), 2) << "to the level asked for";
   r = inspector.replay(stream, {.filter = {.ids = {b[2]}, .reason = "max_retries"}});
@@ -300,7 +325,8 @@ TEST_F(InspectorTest, ReplayAndDeleteByFilterAndByIds) {
 TEST_F(InspectorTest, AnInterruptedReplayLeavesEveryTaskInExactlyOnePlace) {
   add_dead(1600);
   int batches = 0;
-  const ActionResult r = inspector.replay(stream, {.progress = [&](const Progress&) { return ++batches < 2; }});
+  const ActionResult r =
+      inspector.replay(stream, {.progress = [&](const Progress&) { return ++batches < 2; }});
   EXPECT_FALSE(r.finished);
   EXPECT_EQ(r.done, 1000) << "two batches of 500";
   EXPECT_EQ(xlen(stream) + xlen(dlq), 1600);
@@ -399,10 +425,10 @@ TEST_F(InspectorTest, DoctorFlagsWhatWouldLoseTasks) {
     }
     ASSERT_EQ(acl.size(), 2u);
     for (const Finding& f : acl) EXPECT_EQ(f.severity, Finding::Severity::ok) << f.message;
-    client.cmd({"ACL", "SETUSER", "narrow", "on", ">pw", "~*", "+@read", "+acl|whoami", "+acl|dryrun", "+info",
-                "+config|get", "+time", "+client|setname", "+client|id"});
-    Inspector as_narrow(InspectorOptions{.connection = {.url = "redis://narrow:pw@127.0.0.1:" +
-                                                                std::to_string(server.port())}});
+    client.cmd({"ACL", "SETUSER", "narrow", "on", ">pw", "~*", "+@read", "+acl|whoami", "+acl|dryrun",
+                "+info", "+config|get", "+time", "+client|setname", "+client|id"});
+    Inspector as_narrow(InspectorOptions{
+        .connection = {.url = "redis://narrow:pw@127.0.0.1:" + std::to_string(server.port())}});
     acl.clear();
     for (Finding& f : as_narrow.doctor(stream)) {
       if (f.topic == "acl") acl.push_back(f);
@@ -414,7 +440,8 @@ TEST_F(InspectorTest, DoctorFlagsWhatWouldLoseTasks) {
 
 TEST_F(InspectorTest, ExpositionOfSeveralQueuesNamesEachFamilyOnce) {
   producer().enqueue("t", R"({})");
-  Producer(ProducerOptions{.connection = {.url = server.url()}, .stream = stream + "-2"}).enqueue("t", R"({})");
+  Producer(ProducerOptions{.connection = {.url = server.url()}, .stream = stream + "-2"})
+      .enqueue("t", R"({})");
   std::vector<QueueStats> all_stats;
   for (const QueueInfo& q : inspector.queues()) all_stats.push_back(inspector.stats(q.name));
   ASSERT_EQ(all_stats.size(), 2u);

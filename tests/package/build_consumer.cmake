@@ -56,6 +56,10 @@ if(MODE STREQUAL "installed" OR MODE MATCHES "mismatch$")
 endif()
 
 if(MODE STREQUAL "installed")
+  # The streamq command is installed with the library when it was built (EXPECT_CLI=1).
+  if(EXPECT_CLI)
+    run("bin/streamq --help" "${PREFIX}/bin/streamq" --help)
+  endif()
   if(EXISTS "${PREFIX}/include/hiredis" OR EXISTS "${PREFIX}/include/streamq/hiredis_compat.hpp")
     message(FATAL_ERROR "private headers were installed")
   endif()

@@ -1,0 +1,230 @@
+# SPDX-License-Identifier: MIT
+"""The streamq command, driven as an operator or a script would: exit statuses, JSON output,
+confirmation, bulk enqueue from stdin, dead-letter replay that a real worker then runs, and
+the exporter's /metrics read by the Prometheus text parser. Each test class starts its own
+redis-server on a free loopback port and stops only that process.
+
+Run by ctest with STREAMQ_CLI (bin/streamq) and STREAMQ_WORKER (the example worker) set."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.request
+
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+CLI = os.environ["STREAMQ_CLI"]
+WORKER = os.environ["STREAMQ_WORKER"]
+SERVER = os.environ.get("STREAMQ_REDIS_SERVER", "redis-server")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout=15.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="streamq-cli-")
+        cls.port = free_port()
+        cls.server = subprocess.Popen(
+            [SERVER, "--port", str(cls.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", cls.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cls.url = "redis://127.0.0.1:%d" % cls.port
+        cls.r = redis.Redis(port=cls.port)
+
+        def up():
+            try:
+                return cls.r.ping()
+            except redis.exceptions.ConnectionError:
+                return False
+        wait_for(up, what="redis-server")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.terminate()
+        cls.server.wait(10)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def setUp(self):
+        self.q = "cli-" + self._testMethodName
+
+    def cli(self, *args, stdin=None, check=True):
+        env = dict(os.environ, STREAMQ_URL=self.url)
+        p = subprocess.run([CLI, *args], input=stdin, capture_output=True, text=True, env=env, timeout=60,
+                           stdin=None if stdin is not None else subprocess.DEVNULL)
+        if check and p.returncode != 0:
+            self.fail("streamq %s: exit %d\n%s%s" % (" ".join(args), p.returncode, p.stdout, p.stderr))
+        return p
+
+    def add_dead(self, n, task_type="send_email"):
+        for i in range(n):
+            self.r.xadd(self.q + ":dlq", {
+                "task_id": "%s-%d" % (task_type, i), "task_type": task_type,
+                "payload": json.dumps({"to": "user%d@example.com" % i}),
+                "created_at": "2026-12-01T00:00:00.000000", "max_retries": "3", "retry_count": "3",
+                "error": "smtp down", "failed_at": "2026-12-01T00:00:01.000000", "original_id": "1-1",
+                "consumer": "w1", "reason": "max_retries"})
+
+    def test_enqueue_list_and_find_in_json(self):
+        p = self.cli("enqueue", self.q, "send_email", '{"to":"a@b.c"}', "--task-id", "job-1")
+        self.assertEqual(p.stdout.strip(), "job-1")
+        lines = "".join(json.dumps({"type": "reindex", "payload": {"n": i}}) + "\n" for i in range(1200))
+        lines += json.dumps({"type": "later", "delay_ms": 3600000, "task_id": "later-1"}) + "\n"
+        p = self.cli("enqueue", self.q, "--stdin", "--format", "json", stdin=lines)
+        self.assertEqual(json.loads(p.stdout), {"enqueued": 1201, "finished": True})
+        self.assertEqual(self.r.xlen(self.q), 1201)
+
+        page = json.loads(self.cli("tasks", self.q, "--count", "500", "--format", "json").stdout)
+        self.assertEqual(len(page["tasks"]), 500)
+        self.assertNotEqual(page["next_cursor"], "")
+        rest = json.loads(self.cli("tasks", self.q, "--count", "1000", "--cursor", page["next_cursor"],
+                                   "--format", "json").stdout)
+        self.assertEqual(len(rest["tasks"]), 701)
+        self.assertEqual(rest["next_cursor"], "")
+        self.assertEqual(page["tasks"][0]["fields"]["task_id"], "job-1")
+
+        task = json.loads(self.cli("task", self.q, "job-1", "--format", "json").stdout)
+        self.assertEqual(task["state"], "queued")
+        self.assertEqual(task["fields"]["payload"], '{"to":"a@b.c"}')
+        delayed = json.loads(self.cli("delayed", "list", self.q, "--format", "json").stdout)
+        self.assertEqual([t["id"] for t in delayed["tasks"]], ["later-1"])
+        self.cli("delayed", "run", self.q, "later-1")
+        self.assertEqual(self.r.zcard(self.q + ":delayed"), 0)
+        self.assertEqual(self.r.xlen(self.q), 1202)
+
+        queues = json.loads(self.cli("queues", "--format", "json").stdout)
+        self.assertIn(self.q, [q["name"] for q in queues])
+        stats = json.loads(self.cli("stats", self.q, "--format", "json").stdout)
+        self.assertEqual(stats[0]["total_length"], 1202)
+
+    def test_exit_statuses_scripts_rely_on(self):
+        self.assertEqual(self.cli("task", self.q, "no-such-task", check=False).returncode, 3)
+        self.assertEqual(self.cli("delayed", "run", self.q, "nothing", check=False).returncode, 3)
+        self.assertEqual(self.cli("tasks", check=False).returncode, 2)  # queue missing
+        self.assertEqual(self.cli("tasks", self.q, "--state", "nonsense", check=False).returncode, 2)
+        self.assertEqual(self.cli("enqueue", self.q, "t", "not json", check=False).returncode, 1)
+        bad = self.cli("enqueue", self.q, "--stdin", stdin='{"type":"t"}\nnot json\n', check=False)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("line 2", bad.stderr)
+        self.assertEqual(self.r.xlen(self.q), 1, "the line before the bad one was enqueued")
+        self.assertEqual(self.cli("--url", "redis://127.0.0.1:1", "queues", check=False).returncode, 1)
+        self.assertEqual(self.cli("--help").returncode, 0)
+        for sub in ("queues", "stats", "tasks", "task", "dlq", "delayed", "enqueue", "pause", "resume",
+                    "consumers", "doctor", "exporter", "cancel"):
+            self.assertIn("--help", self.cli(sub, "--help").stdout, sub)
+
+    def test_destructive_commands_need_a_terminal_or_yes(self):
+        self.add_dead(3)
+        p = self.cli("dlq", "purge", self.q, check=False)
+        self.assertEqual(p.returncode, 5)
+        self.assertIn("--yes", p.stderr)
+        self.assertEqual(self.r.xlen(self.q + ":dlq"), 3, "nothing deleted without confirmation")
+        self.assertEqual(self.cli("dlq", "delete", self.q, check=False).returncode, 5)
+        p = self.cli("dlq", "purge", self.q, "--yes", "--format", "json")
+        self.assertEqual(json.loads(p.stdout), {"purged": 3})
+        self.assertEqual(self.r.exists(self.q + ":dlq"), 0)
+
+    def test_replayed_dead_letters_are_run_by_a_worker(self):
+        self.add_dead(50)
+        self.add_dead(5, task_type="always_fail")
+        listed = json.loads(self.cli("dlq", "list", self.q, "--count", "100", "--format", "json").stdout)
+        self.assertEqual(len(listed["tasks"]), 55)
+        self.assertEqual(listed["tasks"][0]["fields"]["reason"], "max_retries")
+        p = self.cli("dlq", "replay", self.q, "--type", "send_email", "--yes", "--format", "json")
+        self.assertEqual(json.loads(p.stdout), {"replayed": 50, "skipped": 0, "finished": True})
+        self.assertEqual(self.r.xlen(self.q + ":dlq"), 5)
+        worker = subprocess.run([WORKER, "--url", self.url, "--stream", self.q, "--exit-when-idle", "1500"],
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(worker.returncode, 0, worker.stderr)
+        ran = [line for line in worker.stdout.splitlines() if "send_email" in line]
+        self.assertEqual(len(ran), 50, worker.stdout)
+        self.assertEqual(self.r.xlen(self.q), 0, "every replayed task ran and was acknowledged")
+        self.assertEqual(self.r.xlen(self.q + ":dlq"), 5)
+
+    def test_pause_and_resume(self):
+        self.cli("pause", self.q)
+        self.cli("enqueue", self.q, "send_email", "{}")
+        queues = {q["name"]: q for q in json.loads(self.cli("queues", "--format", "json").stdout)}
+        self.assertTrue(queues[self.q]["paused"])
+        worker = subprocess.run([WORKER, "--url", self.url, "--stream", self.q, "--exit-when-idle", "1000"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(self.r.xlen(self.q), 1, "a paused queue is not read: " + worker.stdout)
+        self.cli("resume", self.q)
+        worker = subprocess.run([WORKER, "--url", self.url, "--stream", self.q, "--exit-when-idle", "1000"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(self.r.xlen(self.q), 0, worker.stdout + worker.stderr)
+
+    def test_doctor_explains_persistence_and_fails_on_what_loses_tasks(self):
+        p = self.cli("doctor", check=False)
+        self.assertEqual(p.returncode, 4, p.stdout)
+        self.assertIn("[danger] persistence: appendonly is off", p.stdout)
+        self.assertIn("maxmemory-policy", p.stdout)
+        self.r.config_set("appendonly", "yes")
+        try:
+            wait_for(lambda: self.r.info("persistence")["aof_rewrite_in_progress"] == 0, what="AOF rewrite")
+            p = self.cli("doctor", "--format", "json", check=False)
+            findings = {f["topic"]: f for f in json.loads(p.stdout)}
+            self.assertEqual(findings["persistence"]["severity"], "ok", findings["persistence"])
+            self.assertEqual(p.returncode, 0, p.stdout)
+        finally:
+            self.r.config_set("appendonly", "no")
+
+    def test_hostile_payloads_are_escaped_in_tables(self):
+        self.r.xadd(self.q, {"task_id": "evil", "task_type": "t\x1b[2J", "payload": '"\x1b]0;pwned\x07<script>"'})
+        out = self.cli("tasks", self.q).stdout
+        self.assertNotIn("\x1b", out)
+        self.assertNotIn("\x07", out)
+        self.assertIn("\\x1b", out)
+
+    def test_exporter_serves_metrics_the_prometheus_parser_accepts(self):
+        self.cli("enqueue", self.q, "send_email", "{}")
+        self.cli("enqueue", self.q + "-other", "send_email", "{}")
+        port = free_port()
+        env = dict(os.environ, STREAMQ_URL=self.url)
+        exporter = subprocess.Popen([CLI, "exporter", "--listen", "127.0.0.1:%d" % port], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            body = {}
+
+            def scrape():
+                try:
+                    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as resp:
+                        body["text"] = resp.read().decode()
+                        body["type"] = resp.headers["Content-Type"]
+                        return True
+                except OSError:
+                    return False
+            wait_for(scrape, what="the exporter")
+            self.assertTrue(body["type"].startswith("text/plain; version=0.0.4"))
+            families = {f.name: f for f in text_string_to_metric_families(body["text"])}
+            self.assertEqual(families["streamq_up"].samples[0].value, 1)
+            self.assertIn("streamq_scrape_duration_seconds", families)
+            lengths = {s.labels["stream"]: s.value for s in families["streamq_stream_length"].samples}
+            self.assertEqual(lengths[self.q], 1)
+            self.assertEqual(lengths[self.q + "-other"], 1)
+        finally:
+            exporter.send_signal(signal.SIGTERM)
+            self.assertEqual(exporter.wait(10), 0, exporter.stderr.read())
+            exporter.stderr.close()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "output.hpp"
+#include "serve.hpp"
+#include "streamq/errors.hpp"
+
+namespace streamq::cli {
+
+namespace {
+
+/// "host:port" -> (host, port); port 0 when malformed.
+std::pair<std::string, int> split_listen(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) return {listen, 0};
+  int port = 0;
+  try {
+    port = std::stoi(listen.substr(colon + 1));
+  } catch (const std::exception&) {
+    return {listen, 0};
+  }
+  return {listen.substr(0, colon), port > 0 && port < 65536 ? port : 0};
+}
+
+}  // namespace
+
+int serve_exporter(const InspectorOptions& inspector_options, const ServeOptions& options) {
+  const auto [host, port] = split_listen(options.listen);
+  if (port == 0) {
+    std::cerr << "streamq exporter: --listen must be host:port (got \"" << options.listen << "\")\n";
+    return usage;
+  }
+  Inspector inspector(inspector_options);
+  std::mutex mutex;  // one Inspector, one connection: scrapes take turns
+  httplib::Server server;
+  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    const auto start = std::chrono::steady_clock::now();
+    std::string text;
+    int up = 1;
+    try {
+      std::vector<QueueStats> all;
+      for (const QueueInfo& q : inspector.queues()) all.push_back(inspector.stats(q.name));
+      text = to_prometheus(all);
+    } catch (const Error& e) {
+      up = 0;
+      text.clear();
+      std::cerr << "streamq exporter: scrape failed: " << e.what() << "\n";
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    char duration[64];
+    std::snprintf(duration, sizeof duration, "%.6f", took);
+    text += "# HELP streamq_up Whether the last scrape could read Redis (1) or not (0).\n"
+            "# TYPE streamq_up gauge\nstreamq_up " + std::to_string(up) + "\n"
+            "# HELP streamq_scrape_duration_seconds How long reading every queue took.\n"
+            "# TYPE streamq_scrape_duration_seconds gauge\nstreamq_scrape_duration_seconds " +
+            std::string(duration) + "\n";
+    res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("streamq exporter: metrics on /metrics\n", "text/plain; charset=utf-8");
+  });
+  if (!server.bind_to_port(host, port)) {
+    std::cerr << "streamq exporter: cannot listen on " << options.listen << "\n";
+    return failed;
+  }
+  std::cerr << "streamq exporter: serving http://" << options.listen << "/metrics\n";
+  std::atomic<bool> ended{false};
+  std::thread serving([&] {
+    server.listen_after_bind();
+    ended.store(true);
+  });
+  // The signal handler only sets a flag (stop() is not async-signal-safe): watch it here.
+  while (!interrupted.load() && !ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // stop() only ends a server that runs: one interrupted while starting must get there first.
+  while (!server.is_running() && !ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  server.stop();
+  serving.join();
+  return ok;
+}
+
+}  // namespace streamq::cli
