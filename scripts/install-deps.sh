@@ -12,7 +12,7 @@ packages=(cmake g++ make pkg-config libhiredis-dev nlohmann-json3-dev libgtest-d
           libcli11-dev libcpp-httplib-dev)  # the streamq command (tools/)
 if [[ ${1:-} == --test ]]; then
   packages+=(clang-format)              # scripts/format.sh --check
-  packages+=(python3-prometheus-client)  # tests/cli: the exporter's text through Prometheus' parser
+  packages+=(python3-prometheus-client python3-yaml)  # tests/cli: Prometheus' text parser, ops/*.yml
 fi
 
 missing=()

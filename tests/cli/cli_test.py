@@ -7,6 +7,7 @@ redis-server on a free loopback port and stops only that process.
 Run by ctest with STREAMQ_CLI (bin/streamq) and STREAMQ_WORKER (the example worker) set."""
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,6 +18,7 @@ import unittest
 import urllib.request
 
 import redis
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 CLI = os.environ["STREAMQ_CLI"]
@@ -197,6 +199,7 @@ class CliTest(unittest.TestCase):
     def test_exporter_serves_metrics_the_prometheus_parser_accepts(self):
         self.cli("enqueue", self.q, "send_email", "{}")
         self.cli("enqueue", self.q + "-other", "send_email", "{}")
+        self.r.xgroup_create(self.q, "workers", id="0")  # the per-group families need a group
         port = free_port()
         env = dict(os.environ, STREAMQ_URL=self.url)
         exporter = subprocess.Popen([CLI, "exporter", "--listen", "127.0.0.1:%d" % port], env=env,
@@ -220,6 +223,16 @@ class CliTest(unittest.TestCase):
             lengths = {s.labels["stream"]: s.value for s in families["streamq_stream_length"].samples}
             self.assertEqual(lengths[self.q], 1)
             self.assertEqual(lengths[self.q + "-other"], 1)
+            # Every metric the shipped alert rules and Grafana dashboard query is one the exporter serves.
+            served = {s.name for f in families.values() for s in f.samples}
+            ops = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ops")
+            with open(os.path.join(ops, "prometheus-alerts.yml")) as f:
+                exprs = [r["expr"] for g in yaml.safe_load(f)["groups"] for r in g["rules"]]
+            with open(os.path.join(ops, "grafana-dashboard.json")) as f:
+                exprs += [t["expr"] for p in json.load(f)["panels"] for t in p["targets"]]
+            used = set(re.findall(r"streamq_[a-z_]+", " ".join(exprs)))
+            self.assertGreaterEqual(len(used), 8)
+            self.assertEqual(used - served, set())
         finally:
             exporter.send_signal(signal.SIGTERM)
             self.assertEqual(exporter.wait(10), 0, exporter.stderr.read())

@@ -57,11 +57,14 @@ int serve_exporter(const InspectorOptions& inspector_options, const ServeOptions
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     char duration[64];
     std::snprintf(duration, sizeof duration, "%.6f", took);
-    text += "# HELP streamq_up Whether the last scrape could read Redis (1) or not (0).\n"
-            "# TYPE streamq_up gauge\nstreamq_up " + std::to_string(up) + "\n"
-            "# HELP streamq_scrape_duration_seconds How long reading every queue took.\n"
-            "# TYPE streamq_scrape_duration_seconds gauge\nstreamq_scrape_duration_seconds " +
-            std::string(duration) + "\n";
+    text +=
+        "# HELP streamq_up Whether the last scrape could read Redis (1) or not (0).\n"
+        "# TYPE streamq_up gauge\nstreamq_up " +
+        std::to_string(up) +
+        "\n"
+        "# HELP streamq_scrape_duration_seconds How long reading every queue took.\n"
+        "# TYPE streamq_scrape_duration_seconds gauge\nstreamq_scrape_duration_seconds " +
+        std::string(duration) + "\n";
     res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {

@@ -41,8 +41,13 @@ int cmd_queues(const Global& g) {
     for (const QueueInfo& q : queues) {
       std::vector<std::string> levels;
       for (Priority p : q.levels) levels.emplace_back(to_string(p));
-      arr.push_back({{"name", q.name}, {"levels", levels}, {"length", q.length}, {"dlq", q.dlq},
-                     {"dlq_length", q.dlq_length}, {"delayed", q.delayed}, {"delayed_count", q.delayed_count},
+      arr.push_back({{"name", q.name},
+                     {"levels", levels},
+                     {"length", q.length},
+                     {"dlq", q.dlq},
+                     {"dlq_length", q.dlq_length},
+                     {"delayed", q.delayed},
+                     {"delayed_count", q.delayed_count},
                      {"paused", q.paused}});
     }
     std::cout << arr.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
@@ -76,9 +81,9 @@ void print_stats(const Global& g, const std::vector<QueueStats>& all) {
     for (const LevelStats& l : s.levels) {
       if (l.oldest_entry_age_ms) oldest = std::max(oldest.value_or(0), *l.oldest_entry_age_ms);
     }
-    t.add({cell(s.stream), std::to_string(s.total_length), std::to_string(s.total_pending), std::to_string(s.delayed),
-           std::to_string(s.dlq_length), std::to_string(consumers), oldest ? ms_text(*oldest) : "-",
-           idle ? ms_text(*idle) : "-"});
+    t.add({cell(s.stream), std::to_string(s.total_length), std::to_string(s.total_pending),
+           std::to_string(s.delayed), std::to_string(s.dlq_length), std::to_string(consumers),
+           oldest ? ms_text(*oldest) : "-", idle ? ms_text(*idle) : "-"});
   }
   std::cout << t.str();
 }
@@ -117,7 +122,8 @@ void print_tasks(const Global& g, const std::vector<TaskInfo>& tasks, const std:
     std::string detail;
     switch (task.state) {
       case TaskState::pending:
-        detail = task.consumer + ", idle " + ms_text(task.idle_ms) + ", " + std::to_string(task.deliveries) + " deliveries";
+        detail = task.consumer + ", idle " + ms_text(task.idle_ms) + ", " + std::to_string(task.deliveries) +
+                 " deliveries";
         break;
       case TaskState::delayed: detail = "due " + std::to_string(task.due_ms); break;
       case TaskState::dead:
@@ -156,8 +162,9 @@ int cmd_task(const Global& g, const std::string& queue, const std::string& id) {
     return not_found;
   }
   if (g.json()) {
-    std::cout << nlohmann::json::parse(t->to_json()).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-              << "\n";
+    std::cout
+        << nlohmann::json::parse(t->to_json()).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+        << "\n";
     return ok;
   }
   Table table({"FIELD", "VALUE"});
@@ -178,9 +185,11 @@ int cmd_task(const Global& g, const std::string& queue, const std::string& id) {
 
 int report_action(const Global& g, const char* verb, const ActionResult& r) {
   if (g.json()) {
-    std::cout << nlohmann::json{{verb, r.done}, {"skipped", r.skipped}, {"finished", r.finished}}.dump() << "\n";
+    std::cout << nlohmann::json{{verb, r.done}, {"skipped", r.skipped}, {"finished", r.finished}}.dump()
+              << "\n";
   } else {
-    std::cout << verb << " " << r.done << (r.skipped ? ", skipped " + std::to_string(r.skipped) : std::string())
+    std::cout << verb << " " << r.done
+              << (r.skipped ? ", skipped " + std::to_string(r.skipped) : std::string())
               << (r.finished ? "" : " (interrupted: the rest is untouched)") << "\n";
   }
   return r.finished ? ok : aborted;
@@ -193,8 +202,8 @@ ProgressCallback progress_to(ProgressLine& line) {
   };
 }
 
-int cmd_enqueue(const Global& g, const std::string& queue, const std::string& type, const std::string& payload,
-                bool from_stdin, const EnqueueOptions& eo) {
+int cmd_enqueue(const Global& g, const std::string& queue, const std::string& type,
+                const std::string& payload, bool from_stdin, const EnqueueOptions& eo) {
   Producer producer({.connection = {.url = g.url}, .stream = queue});
   if (!from_stdin) {
     const std::string id = producer.enqueue(type, payload.empty() ? std::string("{}") : payload, eo);
@@ -239,7 +248,8 @@ int cmd_enqueue(const Global& g, const std::string& queue, const std::string& ty
     spec.payload = j.contains("payload") ? j["payload"].dump() : std::string("{}");
     spec.options = eo;
     if (j.contains("task_id")) spec.options.task_id = j["task_id"].get<std::string>();
-    if (j.contains("delay_ms")) spec.options.delay = std::chrono::milliseconds(j["delay_ms"].get<std::int64_t>());
+    if (j.contains("delay_ms"))
+      spec.options.delay = std::chrono::milliseconds(j["delay_ms"].get<std::int64_t>());
     if (j.contains("priority")) {
       const auto p = parse_priority(j["priority"].get<std::string>());
       if (!p) {
@@ -259,8 +269,8 @@ int cmd_enqueue(const Global& g, const std::string& queue, const std::string& ty
   if (g.json()) {
     std::cout << nlohmann::json{{"enqueued", done}, {"finished", !interrupted.load()}}.dump() << "\n";
   } else {
-    std::cout << "enqueued " << done << (interrupted.load() ? " (interrupted: lines after these were not sent)" : "")
-              << "\n";
+    std::cout << "enqueued " << done
+              << (interrupted.load() ? " (interrupted: lines after these were not sent)" : "") << "\n";
   }
   return interrupted.load() ? aborted : ok;
 }
@@ -275,7 +285,8 @@ int cmd_consumers(const Global& g, const std::string& queue) {
   }
   Table t({"GROUP", "CONSUMER", "PENDING", "IDLE"});
   for (const GroupInfo& gi : s.groups) {
-    for (const ConsumerInfo& c : gi.consumers) t.add({cell(gi.name), cell(c.name), std::to_string(c.pending), ms_text(c.idle_ms)});
+    for (const ConsumerInfo& c : gi.consumers)
+      t.add({cell(gi.name), cell(c.name), std::to_string(c.pending), ms_text(c.idle_ms)});
   }
   std::cout << t.str();
   return ok;
@@ -296,8 +307,9 @@ int cmd_doctor(const Global& g, const std::string& queue) {
     for (const Finding& f : findings) {
       std::cout << "[" << to_string(f.severity) << "] " << f.topic << ": " << f.message << "\n";
     }
-    std::cout << (worst == Finding::Severity::danger ? "streamq doctor: this server can lose tasks; fix the [danger] lines\n"
-                                                     : "streamq doctor: nothing here loses tasks\n");
+    std::cout << (worst == Finding::Severity::danger
+                      ? "streamq doctor: this server can lose tasks; fix the [danger] lines\n"
+                      : "streamq doctor: nothing here loses tasks\n");
   }
   return worst == Finding::Severity::danger ? unsafe : ok;
 }
@@ -323,7 +335,8 @@ int run(int argc, char** argv) {
   double watch = 0;
   auto* stats = app.add_subcommand("stats", "queue health: length, pending, delayed, dead, consumers, ages");
   stats->add_option("queue", stats_names, "queues (default: every queue found)");
-  stats->add_option("--watch", watch, "refresh every this many seconds until Ctrl-C")->check(CLI::NonNegativeNumber);
+  stats->add_option("--watch", watch, "refresh every this many seconds until Ctrl-C")
+      ->check(CLI::NonNegativeNumber);
 
   std::string queue, id, state_name = "queued", level_name, cursor;
   std::size_t count = 50;
@@ -359,7 +372,8 @@ int run(int argc, char** argv) {
     sub->add_option("--reason", filter.reason, "only this reason (max_retries, permanent, no_handler, ...)");
     sub->add_flag("--yes,-y", yes, "do not ask for confirmation");
   };
-  auto* dlq_replay = dlq->add_subcommand("replay", "put dead-lettered tasks back into the queue (fresh attempts)");
+  auto* dlq_replay =
+      dlq->add_subcommand("replay", "put dead-lettered tasks back into the queue (fresh attempts)");
   add_filter(dlq_replay);
   dlq_replay->add_option("--priority", priority_name, "the level they go back to")
       ->check(CLI::IsMember({"high", "normal", "low"}))
@@ -380,7 +394,8 @@ int run(int argc, char** argv) {
   delayed_run->add_option("queue", queue, "the queue")->required();
   delayed_run->add_option("task_id", id, "the task's id")->required();
 
-  auto* cancel = app.add_subcommand("cancel", "cancel a queued or delayed task (a running one is never interrupted)");
+  auto* cancel =
+      app.add_subcommand("cancel", "cancel a queued or delayed task (a running one is never interrupted)");
   cancel->add_option("queue", queue, "the queue")->required();
   cancel->add_option("id", id, "entry id or task_id")->required();
   cancel->add_flag("--yes,-y", yes, "do not ask for confirmation");
@@ -393,14 +408,17 @@ int run(int argc, char** argv) {
   enqueue->add_option("queue", queue, "the queue")->required();
   enqueue->add_option("type", type, "task type (not with --stdin)");
   enqueue->add_option("payload", payload, "JSON payload (default {})");
-  enqueue->add_flag("--stdin", from_stdin,
-                    "read JSON lines {\"type\":…, \"payload\":…, \"task_id\"?, \"delay_ms\"?, \"priority\"?}");
+  enqueue->add_flag(
+      "--stdin", from_stdin,
+      "read JSON lines {\"type\":…, \"payload\":…, \"task_id\"?, \"delay_ms\"?, \"priority\"?}");
   enqueue->add_option("--task-id", eo.task_id, "task id (default: a new UUID)");
-  enqueue->add_option("--delay-ms", delay_ms, "run no sooner than this many ms from now")->check(CLI::NonNegativeNumber);
+  enqueue->add_option("--delay-ms", delay_ms, "run no sooner than this many ms from now")
+      ->check(CLI::NonNegativeNumber);
   enqueue->add_option("--priority", priority_name, "high, normal or low")
       ->check(CLI::IsMember({"high", "normal", "low"}));
 
-  auto* pause = app.add_subcommand("pause", "workers stop taking new tasks of the queue (running ones finish)");
+  auto* pause =
+      app.add_subcommand("pause", "workers stop taking new tasks of the queue (running ones finish)");
   pause->add_option("queue", queue, "the queue")->required();
   auto* resume = app.add_subcommand("resume", "workers take the queue's tasks again");
   resume->add_option("queue", queue, "the queue")->required();
@@ -410,7 +428,8 @@ int run(int argc, char** argv) {
 
   std::string doctor_queue = "task_queue";
   auto* doctor = app.add_subcommand("doctor", "check that the server runs streamq without losing tasks");
-  doctor->add_option("--queue", doctor_queue, "the queue whose ACL permissions to check")->capture_default_str();
+  doctor->add_option("--queue", doctor_queue, "the queue whose ACL permissions to check")
+      ->capture_default_str();
 
   ServeOptions serve;
   auto* exporter = app.add_subcommand("exporter", "serve Prometheus metrics of every queue on /metrics");
@@ -428,23 +447,24 @@ int run(int argc, char** argv) {
     if (*queues) return cmd_queues(g);
     if (*stats) return cmd_stats(g, stats_names, watch);
     if (*tasks) {
-      TaskQuery q{.state = *parse_task_state(state_name), .level = std::nullopt, .cursor = cursor, .count = count};
+      TaskQuery q{
+          .state = *parse_task_state(state_name), .level = std::nullopt, .cursor = cursor, .count = count};
       if (!level_name.empty()) q.level = parse_priority(level_name);
       return cmd_tasks(g, queue, q, all_pages);
     }
     if (*task) return cmd_task(g, queue, id);
     if (*dlq_list) {
       Inspector in(g.inspector());
-      const TaskPage page =
-          in.tasks(queue, {.state = TaskState::dead, .level = std::nullopt, .cursor = cursor, .count = count});
+      const TaskPage page = in.tasks(
+          queue, {.state = TaskState::dead, .level = std::nullopt, .cursor = cursor, .count = count});
       print_tasks(g, page.tasks, page.next_cursor);
       return ok;
     }
     if (*dlq_replay || *dlq_delete) {
       const bool replay = dlq_replay->parsed();
       Inspector in(g.inspector());
-      const std::int64_t total = filter.ids.empty() ? in.stats(queue).dlq_length
-                                                    : static_cast<std::int64_t>(filter.ids.size());
+      const std::int64_t total =
+          filter.ids.empty() ? in.stats(queue).dlq_length : static_cast<std::int64_t>(filter.ids.size());
       const std::string what = std::string(replay ? "Replay" : "Delete") + " the dead letters of " + queue +
                                (filter.task_type.empty() ? "" : " of type " + filter.task_type) +
                                (filter.reason.empty() ? "" : " with reason " + filter.reason) + " (" +
@@ -453,7 +473,9 @@ int run(int argc, char** argv) {
       ProgressLine line(replay ? "replayed" : "deleted");
       ActionResult r;
       if (replay) {
-        r = in.replay(queue, {.filter = filter, .priority = *parse_priority(priority_name), .progress = progress_to(line)});
+        r = in.replay(
+            queue,
+            {.filter = filter, .priority = *parse_priority(priority_name), .progress = progress_to(line)});
       } else {
         r = in.delete_dead(queue, filter, progress_to(line));
       }
@@ -462,7 +484,8 @@ int run(int argc, char** argv) {
     }
     if (*dlq_purge) {
       Inspector in(g.inspector());
-      if (!yes && !confirm("Delete all " + std::to_string(in.stats(queue).dlq_length) + " dead letters of " + queue + "?"))
+      if (!yes && !confirm("Delete all " + std::to_string(in.stats(queue).dlq_length) + " dead letters of " +
+                           queue + "?"))
         return aborted;
       const std::int64_t n = in.purge_dead(queue);
       std::cout << (g.json() ? nlohmann::json{{"purged", n}}.dump() : "purged " + std::to_string(n)) << "\n";
@@ -470,8 +493,8 @@ int run(int argc, char** argv) {
     }
     if (*delayed_list) {
       Inspector in(g.inspector());
-      const TaskPage page =
-          in.tasks(queue, {.state = TaskState::delayed, .level = std::nullopt, .cursor = cursor, .count = count});
+      const TaskPage page = in.tasks(
+          queue, {.state = TaskState::delayed, .level = std::nullopt, .cursor = cursor, .count = count});
       print_tasks(g, page.tasks, page.next_cursor);
       return ok;
     }
@@ -495,7 +518,9 @@ int run(int argc, char** argv) {
                     << " is held by a consumer (running, or its worker died and it will be reclaimed); "
                        "running tasks are not interrupted, nothing was changed\n";
           return failed;
-        case CancelOutcome::missing: std::cerr << "streamq: no queued or delayed task " << id << "\n"; return not_found;
+        case CancelOutcome::missing:
+          std::cerr << "streamq: no queued or delayed task " << id << "\n";
+          return not_found;
       }
     }
     if (*enqueue) {

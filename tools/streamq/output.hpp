@@ -15,11 +15,11 @@ namespace streamq::cli {
 /// Exit statuses (README, "The streamq command").
 enum Exit : int {
   ok = 0,
-  failed = 1,      ///< the server refused, or could not be reached
-  usage = 2,       ///< bad arguments
-  not_found = 3,   ///< no such task
-  unsafe = 4,      ///< doctor: something would lose tasks
-  aborted = 5,     ///< not confirmed, or interrupted (what was done is reported)
+  failed = 1,     ///< the server refused, or could not be reached
+  usage = 2,      ///< bad arguments
+  not_found = 3,  ///< no such task
+  unsafe = 4,     ///< doctor: something would lose tasks
+  aborted = 5,    ///< not confirmed, or interrupted (what was done is reported)
 };
 
 /// Set by SIGINT/SIGTERM once install_interrupt_handler() ran; bulk actions stop between batches.
