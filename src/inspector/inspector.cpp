@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -72,6 +73,34 @@ std::string_view field_of(const Fields& f, std::string_view name) {
 bool matches(const Fields& f, const DeadLetterFilter& filter) {
   return (filter.task_type.empty() || field_of(f, "task_type") == filter.task_type) &&
          (filter.reason.empty() || field_of(f, "reason") == filter.reason);
+}
+
+std::string to_hex(std::string_view bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (const char c : bytes) {
+    const auto b = static_cast<unsigned char>(c);
+    out += digits[b >> 4];
+    out += digits[b & 15];
+  }
+  return out;
+}
+
+std::optional<std::string> from_hex(std::string_view hex) {
+  if (hex.size() % 2 != 0) return std::nullopt;
+  const auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return out;
 }
 
 void check_queue(const std::string& queue) {
@@ -267,13 +296,11 @@ TaskPage Inspector::Impl::stream_page(const detail::QueueKeys& keys, const TaskQ
 }
 
 std::vector<Inspector::Impl::Delayed> Inspector::Impl::delayed_page(const detail::QueueKeys& keys,
-                                                                    std::string_view min_score,
-                                                                    std::size_t skip, std::size_t count) {
+                                                                    std::string_view score,
+                                                                    std::string_view after,
+                                                                    std::size_t count) {
   Argv argv = scripts.begin(detail::ScriptId::inspect_delayed, 1);
-  argv.add(keys.delayed)
-      .add(min_score)
-      .add(static_cast<std::int64_t>(skip))
-      .add(static_cast<std::int64_t>(count));
+  argv.add(keys.delayed).add(score).add(after).add(static_cast<std::int64_t>(count));
   connected();
   const Reply r = scripts.call(detail::ScriptId::inspect_delayed, argv);
   const ReplyView v = r.view().check();
@@ -303,29 +330,25 @@ std::vector<Inspector::Impl::Delayed> Inspector::Impl::delayed_page(const detail
 }
 
 TaskPage Inspector::Impl::delayed_tasks(const detail::QueueKeys& keys, const TaskQuery& q) {
-  // Cursor "d:<score>:<members at that score already returned>".
-  std::string score = "-inf";
-  std::size_t skip = 0;
+  // Cursor "d:<score>:<the last member, hex>": the next page starts right after that member.
+  std::string score = "-inf", after;
   if (!q.cursor.empty()) {
-    const auto colon = q.cursor.rfind(':');
-    if (!q.cursor.starts_with("d:") || colon <= 2) throw ConfigError(bad_cursor(q.cursor, q.state));
-    score = q.cursor.substr(2, colon - 2);
-    const std::string_view n = std::string_view(q.cursor).substr(colon + 1);
-    const auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), skip);
-    if (ec != std::errc{} || p != n.data() + n.size() || !std::all_of(score.begin(), score.end(), [](char c) {
-          return (c >= '0' && c <= '9') || c == '.' || c == '-';
-        })) {
+    const auto colon = q.cursor.find(':', 2);
+    if (!q.cursor.starts_with("d:") || colon == std::string::npos || colon == 2 ||
+        colon + 1 == q.cursor.size()) {
       throw ConfigError(bad_cursor(q.cursor, q.state));
     }
+    score = q.cursor.substr(2, colon - 2);
+    char* end = nullptr;
+    std::strtod(score.c_str(), &end);  // Redis 7.2 writes large scores as 1.7e+12
+    if (end != score.c_str() + score.size()) throw ConfigError(bad_cursor(q.cursor, q.state));
+    const auto bytes = from_hex(std::string_view(q.cursor).substr(colon + 1));
+    if (!bytes) throw ConfigError(bad_cursor(q.cursor, q.state));
+    after = *bytes;
   }
-  std::vector<Delayed> got = delayed_page(keys, score, skip, q.count);
+  std::vector<Delayed> got = delayed_page(keys, score, after, q.count);
   TaskPage page;
-  if (got.size() == q.count) {
-    const std::string& last = got.back().score;
-    std::size_t same = 0;
-    for (const Delayed& d : got) same += d.score == last ? 1 : 0;
-    page.next_cursor = "d:" + last + ":" + std::to_string(last == score ? skip + same : same);
-  }
+  if (got.size() == q.count) page.next_cursor = "d:" + got.back().score + ":" + to_hex(got.back().member);
   for (Delayed& d : got) page.tasks.push_back(std::move(d.info));
   return page;
 }
@@ -347,19 +370,15 @@ TaskPage Inspector::Impl::dead_tasks(const detail::QueueKeys& keys, const TaskQu
 
 std::optional<Inspector::Impl::Delayed> Inspector::Impl::find_delayed(const detail::QueueKeys& keys,
                                                                       std::string_view task_id) {
-  std::string score = "-inf";
-  std::size_t skip = 0;
+  std::string score = "-inf", after;
   for (;;) {
-    std::vector<Delayed> got = delayed_page(keys, score, skip, kScanPage);
+    std::vector<Delayed> got = delayed_page(keys, score, after, kScanPage);
     for (Delayed& d : got) {
       if (!d.info.id.empty() && d.info.id == task_id) return std::move(d);
     }
     if (got.size() < kScanPage) return std::nullopt;
-    const std::string last = got.back().score;
-    std::size_t same = 0;
-    for (const Delayed& d : got) same += d.score == last ? 1 : 0;
-    skip = last == score ? skip + same : same;
-    score = last;
+    score = got.back().score;
+    after = got.back().member;
   }
 }
 
@@ -656,6 +675,7 @@ std::optional<std::string> Inspector::run_now(const std::string& queue, const st
   if (!found) return std::nullopt;
   Argv argv = impl_->scripts.begin(detail::ScriptId::run_delayed, 4);
   argv.add(keys.delayed).add(keys.stream).add(keys.high).add(keys.low).add(found->member);
+  impl_->connected();
   const Reply r = impl_->scripts.call(detail::ScriptId::run_delayed, argv);
   const ReplyView v = r.view().check();
   if (v.is_nil()) return std::nullopt;  // a forwarder moved it meanwhile
@@ -683,14 +703,23 @@ CancelOutcome Inspector::cancel(const std::string& queue, const std::string& id)
     }
     return CancelOutcome::missing;
   }
-  if (auto d = impl_->find_delayed(keys, id)) {
-    const Reply r = impl_->run(Argv{"ZREM", keys.delayed, d->member});
-    if (r.view().check().integer() == 1) return CancelOutcome::cancelled;
+  // A task can move between the delayed set and a stream while it is looked for (a retry with
+  // backoff, a due task forwarded): look again, a few times, rather than answer missing.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (auto d = impl_->find_delayed(keys, id)) {
+      Argv argv = impl_->scripts.begin(detail::ScriptId::cancel_delayed, 1);
+      argv.add(keys.delayed).add(d->member).add(keys.stream);
+      impl_->connected();
+      const Reply r = impl_->scripts.call(detail::ScriptId::cancel_delayed, argv);
+      if (r.view().check().integer() == 1) return CancelOutcome::cancelled;
+    }
+    const auto found = impl_->find(keys, id);
+    if (!found || found->state == TaskState::dead) return CancelOutcome::missing;
+    if (found->state == TaskState::delayed) continue;
+    const CancelOutcome c = cancel_entry(found->key, found->id);
+    if (c != CancelOutcome::missing) return c;
   }
-  const auto found = impl_->find(keys, id);
-  if (!found || found->state == TaskState::dead || found->state == TaskState::delayed)
-    return CancelOutcome::missing;
-  return cancel_entry(found->key, found->id);
+  return CancelOutcome::missing;
 }
 
 void Inspector::pause(const std::string& queue) {

@@ -40,8 +40,9 @@ struct Inspector::Impl {
     std::string score;
     TaskInfo info;
   };
-  std::vector<Delayed> delayed_page(const detail::QueueKeys& keys, std::string_view min_score,
-                                    std::size_t skip, std::size_t count);
+  /// The `count` members after `after` (due time `score`); the first ones when `after` is empty.
+  std::vector<Delayed> delayed_page(const detail::QueueKeys& keys, std::string_view score,
+                                    std::string_view after, std::size_t count);
   std::optional<Delayed> find_delayed(const detail::QueueKeys& keys, std::string_view task_id);
   std::optional<TaskInfo> find(const detail::QueueKeys& keys, const std::string& id);
 

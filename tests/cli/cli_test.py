@@ -127,6 +127,9 @@ class CliTest(unittest.TestCase):
         self.assertEqual(bad.returncode, 2)
         self.assertIn("line 2", bad.stderr)
         self.assertEqual(self.r.xlen(self.q), 1, "the line before the bad one was enqueued")
+        typo = self.cli("enqueue", self.q, "--stdin", stdin='{"type":"t"}\n{"type":"t","task_id":1}\n', check=False)
+        self.assertEqual(typo.returncode, 2, typo.stderr)
+        self.assertEqual(self.r.xlen(self.q), 2)
         self.assertEqual(self.cli("--url", "redis://127.0.0.1:1", "queues", check=False).returncode, 1)
         self.assertEqual(self.cli("--help").returncode, 0)
         for sub in ("queues", "stats", "tasks", "task", "dlq", "delayed", "enqueue", "pause", "resume",

@@ -145,10 +145,14 @@ int cmd_tasks(const Global& g, const std::string& queue, TaskQuery q, bool all) 
     print_tasks(g, page.tasks, page.next_cursor);
     return ok;
   }
-  // Every page, printed as it comes: memory stays at one page.
+  // Every page, printed as it comes: memory stays at one page. JSON: one task per line.
   for (;;) {
     const TaskPage page = in.tasks(queue, q);
-    print_tasks(g, page.tasks, "");
+    if (g.json()) {
+      for (const TaskInfo& t : page.tasks) std::cout << t.to_json() << "\n";
+    } else {
+      print_tasks(g, page.tasks, "");
+    }
     if (page.next_cursor.empty() || interrupted.load()) return interrupted.load() ? aborted : ok;
     q.cursor = page.next_cursor;
   }
@@ -230,11 +234,22 @@ int cmd_enqueue(const Global& g, const std::string& queue, const std::string& ty
   while (!interrupted.load() && std::getline(std::cin, text)) {
     ++line_no;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
+    TaskSpec spec;
     try {
-      j = nlohmann::json::parse(text);
+      const nlohmann::json j = nlohmann::json::parse(text);
       if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
         throw std::invalid_argument("an object with a string \"type\" is needed");
+      }
+      spec.task_type = j["type"].get<std::string>();
+      spec.payload = j.contains("payload") ? j["payload"].dump() : std::string("{}");
+      spec.options = eo;
+      if (j.contains("task_id")) spec.options.task_id = j["task_id"].get<std::string>();
+      if (j.contains("delay_ms"))
+        spec.options.delay = std::chrono::milliseconds(j["delay_ms"].get<std::int64_t>());
+      if (j.contains("priority")) {
+        const auto p = parse_priority(j["priority"].get<std::string>());
+        if (!p) throw std::invalid_argument("priority must be high, normal or low");
+        spec.options.priority = *p;
       }
     } catch (const std::exception& e) {
       flush();
@@ -242,24 +257,6 @@ int cmd_enqueue(const Global& g, const std::string& queue, const std::string& ty
       std::cerr << "streamq: stdin line " << line_no << ": " << e.what() << "; " << done
                 << " tasks were enqueued before it, none after\n";
       return usage;
-    }
-    TaskSpec spec;
-    spec.task_type = j["type"].get<std::string>();
-    spec.payload = j.contains("payload") ? j["payload"].dump() : std::string("{}");
-    spec.options = eo;
-    if (j.contains("task_id")) spec.options.task_id = j["task_id"].get<std::string>();
-    if (j.contains("delay_ms"))
-      spec.options.delay = std::chrono::milliseconds(j["delay_ms"].get<std::int64_t>());
-    if (j.contains("priority")) {
-      const auto p = parse_priority(j["priority"].get<std::string>());
-      if (!p) {
-        flush();
-        line.finish();
-        std::cerr << "streamq: stdin line " << line_no << ": priority must be high, normal or low; " << done
-                  << " tasks were enqueued before it\n";
-        return usage;
-      }
-      spec.options.priority = *p;
     }
     batch.push_back(std::move(spec));
     if (batch.size() == 500) flush();
@@ -433,8 +430,8 @@ int run(int argc, char** argv) {
 
   ServeOptions serve;
   auto* exporter = app.add_subcommand("exporter", "serve Prometheus metrics of every queue on /metrics");
-  exporter->add_option("--listen", serve.listen, "host:port")->capture_default_str();
   serve.listen = "127.0.0.1:9808";
+  exporter->add_option("--listen", serve.listen, "host:port")->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -549,6 +546,9 @@ int run(int argc, char** argv) {
     std::cerr << "streamq: " << e.what() << "\n";
     return usage;
   } catch (const Error& e) {
+    std::cerr << "streamq: " << e.what() << "\n";
+    return failed;
+  } catch (const std::exception& e) {
     std::cerr << "streamq: " << e.what() << "\n";
     return failed;
   }
