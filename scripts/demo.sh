@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # The streamq demo: builds the examples, starts a private redis-server on a free loopback
 # port, enqueues tasks of the seed's three types plus one that always fails, runs a worker
-# until the queue is drained, and shows the statistics and the dead-letter stream.
+# until the queue is drained, and shows the statistics and the dead-letter stream; then, from
+# the installed prefix, `streamq doctor` on that server and `streamq dlq replay` of its dead letter.
 # Exits non-zero if any step fails or the queue does not end as expected.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -105,6 +106,28 @@ if [[ $done != 132 || $retried != 2 || $length != 0 || $pending != 0 || $delayed
        ">= 999 ms, <= 8" >&2
   exit 1
 fi
+step "Operate from the installed prefix (build-demo/prefix/bin/streamq)"
+cmake --install build-demo --prefix build-demo/prefix >/dev/null
+sq() { build-demo/prefix/bin/streamq --url "$url" "$@"; }
+# This demo's server runs without AOF on purpose: doctor must say so and exit 4.
+doctor_status=0
+sq doctor --queue "$stream" | tee "$redis_dir/doctor.out" || doctor_status=$?
+sq queues
+sq dlq list "$stream"
+sq dlq replay "$stream" --yes
+"$bin/streamq-worker" --url "$url" --stream "$stream" --consumer demo-worker-2 \
+  --concurrency 4 --exit-when-idle 1500 --retry-base-ms 200 | tee "$redis_dir/worker2.out"
+replayed=$(sq dlq list "$stream" --format json | python3 -c \
+  'import json, sys; t = json.load(sys.stdin)["tasks"]; print(t[0]["fields"].get("replay_count", "") if len(t) == 1 else "")')
+if ((doctor_status != 4)) || ! grep -q 'appendonly is off' "$redis_dir/doctor.out" ||
+   ! grep -q '^failed always_fail' "$redis_dir/worker2.out" || [[ $replayed != 1 ]]; then
+  echo "demo: FAILED: doctor exit $doctor_status (expected 4, explaining appendonly), or the replayed" \
+       "always_fail did not run again and come back with replay_count 1 (got '${replayed}')" >&2
+  exit 1
+fi
+
 echo "demo OK: 132 tasks done; the high-priority task, enqueued behind 132 others, ran as number" \
      "${vip_rank}; the reminder ran ${remind_ms} ms after its enqueue (delay 1000 ms); always_fail" \
-     "was dead-lettered after 2 retries with backoff; nothing left pending or delayed"
+     "was dead-lettered after 2 retries with backoff; nothing left pending or delayed; streamq doctor" \
+     "flagged the missing AOF, and streamq dlq replay put always_fail back, where a worker ran it again" \
+     "and it came back dead-lettered with replay_count 1"
