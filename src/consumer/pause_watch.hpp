@@ -15,14 +15,15 @@ namespace streamq::detail {
 
 class PauseWatch final : public Duty {
  public:
-  explicit PauseWatch(Shared& shared) : s_(shared) {}
+  /// The consumer's set-up read the flag once (check_paused): the first tick is an interval later.
+  explicit PauseWatch(Shared& shared) : s_(shared), next_(Clock::now() + shared.opt.pause_check_interval) {}
   std::string_view name() const noexcept override { return "pause watch"; }
   Clock::time_point next() const override { return next_; }
   void tick(ScriptRunner& scripts, Clock::time_point now) override;
 
  private:
   Shared& s_;
-  Clock::time_point next_{};  // due at once
+  Clock::time_point next_;
 };
 
 /// Reads the pause flag once (EXISTS) and records it in `s.pause`.

@@ -41,33 +41,31 @@ struct Registration {
   HandlerOptions options{};
 };
 
-/// Whether the queue is paused, as last read by the pause watch; the fetcher waits on it.
+/// Whether the queue is paused, as last read by the pause watch. paused() is a lock-free read
+/// (the fetcher asks before every read); the fetcher waits on the flag while it is set.
 class PauseFlag {
  public:
   /// Records the flag; true when it changed.
   bool set(bool paused) {
     {
       std::lock_guard lock(mutex_);
-      if (paused_ == paused) return false;
-      paused_ = paused;
+      if (paused_.load(std::memory_order_relaxed) == paused) return false;
+      paused_.store(paused, std::memory_order_relaxed);
     }
     cv_.notify_all();
     return true;
   }
-  bool paused() const {
-    std::lock_guard lock(mutex_);
-    return paused_;
-  }
+  bool paused() const noexcept { return paused_.load(std::memory_order_relaxed); }
   /// Blocks while paused; false when `stop` was requested.
   bool wait_resumed(const std::stop_token& stop) {
     std::unique_lock lock(mutex_);
-    return cv_.wait(lock, stop, [&] { return !paused_; });
+    return cv_.wait(lock, stop, [&] { return !paused_.load(std::memory_order_relaxed); });
   }
 
  private:
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::condition_variable_any cv_;
-  bool paused_ = false;
+  std::atomic<bool> paused_{false};
 };
 
 struct Shared {

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The Inspector: reads (queues, tasks by state, one task) and the operators' actions (replay,
-// delete, purge, run now, cancel, pause). Each action is one script or one command per batch;
-// every list pages. doctor() is in doctor.cpp.
+// The Inspector's reads: queues, tasks by state (every list pages), one task. The actions are
+// in actions.cpp, doctor() in doctor.cpp.
 #include "streamq/inspector.hpp"
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 
 #include "codec.hpp"
 #include "inspector_impl.hpp"
+#include "inspector_util.hpp"
 #include "keys.hpp"
 #include "stats_read.hpp"
 #include "streamq/errors.hpp"
@@ -21,21 +21,21 @@
 namespace streamq {
 
 using detail::Argv;
+using detail::check_queue;
+using detail::field_of;
+using detail::fields_of;
+using detail::is_entry_id;
+using detail::kLevels;
+using detail::level_stream;
 using detail::Reply;
 using detail::ReplyView;
 
 namespace {
 
-constexpr std::size_t kBatch = 500;        // ids per replay script call, XDEL, ...
 constexpr std::size_t kScanPage = 1000;    // entries per XRANGE page of a task_id search
-constexpr std::size_t kMostIds = 10000;    // DeadLetterFilter::ids
 constexpr std::size_t kMostCount = 10000;  // TaskQuery::count
-constexpr Priority kLevels[] = {Priority::high, Priority::normal, Priority::low};
 
-const std::string& level_stream(const detail::QueueKeys& k, Priority p) {
-  return detail::priority_stream(k, p);
-}
-
+/// The letter of a level in a cursor.
 char level_letter(Priority p) { return p == Priority::high ? 'h' : p == Priority::low ? 'l' : 'n'; }
 
 std::optional<Priority> level_of_letter(char c) {
@@ -45,36 +45,7 @@ std::optional<Priority> level_of_letter(char c) {
   return std::nullopt;
 }
 
-/// `<ms>-<seq>`, both decimal.
-bool is_entry_id(std::string_view id) {
-  const auto dash = id.find('-');
-  if (dash == std::string_view::npos || dash == 0 || dash + 1 == id.size()) return false;
-  const auto digits = [](std::string_view s) {
-    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  return digits(id.substr(0, dash)) && digits(id.substr(dash + 1));
-}
-
-Fields fields_of(ReplyView flat) {
-  Fields f;
-  if (!flat.is_array()) return f;  // a deleted entry's body (XPENDING lists it, XRANGE has none)
-  f.reserve(flat.size() / 2);
-  for (std::size_t i = 0; i + 1 < flat.size(); i += 2) f.emplace_back(flat[i].str(), flat[i + 1].str());
-  return f;
-}
-
-std::string_view field_of(const Fields& f, std::string_view name) {
-  for (const auto& [k, v] : f) {
-    if (k == name) return v;
-  }
-  return {};
-}
-
-bool matches(const Fields& f, const DeadLetterFilter& filter) {
-  return (filter.task_type.empty() || field_of(f, "task_type") == filter.task_type) &&
-         (filter.reason.empty() || field_of(f, "reason") == filter.reason);
-}
-
+/// A delayed member's bytes in a cursor (they are binary).
 std::string to_hex(std::string_view bytes) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string out;
@@ -101,10 +72,6 @@ std::optional<std::string> from_hex(std::string_view hex) {
     out += static_cast<char>(hi * 16 + lo);
   }
   return out;
-}
-
-void check_queue(const std::string& queue) {
-  if (queue.empty()) throw ConfigError("queue must not be empty");
 }
 
 std::string bad_cursor(std::string_view cursor, TaskState state) {
@@ -383,6 +350,14 @@ std::optional<Inspector::Impl::Delayed> Inspector::Impl::find_delayed(const deta
 }
 
 std::optional<TaskInfo> Inspector::Impl::find(const detail::QueueKeys& keys, const std::string& id) {
+  if (auto t = find_in_streams(keys, id)) return t;
+  if (is_entry_id(id)) return std::nullopt;  // delayed tasks have no entry id
+  if (auto d = find_delayed(keys, id)) return std::move(d->info);
+  return std::nullopt;
+}
+
+std::optional<TaskInfo> Inspector::Impl::find_in_streams(const detail::QueueKeys& keys,
+                                                         const std::string& id) {
   const bool by_entry = is_entry_id(id);
   for (Priority p : kLevels) {
     const std::string& stream = level_stream(keys, p);
@@ -426,61 +401,7 @@ std::optional<TaskInfo> Inspector::Impl::find(const detail::QueueKeys& keys, con
     if (got.size() < kScanPage) break;
     start = "(" + got.back().id;
   }
-  if (auto d = find_delayed(keys, id)) return std::move(d->info);
   return std::nullopt;
-}
-
-template <typename Act>
-ActionResult Inspector::Impl::each_dead(const detail::QueueKeys& keys, const DeadLetterFilter& filter,
-                                        const ProgressCallback& progress, Act act) {
-  if (filter.ids.size() > kMostIds) {
-    throw ConfigError("at most " + std::to_string(kMostIds) + " dead-letter ids per call (got " +
-                      std::to_string(filter.ids.size()) + ")");
-  }
-  for (const std::string& id : filter.ids) {
-    if (!is_entry_id(id)) throw ConfigError("\"" + id + "\" is not a dead-letter entry id (<ms>-<seq>)");
-  }
-  ActionResult result;
-  Progress at;
-  const auto report = [&](std::size_t scanned) {
-    at.scanned += static_cast<std::int64_t>(scanned);
-    at.done = result.done;
-    if (progress && !progress(at)) {
-      result.finished = false;
-      return false;
-    }
-    return true;
-  };
-  if (!filter.ids.empty()) {
-    at.total = static_cast<std::int64_t>(filter.ids.size());
-    for (std::size_t i = 0; i < filter.ids.size(); i += kBatch) {
-      const std::size_t n = std::min(kBatch, filter.ids.size() - i);
-      std::vector<std::string> ids(filter.ids.begin() + static_cast<std::ptrdiff_t>(i),
-                                   filter.ids.begin() + static_cast<std::ptrdiff_t>(i + n));
-      act(ids, result);
-      if (!report(n)) return result;
-    }
-    return result;
-  }
-  // The whole stream, up to its newest entry now: what fails again meanwhile is not met twice.
-  const Reply newest = run(Argv{"XREVRANGE", keys.dlq, "+", "-", "COUNT", "1"});
-  const ReplyView nv = newest.view().check();
-  if (nv.size() == 0) return result;
-  const std::string end(nv[0][0].str());
-  at.total = run(Argv{"XLEN", keys.dlq}).view().check().integer();
-  std::string start = "-";
-  for (;;) {
-    const Reply r = run(Argv{"XRANGE", keys.dlq, start, end, "COUNT", std::to_string(kBatch)});
-    const ReplyView page = r.view().check();
-    std::vector<std::string> ids;
-    for (std::size_t i = 0; i < page.size(); ++i) {
-      if (matches(fields_of(page[i][1]), filter)) ids.emplace_back(page[i][0].str());
-    }
-    if (!ids.empty()) act(ids, result);
-    if (!report(page.size())) return result;
-    if (page.size() < kBatch) return result;
-    start = "(" + std::string(page[page.size() - 1][0].str());
-  }
 }
 
 // ---- Inspector
@@ -592,150 +513,6 @@ std::optional<TaskInfo> Inspector::task(const std::string& queue, const std::str
   check_queue(queue);
   if (id.empty()) throw ConfigError("id must not be empty");
   return impl_->find(detail::queue_keys(queue), id);
-}
-
-ActionResult Inspector::replay(const std::string& queue, const ReplayOptions& options) {
-  check_queue(queue);
-  const detail::QueueKeys keys = detail::queue_keys(queue);
-  const std::string& dest = detail::priority_stream(keys, options.priority);
-  const std::string replayed_at = detail::format_timestamp(std::chrono::system_clock::now());
-  return impl_->each_dead(keys, options.filter, options.progress,
-                          [&](const std::vector<std::string>& ids, ActionResult& result) {
-                            Argv argv = impl_->scripts.begin(detail::ScriptId::replay, 2);
-                            argv.add(keys.dlq).add(dest).add(replayed_at);
-                            argv.add(options.filter.task_type).add(options.filter.reason);
-                            for (const std::string& id : ids) argv.add(id);
-                            impl_->connected();
-                            const Reply r = impl_->scripts.call(detail::ScriptId::replay, argv);
-                            const ReplyView v = r.view().check();
-                            for (std::size_t i = 0; i < v.size(); ++i) {
-                              if (v[i].is_string()) {
-                                ++result.done;
-                              } else {
-                                ++result.skipped;
-                              }
-                            }
-                          });
-}
-
-ActionResult Inspector::delete_dead(const std::string& queue, const DeadLetterFilter& filter,
-                                    const ProgressCallback& progress) {
-  check_queue(queue);
-  const detail::QueueKeys keys = detail::queue_keys(queue);
-  const bool by_fields = !filter.task_type.empty() || !filter.reason.empty();
-  return impl_->each_dead(keys, filter, progress,
-                          [&](const std::vector<std::string>& ids, ActionResult& result) {
-                            std::vector<std::string> chosen;
-                            if (by_fields && !filter.ids.empty()) {
-                              // Ids named and a filter: delete those that match (dead letters never change,
-                              // so the read and the XDEL cannot disagree about a match).
-                              std::vector<Argv> reads;
-                              for (const std::string& id : ids)
-                                reads.push_back(Argv{"XRANGE", keys.dlq, id, id});
-                              const auto replies = impl_->connected().pipeline(reads);
-                              for (std::size_t i = 0; i < ids.size(); ++i) {
-                                const ReplyView v = replies[i].view().check();
-                                if (v.size() > 0 && matches(fields_of(v[0][1]), filter)) {
-                                  chosen.push_back(ids[i]);
-                                } else {
-                                  ++result.skipped;
-                                }
-                              }
-                            } else {
-                              chosen = ids;
-                            }
-                            if (chosen.empty()) return;
-                            Argv argv{"XDEL", keys.dlq};
-                            for (const std::string& id : chosen) argv.add(id);
-                            const std::int64_t n = impl_->run(argv).view().check().integer();
-                            result.done += n;
-                            result.skipped += static_cast<std::int64_t>(chosen.size()) - n;
-                          });
-}
-
-std::int64_t Inspector::purge_dead(const std::string& queue) {
-  check_queue(queue);
-  const detail::QueueKeys keys = detail::queue_keys(queue);
-  std::vector<Argv> argvs;
-  argvs.push_back(Argv{"MULTI"});
-  argvs.push_back(Argv{"XLEN", keys.dlq});
-  argvs.push_back(Argv{"UNLINK", keys.dlq});
-  argvs.push_back(Argv{"EXEC"});
-  const auto r = impl_->connected().pipeline(argvs);
-  const ReplyView exec = r[3].view().check();
-  if (exec.is_nil() || exec.size() != 2) throw Error("purge: the transaction was not executed");
-  return exec[0].check().integer();
-}
-
-std::optional<std::string> Inspector::run_now(const std::string& queue, const std::string& task_id) {
-  check_queue(queue);
-  if (task_id.empty()) throw ConfigError("task_id must not be empty");
-  const detail::QueueKeys keys = detail::queue_keys(queue);
-  const auto found = impl_->find_delayed(keys, task_id);
-  if (!found) return std::nullopt;
-  Argv argv = impl_->scripts.begin(detail::ScriptId::run_delayed, 4);
-  argv.add(keys.delayed).add(keys.stream).add(keys.high).add(keys.low).add(found->member);
-  impl_->connected();
-  const Reply r = impl_->scripts.call(detail::ScriptId::run_delayed, argv);
-  const ReplyView v = r.view().check();
-  if (v.is_nil()) return std::nullopt;  // a forwarder moved it meanwhile
-  return std::string(v.str());
-}
-
-CancelOutcome Inspector::cancel(const std::string& queue, const std::string& id) {
-  check_queue(queue);
-  if (id.empty()) throw ConfigError("id must not be empty");
-  const detail::QueueKeys keys = detail::queue_keys(queue);
-  const auto cancel_entry = [&](const std::string& stream, const std::string& entry_id) {
-    Argv argv = impl_->scripts.begin(detail::ScriptId::cancel, 1);
-    argv.add(stream).add(impl_->options.group).add(entry_id).add(keys.stream);
-    impl_->connected();
-    const Reply r = impl_->scripts.call(detail::ScriptId::cancel, argv);
-    const std::string_view what = r.view().check()[0].str();
-    return what == "cancelled" ? CancelOutcome::cancelled
-           : what == "pending" ? CancelOutcome::running
-                               : CancelOutcome::missing;
-  };
-  if (is_entry_id(id)) {
-    for (Priority p : kLevels) {
-      const CancelOutcome c = cancel_entry(level_stream(keys, p), id);
-      if (c != CancelOutcome::missing) return c;
-    }
-    return CancelOutcome::missing;
-  }
-  // A task can move between the delayed set and a stream while it is looked for (a retry with
-  // backoff, a due task forwarded): look again, a few times, rather than answer missing.
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    if (auto d = impl_->find_delayed(keys, id)) {
-      Argv argv = impl_->scripts.begin(detail::ScriptId::cancel_delayed, 1);
-      argv.add(keys.delayed).add(d->member).add(keys.stream);
-      impl_->connected();
-      const Reply r = impl_->scripts.call(detail::ScriptId::cancel_delayed, argv);
-      if (r.view().check().integer() == 1) return CancelOutcome::cancelled;
-    }
-    const auto found = impl_->find(keys, id);
-    if (!found || found->state == TaskState::dead) return CancelOutcome::missing;
-    if (found->state == TaskState::delayed) continue;
-    const CancelOutcome c = cancel_entry(found->key, found->id);
-    if (c != CancelOutcome::missing) return c;
-  }
-  return CancelOutcome::missing;
-}
-
-void Inspector::pause(const std::string& queue) {
-  check_queue(queue);
-  const std::string at = detail::format_timestamp(std::chrono::system_clock::now());
-  impl_->run(Argv{"SET", detail::queue_keys(queue).paused, at}).view().check();
-}
-
-void Inspector::resume(const std::string& queue) {
-  check_queue(queue);
-  impl_->run(Argv{"DEL", detail::queue_keys(queue).paused}).view().check();
-}
-
-bool Inspector::paused(const std::string& queue) {
-  check_queue(queue);
-  return impl_->run(Argv{"EXISTS", detail::queue_keys(queue).paused}).view().check().integer() == 1;
 }
 
 std::int64_t Inspector::server_time_ms() { return impl_->server_ms(); }

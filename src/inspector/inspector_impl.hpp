@@ -44,7 +44,10 @@ struct Inspector::Impl {
   std::vector<Delayed> delayed_page(const detail::QueueKeys& keys, std::string_view score,
                                     std::string_view after, std::size_t count);
   std::optional<Delayed> find_delayed(const detail::QueueKeys& keys, std::string_view task_id);
+  /// A task by entry id or task_id: in the level streams and the dead-letter stream
+  /// (find_in_streams), then by task_id in the delayed set.
   std::optional<TaskInfo> find(const detail::QueueKeys& keys, const std::string& id);
+  std::optional<TaskInfo> find_in_streams(const detail::QueueKeys& keys, const std::string& id);
 
   /// Calls act(ids, result) for each batch of the dead letters `filter` selects, reporting
   /// progress between batches.

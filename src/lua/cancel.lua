@@ -7,7 +7,8 @@
 -- it may be running; it is left alone (a running handler is never interrupted).
 -- One script: the pending check and the XDEL do not interleave with a consumer's read.
 -- A cancelled task is finished: its uniqueness lock (unique_key) is released while it still
--- holds this task's id, as a dead letter does (the lock shares the stream's hash tag).
+-- holds this task's id, as a dead letter does (lib/unique.lua).
+-- @include lib/unique.lua
 local found = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
 if #found == 0 then return {'missing'} end
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
@@ -15,12 +16,5 @@ if type(p) == 'table' and not p.err and #p > 0 then
   return {'pending', p[1][2], p[1][3], p[1][4]}
 end
 redis.call('XDEL', KEYS[1], ARGV[2])
-local f, unique, task_id = found[1][2], nil, nil
-for j = 1, #f, 2 do
-  if f[j] == 'unique_key' then unique = f[j + 1] elseif f[j] == 'task_id' then task_id = f[j + 1] end
-end
-if unique and task_id then
-  local lock = ARGV[3] .. ':unique:' .. unique
-  if redis.pcall('GET', lock) == task_id then redis.call('DEL', lock) end
-end
+release_unique(ARGV[3], found[1][2], 1)
 return {'cancelled'}

@@ -5,16 +5,8 @@
 -- now, or cancelled). A cancelled task is finished: its uniqueness lock (unique_key) is
 -- released while it still holds this task's id, as cancel and a dead letter do.
 -- @include lib/delayed.lua
+-- @include lib/unique.lua
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 local parts = delayed_parts(ARGV[1])
-if parts then
-  local unique, task_id = nil, nil
-  for j = 4, #parts - 1, 2 do
-    if parts[j] == 'unique_key' then unique = parts[j + 1] elseif parts[j] == 'task_id' then task_id = parts[j + 1] end
-  end
-  if unique and task_id then
-    local lock = ARGV[2] .. ':unique:' .. unique
-    if redis.pcall('GET', lock) == task_id then redis.call('DEL', lock) end
-  end
-end
+if parts then release_unique(ARGV[2], parts, 4) end
 return 1

@@ -17,6 +17,7 @@
 -- while the others poll rarely, so idle workers do not all hammer the server.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/unique.lua
 -- @include lib/fate.lua
 local now = now_ms()
 local most = tonumber(ARGV[1])

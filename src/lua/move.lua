@@ -11,6 +11,7 @@
 -- @include lib/owner.lua
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/unique.lua
 -- @include lib/fate.lua
 local owner = pending_owner(KEYS[1], ARGV[1], ARGV[3])
 if owner == nil then return 0 end

@@ -12,6 +12,7 @@
 -- @include lib/owner.lua
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/unique.lua
 -- @include lib/fate.lua
 local known = redis.call('HGET', KEYS[3], ARGV[3])
 if known then return known end

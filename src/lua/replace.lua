@@ -12,6 +12,7 @@
 -- or the task would end in two places, or in none.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/unique.lua
 -- @include lib/fate.lua
 redis.call('HDEL', KEYS[3], ARGV[2])
 if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end

@@ -15,6 +15,7 @@
 #include <streamq/streamq.hpp>
 
 #include "consumer_fixture.hpp"
+#include "log_capture.hpp"
 #include "running_consumer.hpp"
 
 namespace streamq::test {
@@ -419,19 +420,28 @@ TEST_F(InspectorTest, APausedQueueIsNotReadUntilResumed) {
   ConsumerOptions o = options();
   o.pause_check_interval = 50ms;
   std::atomic<int> done{0};
+  LogCapture log(LogLevel::info);
+  // The consumer noticed the pause (it logs each change) and its last read returned: no client
+  // is blocked in XREADGROUP any more, so nothing enqueued from now on can be delivered.
+  const auto idle_paused = [&](std::size_t pauses) {
+    const std::string info(client.cmd({"INFO", "clients"}).view().check().str());
+    return log.count(LogLevel::info, "is paused") == pauses &&
+           info.find("blocked_clients:0") != std::string::npos;
+  };
   inspector.pause(stream);
   EXPECT_TRUE(inspector.paused(stream));
   RunningConsumer worker(o, [&](Consumer& c) { c.on("t", [&](const Task&) { ++done; }); });
+  ASSERT_TRUE(wait_until([&] { return idle_paused(1); })) << "a consumer started on a paused queue";
   Producer p = producer();
   for (int i = 0; i < 20; ++i) p.enqueue("t", R"({})");
-  // Many pause checks and reads later, nothing was taken.
+  // Many pause checks later, nothing was taken.
   EXPECT_FALSE(wait_until([&] { return done.load() > 0 || pending() > 0; }, 1500ms));
   inspector.resume(stream);
   ASSERT_TRUE(wait_until([&] { return done.load() == 20; }));
   // Paused while running: it stops within a check or two, and what it holds finishes.
   inspector.pause(stream);
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 20; }));
-  std::this_thread::sleep_for(300ms);  // past a few pause checks; no event to await here
+  ASSERT_TRUE(wait_until([&] { return idle_paused(2); }));
   for (int i = 0; i < 10; ++i) p.enqueue("t", R"({})");
   EXPECT_FALSE(wait_until([&] { return done.load() > 20; }, 1000ms));
   EXPECT_EQ(xlen(stream), 10);

@@ -280,7 +280,14 @@ TEST_F(SchedulingTest, AWriteThatFailsStopsTheForwardPassAndNothingIsForwardedTw
     return static_cast<std::int64_t>(runs.size());
   };
   ASSERT_TRUE(wait_until([&] { return ran() == before; }));
-  std::this_thread::sleep_for(500ms);  // more failing passes
+  // Each failing pass answers WRONGTYPE (the dead-letter write to the string): wait for two more.
+  const auto wrongtype = [&] {
+    const std::string info(client.cmd({"INFO", "errorstats"}).view().check().str());
+    const auto at = info.find("errorstat_WRONGTYPE:count=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 26));
+  };
+  const std::int64_t failed_passes = wrongtype();
+  ASSERT_TRUE(wait_until([&] { return wrongtype() >= failed_passes + 2; })) << "more failing passes";
   EXPECT_EQ(rc.consumer().metrics().forwarded, static_cast<std::uint64_t>(before));
   EXPECT_EQ(ran(), before);
   EXPECT_EQ(zcard(), 21 - before);

@@ -6,27 +6,15 @@
 -- which it sets itself; of those, at most max_fields are kept, and the number left out is
 -- recorded in `fields_dropped` (unpack() cannot pass the ~8,000 values one XADD of more
 -- would take). Then come error, failed_at, original_id, consumer and reason.
--- A dead-lettered task is finished: when its fields have a unique_key (EnqueueOptions::
--- unique_for) and queue (the queue's stream name) is not '', its uniqueness lock
--- <queue>:unique:<unique_key> is deleted, but only while it still holds this task's task_id
--- (it may have expired and been taken by a newer task, whose lock it is now). The lock's name
--- is read from the entry, so it is not among the script's KEYS; it shares the stream's hash
--- tag (every key of a queue derives from the stream name), so it is in the script's slot.
--- GET through pcall: a key of another type under that name is left alone, and never makes the
--- dead letter itself fail.
+-- A dead-lettered task is finished: its uniqueness lock is released (release_unique() of
+-- lib/unique.lua, which a script includes before this file; queue '' leaves it alone).
 local function dead_letter(dlq, fields, first, max_fields, reason, err, failed_at, original_id, consumer, queue)
   local meta = {'error', err, 'failed_at', failed_at, 'original_id', original_id,
                 'consumer', consumer, 'reason', reason}
   local own = {}
   for i = 1, #meta, 2 do own[meta[i]] = true end
   local args, kept, dropped = {}, 0, 0
-  local unique, task_id = nil, nil
   for i = first, #fields - 1, 2 do
-    if fields[i] == 'unique_key' then
-      unique = fields[i + 1]
-    elseif fields[i] == 'task_id' then
-      task_id = fields[i + 1]
-    end
     if own[fields[i]] then
       -- replaced by this entry's own value below
     elseif kept >= max_fields then
@@ -43,10 +31,7 @@ local function dead_letter(dlq, fields, first, max_fields, reason, err, failed_a
   end
   for _, v in ipairs(meta) do args[#args + 1] = v end
   local id = redis.call('XADD', dlq, '*', unpack(args))
-  if unique and task_id and queue and queue ~= '' then
-    local lock = queue .. ':unique:' .. unique
-    if redis.pcall('GET', lock) == task_id then redis.call('DEL', lock) end
-  end
+  release_unique(queue, fields, first)
   return id
 end
 
