@@ -13,14 +13,14 @@
 namespace streamq {
 
 using detail::Argv;
-using detail::Reply;
-using detail::ReplyView;
 using detail::check_queue;
 using detail::fields_of;
 using detail::is_entry_id;
 using detail::kLevels;
 using detail::level_stream;
 using detail::matches;
+using detail::Reply;
+using detail::ReplyView;
 
 namespace {
 

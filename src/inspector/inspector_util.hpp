@@ -16,9 +16,7 @@ namespace streamq::detail {
 /// The levels, most important first (the order every listing walks them in).
 inline constexpr Priority kLevels[] = {Priority::high, Priority::normal, Priority::low};
 
-inline const std::string& level_stream(const QueueKeys& k, Priority p) {
-  return priority_stream(k, p);
-}
+inline const std::string& level_stream(const QueueKeys& k, Priority p) { return priority_stream(k, p); }
 
 /// `<ms>-<seq>`, both decimal.
 inline bool is_entry_id(std::string_view id) {
