@@ -9,10 +9,11 @@ set -euo pipefail
 # Usage: install-deps.sh [--test]   (--test adds what only the test command needs)
 packages=(cmake g++ make pkg-config libhiredis-dev nlohmann-json3-dev libgtest-dev
           redis-server redis-tools python3 python3-redis
-          libcli11-dev libcpp-httplib-dev)  # the streamq command (tools/)
+          libcli11-dev libcpp-httplib-dev libjs-chart.js)  # the streamq command (tools/)
 if [[ ${1:-} == --test ]]; then
   packages+=(clang-format)              # scripts/format.sh --check
   packages+=(python3-prometheus-client python3-yaml)  # tests/cli: Prometheus' text parser, ops/*.yml
+  packages+=(chromium chromium-driver python3-selenium)  # tests/cli/dashboard_test.py: a headless browser
 fi
 
 missing=()

@@ -127,6 +127,7 @@ std::string QueueStats::to_json() const {
       {"pending_total", pending_total},
       {"consumers_active", consumers_total},
       {"dlq_length", dlq_length},
+      {"dlq_entries_added", dlq_entries_added},
       {"delayed", delayed},
       {"next_delayed_due_ms", next_delayed_due_ms ? json(*next_delayed_due_ms) : json(nullptr)},
       {"next_delayed_due_in_ms", next_delayed_due_in_ms ? json(*next_delayed_due_in_ms) : json(nullptr)},
@@ -165,6 +166,11 @@ std::string to_prometheus(const std::vector<QueueStats>& queues) {
   e.family("streamq_dlq_length", "gauge", "Entries in the dead-letter stream.");
   each([&](const QueueStats& q, std::string_view s) {
     e.sample("streamq_dlq_length", {{"stream", s}}, q.dlq_length);
+  });
+  e.family("streamq_dlq_entries_added_total", "counter",
+           "Entries ever added to the dead-letter stream (tasks dead-lettered; 0 when unknown).");
+  each([&](const QueueStats& q, std::string_view s) {
+    e.sample("streamq_dlq_entries_added_total", {{"stream", s}}, q.dlq_entries_added);
   });
   e.family("streamq_delayed", "gauge", "Tasks waiting in the delayed set.");
   each([&](const QueueStats& q, std::string_view s) {
@@ -310,6 +316,7 @@ class StatsQuery {
     first.push_back(Argv{"XINFO", "GROUPS", keys.stream});
     first.push_back(Argv{"ZRANGE", keys.delayed, "0", "0", "WITHSCORES"});
     // The other levels: EXISTS, XINFO STREAM, XINFO GROUPS each (errors ignored when missing).
+    first.push_back(Argv{"XINFO", "STREAM", keys.dlq});  // index 7; "no such key" when none yet
     const std::string* others[] = {&keys.high, &keys.low};
     for (const std::string* level : others) {
       first.push_back(Argv{"EXISTS", *level});
@@ -327,8 +334,11 @@ class StatsQuery {
       st.next_delayed_due_ms = static_cast<std::int64_t>(std::stod(std::string(next[1].str())));
       st.next_delayed_due_in_ms = *st.next_delayed_due_ms - now_ms;
     }
-    LevelStats high = read_level(Priority::high, keys.high, r[7], r[8], r[9], now_ms);
-    LevelStats low = read_level(Priority::low, keys.low, r[10], r[11], r[12], now_ms);
+    if (const detail::ReplyView dlq = r[7].view(); !dlq.is_error()) {
+      if (auto added = dlq.field("entries-added"); !added.is_nil()) st.dlq_entries_added = added.as_int();
+    }
+    LevelStats high = read_level(Priority::high, keys.high, r[8], r[9], r[10], now_ms);
+    LevelStats low = read_level(Priority::low, keys.low, r[11], r[12], r[13], now_ms);
     LevelStats normal = read_level(Priority::normal, keys.stream, r[1], r[4], r[5], now_ms);
     st.total_length = high.length + normal.length + low.length;
     st.total_pending = high.pending + normal.pending + low.pending;

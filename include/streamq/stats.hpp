@@ -71,6 +71,9 @@ struct QueueStats {
   std::int64_t pending_total = 0;
   /// XLEN of `<stream>:dlq`.
   std::int64_t dlq_length = 0;
+  /// Entries ever added to `<stream>:dlq` (Redis >= 7.0; 0 when unknown or no dead letter yet):
+  /// tasks dead-lettered so far, which replay, delete and purge do not lower (purge restarts it).
+  std::int64_t dlq_entries_added = 0;
   /// ZCARD of `<stream>:delayed` (delayed tasks; 0 while no task is delayed).
   std::int64_t delayed = 0;
   /// When the next delayed task is due (ms since the Unix epoch, by the server's clock), and
@@ -119,10 +122,10 @@ class StatsReader {
   StatsReader(const StatsReader&) = delete;
   StatsReader& operator=(const StatsReader&) = delete;
 
-  /// Takes a snapshot. Issues (pipelined) TIME, EXISTS, XINFO STREAM, XINFO GROUPS, XLEN of
-  /// the dead-letter stream, ZCARD and the first member of the delayed set, EXISTS, XINFO STREAM
-  /// and XINFO GROUPS of the high and low priority streams, then XINFO CONSUMERS and an XPENDING
-  /// per group (of the normal stream). All read-only.
+  /// Takes a snapshot. Issues (pipelined) TIME, EXISTS, XINFO STREAM, XINFO GROUPS, XLEN and
+  /// XINFO STREAM of the dead-letter stream, ZCARD and the first member of the delayed set, EXISTS, XINFO
+  /// STREAM and XINFO GROUPS of the high and low priority streams, then XINFO CONSUMERS and an XPENDING per
+  /// group (of the normal stream). All read-only.
   /// @throws ConnectionError / TimeoutError, ReplyError (e.g. WRONGTYPE, NOPERM).
   QueueStats read();
 

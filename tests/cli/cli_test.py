@@ -8,82 +8,22 @@ Run by ctest with STREAMQ_CLI (bin/streamq) and STREAMQ_WORKER (the example work
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
-import tempfile
-import time
 import unittest
 import urllib.request
 
-import redis
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-CLI = os.environ["STREAMQ_CLI"]
+from harness import CLI, RedisTestCase, free_port, wait_for
+
 WORKER = os.environ["STREAMQ_WORKER"]
-SERVER = os.environ.get("STREAMQ_REDIS_SERVER", "redis-server")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
-
-
-class CliTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="streamq-cli-")
-        cls.port = free_port()
-        cls.server = subprocess.Popen(
-            [SERVER, "--port", str(cls.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", cls.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cls.url = "redis://127.0.0.1:%d" % cls.port
-        cls.r = redis.Redis(port=cls.port)
-
-        def up():
-            try:
-                return cls.r.ping()
-            except redis.exceptions.ConnectionError:
-                return False
-        wait_for(up, what="redis-server")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.terminate()
-        cls.server.wait(10)
-        shutil.rmtree(cls.dir, ignore_errors=True)
-
+class CliTest(RedisTestCase):
     def setUp(self):
         self.q = "cli-" + self._testMethodName
-
-    def cli(self, *args, stdin=None, check=True):
-        env = dict(os.environ, STREAMQ_URL=self.url)
-        p = subprocess.run([CLI, *args], input=stdin, capture_output=True, text=True, env=env, timeout=60,
-                           stdin=None if stdin is not None else subprocess.DEVNULL)
-        if check and p.returncode != 0:
-            self.fail("streamq %s: exit %d\n%s%s" % (" ".join(args), p.returncode, p.stdout, p.stderr))
-        return p
-
-    def add_dead(self, n, task_type="send_email"):
-        for i in range(n):
-            self.r.xadd(self.q + ":dlq", {
-                "task_id": "%s-%d" % (task_type, i), "task_type": task_type,
-                "payload": json.dumps({"to": "user%d@example.com" % i}),
-                "created_at": "2026-12-01T00:00:00.000000", "max_retries": "3", "retry_count": "3",
-                "error": "smtp down", "failed_at": "2026-12-01T00:00:01.000000", "original_id": "1-1",
-                "consumer": "w1", "reason": "max_retries"})
 
     def test_enqueue_list_and_find_in_json(self):
         p = self.cli("enqueue", self.q, "send_email", '{"to":"a@b.c"}', "--task-id", "job-1")
@@ -137,7 +77,7 @@ class CliTest(unittest.TestCase):
             self.assertIn("--help", self.cli(sub, "--help").stdout, sub)
 
     def test_destructive_commands_need_a_terminal_or_yes(self):
-        self.add_dead(3)
+        self.add_dead(self.q, 3)
         p = self.cli("dlq", "purge", self.q, check=False)
         self.assertEqual(p.returncode, 5)
         self.assertIn("--yes", p.stderr)
@@ -148,8 +88,8 @@ class CliTest(unittest.TestCase):
         self.assertEqual(self.r.exists(self.q + ":dlq"), 0)
 
     def test_replayed_dead_letters_are_run_by_a_worker(self):
-        self.add_dead(50)
-        self.add_dead(5, task_type="always_fail")
+        self.add_dead(self.q, 50)
+        self.add_dead(self.q, 5, task_type="always_fail")
         listed = json.loads(self.cli("dlq", "list", self.q, "--count", "100", "--format", "json").stdout)
         self.assertEqual(len(listed["tasks"]), 55)
         self.assertEqual(listed["tasks"][0]["fields"]["reason"], "max_retries")

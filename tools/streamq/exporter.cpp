@@ -1,35 +1,16 @@
 // SPDX-License-Identifier: MIT
 #include <httplib.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
-#include <thread>
 
 #include "output.hpp"
 #include "serve.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq::cli {
-
-namespace {
-
-/// "host:port" -> (host, port); port 0 when malformed.
-std::pair<std::string, int> split_listen(const std::string& listen) {
-  const auto colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0) return {listen, 0};
-  int port = 0;
-  try {
-    port = std::stoi(listen.substr(colon + 1));
-  } catch (const std::exception&) {
-    return {listen, 0};
-  }
-  return {listen.substr(0, colon), port > 0 && port < 65536 ? port : 0};
-}
-
-}  // namespace
 
 int serve_exporter(const InspectorOptions& inspector_options, const ServeOptions& options) {
   const auto [host, port] = split_listen(options.listen);
@@ -70,23 +51,7 @@ int serve_exporter(const InspectorOptions& inspector_options, const ServeOptions
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("streamq exporter: metrics on /metrics\n", "text/plain; charset=utf-8");
   });
-  if (!server.bind_to_port(host, port)) {
-    std::cerr << "streamq exporter: cannot listen on " << options.listen << "\n";
-    return failed;
-  }
-  std::cerr << "streamq exporter: serving http://" << options.listen << "/metrics\n";
-  std::atomic<bool> ended{false};
-  std::thread serving([&] {
-    server.listen_after_bind();
-    ended.store(true);
-  });
-  // The signal handler only sets a flag (stop() is not async-signal-safe): watch it here.
-  while (!interrupted.load() && !ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  // stop() only ends a server that runs: one interrupted while starting must get there first.
-  while (!server.is_running() && !ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  server.stop();
-  serving.join();
-  return ok;
+  return serve_until_interrupted(server, host, port, "exporter", "http://" + options.listen + "/metrics");
 }
 
 }  // namespace streamq::cli

@@ -433,6 +433,19 @@ int run(int argc, char** argv) {
   serve.listen = "127.0.0.1:9808";
   exporter->add_option("--listen", serve.listen, "host:port")->capture_default_str();
 
+  DashboardOptions board;
+  auto* dashboard = app.add_subcommand(
+      "dashboard",
+      "serve the web dashboard: queues, charts of the last hour, tasks, replay/delete/run/pause");
+  dashboard->add_option("--listen", board.listen, "host:port (any but a loopback host needs a token)")
+      ->capture_default_str();
+  dashboard->add_option("--token", board.token,
+                        "access token (16-256 characters), asked for on every request");
+  dashboard->add_option("--token-file", board.token_file, "file whose first line is the access token")
+      ->check(CLI::ExistingFile);
+  dashboard->add_option("--sample-interval", board.sample_interval, "seconds between the charts' samples")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -542,6 +555,7 @@ int run(int argc, char** argv) {
     if (*consumers) return cmd_consumers(g, queue);
     if (*doctor) return cmd_doctor(g, doctor_queue);
     if (*exporter) return serve_exporter(g.inspector(), serve);
+    if (*dashboard) return serve_dashboard(g.inspector(), board);
   } catch (const ConfigError& e) {
     std::cerr << "streamq: " << e.what() << "\n";
     return usage;

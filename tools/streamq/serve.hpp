@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: MIT
-// The HTTP faces of the streamq command (cpp-httplib): the Prometheus exporter.
+// The HTTP faces of the streamq command (cpp-httplib): the Prometheus exporter and the web
+// dashboard, and what they share (parsing --listen, serving until Ctrl-C).
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include <streamq/inspector.hpp>
+
+namespace httplib {
+class Server;
+}
 
 namespace streamq::cli {
 
@@ -17,5 +23,28 @@ struct ServeOptions {
 /// each), streamq_up (0 when Redis could not be read) and streamq_scrape_duration_seconds.
 /// Returns an exit status.
 int serve_exporter(const InspectorOptions& inspector, const ServeOptions& options);
+
+struct DashboardOptions {
+  /// host:port to bind; any host but a loopback one needs a token.
+  std::string listen = "127.0.0.1:8080";
+  /// The access token (--token), or a file whose first line is it (--token-file).
+  std::string token;
+  std::string token_file;
+  /// Seconds between the samples behind the charts (they cover the last hour).
+  double sample_interval = 5.0;
+};
+
+/// Serves the web dashboard until SIGINT/SIGTERM. Returns an exit status (usage for a bad
+/// --listen, token or interval).
+int serve_dashboard(const InspectorOptions& inspector, const DashboardOptions& options);
+
+/// "host:port" -> (host, port); port 0 when malformed. "[::1]:80" gives host "::1".
+std::pair<std::string, int> split_listen(const std::string& listen);
+
+/// Binds `server` to host:port and serves on a thread until SIGINT/SIGTERM (the `interrupted`
+/// flag) or until the server ends; `what` names it in messages, `url` is printed once it
+/// listens. Returns an exit status.
+int serve_until_interrupted(httplib::Server& server, const std::string& host, int port,
+                            const std::string& what, const std::string& url);
 
 }  // namespace streamq::cli

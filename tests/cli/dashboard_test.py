@@ -1,0 +1,259 @@
+# SPDX-License-Identifier: MIT
+"""`streamq dashboard` in a real browser (Debian's chromium, driven headless through
+chromedriver by Selenium), and its access rules over plain HTTP. The test class starts its own
+redis-server, dashboards and browser, and stops only those.
+
+Run by ctest with STREAMQ_CLI (bin/streamq) set; STREAMQ_SCREENSHOT, when set, is where the
+browser test saves its screenshot of the queue page."""
+import json
+import os
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from harness import CLI, RedisTestCase, free_port, wait_for
+
+CHROMIUM = os.environ.get("STREAMQ_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("STREAMQ_CHROMEDRIVER", "/usr/bin/chromedriver")
+XSS = '{"note":"<script>window.__xss = 1</script><img src=x onerror=\\"window.__xss = 2\\">"}'
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def http(url, method="GET", body=None, headers=None):
+    """(status, headers, body text) without following redirects."""
+    req = urllib.request.Request(url, data=body.encode() if body is not None else None, method=method,
+                                 headers=headers or {})
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(req, timeout=10) as res:
+            return res.status, res.headers, res.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
+class DashboardTest(RedisTestCase):
+    def start_dashboard(self, *args):
+        port = free_port()
+        env = dict(os.environ, STREAMQ_URL=self.url)
+        listen = args[0] if args and not args[0].startswith("--") else "127.0.0.1:%d" % port
+        rest = args[1:] if args and not args[0].startswith("--") else args
+        log = open(os.path.join(self.dir, "dashboard-%d.log" % port), "w")
+        p = subprocess.Popen([CLI, "dashboard", "--listen", listen, "--sample-interval", "0.5", *rest], env=env,
+                             stdout=subprocess.DEVNULL, stderr=log)
+        self.addCleanup(lambda: (p.terminate(), p.wait(10), log.close()))
+        base = "http://%s" % listen
+
+        def up():
+            try:
+                http(base + "/static/style.css")
+                return True
+            except OSError:
+                return False
+        wait_for(up, what="the dashboard")
+        return base
+
+    def stats(self, queue):
+        return json.loads(self.cli("stats", queue, "--format", "json").stdout)[0]
+
+    def test_access_rules(self):
+        q = "web-access"
+        self.cli("enqueue", q, "ping")
+        base = self.start_dashboard()
+        status, _, _ = http(base + "/api/queues")
+        self.assertEqual(status, 200)
+        # No action answers a GET.
+        for action in ("replay", "delete", "run_now", "pause", "resume"):
+            status, headers, _ = http(base + "/api/" + action)
+            self.assertEqual(status, 405, action)
+            self.assertEqual(headers["Allow"], "POST")
+        # A POST without the page's CSRF token, with a wrong one, or from another origin.
+        page = http(base + "/queue?name=" + q)[2]
+        csrf = page.split('name="csrf-token" content="')[1].split('"')[0]
+        self.assertRegex(csrf, "^[0-9a-f]{64}$")
+        body = json.dumps({"queue": q})
+        cases = [({"Content-Type": "application/json"}, 403),
+                 ({"Content-Type": "application/json", "X-CSRF-Token": "0" * 64}, 403),
+                 ({"Content-Type": "application/json", "X-CSRF-Token": csrf, "Origin": "http://evil.example"}, 403),
+                 ({"Content-Type": "text/plain", "X-CSRF-Token": csrf}, 415)]
+        for headers, expected in cases:
+            self.assertEqual(http(base + "/api/pause", "POST", body, headers)[0], expected, headers)
+        self.assertEqual(self.r.exists(q + ":paused"), 0)
+        good = {"Content-Type": "application/json", "X-CSRF-Token": csrf}
+        self.assertEqual(http(base + "/api/pause", "POST", body, good)[0], 200)
+        self.assertEqual(self.r.exists(q + ":paused"), 1)
+        status, _, text = http(base + "/api/resume", "POST", json.dumps({"queue": 7}), good)
+        self.assertEqual(status, 400)
+        self.assertIn('"queue" must be a non-empty string', json.loads(text)["error"])
+        # A name that resolved to 127.0.0.1 (DNS rebinding) is not this dashboard's host.
+        self.assertEqual(http(base + "/api/queues", headers={"Host": "evil.example:80"})[0], 403)
+
+        # Any other address needs a token; a short one is refused.
+        env = dict(os.environ, STREAMQ_URL=self.url)
+        for extra, message in (([], "not a loopback address"), (["--token", "short"], "16 to 256 characters")):
+            p = subprocess.run([CLI, "dashboard", "--listen", "0.0.0.0:%d" % free_port(), *extra], env=env,
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(message, p.stderr)
+
+        token = "t0ken-" + "x" * 20
+        with tempfile.NamedTemporaryFile("w", suffix=".token") as f:
+            f.write(token + "\n")
+            f.flush()
+            base = self.start_dashboard("0.0.0.0:%d" % free_port(), "--token-file", f.name)
+            base = base.replace("0.0.0.0", "127.0.0.1")
+            self.assertEqual(http(base + "/api/queues")[0], 401)
+            status, headers, _ = http(base + "/")
+            self.assertEqual((status, headers["Location"]), (303, "/login"))
+            self.assertEqual(http(base + "/api/queues", headers={"Authorization": "Bearer wrong"})[0], 401)
+            self.assertEqual(http(base + "/api/queues", headers={"Authorization": "Bearer " + token})[0], 200)
+            form = {"Content-Type": "application/x-www-form-urlencoded"}
+            self.assertEqual(http(base + "/login", "POST", "token=wrong", form)[0], 401)
+            status, headers, _ = http(base + "/login", "POST", "token=" + token, form)
+            self.assertEqual(status, 303)
+            cookie = headers["Set-Cookie"].split(";")[0]
+            self.assertIn("HttpOnly", headers["Set-Cookie"])
+            self.assertIn("SameSite=Strict", headers["Set-Cookie"])
+            self.assertEqual(http(base + "/", headers={"Cookie": cookie})[0], 200)
+            # The token replaces the Host check: any name reaches it, but only with the token.
+            self.assertEqual(http(base + "/api/queues", headers={"Host": "queue-box:1", "Cookie": cookie})[0], 200)
+
+    def test_browser(self):
+        q = "web"
+        for i in range(3):
+            self.cli("enqueue", q, "resize", '{"image":%d}' % i)
+        self.cli("enqueue", q, "render", XSS, "--task-id", "xss-queued")
+        self.cli("enqueue", q, "later", "--delay-ms", "3600000", "--task-id", "later-1")
+        # One task delivered to a consumer and not finished: pending.
+        self.r.xgroup_create(q, "workers", id="0")
+        self.r.xreadgroup("workers", "w1", {q: ">"}, count=1)
+        self.add_dead(q, 24)
+        self.add_dead(q, 1, task_type="render", payload=XSS)
+        before = self.stats(q)
+        self.assertEqual((before["total_length"], before["total_pending"], before["delayed"], before["dlq_length"]),
+                         (4, 1, 1, 25))
+
+        base = self.start_dashboard()
+        profile = tempfile.TemporaryDirectory(prefix="streamq-chromium-")
+        self.addCleanup(profile.cleanup)
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--window-size=1400,1800", "--user-data-dir=" + profile.name):
+            options.add_argument(arg)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        self.addCleanup(driver.quit)
+        wait = WebDriverWait(driver, 20)
+
+        def text(element_id):
+            return driver.find_element(By.ID, element_id).text
+
+        def section(state):
+            return driver.find_element(By.CSS_SELECTOR, 'section.tasks[data-state="%s"]' % state)
+
+        def rows(state):
+            return section(state).find_elements(By.CSS_SELECTOR, "tbody tr[data-id]")
+
+        def click(state, selector, row=None):
+            """Clicks in a table that the page redraws every few seconds: again when it was redrawn."""
+            def attempt(_):
+                try:
+                    within = rows(state)[row] if row is not None else section(state)
+                    within.find_element(By.CSS_SELECTOR, selector).click()
+                    return True
+                except StaleElementReferenceException:
+                    return False
+            wait.until(attempt)
+
+        def accept_confirm():
+            wait.until(lambda d: d.switch_to.alert)
+            driver.switch_to.alert.accept()
+
+        # The list of queues links to the queue's page.
+        driver.get(base + "/")
+        wait.until(lambda d: d.find_elements(By.LINK_TEXT, q))
+        driver.find_element(By.LINK_TEXT, q).click()
+        wait.until(lambda d: text("stat-dead") == "25")
+
+        # The numbers are Stats' numbers.
+        self.assertEqual(text("queue-name"), q)
+        self.assertEqual(text("stat-queued"), str(before["total_length"] - before["total_pending"]))
+        self.assertEqual(text("stat-pending"), str(before["total_pending"]))
+        self.assertEqual(text("stat-delayed"), str(before["delayed"]))
+        self.assertEqual(text("stat-dead"), str(before["dlq_length"]))
+        self.assertEqual(text("stat-consumers"), str(before["consumers_active"]))
+
+        # The charts are drawn from the dashboard's samples.
+        wait.until(lambda d: d.execute_script("return Chart.getChart('chart-backlog').data.labels.length") >= 3)
+        backlog = driver.execute_script("return Chart.getChart('chart-backlog').data.datasets[0].data")
+        self.assertEqual(backlog[-1], 3)
+
+        # Tables: pending with its owner, delayed, and dead letters a page of 20 at a time.
+        wait.until(lambda d: len(rows("pending")) == 1 and len(rows("dead")) == 20)
+        self.assertIn("w1", rows("pending")[0].text)
+        self.assertEqual([r.get_attribute("data-id") for r in rows("delayed")], ["later-1"])
+        click("dead", "button.next")
+        wait.until(lambda d: len(rows("dead")) == 5)
+        self.assertIn("page 2", section("dead").find_element(By.CSS_SELECTOR, ".page-info").text)
+        dead_ids = {r.get_attribute("data-id") for r in rows("dead")}
+        click("dead", "button.first")
+        wait.until(lambda d: len(rows("dead")) == 20)
+        dead_ids |= {r.get_attribute("data-id") for r in rows("dead")}
+        self.assertEqual(dead_ids, {e[0].decode() for e in self.r.xrange(q + ":dlq")})
+
+        # Payloads are text: the <script> and the onerror handler are shown, never run.
+        cells = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "td.payload")]
+        self.assertTrue(any("<script>window.__xss = 1</script>" in c for c in cells), cells)
+        self.assertIsNone(driver.execute_script("return window.__xss"))
+        self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "td.payload script, td.payload img"), [])
+
+        screenshot = os.environ.get("STREAMQ_SCREENSHOT") or os.path.join(self.dir, "dashboard.png")
+        driver.save_screenshot(screenshot)
+
+        # Run a delayed task now.
+        click("delayed", "td.row-actions button", row=0)
+        wait.until(lambda d: text("stat-delayed") == "0" and text("stat-queued") == "4")
+        self.assertEqual(self.r.zcard(q + ":delayed"), 0)
+
+        # Pause and resume.
+        driver.find_element(By.ID, "pause").click()
+        wait.until(lambda d: d.find_element(By.ID, "paused-badge").is_displayed())
+        self.assertEqual(self.r.exists(q + ":paused"), 1)
+        driver.find_element(By.ID, "resume").click()
+        wait.until(lambda d: not d.find_element(By.ID, "paused-badge").is_displayed())
+        self.assertEqual(self.r.exists(q + ":paused"), 0)
+
+        # Delete one selected dead letter (after a confirmation).
+        victim_id = rows("dead")[0].get_attribute("data-id")
+        click("dead", "input[type=checkbox]", row=0)
+        click("dead", "button.delete-selected")
+        accept_confirm()
+        wait.until(lambda d: text("stat-dead") == "24")
+        self.assertEqual(self.r.xrange(q + ":dlq", victim_id, victim_id), [])
+
+        # Replay every dead letter: they are back in the queue with a fresh attempt count.
+        driver.find_element(By.ID, "replay-all").click()
+        accept_confirm()
+        wait.until(lambda d: text("stat-dead") == "0" and text("stat-queued") == "28")
+        self.assertEqual(self.r.xlen(q + ":dlq"), 0)
+        after = self.stats(q)
+        self.assertEqual(after["total_length"] - after["total_pending"], 28)
+        replayed = [f for _, f in self.r.xrange(q) if b"replay_count" in f]
+        self.assertEqual(len(replayed), 24)
+        self.assertTrue(all(f[b"retry_count"] == b"0" and f[b"replay_count"] == b"1" for f in replayed))
+
+        # No script error and no blocked resource on the way (CSP violations are logged as SEVERE).
+        severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        self.assertEqual(severe, [])

@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: MIT
+// The streamq dashboard's script (served by `streamq dashboard`). Everything the server sends
+// goes into the page as text (textContent and properties), never as markup: a payload can
+// hold anything, <script> included. Actions are POSTs carrying the page's CSRF token.
+'use strict';
+
+const csrf = document.querySelector('meta[name="csrf-token"]').content;
+const pageSize = 20;
+
+// ---- small helpers
+
+/** An element with properties (textContent, className, title, ...) and children (nodes or text). */
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  Object.assign(node, props || {});
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+
+function button(text, onclick, className) {
+  return el('button', {type: 'button', textContent: text, onclick, className: className || ''});
+}
+
+async function request(path, options) {
+  const res = await fetch(path, Object.assign({credentials: 'same-origin', cache: 'no-store'}, options));
+  if (res.status === 401) {
+    location.assign('/login');
+    throw new Error('log in first');
+  }
+  let body = null;
+  try {
+    body = await res.json();
+  } catch (_) {
+    // not JSON: the status line says what happened
+  }
+  if (!res.ok) throw new Error((body && body.error) || `${res.status} ${res.statusText}`);
+  return body;
+}
+
+const get = (path) => request(path);
+const post = (path, body) => request(path, {
+  method: 'POST',
+  headers: {'Content-Type': 'application/json', 'X-CSRF-Token': csrf},
+  body: JSON.stringify(body),
+});
+
+function status(text, bad) {
+  const node = document.getElementById('status');
+  node.textContent = bad ? text : `${text} · ${new Date().toLocaleTimeString()}`;
+  node.classList.toggle('bad', Boolean(bad));
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined) return '–';
+  const s = ms / 1000;
+  if (Math.abs(s) < 60) return `${s.toFixed(1)} s`;
+  if (Math.abs(s) < 3600) return `${(s / 60).toFixed(1)} min`;
+  if (Math.abs(s) < 86400) return `${(s / 3600).toFixed(1)} h`;
+  return `${(s / 86400).toFixed(1)} d`;
+}
+
+function cut(text, n) {
+  const s = String(text);
+  return s.length > n ? `${s.slice(0, n)}…` : s;
+}
+
+function maxOf(values) {
+  const known = values.filter((v) => v !== null && v !== undefined);
+  return known.length ? Math.max(...known) : null;
+}
+
+function setText(id, value) {
+  document.getElementById(id).textContent = String(value);
+}
+
+// ---- the list of queues
+
+async function loadIndex() {
+  try {
+    const {queues} = await get('/api/queues');
+    const rows = queues.map((q) => el('tr', {},
+      el('td', {}, el('a', {href: `/queue?name=${encodeURIComponent(q.name)}`, textContent: q.name})),
+      el('td', {textContent: q.levels.join(', ')}),
+      el('td', {textContent: q.length}),
+      el('td', {textContent: q.delayed}),
+      el('td', {textContent: q.dlq_length}),
+      el('td', {textContent: q.paused ? 'paused' : 'running'})));
+    document.querySelector('#queues tbody').replaceChildren(...rows);
+    document.getElementById('no-queues').hidden = queues.length > 0;
+    status('updated');
+  } catch (e) {
+    status(e.message, true);
+  }
+}
+
+// ---- one queue
+
+const queue = new URLSearchParams(location.search).get('name') || '';
+const tables = [];
+const charts = {};
+
+// Chart id -> its lines: [series key, label, colour, divisor].
+const chartLines = {
+  'chart-backlog': [['queued', 'queued', '#3273dc'], ['pending', 'pending', '#e69500'], ['delayed', 'delayed', '#8e44ad']],
+  'chart-throughput': [['done_per_s', 'done or retried/s', '#23a05a'], ['dead_per_s', 'dead-lettered/s', '#d9534f']],
+  'chart-dead': [['dead', 'dead letters', '#d9534f']],
+  'chart-age': [['oldest_age_ms', 'oldest task', '#3273dc', 1000], ['oldest_pending_idle_ms', 'oldest pending idle', '#e69500', 1000]],
+};
+
+function makeChart(id, lines) {
+  return new Chart(document.getElementById(id), {
+    type: 'line',
+    data: {
+      labels: [],
+      datasets: lines.map(([, label, colour]) => ({
+        label, data: [], borderColor: colour, backgroundColor: colour, pointRadius: 0, borderWidth: 2, spanGaps: true,
+      })),
+    },
+    options: {
+      animation: false,
+      responsive: true,
+      maintainAspectRatio: false,
+      interaction: {mode: 'index', intersect: false},
+      scales: {x: {ticks: {maxTicksLimit: 8}}, y: {beginAtZero: true}},
+      plugins: {legend: {position: 'bottom'}},
+    },
+  });
+}
+
+function updateCharts(series) {
+  if (typeof Chart === 'undefined') return;  // chart.min.js did not load: the numbers still do
+  const labels = series.t_ms.map((t) => new Date(t).toLocaleTimeString());
+  for (const [id, lines] of Object.entries(chartLines)) {
+    if (!charts[id]) charts[id] = makeChart(id, lines);
+    const chart = charts[id];
+    chart.data.labels = labels;
+    lines.forEach(([key, , , divisor], i) => {
+      chart.data.datasets[i].data = series[key].map((v) => (v === null ? null : v / (divisor || 1)));
+    });
+    chart.update('none');
+  }
+}
+
+async function loadQueue() {
+  try {
+    const d = await get(`/api/queue?name=${encodeURIComponent(queue)}`);
+    const s = d.stats;
+    setText('stat-queued', Math.max(0, s.total_length - s.total_pending));
+    setText('stat-pending', s.total_pending);
+    setText('stat-delayed', s.delayed);
+    setText('stat-dead', s.dlq_length);
+    setText('stat-consumers', s.consumers_active);
+    setText('stat-oldest', duration(maxOf(s.levels.map((l) => l.oldest_entry_age_ms))));
+    setText('stat-idle', duration(maxOf(s.groups.map((g) => g.oldest_pending_idle_ms))));
+    setText('sample-interval', d.sample_interval_s);
+    document.getElementById('paused-badge').hidden = !d.paused;
+    document.getElementById('pause').disabled = d.paused;
+    document.getElementById('resume').disabled = !d.paused;
+    updateCharts(d.series);
+    if (d.sampler_error) status(`sampling failed: ${d.sampler_error}`, true);
+    else status('updated');
+  } catch (e) {
+    status(e.message, true);
+  }
+}
+
+function refreshAll() {
+  loadQueue();
+  for (const t of tables) t.load();
+}
+
+function describe(action, r) {
+  switch (action) {
+    case 'replay': return `replayed ${r.done}${r.skipped ? `, skipped ${r.skipped} (not tasks)` : ''}`;
+    case 'delete': return `deleted ${r.done}`;
+    case 'run_now': return r.entry_id ? `moved to the queue as ${r.entry_id}` : 'not delayed any more (it may have become due)';
+    default: return r.paused ? 'paused' : 'resumed';
+  }
+}
+
+async function act(action, body, question) {
+  if (question && !window.confirm(question)) return;
+  try {
+    const r = await post(`/api/${action}`, Object.assign({queue}, body));
+    status(describe(action, r));
+  } catch (e) {
+    status(`${action}: ${e.message}`, true);
+  }
+  refreshAll();
+}
+
+function showDetail(task) {
+  setText('detail-title', task.id);
+  setText('detail', JSON.stringify(task, null, 2));
+  const box = document.getElementById('detail-box');
+  box.hidden = false;
+  box.scrollIntoView();
+}
+
+// State -> its own columns: [heading, value of a task].
+const stateColumns = {
+  pending: [['consumer', (t) => t.consumer], ['idle', (t) => duration(t.idle_ms)], ['deliveries', (t) => t.deliveries]],
+  delayed: [['due', (t) => new Date(t.due_ms).toLocaleString()]],
+  dead: [['reason', (t) => t.fields.reason || ''], ['error', (t) => cut(t.fields.error || '', 120)]],
+  queued: [['level', (t) => t.level], ['attempt', (t) => t.fields.retry_count || '0']],
+};
+
+function taskRow(table, task) {
+  const f = task.fields || {};
+  const cells = [];
+  if (table.state === 'dead') {
+    const box = el('input', {type: 'checkbox', checked: table.selected.has(task.id), title: 'select'});
+    box.onchange = () => (box.checked ? table.selected.add(task.id) : table.selected.delete(task.id));
+    cells.push(el('td', {}, box));
+  }
+  cells.push(
+    el('td', {}, button(task.id, () => showDetail(task), 'link')),
+    el('td', {textContent: f.task_id || ''}),
+    el('td', {textContent: f.task_type || ''}),
+    el('td', {className: 'payload', textContent: cut(f.payload ?? '', 120), title: f.payload ?? ''}));
+  for (const [, value] of stateColumns[table.state]) cells.push(el('td', {textContent: value(task)}));
+  const actions = el('td', {className: 'row-actions'});
+  if (table.state === 'dead') {
+    actions.append(
+      button('Replay', () => act('replay', {ids: [task.id]}, `Replay dead letter ${task.id}?`)),
+      button('Delete', () => act('delete', {ids: [task.id]}, `Delete dead letter ${task.id}?`), 'danger'));
+  }
+  if (table.state === 'delayed') actions.append(button('Run now', () => act('run_now', {task_id: task.id})));
+  cells.push(actions);
+  const tr = el('tr', {}, ...cells);
+  tr.dataset.id = task.id;
+  return tr;
+}
+
+/** The table of one state in its section: a page at a time, cursors kept for Previous. */
+function taskTable(section) {
+  const state = section.dataset.state;
+  const headings = [...(state === 'dead' ? [''] : []), 'entry', 'task id', 'type', 'payload',
+    ...stateColumns[state].map(([h]) => h), ''];
+  const tbody = el('tbody');
+  const info = el('span', {className: 'page-info'});
+  const t = {state, cursors: [''], next: '', selected: new Set()};
+  const first = button('First page', () => { t.cursors = ['']; t.load(); }, 'first');
+  const prev = button('Previous', () => { if (t.cursors.length > 1) { t.cursors.pop(); t.load(); } }, 'prev');
+  const next = button('Next page', () => { if (t.next) { t.cursors.push(t.next); t.load(); } }, 'next');
+  section.append(
+    el('table', {}, el('thead', {}, el('tr', {}, ...headings.map((h) => el('th', {textContent: h})))), tbody),
+    el('div', {className: 'pager'}, first, prev, next, info));
+  t.load = async () => {
+    const cursor = t.cursors[t.cursors.length - 1];
+    try {
+      const page = await get(`/api/tasks?name=${encodeURIComponent(queue)}&state=${state}&count=${pageSize}` +
+        `&cursor=${encodeURIComponent(cursor)}`);
+      t.next = page.next_cursor;
+      const rows = page.tasks.map((task) => taskRow(t, task));
+      if (!rows.length) rows.push(el('tr', {}, el('td', {colSpan: headings.length, className: 'empty', textContent: 'none'})));
+      tbody.replaceChildren(...rows);
+      next.disabled = !t.next;
+      prev.disabled = t.cursors.length === 1;
+      first.disabled = t.cursors.length === 1;
+      info.textContent = `page ${t.cursors.length} · ${page.tasks.length} shown`;
+    } catch (e) {
+      status(e.message, true);
+    }
+  };
+  return t;
+}
+
+function startQueue() {
+  setText('queue-name', queue);
+  document.title = `${queue} · streamq dashboard`;
+  if (!queue) {
+    status('no queue named: open /queue?name=<queue>', true);
+    return;
+  }
+  document.getElementById('pause').onclick = () => act('pause', {});
+  document.getElementById('resume').onclick = () => act('resume', {});
+  document.getElementById('replay-all').onclick = () =>
+    act('replay', {}, `Replay all ${document.getElementById('stat-dead').textContent} dead letters of ${queue}?`);
+  document.getElementById('detail-close').onclick = () => { document.getElementById('detail-box').hidden = true; };
+  for (const section of document.querySelectorAll('section.tasks')) tables.push(taskTable(section));
+  const dead = tables.find((t) => t.state === 'dead');
+  const selected = () => [...dead.selected];
+  document.querySelector('.replay-selected').onclick = () => {
+    if (selected().length) act('replay', {ids: selected()}, `Replay ${selected().length} dead letters?`);
+    dead.selected.clear();
+  };
+  document.querySelector('.delete-selected').onclick = () => {
+    if (selected().length) act('delete', {ids: selected()}, `Delete ${selected().length} dead letters?`);
+    dead.selected.clear();
+  };
+  refreshAll();
+  setInterval(loadQueue, 2000);
+  setInterval(() => { for (const t of tables) t.load(); }, 5000);
+}
+
+if (document.body.dataset.page === 'index') {
+  loadIndex();
+  setInterval(loadIndex, 5000);
+} else if (document.body.dataset.page === 'queue') {
+  startQueue();
+}

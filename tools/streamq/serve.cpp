@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+#include "serve.hpp"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "output.hpp"
+
+namespace streamq::cli {
+
+std::pair<std::string, int> split_listen(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) return {listen, 0};
+  int port = 0;
+  try {
+    std::size_t used = 0;
+    port = std::stoi(listen.substr(colon + 1), &used);
+    if (used != listen.size() - colon - 1) port = 0;
+  } catch (const std::exception&) {
+    return {listen, 0};
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, port > 0 && port < 65536 ? port : 0};
+}
+
+int serve_until_interrupted(httplib::Server& server, const std::string& host, int port,
+                            const std::string& what, const std::string& url) {
+  if (!server.bind_to_port(host, port)) {
+    std::cerr << "streamq " << what << ": cannot listen on " << host << ":" << port << "\n";
+    return failed;
+  }
+  std::cerr << "streamq " << what << ": serving " << url << "\n";
+  std::atomic<bool> ended{false};
+  std::thread serving([&] {
+    server.listen_after_bind();
+    ended.store(true);
+  });
+  // The signal handler only sets a flag (stop() is not async-signal-safe): watch it here.
+  while (!interrupted.load() && !ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // stop() only ends a server that runs: one interrupted while starting must get there first.
+  while (!server.is_running() && !ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  server.stop();
+  serving.join();
+  return ok;
+}
+
+}  // namespace streamq::cli
