@@ -85,6 +85,7 @@ class DashboardTest(RedisTestCase):
         cases = [({"Content-Type": "application/json"}, 403),
                  ({"Content-Type": "application/json", "X-CSRF-Token": "0" * 64}, 403),
                  ({"Content-Type": "application/json", "X-CSRF-Token": csrf, "Origin": "http://evil.example"}, 403),
+                 ({"Content-Type": "application/json", "X-CSRF-Token": csrf, "Sec-Fetch-Site": "cross-site"}, 403),
                  ({"Content-Type": "text/plain", "X-CSRF-Token": csrf}, 415)]
         for headers, expected in cases:
             self.assertEqual(http(base + "/api/pause", "POST", body, headers)[0], expected, headers)
@@ -92,16 +93,30 @@ class DashboardTest(RedisTestCase):
         good = {"Content-Type": "application/json", "X-CSRF-Token": csrf}
         self.assertEqual(http(base + "/api/pause", "POST", body, good)[0], 200)
         self.assertEqual(self.r.exists(q + ":paused"), 1)
-        status, _, text = http(base + "/api/resume", "POST", json.dumps({"queue": 7}), good)
-        self.assertEqual(status, 400)
-        self.assertIn('"queue" must be a non-empty string', json.loads(text)["error"])
+        # Bad bodies are refused, and nothing is replayed or deleted by an empty list.
+        self.add_dead(q, 2)
+        for path, sent, message in (
+                ("/api/resume", {"queue": 7}, '"queue" must be a non-empty string'),
+                ("/api/replay", {"queue": q}, '"all": true'),
+                ("/api/replay", {"queue": q, "ids": []}, '"ids" must be an array of 1 to 10,000'),
+                ("/api/replay", {"queue": q, "all": "yes"}, '"all" must be true or false'),
+                ("/api/delete", {"queue": q}, '"ids" must list'),
+                ("/api/delete", {"queue": q, "ids": [1]}, '"ids" must hold strings')):
+            status, _, text = http(base + path, "POST", json.dumps(sent), good)
+            self.assertEqual(status, 400, sent)
+            self.assertIn(message, json.loads(text)["error"])
+        self.assertEqual(self.r.xlen(q + ":dlq"), 2)
+        status, _, text = http(base + "/api/replay", "POST", json.dumps({"queue": q, "all": True}), good)
+        self.assertEqual((status, json.loads(text)["done"]), (200, 2))
         # A name that resolved to 127.0.0.1 (DNS rebinding) is not this dashboard's host.
         self.assertEqual(http(base + "/api/queues", headers={"Host": "evil.example:80"})[0], 403)
 
         # Any other address needs a token; a short one is refused.
         env = dict(os.environ, STREAMQ_URL=self.url)
-        for extra, message in (([], "not a loopback address"), (["--token", "short"], "16 to 256 characters")):
-            p = subprocess.run([CLI, "dashboard", "--listen", "0.0.0.0:%d" % free_port(), *extra], env=env,
+        for host, extra, message in (("0.0.0.0", [], "not a loopback address"),
+                                     ("127.0.0.1.example.com", [], "not a loopback address"),
+                                     ("0.0.0.0", ["--token", "short"], "16 to 256 characters")):
+            p = subprocess.run([CLI, "dashboard", "--listen", "%s:%d" % (host, free_port()), *extra], env=env,
                                capture_output=True, text=True, timeout=30)
             self.assertEqual(p.returncode, 2, p.stderr)
             self.assertIn(message, p.stderr)
@@ -124,9 +139,44 @@ class DashboardTest(RedisTestCase):
             cookie = headers["Set-Cookie"].split(";")[0]
             self.assertIn("HttpOnly", headers["Set-Cookie"])
             self.assertIn("SameSite=Strict", headers["Set-Cookie"])
+            # The cookie is a session of this dashboard (its port in the name), not the token.
+            name, _, session = cookie.partition("=")
+            self.assertEqual(name, "streamq_dashboard_" + base.rsplit(":", 1)[1])
+            self.assertNotIn(token, cookie)
             self.assertEqual(http(base + "/", headers={"Cookie": cookie})[0], 200)
+            # One set by another page of the host first does not hide it; a made-up one is refused.
+            self.assertEqual(http(base + "/", headers={"Cookie": name + "=x; " + cookie})[0], 200)
+            self.assertEqual(http(base + "/api/queues", headers={"Cookie": name + "=" + "0" * 64})[0], 401)
             # The token replaces the Host check: any name reaches it, but only with the token.
             self.assertEqual(http(base + "/api/queues", headers={"Host": "queue-box:1", "Cookie": cookie})[0], 200)
+
+    def test_throughput_series(self):
+        # The rates between samples add up to what happened: 6 tasks done, 2 dead-lettered.
+        q = "web-rates"
+        for i in range(10):
+            self.cli("enqueue", q, "resize", '{"image":%d}' % i)
+        base = self.start_dashboard()
+
+        def series():
+            return json.loads(http(base + "/api/queue?name=" + q)[2])["series"]
+        wait_for(lambda: len(series()["t_ms"]) >= 2, what="two samples")
+        entries = [i for i, _ in self.r.xrange(q)]
+        self.r.xdel(q, *entries[:6])  # done: acknowledged and deleted, as a worker does
+        for i, fields in self.r.xrange(q, entries[6], entries[7]):  # failed for good
+            self.r.xadd(q + ":dlq", dict(fields, error=b"boom", reason=b"max_retries"))
+            self.r.xdel(q, i)
+        changed = int(self.r.time()[0]) * 1000
+        wait_for(lambda: series()["t_ms"][-1] > changed + 1000, what="samples after the change")
+        s = series()
+        if int(self.r.info("server")["redis_version"].split(".")[0]) >= 7:
+            def total(key):
+                return sum(r * (t1 - t0) / 1000 for r, t0, t1 in zip(s[key][1:], s["t_ms"], s["t_ms"][1:])
+                           if r is not None)
+            self.assertAlmostEqual(total("done_per_s"), 6, places=6)
+            self.assertAlmostEqual(total("dead_per_s"), 2, places=6)
+        else:  # no entries-added before Redis 7.0: no rates rather than wrong ones
+            self.assertTrue(all(r is None for r in s["done_per_s"]))
+        self.assertEqual((s["queued"][-1], s["dead"][-1]), (2, 2))
 
     def test_browser(self):
         q = "web"
@@ -166,6 +216,16 @@ class DashboardTest(RedisTestCase):
         def rows(state):
             return section(state).find_elements(By.CSS_SELECTOR, "tbody tr[data-id]")
 
+        def ids(state):
+            # In one script: the page may redraw the table between two WebDriver calls.
+            return driver.execute_script(
+                "return [...document.querySelectorAll('section.tasks[data-state=\"' + arguments[0] + "
+                "'\"] tbody tr[data-id]')].map((r) => r.dataset.id)", state)
+
+        def payloads():
+            return driver.execute_script(
+                "return [...document.querySelectorAll('td.payload')].map((c) => c.textContent)")
+
         def click(state, selector, row=None):
             """Clicks in a table that the page redraws every few seconds: again when it was redrawn."""
             def attempt(_):
@@ -201,23 +261,31 @@ class DashboardTest(RedisTestCase):
         self.assertEqual(backlog[-1], 3)
 
         # Tables: pending with its owner, delayed, and dead letters a page of 20 at a time.
-        wait.until(lambda d: len(rows("pending")) == 1 and len(rows("dead")) == 20)
-        self.assertIn("w1", rows("pending")[0].text)
-        self.assertEqual([r.get_attribute("data-id") for r in rows("delayed")], ["later-1"])
+        wait.until(lambda d: len(ids("pending")) == 1 and len(ids("dead")) == 20)
+        pending_entry = self.r.xpending_range(q, "workers", "-", "+", 10)[0]
+        self.assertEqual(ids("pending"), [pending_entry["message_id"].decode()])
+        self.assertEqual(pending_entry["consumer"], b"w1")
+        self.assertEqual(ids("delayed"), ["later-1"])
         click("dead", "button.next")
-        wait.until(lambda d: len(rows("dead")) == 5)
+        wait.until(lambda d: len(ids("dead")) == 5)
         self.assertIn("page 2", section("dead").find_element(By.CSS_SELECTOR, ".page-info").text)
-        dead_ids = {r.get_attribute("data-id") for r in rows("dead")}
+        dead_ids = set(ids("dead"))
         click("dead", "button.first")
-        wait.until(lambda d: len(rows("dead")) == 20)
-        dead_ids |= {r.get_attribute("data-id") for r in rows("dead")}
+        wait.until(lambda d: len(ids("dead")) == 20)
+        dead_ids |= set(ids("dead"))
         self.assertEqual(dead_ids, {e[0].decode() for e in self.r.xrange(q + ":dlq")})
 
-        # Payloads are text: the <script> and the onerror handler are shown, never run.
-        cells = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "td.payload")]
-        self.assertTrue(any("<script>window.__xss = 1</script>" in c for c in cells), cells)
+        # Payloads are text: the <script> and the onerror handler are shown, never run; in the
+        # tables and in a task's detail view alike.
+        self.assertTrue(any("<script>window.__xss = 1</script>" in c for c in payloads()), payloads())
         self.assertIsNone(driver.execute_script("return window.__xss"))
         self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "td.payload script, td.payload img"), [])
+        xss_entry = next(i for i, f in self.r.xrange(q) if f[b"task_id"] == b"xss-queued").decode()
+        click("queued", "button.link[data-entry='%s']" % xss_entry)
+        wait.until(lambda d: d.find_element(By.ID, "detail-box").is_displayed())
+        self.assertIn("window.__xss = 1", text("detail"))
+        self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "#detail-box script, #detail-box img"), [])
+        self.assertIsNone(driver.execute_script("return window.__xss"))
 
         screenshot = os.environ.get("STREAMQ_SCREENSHOT") or os.path.join(self.dir, "dashboard.png")
         driver.save_screenshot(screenshot)
@@ -236,7 +304,7 @@ class DashboardTest(RedisTestCase):
         self.assertEqual(self.r.exists(q + ":paused"), 0)
 
         # Delete one selected dead letter (after a confirmation).
-        victim_id = rows("dead")[0].get_attribute("data-id")
+        victim_id = ids("dead")[0]
         click("dead", "input[type=checkbox]", row=0)
         click("dead", "button.delete-selected")
         accept_confirm()
@@ -253,6 +321,17 @@ class DashboardTest(RedisTestCase):
         replayed = [f for _, f in self.r.xrange(q) if b"replay_count" in f]
         self.assertEqual(len(replayed), 24)
         self.assertTrue(all(f[b"retry_count"] == b"0" and f[b"replay_count"] == b"1" for f in replayed))
+
+        # A queue whose very name is markup: on the list of queues and as its page's title, text.
+        hostile = '<img src=x onerror="window.__xss = 3">q'
+        self.cli("enqueue", hostile, "ping")
+        driver.get(base + "/")
+        wait.until(lambda d: d.find_elements(By.LINK_TEXT, hostile))
+        driver.find_element(By.LINK_TEXT, hostile).click()
+        wait.until(lambda d: text("stat-queued") == "1")
+        self.assertEqual(text("queue-name"), hostile)
+        self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "header img"), [])
+        self.assertIsNone(driver.execute_script("return window.__xss"))
 
         # No script error and no blocked resource on the way (CSP violations are logged as SEVERE).
         severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]

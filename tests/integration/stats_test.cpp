@@ -32,6 +32,7 @@ TEST_F(StatsTest, MissingQueueReadsZerosAndCreatesNothing) {
   EXPECT_EQ(st.length, 0);
   EXPECT_EQ(st.pending_total, 0);
   EXPECT_EQ(st.dlq_length, 0);
+  EXPECT_EQ(st.dlq_entries_added, 0);
   EXPECT_EQ(st.delayed, 0);
   EXPECT_TRUE(st.groups.empty());
   EXPECT_TRUE(st.oldest_entry_id.empty());
@@ -80,6 +81,7 @@ TEST_F(StatsTest, BusyQueue) {
   EXPECT_EQ(st.entries_added, redis7 ? 10 : 0);
   EXPECT_EQ(st.pending_total, 3);
   EXPECT_EQ(st.dlq_length, 2);
+  EXPECT_EQ(st.dlq_entries_added, redis7 ? 2 : 0);
   EXPECT_EQ(st.delayed, 1);
   EXPECT_EQ(st.oldest_entry_id, client.xrange(stream).at(0).first);
   ASSERT_TRUE(st.oldest_entry_age_ms.has_value());
@@ -133,6 +135,18 @@ TEST_F(StatsTest, BusyQueue) {
   }
   EXPECT_GT(samples, 10);
   EXPECT_NE(prom.find("streamq_dlq_length{stream=\"" + stream + "\"} 2\n"), std::string::npos) << prom;
+  EXPECT_NE(
+      prom.find("streamq_dlq_entries_added_total{stream=\"" + stream + "\"} " + (redis7 ? "2" : "0") + "\n"),
+      std::string::npos)
+      << prom;
+
+  // A dead letter deleted (replayed, or by hand) still counts as dead-lettered; the length drops.
+  const std::string first_dead = client.xrange(stream + ":dlq").at(0).first;
+  client.cmd({"XDEL", stream + ":dlq", first_dead}).view().check();
+  const QueueStats later = StatsReader(options()).read();
+  EXPECT_EQ(later.dlq_length, 1);
+  EXPECT_EQ(later.dlq_entries_added, redis7 ? 2 : 0);
+  EXPECT_EQ(nlohmann::json::parse(later.to_json())["dlq_entries_added"], redis7 ? 2 : 0);
   EXPECT_NE(prom.find("streamq_group_pending{stream=\"" + stream + "\",group=\"workers\"} 3\n"),
             std::string::npos);
   if (redis7) {

@@ -8,7 +8,9 @@
 // one, only a loopback Host header is accepted (a DNS-rebound name is refused). Every action is a
 // POST that must carry the page's CSRF token in X-CSRF-Token, as JSON, from this origin; no
 // action answers a GET.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <chrono>
@@ -49,7 +51,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::system_clock;
 
 constexpr std::int64_t hour_ms = 3'600'000;
-constexpr const char* cookie_name = "streamq_dashboard";
+constexpr const char* cookie_prefix = "streamq_dashboard_";
 
 std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
@@ -67,7 +69,8 @@ struct Sample {
   /// Entries that have left the queue's streams (entries ever added minus those still there):
   /// done, retried, dead-lettered or cancelled. Unset when Redis cannot tell (< 7.0).
   std::optional<std::int64_t> left;
-  std::int64_t dead_added = 0;  ///< entries ever added to the dead-letter stream
+  /// Entries ever added to the dead-letter stream; unset when Redis cannot tell (< 7.0).
+  std::optional<std::int64_t> dead_added;
   std::optional<std::int64_t> oldest_age_ms;
   std::optional<std::int64_t> oldest_pending_idle_ms;
 };
@@ -79,13 +82,17 @@ Sample sample_of(const QueueStats& s, std::int64_t t_ms) {
   x.queued = std::max<std::int64_t>(0, s.total_length - s.total_pending);
   x.delayed = s.delayed;
   x.dead = s.dlq_length;
-  x.dead_added = s.dlq_entries_added;
+  // Redis < 7.0 reports no entries-added (0). On 7.0 and later an existing stream shows 0 only
+  // when nothing was ever added to it: counting that as unknown too costs a never-used queue
+  // its rates, not a 6.2 queue false zeros. A dead-letter stream that is empty or missing had
+  // nothing to count since it was last purged.
+  if (s.dlq_entries_added > 0 || s.dlq_length == 0) x.dead_added = s.dlq_entries_added;
   std::int64_t added = 0;
   bool known = true;
   for (const LevelStats& l : s.levels) {
     if (!l.exists) continue;
     added += l.entries_added;
-    known = known && (l.entries_added > 0 || l.length == 0);
+    known = known && l.entries_added > 0;
     if (l.oldest_entry_age_ms)
       x.oldest_age_ms = std::max(x.oldest_age_ms.value_or(0), *l.oldest_entry_age_ms);
   }
@@ -100,13 +107,23 @@ Sample sample_of(const QueueStats& s, std::int64_t t_ms) {
 
 json optional_json(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(nullptr); }
 
-/// The charts' series of one queue: levels as they were, and the rates between samples.
-json series_json(const std::deque<Sample>& samples) {
+/// At most this many points per chart line: the samples of an hour are thinned to it.
+constexpr std::size_t max_points = 720;
+
+/// The charts' series of one queue: levels as they were, and the rates between the samples
+/// shown (every k-th, the newest always among them, when there are more than max_points).
+json series_json(const std::deque<Sample>& all) {
+  std::vector<const Sample*> samples;
+  const std::size_t step = all.empty() ? 1 : (all.size() + max_points - 1) / max_points;
+  for (std::size_t i = all.empty() ? 0 : (all.size() - 1) % step; i < all.size(); i += step) {
+    samples.push_back(&all[i]);
+  }
   json t = json::array(), queued = json::array(), pending = json::array(), delayed = json::array(),
        dead = json::array(), done_rate = json::array(), dead_rate = json::array(), age = json::array(),
        idle = json::array();
   const Sample* previous = nullptr;
-  for (const Sample& s : samples) {
+  for (const Sample* sample : samples) {
+    const Sample& s = *sample;
     t.push_back(s.t_ms);
     queued.push_back(s.queued);
     pending.push_back(s.pending);
@@ -114,24 +131,23 @@ json series_json(const std::deque<Sample>& samples) {
     dead.push_back(s.dead);
     age.push_back(optional_json(s.oldest_age_ms));
     idle.push_back(optional_json(s.oldest_pending_idle_ms));
-    if (previous == nullptr || s.t_ms <= previous->t_ms) {
-      done_rate.push_back(nullptr);
-      dead_rate.push_back(nullptr);
-    } else {
+    std::optional<double> died_per_s;
+    std::optional<double> done_per_s;
+    if (previous != nullptr && s.t_ms > previous->t_ms && s.dead_added && previous->dead_added) {
       const double seconds = static_cast<double>(s.t_ms - previous->t_ms) / 1000.0;
       // A purge restarts the dead-letter stream's count: what it holds now came since.
       const std::int64_t died =
-          s.dead_added >= previous->dead_added ? s.dead_added - previous->dead_added : s.dead_added;
-      dead_rate.push_back(static_cast<double>(died) / seconds);
+          *s.dead_added >= *previous->dead_added ? *s.dead_added - *previous->dead_added : *s.dead_added;
+      died_per_s = static_cast<double>(died) / seconds;
       if (s.left && previous->left) {
         // Dead-lettering takes an entry out of the stream too; what else left was done or retried.
-        done_rate.push_back(static_cast<double>(std::max<std::int64_t>(0, *s.left - *previous->left - died)) /
-                            seconds);
-      } else {
-        done_rate.push_back(nullptr);
+        done_per_s =
+            static_cast<double>(std::max<std::int64_t>(0, *s.left - *previous->left - died)) / seconds;
       }
     }
-    previous = &s;
+    dead_rate.push_back(died_per_s ? json(*died_per_s) : json(nullptr));
+    done_rate.push_back(done_per_s ? json(*done_per_s) : json(nullptr));
+    previous = sample;
   }
   return {{"t_ms", t},
           {"queued", queued},
@@ -182,24 +198,31 @@ class Sampler {
     }
   }
 
+  /// One round: every queue found, each on its own (one that cannot be read does not cost the
+  /// others their sample); the last failure is what the page shows.
   void sample_once() {
+    std::vector<std::pair<std::string, Sample>> taken;
+    std::string error;
     try {
-      std::vector<std::pair<std::string, Sample>> taken;
-      for (const QueueInfo& q : inspector_.queues())
-        taken.emplace_back(q.name, sample_of(inspector_.stats(q.name), now_ms()));
-      const std::int64_t oldest = now_ms() - hour_ms;
-      std::lock_guard lock(mutex_);
-      for (auto& [name, sample] : taken) samples_[name].push_back(sample);
-      for (auto it = samples_.begin(); it != samples_.end();) {
-        std::deque<Sample>& d = it->second;
-        while (!d.empty() && d.front().t_ms < oldest) d.pop_front();
-        it = d.empty() ? samples_.erase(it) : std::next(it);
+      for (const QueueInfo& q : inspector_.queues()) {
+        try {
+          taken.emplace_back(q.name, sample_of(inspector_.stats(q.name), now_ms()));
+        } catch (const std::exception& e) {
+          error = q.name + ": " + e.what();
+        }
       }
-      error_.clear();
-    } catch (const Error& e) {
-      std::lock_guard lock(mutex_);
-      error_ = e.what();
+    } catch (const std::exception& e) {
+      error = e.what();
     }
+    const std::int64_t oldest = now_ms() - hour_ms;
+    std::lock_guard lock(mutex_);
+    for (auto& [name, sample] : taken) samples_[name].push_back(sample);
+    for (auto it = samples_.begin(); it != samples_.end();) {
+      std::deque<Sample>& d = it->second;
+      while (!d.empty() && d.front().t_ms < oldest) d.pop_front();
+      it = d.empty() ? samples_.erase(it) : std::next(it);
+    }
+    error_ = error;
   }
 
   Inspector inspector_;  // used by the sampling thread only
@@ -233,8 +256,14 @@ std::string random_hex(std::size_t bytes) {
   return out;
 }
 
+/// A loopback address written as one (127.0.0.0/8, ::1) or "localhost"; a name is not resolved
+/// (127.0.0.1.example.com is not loopback).
 bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 /// The token rules (README): 16 to 256 characters a cookie can carry as they are.
@@ -248,38 +277,58 @@ std::optional<std::string> token_problem(const std::string& token) {
   return std::nullopt;
 }
 
-std::string cookie(const httplib::Request& req, std::string_view name) {
-  const std::string header = req.get_header_value("Cookie");
-  std::size_t at = 0;
-  while (at < header.size()) {
-    std::size_t end = header.find(';', at);
-    if (end == std::string::npos) end = header.size();
-    std::string_view part(header.data() + at, end - at);
-    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
-    if (part.size() > name.size() && part.substr(0, name.size()) == name && part[name.size()] == '=') {
-      return std::string(part.substr(name.size() + 1));
+/// Every value of the cookie `name` in the request's Cookie headers (a page on another port of
+/// the same host can set one of the same name too: each is checked).
+std::vector<std::string> cookies(const httplib::Request& req, std::string_view name) {
+  std::vector<std::string> values;
+  const auto blank = [](char c) { return c == ' ' || c == '\t'; };
+  for (std::size_t h = 0, n = req.get_header_value_count("Cookie"); h < n; ++h) {
+    const std::string header = req.get_header_value("Cookie", h);
+    std::size_t at = 0;
+    while (at < header.size()) {
+      std::size_t end = header.find(';', at);
+      if (end == std::string::npos) end = header.size();
+      std::string_view part(header.data() + at, end - at);
+      while (!part.empty() && blank(part.front())) part.remove_prefix(1);
+      while (!part.empty() && blank(part.back())) part.remove_suffix(1);
+      if (part.size() > name.size() && part.substr(0, name.size()) == name && part[name.size()] == '=') {
+        values.emplace_back(part.substr(name.size() + 1));
+      }
+      at = end + 1;
     }
-    at = end + 1;
   }
-  return {};
+  return values;
 }
 
 class Access {
  public:
   /// `host`:`port` is where it listens; without a token, a Host header must name it or another
-  /// loopback name with that port.
+  /// loopback name, with that port (or none, for port 80).
   Access(std::string token, const std::string& host, int port)
-      : token_(std::move(token)), csrf_(random_hex(32)) {
+      : token_(std::move(token)),
+        csrf_(random_hex(32)),
+        cookie_(std::string(cookie_prefix) + std::to_string(port)) {
     const std::string listening = host.find(':') != std::string::npos ? "[" + host + "]" : host;
     for (const std::string& name :
          {listening, std::string("127.0.0.1"), std::string("localhost"), std::string("[::1]")}) {
       hosts_.push_back(name + ":" + std::to_string(port));
+      if (port == 80) hosts_.push_back(name);
     }
   }
 
   const std::string& csrf() const { return csrf_; }
   bool has_token() const { return !token_.empty(); }
   bool token_matches(std::string_view given) const { return has_token() && same_bytes(given, token_); }
+
+  /// A new login: the cookie that carries it (a random session id, not the token, so that the
+  /// token itself never sits in a browser's cookie jar).
+  std::string open_session() {
+    std::string id = random_hex(32);
+    std::lock_guard lock(mutex_);
+    sessions_.push_back(id);
+    if (sessions_.size() > 1000) sessions_.erase(sessions_.begin());  // the oldest logins go first
+    return cookie_ + "=" + id + "; Path=/; HttpOnly; SameSite=Strict";
+  }
 
   /// The check every request passes first; answers the request itself when it fails.
   bool admit(const httplib::Request& req, httplib::Response& res) const {
@@ -298,7 +347,7 @@ class Access {
     if (req.path == "/login" || req.path.rfind("/static/", 0) == 0) return true;
     const std::string auth = req.get_header_value("Authorization");
     if ((auth.rfind("Bearer ", 0) == 0 && token_matches(std::string_view(auth).substr(7))) ||
-        token_matches(cookie(req, cookie_name))) {
+        has_session(req)) {
       return true;
     }
     if (req.path.rfind("/api/", 0) == 0) {
@@ -326,10 +375,12 @@ class Access {
     return true;
   }
 
-  /// Origin (when sent) is this very host; Sec-Fetch-Site (when sent) says same-origin.
+  /// Origin (when sent) names this very host (by http, or by https through a TLS proxy);
+  /// Sec-Fetch-Site (when sent) says same-origin.
   static bool same_origin(const httplib::Request& req) {
     const std::string origin = req.get_header_value("Origin");
-    if (!origin.empty() && origin != "http://" + req.get_header_value("Host")) return false;
+    const std::string host = req.get_header_value("Host");
+    if (!origin.empty() && origin != "http://" + host && origin != "https://" + host) return false;
     const std::string site = req.get_header_value("Sec-Fetch-Site");
     return site.empty() || site == "same-origin" || site == "none";
   }
@@ -340,9 +391,23 @@ class Access {
   }
 
  private:
+  bool has_session(const httplib::Request& req) const {
+    const std::vector<std::string> given = cookies(req, cookie_);
+    std::lock_guard lock(mutex_);
+    for (const std::string& value : given) {
+      for (const std::string& id : sessions_) {
+        if (same_bytes(value, id)) return true;
+      }
+    }
+    return false;
+  }
+
   std::string token_;
   std::string csrf_;
+  std::string cookie_;  // streamq_dashboard_<port>: dashboards on other ports keep their own
   std::vector<std::string> hosts_;
+  mutable std::mutex mutex_;
+  std::vector<std::string> sessions_;
 };
 
 // ---- the API
@@ -371,21 +436,26 @@ std::string body_string(const json& body, const char* name) {
   return it->get<std::string>();
 }
 
-std::vector<std::string> body_ids(const json& body, bool required) {
+/// The "ids" of an action's body: absent gives none, present must be 1 to 10,000 strings.
+std::vector<std::string> body_ids(const json& body) {
   std::vector<std::string> ids;
   const auto it = body.find("ids");
-  if (it == body.end() || it->is_null()) {
-    if (required) throw BadRequest("\"ids\" must list the entry ids to act on");
-    return ids;
+  if (it == body.end()) return ids;
+  if (!it->is_array() || it->empty() || it->size() > 10000) {
+    throw BadRequest("\"ids\" must be an array of 1 to 10,000 entry ids");
   }
-  if (!it->is_array() || it->size() > 10000)
-    throw BadRequest("\"ids\" must be an array of at most 10,000 ids");
   for (const json& id : *it) {
     if (!id.is_string()) throw BadRequest("\"ids\" must hold strings");
     ids.push_back(id.get<std::string>());
   }
-  if (required && ids.empty()) throw BadRequest("\"ids\" is empty");
   return ids;
+}
+
+bool body_flag(const json& body, const char* name) {
+  const auto it = body.find(name);
+  if (it == body.end()) return false;
+  if (!it->is_boolean()) throw BadRequest(std::string("\"") + name + "\" must be true or false");
+  return it->get<bool>();
 }
 
 json action_json(const ActionResult& r) {
@@ -443,7 +513,7 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
   std::mutex inspector_mutex;
   Sampler sampler(inspector_options,
                   std::chrono::milliseconds(static_cast<std::int64_t>(options.sample_interval * 1000)));
-  const Access access(token, host, port);
+  Access access(token, host, port);
 
   httplib::Server server;
   server.set_default_headers({
@@ -460,36 +530,47 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
                                   : httplib::Server::HandlerResponse::Handled;
   });
 
-  // One Inspector call at a time; errors become JSON with a status the page shows.
-  const auto api = [&](auto&& body) {
+  // Runs `body` and answers its JSON, or its error as JSON with a status the page shows.
+  const auto respond = [](httplib::Response& res, auto&& body) {
+    no_store(res);
+    try {
+      res.set_content(body().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    } catch (const BadRequest& e) {
+      Access::refuse(res, 400, e.what());
+    } catch (const ConfigError& e) {
+      Access::refuse(res, 400, e.what());
+    } catch (const Error& e) {
+      Access::refuse(res, 502, e.what());
+    } catch (const std::exception& e) {
+      Access::refuse(res, 500, e.what());
+    }
+  };
+  // Reads: on the shared Inspector, one call at a time.
+  const auto read = [&](auto&& body) {
     return [&, body](const httplib::Request& req, httplib::Response& res) {
-      no_store(res);
-      try {
-        json out;
-        {
-          std::lock_guard lock(inspector_mutex);
-          out = body(req);
-        }
-        res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-      } catch (const BadRequest& e) {
-        Access::refuse(res, 400, e.what());
-      } catch (const ConfigError& e) {
-        Access::refuse(res, 400, e.what());
-      } catch (const Error& e) {
-        Access::refuse(res, 502, e.what());
-      }
+      respond(res, [&] {
+        std::lock_guard lock(inspector_mutex);
+        return body(req);
+      });
     };
   };
+  // Actions: each on an Inspector (a connection) of its own, so that a long replay does not hold
+  // up the page's reads. POST only, with the CSRF check; a GET answers 405.
   const auto action = [&](const char* path, auto&& body) {
-    const auto run = api(body);
-    server.Post(path, [&, run](const httplib::Request& req, httplib::Response& res) {
-      if (access.action_allowed(req, res)) run(req, res);
+    server.Post(path, [&, body](const httplib::Request& req, httplib::Response& res) {
+      if (!access.action_allowed(req, res)) return;
+      respond(res, [&] {
+        Inspector own(inspector_options);
+        return body(own, req);
+      });
     });
     server.Get(path, [](const httplib::Request&, httplib::Response& res) {
       res.set_header("Allow", "POST");
       Access::refuse(res, 405, "actions are POST requests");
     });
   };
+  // Ctrl-C stops a bulk replay or delete between two batches (each batch happens whole).
+  const ProgressCallback until_interrupted = [](const Progress&) { return !interrupted.load(); };
 
   // Pages and static files.
   const auto html = [&](std::string_view source) {
@@ -524,13 +605,12 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
       res.set_content(assets::login_html.data(), assets::login_html.size(), "text/html; charset=utf-8");
       return;
     }
-    res.set_header("Set-Cookie", std::string(cookie_name) + "=" + req.get_param_value("token") +
-                                     "; Path=/; HttpOnly; SameSite=Strict");
+    res.set_header("Set-Cookie", access.open_session());
     res.set_redirect("/", 303);
   });
 
   // Reads.
-  server.Get("/api/queues", api([&](const httplib::Request&) {
+  server.Get("/api/queues", read([&](const httplib::Request&) {
                json list = json::array();
                for (const QueueInfo& q : inspector.queues()) {
                  json levels = json::array();
@@ -544,7 +624,7 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
                }
                return json{{"queues", list}};
              }));
-  server.Get("/api/queue", api([&](const httplib::Request& req) {
+  server.Get("/api/queue", read([&](const httplib::Request& req) {
                const std::string name = required_param(req, "name");
                const QueueStats stats = inspector.stats(name);
                return json{{"stats", json::parse(stats.to_json())},
@@ -553,7 +633,7 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
                            {"sample_interval_s", options.sample_interval},
                            {"sampler_error", sampler.last_error()}};
              }));
-  server.Get("/api/tasks", api([&](const httplib::Request& req) {
+  server.Get("/api/tasks", read([&](const httplib::Request& req) {
                const std::string name = required_param(req, "name");
                const auto state = parse_task_state(required_param(req, "state"));
                if (!state) throw BadRequest("state must be queued, pending, delayed or dead");
@@ -576,33 +656,34 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
              }));
 
   // Actions.
-  action("/api/replay", [&](const httplib::Request& req) {
+  action("/api/replay", [&](Inspector& in, const httplib::Request& req) {
     const json body = parse_body(req);
     ReplayOptions o;
-    o.filter.ids = body_ids(body, false);
-    return action_json(inspector.replay(body_string(body, "queue"), o));
+    o.filter.ids = body_ids(body);
+    o.progress = until_interrupted;
+    if (o.filter.ids.empty() && !body_flag(body, "all")) {
+      throw BadRequest("give the dead letters' \"ids\", or \"all\": true to replay every one");
+    }
+    return action_json(in.replay(body_string(body, "queue"), o));
   });
-  action("/api/delete", [&](const httplib::Request& req) {
+  action("/api/delete", [&](Inspector& in, const httplib::Request& req) {
     const json body = parse_body(req);
     DeadLetterFilter filter;
-    filter.ids = body_ids(body, true);
-    return action_json(inspector.delete_dead(body_string(body, "queue"), filter));
+    filter.ids = body_ids(body);
+    if (filter.ids.empty()) throw BadRequest("\"ids\" must list the dead letters to delete");
+    return action_json(in.delete_dead(body_string(body, "queue"), filter, until_interrupted));
   });
-  action("/api/run_now", [&](const httplib::Request& req) {
+  action("/api/run_now", [&](Inspector& in, const httplib::Request& req) {
     const json body = parse_body(req);
-    const auto entry = inspector.run_now(body_string(body, "queue"), body_string(body, "task_id"));
+    const auto entry = in.run_now(body_string(body, "queue"), body_string(body, "task_id"));
     return json{{"entry_id", entry ? json(*entry) : json(nullptr)}};
   });
-  action("/api/pause", [&](const httplib::Request& req) {
-    const json body = parse_body(req);
-    const std::string queue = body_string(body, "queue");
-    inspector.pause(queue);
+  action("/api/pause", [&](Inspector& in, const httplib::Request& req) {
+    in.pause(body_string(parse_body(req), "queue"));
     return json{{"paused", true}};
   });
-  action("/api/resume", [&](const httplib::Request& req) {
-    const json body = parse_body(req);
-    const std::string queue = body_string(body, "queue");
-    inspector.resume(queue);
+  action("/api/resume", [&](Inspector& in, const httplib::Request& req) {
+    in.resume(body_string(parse_body(req), "queue"));
     return json{{"paused", false}};
   });
 

@@ -3,6 +3,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -15,14 +16,12 @@ namespace streamq::cli {
 std::pair<std::string, int> split_listen(const std::string& listen) {
   const auto colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) return {listen, 0};
-  int port = 0;
-  try {
-    std::size_t used = 0;
-    port = std::stoi(listen.substr(colon + 1), &used);
-    if (used != listen.size() - colon - 1) port = 0;
-  } catch (const std::exception&) {
+  const std::string digits = listen.substr(colon + 1);
+  if (digits.empty() || digits.size() > 5 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return {listen, 0};
   }
+  const int port = std::stoi(digits);
   std::string host = listen.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   return {host, port > 0 && port < 65536 ? port : 0};
@@ -44,9 +43,11 @@ int serve_until_interrupted(httplib::Server& server, const std::string& host, in
   while (!interrupted.load() && !ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   // stop() only ends a server that runs: one interrupted while starting must get there first.
   while (!server.is_running() && !ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool by_itself = ended.load();
   server.stop();
   serving.join();
-  return ok;
+  if (by_itself) std::cerr << "streamq " << what << ": the server stopped by itself\n";
+  return by_itself ? failed : ok;
 }
 
 }  // namespace streamq::cli

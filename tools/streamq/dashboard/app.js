@@ -50,6 +50,13 @@ function status(text, bad) {
   node.classList.toggle('bad', Boolean(bad));
 }
 
+/** An action's outcome: stays beside the status line (which the refreshes rewrite) until the next. */
+function notice(text, bad) {
+  const node = document.getElementById('notice');
+  node.textContent = `${text} · ${new Date().toLocaleTimeString()}`;
+  node.classList.toggle('bad', Boolean(bad));
+}
+
 function duration(ms) {
   if (ms === null || ms === undefined) return '–';
   const s = ms / 1000;
@@ -178,15 +185,17 @@ function describe(action, r) {
   }
 }
 
+/** Asks `question` first (when given); false when not confirmed. */
 async function act(action, body, question) {
-  if (question && !window.confirm(question)) return;
+  if (question && !window.confirm(question)) return false;
   try {
     const r = await post(`/api/${action}`, Object.assign({queue}, body));
-    status(describe(action, r));
+    notice(describe(action, r));
   } catch (e) {
-    status(`${action}: ${e.message}`, true);
+    notice(`${action}: ${e.message}`, true);
   }
   refreshAll();
+  return true;
 }
 
 function showDetail(task) {
@@ -213,8 +222,10 @@ function taskRow(table, task) {
     box.onchange = () => (box.checked ? table.selected.add(task.id) : table.selected.delete(task.id));
     cells.push(el('td', {}, box));
   }
+  const open = button(task.id, () => showDetail(task), 'link');
+  open.dataset.entry = task.id;
   cells.push(
-    el('td', {}, button(task.id, () => showDetail(task), 'link')),
+    el('td', {}, open),
     el('td', {textContent: f.task_id || ''}),
     el('td', {textContent: f.task_type || ''}),
     el('td', {className: 'payload', textContent: cut(f.payload ?? '', 120), title: f.payload ?? ''}));
@@ -239,18 +250,23 @@ function taskTable(section) {
     ...stateColumns[state].map(([h]) => h), ''];
   const tbody = el('tbody');
   const info = el('span', {className: 'page-info'});
-  const t = {state, cursors: [''], next: '', selected: new Set()};
-  const first = button('First page', () => { t.cursors = ['']; t.load(); }, 'first');
-  const prev = button('Previous', () => { if (t.cursors.length > 1) { t.cursors.pop(); t.load(); } }, 'prev');
-  const next = button('Next page', () => { if (t.next) { t.cursors.push(t.next); t.load(); } }, 'next');
+  // seq: the newest load; an older one's reply (a refresh that crossed a click) is dropped.
+  const t = {state, cursors: [''], next: '', selected: new Set(), seq: 0};
+  // The selection is of the page shown: a new page starts with none.
+  const turn = (change) => { change(); t.selected.clear(); t.load(); };
+  const first = button('First page', () => turn(() => { t.cursors = ['']; }), 'first');
+  const prev = button('Previous', () => { if (t.cursors.length > 1) turn(() => t.cursors.pop()); }, 'prev');
+  const next = button('Next page', () => { if (t.next) turn(() => t.cursors.push(t.next)); }, 'next');
   section.append(
     el('table', {}, el('thead', {}, el('tr', {}, ...headings.map((h) => el('th', {textContent: h})))), tbody),
     el('div', {className: 'pager'}, first, prev, next, info));
   t.load = async () => {
     const cursor = t.cursors[t.cursors.length - 1];
+    const seq = ++t.seq;
     try {
       const page = await get(`/api/tasks?name=${encodeURIComponent(queue)}&state=${state}&count=${pageSize}` +
         `&cursor=${encodeURIComponent(cursor)}`);
+      if (seq !== t.seq) return;
       t.next = page.next_cursor;
       const rows = page.tasks.map((task) => taskRow(t, task));
       if (!rows.length) rows.push(el('tr', {}, el('td', {colSpan: headings.length, className: 'empty', textContent: 'none'})));
@@ -276,19 +292,22 @@ function startQueue() {
   document.getElementById('pause').onclick = () => act('pause', {});
   document.getElementById('resume').onclick = () => act('resume', {});
   document.getElementById('replay-all').onclick = () =>
-    act('replay', {}, `Replay all ${document.getElementById('stat-dead').textContent} dead letters of ${queue}?`);
+    act('replay', {all: true}, `Replay all ${document.getElementById('stat-dead').textContent} dead letters of ${queue}?`);
   document.getElementById('detail-close').onclick = () => { document.getElementById('detail-box').hidden = true; };
   for (const section of document.querySelectorAll('section.tasks')) tables.push(taskTable(section));
   const dead = tables.find((t) => t.state === 'dead');
   const selected = () => [...dead.selected];
-  document.querySelector('.replay-selected').onclick = () => {
-    if (selected().length) act('replay', {ids: selected()}, `Replay ${selected().length} dead letters?`);
-    dead.selected.clear();
+  // The selected ones: acted on once confirmed, and then no longer selected.
+  const onSelected = (action, verb) => async () => {
+    const ids = selected();
+    if (!ids.length) return notice(`select the dead letters to ${verb.toLowerCase()} first`, true);
+    if (await act(action, {ids}, `${verb} ${ids.length} dead letters?`)) {
+      for (const id of ids) dead.selected.delete(id);
+      dead.load();
+    }
   };
-  document.querySelector('.delete-selected').onclick = () => {
-    if (selected().length) act('delete', {ids: selected()}, `Delete ${selected().length} dead letters?`);
-    dead.selected.clear();
-  };
+  document.querySelector('.replay-selected').onclick = onSelected('replay', 'Replay');
+  document.querySelector('.delete-selected').onclick = onSelected('delete', 'Delete');
   refreshAll();
   setInterval(loadQueue, 2000);
   setInterval(() => { for (const t of tables) t.load(); }, 5000);
