@@ -57,6 +57,17 @@ class CliTest(RedisTestCase):
         stats = json.loads(self.cli("stats", self.q, "--format", "json").stdout)
         self.assertEqual(stats[0]["total_length"], 1202)
 
+    def test_bulk_enqueue_into_a_full_queue_says_how_many_got_in(self):
+        lines = "".join(json.dumps({"type": "reindex", "payload": {"n": i}}) + "\n" for i in range(1500))
+        p = self.cli("enqueue", self.q, "--stdin", "--max-len", "1000", stdin=lines, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("queue full", p.stderr)
+        got_in = int(re.search(r"; (\d+) tasks were enqueued, from the first line on", p.stderr).group(1))
+        self.assertEqual(got_in, self.r.xlen(self.q))
+        self.assertGreater(got_in, 500)  # the first batch, and those of the second that fitted
+        self.assertLessEqual(got_in, 1000)
+        self.assertIn("--max-len", p.stderr)
+
     def test_exit_statuses_scripts_rely_on(self):
         self.assertEqual(self.cli("task", self.q, "no-such-task", check=False).returncode, 3)
         self.assertEqual(self.cli("delayed", "run", self.q, "nothing", check=False).returncode, 3)

@@ -207,8 +207,8 @@ ProgressCallback progress_to(ProgressLine& line) {
 }
 
 int cmd_enqueue(const Global& g, const std::string& queue, const std::string& type,
-                const std::string& payload, bool from_stdin, const EnqueueOptions& eo) {
-  Producer producer({.connection = {.url = g.url}, .stream = queue});
+                const std::string& payload, bool from_stdin, const EnqueueOptions& eo, std::int64_t max_len) {
+  Producer producer({.connection = {.url = g.url}, .stream = queue, .max_len = max_len});
   if (!from_stdin) {
     const std::string id = producer.enqueue(type, payload.empty() ? std::string("{}") : payload, eo);
     if (g.json()) {
@@ -225,7 +225,16 @@ int cmd_enqueue(const Global& g, const std::string& queue, const std::string& ty
   std::int64_t done = 0, line_no = 0;
   const auto flush = [&] {
     if (batch.empty()) return;
-    producer.enqueue_batch(batch);
+    try {
+      producer.enqueue_batch(batch);
+    } catch (const EnqueueRefusedError& e) {
+      // The tasks of the batch before the refused one were written: count them in what is said.
+      done += static_cast<std::int64_t>(e.accepted());
+      line.finish();
+      throw Error(std::string(e.what()) + "; " + std::to_string(done) +
+                  " tasks were enqueued, from the first line on, and no line after the refused one was sent" +
+                  (dynamic_cast<const QueueFullError*>(&e) ? " (a larger --max-len lets more in)" : ""));
+    }
     done += static_cast<std::int64_t>(batch.size());
     batch.clear();
     line.update(done, 0);
@@ -400,6 +409,7 @@ int run(int argc, char** argv) {
   std::string type, payload;
   bool from_stdin = false;
   std::int64_t delay_ms = 0;
+  std::int64_t max_len = ProducerOptions{}.max_len;
   EnqueueOptions eo;
   auto* enqueue = app.add_subcommand("enqueue", "enqueue a task, or JSON lines from stdin with --stdin");
   enqueue->add_option("queue", queue, "the queue")->required();
@@ -411,6 +421,9 @@ int run(int argc, char** argv) {
   enqueue->add_option("--task-id", eo.task_id, "task id (default: a new UUID)");
   enqueue->add_option("--delay-ms", delay_ms, "run no sooner than this many ms from now")
       ->check(CLI::NonNegativeNumber);
+  enqueue->add_option("--max-len", max_len, "refuse tasks once the queue holds this many unfinished ones")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   enqueue->add_option("--priority", priority_name, "high, normal or low")
       ->check(CLI::IsMember({"high", "normal", "low"}));
 
@@ -540,7 +553,7 @@ int run(int argc, char** argv) {
       }
       eo.delay = std::chrono::milliseconds(delay_ms);
       eo.priority = *parse_priority(priority_name);
-      return cmd_enqueue(g, queue, type, payload, from_stdin, eo);
+      return cmd_enqueue(g, queue, type, payload, from_stdin, eo, max_len);
     }
     if (*pause || *resume) {
       Inspector in(g.inspector());
