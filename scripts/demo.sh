@@ -3,7 +3,8 @@
 # The streamq demo: builds the examples, starts a private redis-server on a free loopback
 # port, enqueues tasks of the seed's three types plus one that always fails, runs a worker
 # until the queue is drained, and shows the statistics and the dead-letter stream; then, from
-# the installed prefix, `streamq doctor` on that server and `streamq dlq replay` of its dead letter.
+# the installed prefix, `streamq doctor` on that server, `streamq dlq replay` of its dead letter,
+# and `streamq dashboard` answering with the queue's numbers.
 # Exits non-zero if any step fails or the queue does not end as expected.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,9 +23,14 @@ bin=build-demo/examples
 step "Private redis-server"
 redis_dir=$(mktemp -d)
 redis_pid=
+dashboard_pid=
 cleanup() {
   local status=$?
-  # Only the server this script started, by its pid.
+  # Only the processes this script started, by their pids.
+  if [[ -n $dashboard_pid ]]; then
+    kill "$dashboard_pid" 2>/dev/null || true
+    wait "$dashboard_pid" 2>/dev/null || true
+  fi
   if [[ -n $redis_pid ]]; then
     kill "$redis_pid" 2>/dev/null || true
     wait "$redis_pid" 2>/dev/null || true
@@ -125,9 +131,31 @@ if ((doctor_status != 4)) || ! grep -q 'appendonly is off' "$redis_dir/doctor.ou
        "always_fail did not run again and come back with replay_count 1 (got '${replayed}')" >&2
   exit 1
 fi
+# The dashboard, on a free loopback port, asked for the queue's numbers as its page is.
+board_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+sq dashboard --listen "127.0.0.1:$board_port" 2>"$redis_dir/dashboard.err" &
+dashboard_pid=$!
+board_dead=$(python3 - "$board_port" "$stream" <<'PY'
+import json, sys, time, urllib.parse, urllib.request
+port, queue = sys.argv[1], sys.argv[2]
+for _ in range(100):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%s/api/queue?name=%s" % (port, urllib.parse.quote(queue))) as r:
+            print(json.load(r)["stats"]["dlq_length"])
+            break
+    except OSError:
+        time.sleep(0.1)
+PY
+)
+echo "streamq dashboard on http://127.0.0.1:$board_port/ reports $board_dead dead letter(s) for $stream"
+if [[ $board_dead != 1 ]]; then
+  echo "demo: FAILED: the dashboard reported '${board_dead}' dead letters, expected 1; its stderr:" >&2
+  cat "$redis_dir/dashboard.err" >&2
+  exit 1
+fi
 
 echo "demo OK: 132 tasks done; the high-priority task, enqueued behind 132 others, ran as number" \
      "${vip_rank}; the reminder ran ${remind_ms} ms after its enqueue (delay 1000 ms); always_fail" \
      "was dead-lettered after 2 retries with backoff; nothing left pending or delayed; streamq doctor" \
      "flagged the missing AOF, and streamq dlq replay put always_fail back, where a worker ran it again" \
-     "and it came back dead-lettered with replay_count 1"
+     "and it came back dead-lettered with replay_count 1; streamq dashboard served its numbers"
