@@ -133,14 +133,18 @@ if ((doctor_status != 4)) || ! grep -q 'appendonly is off' "$redis_dir/doctor.ou
 fi
 # The dashboard, on a free loopback port, asked for the queue's numbers as its page is.
 board_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-sq dashboard --listen "127.0.0.1:$board_port" 2>"$redis_dir/dashboard.err" &
+# Started directly (not through the sq function, whose subshell would get the pid), and with
+# its output away from this script's, so nothing keeps a pipe of the caller open.
+build-demo/prefix/bin/streamq --url "$url" dashboard --listen "127.0.0.1:$board_port" \
+  >/dev/null 2>"$redis_dir/dashboard.err" &
 dashboard_pid=$!
 board_dead=$(python3 - "$board_port" "$stream" <<'PY'
 import json, sys, time, urllib.parse, urllib.request
 port, queue = sys.argv[1], sys.argv[2]
 for _ in range(100):
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%s/api/queue?name=%s" % (port, urllib.parse.quote(queue))) as r:
+        url = "http://127.0.0.1:%s/api/queue?name=%s" % (port, urllib.parse.quote(queue))
+        with urllib.request.urlopen(url, timeout=5) as r:
             print(json.load(r)["stats"]["dlq_length"])
             break
     except OSError:

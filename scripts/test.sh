@@ -215,10 +215,11 @@ integration_on() {
   build_server "$2" "$3"
   "$server_binary" --version
   # (Not the package tests: they test the build, not the server, and hiredis14 ran them; nor
-  # the dashboard's browser test, whose page does not depend on the server: the Inspector
-  # calls behind it are tested here by the integration tests.)
+  # the tests of the streamq command, which need package.installed's prefix (ctest would run
+  # it again) and test the command: the Inspector calls behind it, doctor's included, are
+  # tested on this server by the integration tests.)
   STREAMQ_REDIS_SERVER=$server_binary ctest --test-dir build-hiredis14 -L integration \
-    -E '^package[.]|Package[.]|^cli[.]dashboard$' \
+    -E '^package[.]|Package[.]|^cli[.]' \
     --output-on-failure --no-tests=error -j2 --timeout 300
   end
 }

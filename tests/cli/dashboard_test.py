@@ -162,9 +162,14 @@ class DashboardTest(RedisTestCase):
         wait_for(lambda: len(series()["t_ms"]) >= 2, what="two samples")
         entries = [i for i, _ in self.r.xrange(q)]
         self.r.xdel(q, *entries[:6])  # done: acknowledged and deleted, as a worker does
-        for i, fields in self.r.xrange(q, entries[6], entries[7]):  # failed for good
-            self.r.xadd(q + ":dlq", dict(fields, error=b"boom", reason=b"max_retries"))
-            self.r.xdel(q, i)
+        # The levels a worker creates (XGROUP CREATE … MKSTREAM), empty, do not hide the counts.
+        for level in (q + ":p:high", q + ":p:low"):
+            self.r.xgroup_create(level, "workers", id="0", mkstream=True)
+        for i, fields in self.r.xrange(q, entries[6], entries[7]):  # failed for good, as one script does it
+            with self.r.pipeline(transaction=True) as p:
+                p.xadd(q + ":dlq", dict(fields, error=b"boom", reason=b"max_retries"))
+                p.xdel(q, i)
+                p.execute()
         changed = int(self.r.time()[0]) * 1000
         wait_for(lambda: series()["t_ms"][-1] > changed + 1000, what="samples after the change")
         s = series()

@@ -4,6 +4,7 @@
 #   -DOUT_DIR=<build dir of the consumer>  -DSOURCE_DIR=<tests/package>
 #   -DCXX_COMPILER=... -DCXX_FLAGS=... -DBUILD_TYPE=... -DWARNING_FLAGS=<a|b|c>  -DPARENT_PREFIX_PATH=<a|b|c>
 #   installed, *_mismatch: -DBUILD_DIR=<streamq build tree> -DPREFIX=<install prefix>
+#   installed: -DEXPECT_CLI=0|1 -DBINDIR=<CMAKE_INSTALL_BINDIR, where the streamq command goes>
 #   subdirectory, fetchcontent: -DSTREAMQ_SOURCE_DIR=<streamq checkout>
 #   *_mismatch: -DHIREDIS_VERSION=<the version streamq was built with>
 #   link_mismatch: -DOTHER_HIREDIS=<a libhiredis of another major version>
@@ -58,7 +59,7 @@ endif()
 if(MODE STREQUAL "installed")
   # The streamq command is installed with the library when it was built (EXPECT_CLI=1).
   if(EXPECT_CLI)
-    run("bin/streamq --help" "${PREFIX}/bin/streamq" --help)
+    run("${BINDIR}/streamq --help" "${PREFIX}/${BINDIR}/streamq" --help)
   endif()
   if(EXISTS "${PREFIX}/include/hiredis" OR EXISTS "${PREFIX}/include/streamq/hiredis_compat.hpp")
     message(FATAL_ERROR "private headers were installed")

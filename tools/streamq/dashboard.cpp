@@ -82,21 +82,20 @@ Sample sample_of(const QueueStats& s, std::int64_t t_ms) {
   x.queued = std::max<std::int64_t>(0, s.total_length - s.total_pending);
   x.delayed = s.delayed;
   x.dead = s.dlq_length;
-  // Redis < 7.0 reports no entries-added (0). On 7.0 and later an existing stream shows 0 only
-  // when nothing was ever added to it: counting that as unknown too costs a never-used queue
-  // its rates, not a 6.2 queue false zeros. A dead-letter stream that is empty or missing had
-  // nothing to count since it was last purged.
+  // Redis < 7.0 reports no entries-added (0). On 7.0 and later a stream that ever held an entry
+  // reports more than 0, and one that never did (a level a worker created with MKSTREAM) 0,
+  // exactly. So the levels' sum is known once it is above 0; when it is 0, this is either
+  // Redis 6.2 or a queue never used: no rates rather than false zeros. A dead-letter stream
+  // that is empty or missing had nothing to count since it was last purged.
   if (s.dlq_entries_added > 0 || s.dlq_length == 0) x.dead_added = s.dlq_entries_added;
   std::int64_t added = 0;
-  bool known = true;
   for (const LevelStats& l : s.levels) {
     if (!l.exists) continue;
     added += l.entries_added;
-    known = known && l.entries_added > 0;
     if (l.oldest_entry_age_ms)
       x.oldest_age_ms = std::max(x.oldest_age_ms.value_or(0), *l.oldest_entry_age_ms);
   }
-  if (known) x.left = added - s.total_length;
+  if (added > 0) x.left = added - s.total_length;
   for (const GroupInfo& g : s.groups) {
     if (g.oldest_pending_idle_ms) {
       x.oldest_pending_idle_ms = std::max(x.oldest_pending_idle_ms.value_or(0), *g.oldest_pending_idle_ms);

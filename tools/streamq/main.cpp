@@ -232,7 +232,7 @@ int cmd_enqueue(const Global& g, const std::string& queue, const std::string& ty
       done += static_cast<std::int64_t>(e.accepted());
       line.finish();
       throw Error(std::string(e.what()) + "; " + std::to_string(done) +
-                  " tasks were enqueued, from the first line on, and no line after the refused one was sent" +
+                  " tasks were enqueued, from the first line on, and none after the refused one was written" +
                   (dynamic_cast<const QueueFullError*>(&e) ? " (a larger --max-len lets more in)" : ""));
     }
     done += static_cast<std::int64_t>(batch.size());

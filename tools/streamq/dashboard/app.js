@@ -185,17 +185,19 @@ function describe(action, r) {
   }
 }
 
-/** Asks `question` first (when given); false when not confirmed. */
+/** Asks `question` first (when given); true when the action was confirmed and done. */
 async function act(action, body, question) {
   if (question && !window.confirm(question)) return false;
+  let done = false;
   try {
     const r = await post(`/api/${action}`, Object.assign({queue}, body));
     notice(describe(action, r));
+    done = true;
   } catch (e) {
     notice(`${action}: ${e.message}`, true);
   }
   refreshAll();
-  return true;
+  return done;
 }
 
 function showDetail(task) {
@@ -276,7 +278,7 @@ function taskTable(section) {
       first.disabled = t.cursors.length === 1;
       info.textContent = `page ${t.cursors.length} · ${page.tasks.length} shown`;
     } catch (e) {
-      status(e.message, true);
+      if (seq === t.seq) status(e.message, true);
     }
   };
   return t;
@@ -297,7 +299,7 @@ function startQueue() {
   for (const section of document.querySelectorAll('section.tasks')) tables.push(taskTable(section));
   const dead = tables.find((t) => t.state === 'dead');
   const selected = () => [...dead.selected];
-  // The selected ones: acted on once confirmed, and then no longer selected.
+  // The selected ones: acted on once confirmed, and no longer selected once done.
   const onSelected = (action, verb) => async () => {
     const ids = selected();
     if (!ids.length) return notice(`select the dead letters to ${verb.toLowerCase()} first`, true);
