@@ -25,6 +25,16 @@ ProducerOptions validated(ProducerOptions o) {
   if (o.max_payload_bytes == 0) throw ConfigError("max_payload_bytes must be > 0");
   if (o.max_payload_depth < 1) throw ConfigError("max_payload_depth must be >= 1");
   if (o.default_max_retries < 0) throw ConfigError("default_max_retries must be >= 0");
+  if (o.min_replicas_acked < 0) throw ConfigError("min_replicas_acked must be >= 0");
+  if (o.min_replicas_acked > 0 && o.replicas_ack_timeout.count() <= 0) {
+    throw ConfigError("replicas_ack_timeout must be > 0 when min_replicas_acked is set");
+  }
+  if (o.min_replicas_acked > 0 &&
+      o.connection.socket_timeout <= o.replicas_ack_timeout + std::chrono::seconds(1)) {
+    throw ConfigError(
+        "connection.socket_timeout must exceed replicas_ack_timeout by more than 1 s (WAIT blocks "
+        "that long)");
+  }
   return o;
 }
 
@@ -227,6 +237,25 @@ struct Producer::Impl {
     return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty();
   }
 
+  /// With min_replicas_acked: WAIT for the replicas to have what this connection wrote (the
+  /// tasks `ids`, just written), and ReplicationError when too few did in time.
+  void wait_for_replicas(const std::vector<std::string>& ids) {
+    if (options.min_replicas_acked == 0) return;
+    detail::Argv wait{"WAIT"};
+    wait.add(static_cast<std::int64_t>(options.min_replicas_acked));
+    wait.add(static_cast<std::int64_t>(options.replicas_ack_timeout.count()));
+    const std::int64_t acked = conn.command(wait).view().check().integer();
+    if (acked >= options.min_replicas_acked) return;
+    throw ReplicationError(
+        std::to_string(ids.size()) + (ids.size() == 1 ? " task (" + ids[0] + ")" : " tasks") +
+            " written to the master of " + options.stream + ", but only " + std::to_string(acked) +
+            " of the " + std::to_string(options.min_replicas_acked) +
+            " replicas asked for acknowledged within " +
+            std::to_string(options.replicas_ack_timeout.count()) +
+            " ms: queued, but lost if the master fails now; retry with the same task ids",
+        ids, acked, options.min_replicas_acked);
+  }
+
   ProducerOptions options;
   detail::Connection conn;
   detail::ScriptRunner scripts;
@@ -258,6 +287,7 @@ std::string Producer::enqueue(std::string_view task_type, std::string_view paylo
   if (is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
   if (auto d = parse_duplicate(reply)) throw DuplicateTaskError(duplicate_message(*d), d->holder);
   reply.view().check();
+  im.wait_for_replicas({id});
   return id;
 }
 
@@ -282,6 +312,7 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
     for (const auto& t : prepared) argvs.push_back(im.trim_argv(t.task));
     const std::vector<detail::Reply> replies = im.conn.pipeline(argvs);
     for (const auto& r : replies) r.view().check();
+    im.wait_for_replicas(ids);
     return ids;
   }
 
@@ -328,6 +359,7 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
         partial_batch_message("queue full", ids, server_message);  // before ids is moved from
     throw QueueFullError(message, std::move(ids));
   }
+  im.wait_for_replicas(ids);
   return ids;
 }
 

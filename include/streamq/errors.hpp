@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -100,6 +101,29 @@ class DuplicateTaskError : public EnqueueRefusedError {
  private:
   std::string existing_task_id_;
   std::size_t index_ = 0;
+};
+
+/// The tasks were written to the master, but fewer replicas than
+/// ProducerOptions::min_replicas_acked acknowledged them within replicas_ack_timeout. They are
+/// queued and will run unless the master fails before a replica copies them, in which case they
+/// are lost. Retrying the enqueue with the same task ids is safe to recognise (a consumer sees the
+/// same task_id, or EnqueueOptions::unique_for refuses the copy) and makes a second copy likely
+/// to survive a failover.
+class ReplicationError : public Error {
+ public:
+  ReplicationError(const std::string& what, std::vector<std::string> task_ids, std::int64_t acknowledged,
+                   int required)
+      : Error(what), task_ids_(std::move(task_ids)), acknowledged_(acknowledged), required_(required) {}
+  /// The ids of the tasks written (one for enqueue, every one of the batch for enqueue_batch).
+  const std::vector<std::string>& task_ids() const noexcept { return task_ids_; }
+  /// Replicas that acknowledged the writes (WAIT's answer), and how many were asked for.
+  std::int64_t acknowledged() const noexcept { return acknowledged_; }
+  int required() const noexcept { return required_; }
+
+ private:
+  std::vector<std::string> task_ids_;
+  std::int64_t acknowledged_ = 0;
+  int required_ = 0;
 };
 
 /// A payload was refused before anything was sent: larger than the size cap, not JSON, or

@@ -69,6 +69,13 @@ struct ProducerOptions {
   int max_payload_depth = 64;
   /// Retries allowed after the first attempt, unless an enqueue call says otherwise.
   int default_max_retries = 3;
+  /// Replicas that must have the tasks of an enqueue before it returns (Redis replicates
+  /// asynchronously: a task only the master had is lost when the master fails over). > 0 sends
+  /// `WAIT min_replicas_acked replicas_ack_timeout` after the write; fewer acknowledgements
+  /// within the timeout throw ReplicationError. 0 (the default): no WAIT.
+  int min_replicas_acked = 0;
+  /// How long that WAIT may take (> 0); an enqueue can take this long when replicas lag.
+  std::chrono::milliseconds replicas_ack_timeout{1000};
 };
 
 /// StatsReader configuration.

@@ -165,12 +165,14 @@ class Producer {
   /// (a string literal, std::string or std::string_view always lands here, never in the
   /// overloads below). One round trip: EVALSHA of the enqueue script (Overflow::reject, or
   /// a task with a delay, a priority or a unique key), else the seed's
-  /// `XADD <stream> MAXLEN ~ <max_len> * ...` (Overflow::trim_oldest).
+  /// `XADD <stream> MAXLEN ~ <max_len> * ...` (Overflow::trim_oldest). With
+  /// ProducerOptions::min_replicas_acked, a second one: `WAIT`.
   /// @throws PayloadError (too large, not JSON, too deep; nothing sent), QueueFullError,
   ///   DuplicateTaskError (unique_for), ConfigError (bad task type, id, extra field, delay or
   ///   unique key), ReplyError (e.g. WRONGTYPE, OOM, NOPERM), ConnectionError / TimeoutError
   ///   (the outcome is unknown: retry with the same task id, and unique_for if a second copy
-  ///   must not be added).
+  ///   must not be added), ReplicationError (written, but fewer replicas than
+  ///   min_replicas_acked have it).
   std::string enqueue(std::string_view task_type, std::string_view payload_json,
                       const EnqueueOptions& options = {});
 

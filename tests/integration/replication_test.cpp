@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: MIT
+// ProducerOptions::min_replicas_acked: a master with one replica, both private servers.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "redis_server.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ReplicationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Ready when the replica acknowledges a write (its link being up on its side comes earlier,
+    // and a WAIT after no write counts a replica that is still syncing).
+    ASSERT_TRUE(wait_until(
+        [&] {
+          master_client.cmd({"SET", stream + ":ready", "1"}).view().check();
+          return master_client.integer({"WAIT", "1", "100"}) == 1;
+        },
+        10s))
+        << "the replica did not connect to its master";
+    waits_before = waits_sent();
+  }
+
+  ProducerOptions options(int replicas) const {
+    return {.connection = {.url = master.url()},
+            .stream = stream,
+            .min_replicas_acked = replicas,
+            .replicas_ack_timeout = 300ms};
+  }
+  /// WAITs the master has run, the set-up's own included (see waits_before).
+  std::int64_t waits_sent() {
+    const std::string stats(master_client.cmd({"INFO", "commandstats"}).view().str());
+    const auto at = stats.find("cmdstat_wait:calls=");
+    return at == std::string::npos ? 0 : std::stoll(stats.substr(at + 19));
+  }
+
+  // No wait before the full sync a replica asks for (Redis waits 5 s for more replicas by default).
+  RedisServer master{{.extra = {"--repl-diskless-sync-delay", "0"}}};
+  RedisServer replica{{.extra = {"--replicaof", "127.0.0.1", std::to_string(master.port())}}};
+  Client master_client{master.url()};
+  Client replica_client{replica.url()};
+  std::string stream = unique_key();
+  std::int64_t waits_before = 0;
+};
+
+TEST_F(ReplicationTest, EnqueueReturnsOnceTheReplicaHasTheTask) {
+  Producer producer(options(1));
+  producer.enqueue("t", "{}", {.task_id = "one"});
+  // WAIT returned: the replica has the entry now, not eventually.
+  EXPECT_EQ(replica_client.integer({"XLEN", stream}), 1);
+  const std::vector<std::string> ids =
+      producer.enqueue_batch(std::vector<TaskSpec>(200, TaskSpec{"t", "{}"}));
+  EXPECT_EQ(replica_client.integer({"XLEN", stream}), 201);
+  EXPECT_EQ(waits_sent() - waits_before, 2) << "one WAIT per enqueue call, batch or not";
+
+  // Without the option, no WAIT.
+  Producer plain({.connection = {.url = master.url()}, .stream = stream});
+  plain.enqueue("t", "{}");
+  EXPECT_EQ(waits_sent() - waits_before, 2);
+}
+
+TEST_F(ReplicationTest, TooFewAcknowledgementsThrowReplicationErrorWithTheTaskIds) {
+  // Two replicas asked for, one there: the task is written, the error says so.
+  Producer two(options(2));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    two.enqueue("t", "{}", {.task_id = "needs-two"});
+    FAIL() << "no ReplicationError";
+  } catch (const ReplicationError& e) {
+    EXPECT_EQ(e.task_ids(), std::vector<std::string>{"needs-two"});
+    EXPECT_EQ(e.acknowledged(), 1);
+    EXPECT_EQ(e.required(), 2);
+    EXPECT_NE(std::string(e.what()).find("retry with the same task ids"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms) << "WAIT waits for its timeout";
+  EXPECT_EQ(master_client.integer({"XLEN", stream}), 1) << "the task is queued on the master";
+
+  // The one replica stalled: none acknowledges a batch, and every id of it is reported.
+  Producer one(options(1));
+  replica.pause();
+  std::vector<std::string> reported;
+  try {
+    one.enqueue_batch(std::vector<TaskSpec>(100, TaskSpec{"t", "{}"}));
+  } catch (const ReplicationError& e) {
+    reported = e.task_ids();
+    EXPECT_EQ(e.acknowledged(), 0);
+  }
+  replica.resume();
+  ASSERT_EQ(reported.size(), 100u);
+  for (const std::string& id : reported) EXPECT_FALSE(id.empty());
+  EXPECT_EQ(master_client.integer({"XLEN", stream}), 101);
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return replica_client.integer({"XLEN", stream}) == 101;
+      },
+      10s))
+      << "the replica catches up once it runs again";
+}
+
+TEST(ReplicationOptions, AreChecked) {
+  const auto with = [](int replicas, std::chrono::milliseconds timeout) {
+    return ProducerOptions{.min_replicas_acked = replicas, .replicas_ack_timeout = timeout};
+  };
+  EXPECT_THROW(Producer{with(-1, 300ms)}, ConfigError);
+  EXPECT_THROW(Producer{with(1, 0ms)}, ConfigError);
+  // The default socket timeout, 5 s, would cut such a WAIT off.
+  EXPECT_THROW(Producer{with(1, 5s)}, ConfigError);
+  EXPECT_NO_THROW(Producer{with(1, 3s)});   // connects lazily: no server needed
+  EXPECT_NO_THROW(Producer{with(0, 0ms)});  // no WAIT, so no timeout to check
+}
+
+}  // namespace
+}  // namespace streamq::test
