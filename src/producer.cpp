@@ -237,14 +237,33 @@ struct Producer::Impl {
     return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty();
   }
 
+  /// WAIT for min_replicas_acked replicas to have what this connection wrote; how many did.
+  std::int64_t replicas_acknowledging() {
+    detail::Argv wait{"WAIT"};
+    wait.add(static_cast<std::int64_t>(options.min_replicas_acked));
+    wait.add(static_cast<std::int64_t>(options.replicas_ack_timeout.count()));
+    return conn.command(wait).view().check().integer();
+  }
+
+  /// For a batch refused part-way (`ids`: the written ones, "" for the others): with
+  /// min_replicas_acked, what the replicas acknowledged of the written part, for the refusal's
+  /// message ("" when nothing was written, or the option is off).
+  std::string replication_of_written(const std::vector<std::string>& ids) {
+    if (options.min_replicas_acked == 0 ||
+        std::all_of(ids.begin(), ids.end(), [](const auto& id) { return id.empty(); })) {
+      return {};
+    }
+    const std::int64_t acked = replicas_acknowledging();
+    return "; the tasks written were acknowledged by " + std::to_string(acked) + " of the " +
+           std::to_string(options.min_replicas_acked) + " replicas asked for" +
+           (acked < options.min_replicas_acked ? " (lost if the master fails now)" : "");
+  }
+
   /// With min_replicas_acked: WAIT for the replicas to have what this connection wrote (the
   /// tasks `ids`, just written), and ReplicationError when too few did in time.
   void wait_for_replicas(const std::vector<std::string>& ids) {
     if (options.min_replicas_acked == 0) return;
-    detail::Argv wait{"WAIT"};
-    wait.add(static_cast<std::int64_t>(options.min_replicas_acked));
-    wait.add(static_cast<std::int64_t>(options.replicas_ack_timeout.count()));
-    const std::int64_t acked = conn.command(wait).view().check().integer();
+    const std::int64_t acked = replicas_acknowledging();
     if (acked >= options.min_replicas_acked) return;
     throw ReplicationError(
         std::to_string(ids.size()) + (ids.size() == 1 ? " task (" + ids[0] + ")" : " tasks") +
@@ -252,7 +271,7 @@ struct Producer::Impl {
             " of the " + std::to_string(options.min_replicas_acked) +
             " replicas asked for acknowledged within " +
             std::to_string(options.replicas_ack_timeout.count()) +
-            " ms: queued, but lost if the master fails now; retry with the same task ids",
+            " ms: queued, and lost only if the master fails before a replica copies them",
         ids, acked, options.min_replicas_acked);
   }
 
@@ -351,12 +370,13 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
               ids.begin() + static_cast<std::ptrdiff_t>(last), std::string());
   }
   if (duplicate) {
-    std::string message = partial_batch_message("duplicate task", ids, server_message);  // before the move
+    std::string message = partial_batch_message("duplicate task", ids, server_message) +
+                          im.replication_of_written(ids);  // before the move
     throw DuplicateTaskError(message, duplicate->holder, duplicate_index, std::move(ids));
   }
   if (!server_message.empty()) {
-    std::string message =
-        partial_batch_message("queue full", ids, server_message);  // before ids is moved from
+    std::string message = partial_batch_message("queue full", ids, server_message) +
+                          im.replication_of_written(ids);  // before ids is moved from
     throw QueueFullError(message, std::move(ids));
   }
   im.wait_for_replicas(ids);

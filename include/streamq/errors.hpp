@@ -106,9 +106,10 @@ class DuplicateTaskError : public EnqueueRefusedError {
 /// The tasks were written to the master, but fewer replicas than
 /// ProducerOptions::min_replicas_acked acknowledged them within replicas_ack_timeout. They are
 /// queued and will run unless the master fails before a replica copies them, in which case they
-/// are lost. Retrying the enqueue with the same task ids is safe to recognise (a consumer sees the
-/// same task_id, or EnqueueOptions::unique_for refuses the copy) and makes a second copy likely
-/// to survive a failover.
+/// are lost. Enqueuing them again with the same task ids trades that risk for a likely second
+/// run (a slow replica usually catches up): the copy is recognisable by its task_id, so a
+/// handler can skip it. (With EnqueueOptions::unique_for the copy is refused as a duplicate,
+/// which confirms nothing.)
 class ReplicationError : public Error {
  public:
   ReplicationError(const std::string& what, std::vector<std::string> task_ids, std::int64_t acknowledged,
