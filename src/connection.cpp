@@ -11,6 +11,7 @@
 #include <ctime>
 #include <thread>
 
+#include "error_code.hpp"
 #include "hiredis_compat.hpp"
 #include "reply_arena.hpp"
 #include "streamq/errors.hpp"
@@ -136,15 +137,79 @@ void Connection::disconnect() noexcept {
     redisFree(ctx_);
     ctx_ = nullptr;
   }
+  owed_ = 0;
+  demoted_ = false;
+}
+
+HostPort Connection::ask_sentinels() {
+  const Endpoint& ep = config_.endpoint;
+  std::string problems;
+  std::string refusal;  // the first error reply of a sentinel
+  std::size_t unknown = 0;
+  for (std::size_t k = 0; k < ep.sentinels.size(); ++k) {
+    const std::size_t i = (sentinel_first_ + k) % ep.sentinels.size();
+    const HostPort& at = ep.sentinels[i];
+    const auto note = [&](std::string_view why) {
+      problems += (problems.empty() ? "" : "; ") + at.describe() + ": " + std::string(why);
+    };
+    ConnectionConfig sc = config_;
+    sc.endpoint = Endpoint{};
+    sc.endpoint.host = at.host;
+    sc.endpoint.port = at.port;
+    sc.endpoint.user = ep.sentinel_user;
+    sc.endpoint.password = ep.sentinel_password;
+    sc.socket_timeout = config_.connect_timeout;  // this answer is part of connecting
+    Connection sentinel(std::move(sc));
+    try {
+      const Reply r = sentinel.command(Argv{"SENTINEL", "get-master-addr-by-name", ep.master_name});
+      const ReplyView v = r.view();
+      if (v.is_error()) {
+        if (refusal.empty()) refusal = std::string(v.error()) + " (from sentinel " + at.describe() + ")";
+        note(v.error());
+      } else if (v.is_nil() || (v.is_array() && v.size() == 0)) {
+        ++unknown;
+        note("monitors no master named " + ep.master_name);
+      } else if (v.is_array() && v.size() == 2 && v[0].is_string() && v[1].is_string()) {
+        const std::string_view port = v[1].str();
+        int number = 0;
+        const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), number);
+        if (ec == std::errc() && end == port.data() + port.size() && number > 0 && number <= 65535) {
+          sentinel_first_ = i;
+          return HostPort{std::string(v[0].str()), number};
+        }
+        note("answered a port that is not a number");
+      } else {
+        note("answered SENTINEL get-master-addr-by-name with an unexpected reply");
+      }
+    } catch (const ReplyError& e) {  // AUTH refused
+      if (refusal.empty()) refusal = std::string(e.what()) + " (from sentinel " + at.describe() + ")";
+      note(e.what());
+    } catch (const ConnectionError& e) {
+      note(e.what());
+    }
+  }
+  if (!refusal.empty()) throw ReplyError(refusal);
+  if (unknown == ep.sentinels.size()) {
+    throw ConfigError("connection.url: no sentinel monitors a master named " + ep.master_name + " (" +
+                      problems + ")");
+  }
+  throw ConnectionError("redis " + ep.describe() + ": no sentinel named the master: " + problems);
 }
 
 void Connection::set_timeout(Millis timeout) {
   if (redisSetTimeout(ctx_, to_timeval(timeout)) != REDIS_OK) fail("setting the socket timeout");
 }
 
+std::string Connection::describe() const {
+  const Endpoint& ep = config_.endpoint;
+  if (!ep.is_sentinel()) return ep.describe();
+  return "master " + ep.master_name +
+         (master_.host.empty() ? " (not found yet)" : " at " + master_.describe());
+}
+
 void Connection::fail(const char* during) {
   const int saved_errno = errno;
-  std::string message = "redis " + config_.endpoint.describe() + ": " + during;
+  std::string message = "redis " + describe() + ": " + during;
   bool timeout = false;
   if (ctx_ != nullptr) {
     timeout = is_timeout(*ctx_, saved_errno);
@@ -160,10 +225,12 @@ void Connection::connect() {
   if (ctx_ != nullptr) return;
   const Endpoint& ep = config_.endpoint;
   const timeval tv = to_timeval(config_.connect_timeout);
-  ctx_ = ep.is_unix() ? redisConnectUnixWithTimeout(ep.unix_path.c_str(), tv)
-                      : redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
   backoff_.fail();  // until the session is fully set up
-  if (ctx_ == nullptr) throw ConnectionError("redis " + ep.describe() + ": cannot allocate a context");
+  if (ep.is_sentinel()) master_ = ask_sentinels();
+  ctx_ = ep.is_unix()       ? redisConnectUnixWithTimeout(ep.unix_path.c_str(), tv)
+         : ep.is_sentinel() ? redisConnectWithTimeout(master_.host.c_str(), master_.port, tv)
+                            : redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
+  if (ctx_ == nullptr) throw ConnectionError("redis " + describe() + ": cannot allocate a context");
   if (ctx_->err != 0) fail("connect");
   // The handshake is bounded by the connect timeout; commands by the socket timeout.
   set_timeout(config_.connect_timeout);
@@ -184,13 +251,32 @@ void Connection::connect() {
   }
   hello.push_back(Argv{"CLIENT", "SETNAME", config_.client_name});
   hello.push_back(Argv{"CLIENT", "ID"});
+  // A sentinel may still name a master that has just been turned into a replica (or one
+  // that came back as a replica after a failover it missed).
+  if (ep.is_sentinel()) hello.push_back(Argv{"ROLE"});
   std::vector<Reply> replies = pipeline(hello);
-  for (const Reply& r : replies) {
-    if (r.view().is_error()) {
-      std::string text(r.view().error());
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const ReplyView v = replies[i].view();
+    if (v.is_error()) {
+      std::string text(v.error());
       disconnect();
+      if (ep.is_sentinel() && i + 1 == replies.size() && text.starts_with("NOPERM")) {
+        text += " (a redis+sentinel:// URL checks the master's ROLE: the user needs +role)";
+      }
       throw ReplyError(text);  // WRONGPASS, NOPERM, ...: a configuration problem, not I/O
     }
+  }
+  if (ep.is_sentinel()) {
+    const ReplyView role = replies.back().view();
+    const std::string_view name =
+        role.is_array() && role.size() > 0 && role[0].is_string() ? role[0].str() : "";
+    if (name != "master") {
+      disconnect();
+      throw ConnectionError("redis " + describe() + ": the sentinels name a server whose ROLE is " +
+                            (name.empty() ? std::string("unknown") : std::string(name)) +
+                            ", not master (a failover is not finished yet)");
+    }
+    replies.pop_back();
   }
   client_id_ = replies.back().view().integer();
   set_timeout(config_.socket_timeout);
@@ -233,6 +319,7 @@ void Connection::append(const Argv& argv) {
   if (ctx_ == nullptr) connect();
   format_command(argv, out_);
   if (redisAppendFormattedCommand(ctx_, out_.data(), out_.size()) != REDIS_OK) fail("pipeline");
+  ++owed_;
 }
 
 void Connection::flush() {
@@ -253,7 +340,17 @@ Reply Connection::next_reply(const char* during) {
     SigpipeGuard guard;  // redisGetReply writes whatever is still queued first
     if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) fail(during);
   }
-  return Reply(static_cast<redisReply*>(raw), free_arena_reply);
+  Reply reply(static_cast<redisReply*>(raw), free_arena_reply);
+  if (owed_ > 0) --owed_;
+  if (config_.endpoint.is_sentinel()) {
+    const ReplyView v = reply.view();
+    if (v.is_error()) {
+      const std::string_view code = error_code(v.error());  // also inside a script's error on 6.2
+      if (code == "READONLY" || code == "UNBLOCKED") demoted_ = true;
+    }
+    if (demoted_ && owed_ == 0) disconnect();  // the next command asks the sentinels again
+  }
+  return reply;
 }
 
 std::vector<Reply> Connection::pipeline(const std::vector<Argv>& commands) {

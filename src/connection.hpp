@@ -113,6 +113,12 @@ class Backoff {
 /// After any I/O error or timeout the context is dropped (hiredis contexts cannot be reused
 /// after an error) and the call throws ConnectionError/TimeoutError; the next call connects
 /// again. Server error replies do not drop the connection and are returned as replies.
+///
+/// With a redis+sentinel:// URL every connect asks the sentinels for the master's address
+/// (the one that answered last first), connects there and checks with ROLE that it is a
+/// master. A READONLY or UNBLOCKED reply (the server was turned into a replica) is returned
+/// as a reply, and the connection is dropped once the replies owed before it are read, so
+/// the next command connects to the master the sentinels name then.
 class Connection {
  public:
   explicit Connection(ConnectionConfig config);
@@ -150,8 +156,15 @@ class Connection {
   /// CLIENT ID of the current connection.
   std::int64_t client_id() const noexcept { return client_id_; }
   const ConnectionConfig& config() const noexcept { return config_; }
+  /// Where this connection goes or went: the URL's address, or with a sentinel URL the
+  /// master's name and the address the sentinels gave for it (for messages).
+  std::string describe() const;
 
  private:
+  /// Sentinel mode: the master's address from the first sentinel that knows it. Throws
+  /// ConnectionError when none answers, ReplyError when a sentinel refused (AUTH) and none
+  /// answered, ConfigError when every sentinel answered and none knows the master's name.
+  HostPort ask_sentinels();
   [[noreturn]] void fail(const char* during);
   void set_timeout(Millis timeout);
   Reply next_reply(const char* during);
@@ -162,6 +175,13 @@ class Connection {
   std::uint64_t generation_ = 0;
   std::int64_t client_id_ = -1;
   std::string out_;  // the command being formatted, reused
+  // Sentinel mode: the master the sentinels named at the last connect, the sentinel that
+  // answered then, replies still owed on this connection, and whether a reply said that the
+  // server is no longer the master (drop the connection once nothing is owed).
+  HostPort master_;
+  std::size_t sentinel_first_ = 0;
+  std::size_t owed_ = 0;
+  bool demoted_ = false;
 };
 
 /// The RESP encoding of one command (what redisAppendFormattedCommand takes); `out` is reused.

@@ -18,8 +18,8 @@ std::string redacted(std::string_view url) {
     const auto from = colon != std::string::npos && colon < at ? colon + 1 : scheme + 3;
     out.replace(from, at - from, "***");
   }
-  const auto pw = out.find("password=");
-  if (pw != std::string::npos) {
+  // password= and sentinel_password= in the query, however many.
+  for (auto pw = out.find("password="); pw != std::string::npos; pw = out.find("password=", pw + 12)) {
     const auto end = out.find('&', pw);
     out.replace(pw + 9, (end == std::string::npos ? out.size() : end) - pw - 9, "***");
   }
@@ -64,7 +64,7 @@ int parse_int(std::string_view url, std::string_view text, const char* what, int
   return value;
 }
 
-void parse_query(std::string_view url, std::string_view query, Endpoint& ep) {
+void parse_query(std::string_view url, std::string_view query, Endpoint& ep, bool sentinel) {
   while (!query.empty()) {
     const auto amp = query.find('&');
     const std::string_view item = query.substr(0, amp);
@@ -79,81 +79,137 @@ void parse_query(std::string_view url, std::string_view query, Endpoint& ep) {
       ep.user = percent_decode(url, value);
     } else if (key == "password") {
       ep.password = percent_decode(url, value);
+    } else if (sentinel && key == "sentinel_user") {
+      ep.sentinel_user = percent_decode(url, value);
+    } else if (sentinel && key == "sentinel_password") {
+      ep.sentinel_password = percent_decode(url, value);
     } else {
       bad(url, "unknown query parameter \"" + std::string(key) + "\"");
     }
   }
 }
 
+/// `host`, `host:port`, `[ipv6]` or `[ipv6]:port`.
+HostPort parse_hostport(std::string_view url, std::string_view text, int default_port) {
+  HostPort hp;
+  hp.port = default_port;
+  if (text.starts_with('[')) {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos) bad(url, "unterminated IPv6 address");
+    hp.host = std::string(text.substr(1, close - 1));
+    text = text.substr(close + 1);
+    if (!text.empty()) {
+      if (text.front() != ':') bad(url, "garbage after IPv6 address");
+      hp.port = parse_int(url, text.substr(1), "port", 1, 65535);
+    }
+  } else {
+    const auto colon = text.rfind(':');
+    hp.host = std::string(text.substr(0, colon));
+    if (colon != std::string_view::npos) hp.port = parse_int(url, text.substr(colon + 1), "port", 1, 65535);
+  }
+  if (hp.host.empty()) bad(url, "missing host");
+  return hp;
+}
+
+/// Splits off the query (parsed into `ep`) and the credentials before the last '@' (an
+/// unencoded '@' may appear in a password); returns what is left between them.
+std::string_view take_query_and_credentials(std::string_view url, std::string_view rest, Endpoint& ep,
+                                            bool sentinel) {
+  const auto q = rest.find('?');
+  if (q != std::string_view::npos) {
+    parse_query(url, rest.substr(q + 1), ep, sentinel);
+    rest = rest.substr(0, q);
+  }
+  const auto at = rest.rfind('@');
+  if (at == std::string_view::npos) return rest;
+  const std::string_view cred = rest.substr(0, at);
+  const auto colon = cred.find(':');
+  if (colon == std::string_view::npos) {
+    // redis://secret@host is how redis-py and redis-cli spell "password only".
+    ep.password = percent_decode(url, cred);
+  } else {
+    ep.user = percent_decode(url, cred.substr(0, colon));
+    ep.password = percent_decode(url, cred.substr(colon + 1));
+  }
+  return rest.substr(at + 1);
+}
+
+/// The part after `redis+sentinel://`: sentinel list, master name, optional db.
+void parse_sentinel(std::string_view url, std::string_view rest, Endpoint& ep) {
+  rest = take_query_and_credentials(url, rest, ep, true);
+  const auto slash = rest.find('/');
+  std::string_view hosts = rest.substr(0, slash);
+  while (true) {
+    const auto comma = hosts.find(',');
+    ep.sentinels.push_back(parse_hostport(url, hosts.substr(0, comma), 26379));
+    if (comma == std::string_view::npos) break;
+    hosts = hosts.substr(comma + 1);
+  }
+  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  const auto next = path.find('/');
+  ep.master_name = percent_decode(url, path.substr(0, next));
+  if (ep.master_name.empty()) bad(url, "missing master name (redis+sentinel://host:port/<master-name>)");
+  // What Sentinel itself accepts in `sentinel monitor <name>`.
+  for (const char c : ep.master_name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '-' || c == '_';
+    if (!ok) bad(url, "a master name has only letters, digits, '.', '-' and '_'");
+  }
+  if (next != std::string_view::npos) {
+    const std::string_view db = path.substr(next + 1);
+    if (!db.empty()) ep.db = parse_int(url, db, "db", 0, 1 << 20);
+  }
+}
+
 }  // namespace
+
+std::string HostPort::describe() const {
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
 
 std::string Endpoint::describe() const {
   if (is_unix()) return unix_path;
-  const bool ipv6 = host.find(':') != std::string::npos;
-  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  if (is_sentinel()) {
+    std::string out = "master " + master_name + " of sentinels ";
+    for (std::size_t i = 0; i < sentinels.size(); ++i) out += (i == 0 ? "" : ",") + sentinels[i].describe();
+    return out;
+  }
+  return HostPort{host, port}.describe();
 }
 
 Endpoint parse_url(std::string_view url) {
   Endpoint ep;
   constexpr std::string_view tcp = "redis://";
   constexpr std::string_view unix_scheme = "unix://";
+  constexpr std::string_view sentinel = "redis+sentinel://";
   if (url.starts_with(unix_scheme)) {
     std::string_view rest = url.substr(unix_scheme.size());
     const auto q = rest.find('?');
     if (q != std::string_view::npos) {
-      parse_query(url, rest.substr(q + 1), ep);
+      parse_query(url, rest.substr(q + 1), ep, false);
       rest = rest.substr(0, q);
     }
     if (rest.empty() || rest.front() != '/') bad(url, "unix socket path must be absolute");
     ep.unix_path = percent_decode(url, rest);
     return ep;
   }
+  if (url.starts_with(sentinel)) {
+    parse_sentinel(url, url.substr(sentinel.size()), ep);
+    return ep;
+  }
   if (url.starts_with("rediss://")) bad(url, "TLS (rediss://) is not supported by this build");
-  if (!url.starts_with(tcp)) bad(url, "scheme must be redis:// or unix://");
+  if (!url.starts_with(tcp)) bad(url, "scheme must be redis://, redis+sentinel:// or unix://");
 
-  std::string_view rest = url.substr(tcp.size());
-  const auto q = rest.find('?');
-  if (q != std::string_view::npos) {
-    parse_query(url, rest.substr(q + 1), ep);
-    rest = rest.substr(0, q);
-  }
-  // The last '@' separates credentials: an unencoded '@' may appear in a password.
-  const auto at = rest.rfind('@');
-  if (at != std::string_view::npos) {
-    const std::string_view cred = rest.substr(0, at);
-    rest = rest.substr(at + 1);
-    const auto colon = cred.find(':');
-    if (colon == std::string_view::npos) {
-      // redis://secret@host is how redis-py and redis-cli spell "password only".
-      ep.password = percent_decode(url, cred);
-    } else {
-      ep.user = percent_decode(url, cred.substr(0, colon));
-      ep.password = percent_decode(url, cred.substr(colon + 1));
-    }
-  }
+  std::string_view rest = take_query_and_credentials(url, url.substr(tcp.size()), ep, false);
   const auto slash = rest.find('/');
-  std::string_view hostport = rest.substr(0, slash);
   if (slash != std::string_view::npos) {
     const std::string_view db = rest.substr(slash + 1);
     if (!db.empty()) ep.db = parse_int(url, db, "db", 0, 1 << 20);
   }
-  if (hostport.starts_with('[')) {  // [ipv6]:port
-    const auto close = hostport.find(']');
-    if (close == std::string_view::npos) bad(url, "unterminated IPv6 address");
-    ep.host = std::string(hostport.substr(1, close - 1));
-    hostport = hostport.substr(close + 1);
-    if (!hostport.empty()) {
-      if (hostport.front() != ':') bad(url, "garbage after IPv6 address");
-      ep.port = parse_int(url, hostport.substr(1), "port", 1, 65535);
-    }
-  } else {
-    const auto colon = hostport.rfind(':');
-    ep.host = std::string(hostport.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      ep.port = parse_int(url, hostport.substr(colon + 1), "port", 1, 65535);
-    }
-  }
-  if (ep.host.empty()) bad(url, "missing host");
+  HostPort hp = parse_hostport(url, rest.substr(0, slash), 6379);
+  ep.host = std::move(hp.host);
+  ep.port = hp.port;
   return ep;
 }
 

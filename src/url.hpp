@@ -3,8 +3,17 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace streamq::detail {
+
+/// A host and port (a sentinel's address, or the master one reported).
+struct HostPort {
+  std::string host;
+  int port = 0;
+  /// host:port, with brackets around an IPv6 address.
+  std::string describe() const;
+};
 
 /// A parsed connection URL.
 struct Endpoint {
@@ -14,13 +23,23 @@ struct Endpoint {
   std::string user;       // empty = no ACL user (AUTH <password> only)
   std::string password;   // empty = no AUTH
   int db = 0;
+  // Set for redis+sentinel:// URLs: the master is whatever these sentinels say `master_name`
+  // is (host and port above are then unused); user and password above are the data nodes'.
+  std::vector<HostPort> sentinels;
+  std::string master_name;
+  std::string sentinel_user;      // empty = no ACL user for the sentinels
+  std::string sentinel_password;  // empty = the sentinels get no AUTH
 
   bool is_unix() const noexcept { return !unix_path.empty(); }
-  /// host:port or the socket path, without credentials (for messages).
+  bool is_sentinel() const noexcept { return !sentinels.empty(); }
+  /// host:port, the socket path, or "master <name> of sentinels a:1,b:2", without
+  /// credentials (for messages).
   std::string describe() const;
 };
 
-/// Parses `redis://[user[:password]@]host[:port][/db]` and `unix:///path[?db=N&user=U&password=P]`.
+/// Parses `redis://[user[:password]@]host[:port][/db]`, `unix:///path[?db=N&user=U&password=P]`
+/// and `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]`
+/// (query `sentinel_user=U&sentinel_password=P`; sentinel port default 26379).
 /// Throws ConfigError naming what is wrong.
 Endpoint parse_url(std::string_view url);
 

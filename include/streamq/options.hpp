@@ -13,6 +13,12 @@ struct ConnectionOptions {
   /// `redis://[user[:password]@]host[:port][/db]` or `unix:///path/to/redis.sock[?db=N]`
   /// (unix URLs also take `user=` and `password=` query parameters). User and password may
   /// be percent-encoded. Default port 6379, default db 0.
+  ///
+  /// `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]`
+  /// (query `sentinel_user=` and `sentinel_password=` for the sentinels' own AUTH; the user
+  /// and password in front are the data nodes'; sentinel port default 26379): every connect
+  /// asks the sentinels where the master is and checks its ROLE; a READONLY or UNBLOCKED
+  /// reply (a demoted master) makes the next call ask again.
   std::string url = "redis://127.0.0.1:6379";
   /// Upper bound for establishing a connection (TCP connect plus AUTH/SELECT/SETNAME).
   std::chrono::milliseconds connect_timeout{2000};

@@ -12,6 +12,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 
@@ -102,27 +104,36 @@ RedisServer::~RedisServer() {
 void RedisServer::spawn() {
   const char* env_binary = std::getenv("STREAMQ_REDIS_SERVER");
   const std::string binary = env_binary != nullptr ? env_binary : "redis-server";
-  std::vector<std::string> args = {binary,
-                                   "--port",
-                                   std::to_string(port_),
-                                   "--bind",
-                                   "127.0.0.1",
-                                   "--save",
-                                   "",
-                                   "--dir",
-                                   dir_,
-                                   "--daemonize",
-                                   "no",
-                                   "--loglevel",
-                                   "warning",
-                                   "--logfile",
-                                   dir_ + "/redis.log",
-                                   "--appendonly",
-                                   options_.appendonly ? "yes" : "no",
-                                   "--appendfsync",
-                                   "always",
-                                   "--maxmemory-policy",
-                                   "noeviction"};
+  std::vector<std::string> args;
+  if (!options_.sentinel_config.empty()) {
+    const std::string conf = dir_ + "/sentinel.conf";
+    if (!std::filesystem::exists(conf)) std::ofstream(conf) << options_.sentinel_config;
+    args = {binary,   conf,         "--sentinel", "--port",    std::to_string(port_),
+            "--bind", "127.0.0.1",  "--dir",      dir_,        "--daemonize",
+            "no",     "--loglevel", "notice",     "--logfile", dir_ + "/sentinel.log"};
+  } else {
+    args = {binary,
+            "--port",
+            std::to_string(port_),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            dir_,
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+            "--logfile",
+            dir_ + "/redis.log",
+            "--appendonly",
+            options_.appendonly ? "yes" : "no",
+            "--appendfsync",
+            "always",
+            "--maxmemory-policy",
+            "noeviction"};
+  }
   for (const auto& a : options_.extra) args.push_back(a);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -170,8 +181,94 @@ void RedisServer::restart() {
   wait_ready();
 }
 
+void RedisServer::restart(std::vector<std::string> extra) {
+  options_.extra = std::move(extra);
+  restart();
+}
+
 void RedisServer::pause() { kill(pid_, SIGSTOP); }
 void RedisServer::resume() { kill(pid_, SIGCONT); }
+
+SentinelTopology::SentinelTopology(std::string name)
+    : name_(std::move(name)),
+      first_({.extra = {"--repl-diskless-sync-delay", "0"}}),
+      second_({.extra = {"--replicaof", "127.0.0.1", std::to_string(first_.port()),
+                         "--repl-diskless-sync-delay", "0"}}) {
+  // The sentinels find the replica in the master's INFO, which they read at once on start
+  // and then every 10 s: start them once the replica is in sync.
+  Client master(first_.url());
+  const bool synced = wait_until([&] {
+    master.cmd({"SET", "streamq-test:sentinel-ready", "1"}).view().check();
+    return master.integer({"WAIT", "1", "100"}) == 1;
+  });
+  if (!synced) throw std::runtime_error("the replica did not sync with its master");
+  const std::string conf = "sentinel monitor " + name_ + " 127.0.0.1 " + std::to_string(first_.port()) +
+                           " 2\n"
+                           "sentinel down-after-milliseconds " +
+                           name_ + " 500\nsentinel failover-timeout " + name_ + " 3000\n";
+  for (int i = 0; i < 3; ++i)
+    sentinels_.push_back(std::make_unique<RedisServer>(RedisServerOptions{.sentinel_config = conf}));
+}
+
+bool SentinelTopology::wait_until_watched() {
+  return wait_until(
+      [&] {
+        for (const auto& s : sentinels_) {
+          Client c(s->url());
+          const detail::Reply replicas = c.cmd({"SENTINEL", "replicas", name_});
+          const detail::Reply peers = c.cmd({"SENTINEL", "sentinels", name_});
+          if (replicas.view().check().size() != 1 || peers.view().check().size() != 2) return false;
+          const std::string_view flags = replicas.view()[0].field("flags").str();
+          if (flags.find("down") != std::string_view::npos ||
+              flags.find("disconnected") != std::string_view::npos) {
+            return false;
+          }
+        }
+        return true;
+      },
+      std::chrono::seconds(20));
+}
+
+std::string SentinelTopology::sentinel_logs() const {
+  std::string out;
+  for (const auto& s : sentinels_) {
+    std::ifstream in(s->dir() + "/sentinel.log");
+    out += "--- sentinel " + std::to_string(s->port()) + ":\n";
+    out.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return out;
+}
+
+bool SentinelTopology::all_sentinels_name(int port) {
+  for (const auto& s : sentinels_) {
+    Client c(s->url());
+    const detail::Reply r = c.cmd({"SENTINEL", "get-master-addr-by-name", name_});
+    if (!r.view().is_array() || r.view().size() != 2 || r.view()[1].str() != std::to_string(port))
+      return false;
+  }
+  return true;
+}
+
+std::string SentinelTopology::url(const std::string& query) const {
+  std::string out = "redis+sentinel://";
+  for (std::size_t i = 0; i < sentinels_.size(); ++i) {
+    out += (i == 0 ? "127.0.0.1:" : ",127.0.0.1:") + std::to_string(sentinels_[i]->port());
+  }
+  return out + "/" + name_ + (query.empty() ? "" : "?" + query);
+}
+
+int SentinelTopology::master_port_by_sentinels() {
+  for (const auto& s : sentinels_) {
+    try {
+      Client c(s->url());
+      const detail::Reply r = c.cmd({"SENTINEL", "get-master-addr-by-name", name_});
+      if (r.view().is_array() && r.view().size() == 2) return std::stoi(std::string(r.view()[1].str()));
+    } catch (const std::exception&) {
+      // that sentinel is down: ask the next
+    }
+  }
+  return 0;
+}
 
 Client::Client(const std::string& url) : conn_(client_config(url)) {}
 

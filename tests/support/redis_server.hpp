@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,9 @@ namespace streamq::test {
 struct RedisServerOptions {
   bool appendonly = false;           // AOF with appendfsync always when true
   std::vector<std::string> extra{};  // more redis-server arguments
+  /// Non-empty: run as a sentinel (`redis-server <dir>/sentinel.conf --sentinel`), the file
+  /// holding this text at the first start (the sentinel rewrites it; a restart keeps that).
+  std::string sentinel_config{};
 };
 
 /// Starts `redis-server` (or $STREAMQ_REDIS_SERVER) on a free 127.0.0.1 port with a temp dir,
@@ -40,6 +44,8 @@ class RedisServer {
   void kill9();
   /// Start again on the same port and directory (AOF is replayed when enabled).
   void restart();
+  /// As restart(), with `extra` for RedisServerOptions::extra from now on.
+  void restart(std::vector<std::string> extra);
   void pause();   // SIGSTOP
   void resume();  // SIGCONT
 
@@ -51,6 +57,35 @@ class RedisServer {
   std::string dir_;
   int port_ = 0;
   pid_t pid_ = -1;
+};
+
+/// A master with one replica and three sentinels watching it as `name` (quorum 2), all on
+/// private loopback ports, each process stopped by pid. Failover settings are short: down
+/// after 500 ms, failover timeout 3 s.
+class SentinelTopology {
+ public:
+  explicit SentinelTopology(std::string name = "streamq");
+  /// Waits (up to 20 s) until every sentinel knows the replica and the other two sentinels,
+  /// so that a failover can start at once; false when they did not.
+  bool wait_until_watched();
+  /// `redis+sentinel://` URL over the three sentinels (`query` appended after '?' if given).
+  std::string url(const std::string& query = "") const;
+  /// The port the first answering sentinel names for the master, or 0.
+  int master_port_by_sentinels();
+  /// The sentinels' logs, for a failure message.
+  std::string sentinel_logs() const;
+  /// True when every sentinel names 127.0.0.1:`port` as the master.
+  bool all_sentinels_name(int port);
+  /// Server `i` (0: the first master, 1: its replica): whichever role it has now.
+  RedisServer& server(int i) { return i == 0 ? first_ : second_; }
+  RedisServer& sentinel(int i) { return *sentinels_[static_cast<std::size_t>(i)]; }
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  std::string name_;
+  RedisServer first_;
+  RedisServer second_;
+  std::vector<std::unique_ptr<RedisServer>> sentinels_;
 };
 
 /// A raw client for assertions (argv commands, replies as detail::Reply).

@@ -335,4 +335,12 @@ TEST(ReplyError, AnOomInsideAScriptIsTransientOnRedis62Too) {
       "ERR Error running script (call to f_1f3b465f): @user_script:12: WRONGTYPE Operation against a key"));
 }
 
+TEST(ReplyError, AReadUnblockedByAFailoverIsTransient) {
+  EXPECT_TRUE(streamq::detail::is_transient_error(
+      "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"));
+  EXPECT_TRUE(streamq::detail::is_transient_error("READONLY You can't write against a read only replica."));
+  EXPECT_FALSE(
+      streamq::detail::is_transient_error("NOPERM this user has no permissions to run the 'role' command"));
+}
+
 }  // namespace

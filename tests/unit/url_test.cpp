@@ -164,21 +164,60 @@ TEST_P(UrlRefused, ThrowsConfigErrorNamingTheField) {
 
 INSTANTIATE_TEST_SUITE_P(
     Mistakes, UrlRefused,
-    ::testing::Values(BadUrl{"http://localhost:6379", "scheme"}, BadUrl{"localhost:6379", "scheme"},
-                      BadUrl{"", "scheme"}, BadUrl{"rediss://localhost:6380", "TLS"},
-                      BadUrl{"redis://", "host"}, BadUrl{"redis://:6379", "host"},
-                      BadUrl{"redis://user:pw@:6379/0", "host"}, BadUrl{"redis://localhost:0", "port"},
-                      BadUrl{"redis://localhost:70000", "port"}, BadUrl{"redis://localhost:abc", "port"},
-                      BadUrl{"redis://localhost:", "port"}, BadUrl{"redis://localhost:-1", "port"},
-                      BadUrl{"redis://[::1]:0", "port"}, BadUrl{"redis://[::1", "IPv6"},
-                      BadUrl{"redis://localhost/abc", "db"}, BadUrl{"redis://localhost/-1", "db"},
-                      BadUrl{"redis://localhost/1x", "db"}, BadUrl{"unix:///tmp/r.sock?db=x", "db"},
-                      BadUrl{"redis://user:p%zzss@localhost", "percent"},
-                      BadUrl{"redis://user:pass%4@localhost", "percent"},
-                      BadUrl{"redis://user:pass%@localhost", "percent"},
-                      BadUrl{"unix://tmp/r.sock", "absolute"}, BadUrl{"unix://", "absolute"},
-                      BadUrl{"unix:///tmp/r.sock?timeout=5", "timeout"},
-                      BadUrl{"redis://localhost?foo=bar", "foo"}, BadUrl{"unix:///tmp/r.sock?db", "="}));
+    ::testing::Values(
+        BadUrl{"http://localhost:6379", "scheme"}, BadUrl{"localhost:6379", "scheme"}, BadUrl{"", "scheme"},
+        BadUrl{"rediss://localhost:6380", "TLS"}, BadUrl{"redis://", "host"}, BadUrl{"redis://:6379", "host"},
+        BadUrl{"redis://user:pw@:6379/0", "host"}, BadUrl{"redis://localhost:0", "port"},
+        BadUrl{"redis://localhost:70000", "port"}, BadUrl{"redis://localhost:abc", "port"},
+        BadUrl{"redis://localhost:", "port"}, BadUrl{"redis://localhost:-1", "port"},
+        BadUrl{"redis://[::1]:0", "port"}, BadUrl{"redis://[::1", "IPv6"},
+        BadUrl{"redis://localhost/abc", "db"}, BadUrl{"redis://localhost/-1", "db"},
+        BadUrl{"redis://localhost/1x", "db"}, BadUrl{"unix:///tmp/r.sock?db=x", "db"},
+        BadUrl{"redis://user:p%zzss@localhost", "percent"},
+        BadUrl{"redis://user:pass%4@localhost", "percent"}, BadUrl{"redis://user:pass%@localhost", "percent"},
+        BadUrl{"unix://tmp/r.sock", "absolute"}, BadUrl{"unix://", "absolute"},
+        BadUrl{"unix:///tmp/r.sock?timeout=5", "timeout"}, BadUrl{"redis://localhost?foo=bar", "foo"},
+        BadUrl{"unix:///tmp/r.sock?db", "="}, BadUrl{"redis+sentinel://s1:26379", "master name"},
+        BadUrl{"redis+sentinel://s1:26379/", "master name"},
+        BadUrl{"redis+sentinel://s1:26379,/mymaster", "host"},
+        BadUrl{"redis+sentinel://,s2/mymaster", "host"}, BadUrl{"redis+sentinel://s1:0/mymaster", "port"},
+        BadUrl{"redis+sentinel://s1/my%20master", "letters"}, BadUrl{"redis+sentinel://s1/mymaster/x", "db"},
+        BadUrl{"redis://localhost?sentinel_password=x", "sentinel_password"},
+        BadUrl{"redis+sentinel://s1/m?sentinel_user", "="}));
+
+TEST(Url, SentinelListMasterNameAndDb) {
+  const Endpoint ep = parse_url("redis+sentinel://s1.internal,10.0.0.2:26380,[::1]:5000/orders-main/2");
+  ASSERT_EQ(ep.sentinels.size(), 3u);
+  EXPECT_TRUE(ep.is_sentinel());
+  EXPECT_EQ(ep.sentinels[0].host, "s1.internal");
+  EXPECT_EQ(ep.sentinels[0].port, 26379);  // Sentinel's port by default
+  EXPECT_EQ(ep.sentinels[1].host, "10.0.0.2");
+  EXPECT_EQ(ep.sentinels[1].port, 26380);
+  EXPECT_EQ(ep.sentinels[2].host, "::1");
+  EXPECT_EQ(ep.sentinels[2].port, 5000);
+  EXPECT_EQ(ep.master_name, "orders-main");
+  EXPECT_EQ(ep.db, 2);
+  EXPECT_TRUE(ep.password.empty());
+  EXPECT_TRUE(ep.sentinel_password.empty());
+  EXPECT_EQ(ep.describe(), "master orders-main of sentinels s1.internal:26379,10.0.0.2:26380,[::1]:5000");
+}
+
+TEST(Url, SentinelCredentialsAreSeparateFromTheDataNodes) {
+  // The user info is the data nodes'; the sentinels' come in the query.
+  const Endpoint ep = parse_url(
+      "redis+sentinel://app:data%40pw@s1:26379/mymaster?sentinel_user=watch&sentinel_password=s%26p&db=1");
+  EXPECT_EQ(ep.user, "app");
+  EXPECT_EQ(ep.password, "data@pw");
+  EXPECT_EQ(ep.sentinel_user, "watch");
+  EXPECT_EQ(ep.sentinel_password, "s&p");
+  EXPECT_EQ(ep.db, 1);
+  ASSERT_EQ(ep.sentinels.size(), 1u);
+  EXPECT_EQ(ep.master_name, "mymaster");
+  const Endpoint plain = parse_url("redis+sentinel://s1/mymaster?sentinel_password=only");
+  EXPECT_TRUE(plain.sentinel_user.empty());
+  EXPECT_EQ(plain.sentinel_password, "only");
+  EXPECT_FALSE(parse_url("redis://h").is_sentinel());
+}
 
 TEST(Url, RefusalIsAStreamqError) {
   // Callers that catch the root type see URL mistakes too.
@@ -193,6 +232,11 @@ TEST(Url, RefusalsNeverShowThePassword) {
   EXPECT_EQ(only.find("hunter2"), std::string::npos) << only;
   const std::string unix_url = refusal("unix:///tmp/r.sock?password=hunter2&db=x");
   EXPECT_EQ(unix_url.find("hunter2"), std::string::npos) << unix_url;
+  const std::string sentinel =
+      refusal("redis+sentinel://a:hunter2@s1:0/m?password=hunter3&sentinel_password=hunter4");
+  for (const char* secret : {"hunter2", "hunter3", "hunter4"}) {
+    EXPECT_EQ(sentinel.find(secret), std::string::npos) << sentinel;
+  }
 }
 
 TEST(Url, DescribeBracketsIpv6) { EXPECT_EQ(parse_url("redis://[::1]:6380").describe(), "[::1]:6380"); }

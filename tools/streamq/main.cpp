@@ -327,7 +327,9 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // --url, --group and --format also after the subcommand
   Global g;
-  app.add_option("--url", g.url, "Redis URL (redis://[user[:password]@]host[:port][/db] or unix:///path)")
+  app.add_option("--url", g.url,
+                 "Redis URL (redis://[user[:password]@]host[:port][/db], "
+                 "redis+sentinel://host:port[,host:port...]/master-name[/db] or unix:///path)")
       ->envname("STREAMQ_URL")
       ->capture_default_str();
   app.add_option("--group", g.group, "consumer group")->capture_default_str();
