@@ -201,9 +201,10 @@ TEST(Sentinel, AReadonlyReplyDropsTheConnectionAndAReplicaIsNotTakenForTheMaster
 }
 
 // What a kill -9 of the master mid-run costs, with and without min_replicas_acked = 1, when
-// the replica has been cut off for the last 300 ms. A producer enqueues numbered tasks and retries
-// a refused one with the same task id; two workers run them. The killed master comes back empty as a replica
-// of the new master, so acknowledgements can resume.
+// the replica has been cut off for the last 300 ms and the workers were stuck meanwhile. A
+// producer enqueues numbered tasks and retries a refused one with the same task id; two
+// workers run them. The killed master comes back empty as a replica of the new master, so
+// acknowledgements can resume.
 class SentinelFailover : public ::testing::TestWithParam<int> {};
 
 TEST_P(SentinelFailover, KillOfTheMasterMidRun) {
@@ -216,17 +217,18 @@ TEST_P(SentinelFailover, KillOfTheMasterMidRun) {
 
   std::mutex m;
   std::map<std::string, int> runs;  // task id -> times run
+  std::atomic<bool> hold{false};    // the workers are stuck (in a slow task, say)
   const auto handler = [&](Consumer& c) {
     c.on("n", [&](const Task& task) {
-      std::this_thread::sleep_for(10ms);
+      while (hold) std::this_thread::sleep_for(1ms);
       std::lock_guard lock(m);
       ++runs[task.id()];
     });
   };
   auto o1 = worker_options(url, stream, "w1");
   auto o2 = worker_options(url, stream, "w2");
-  // One task at a time and none held ahead (200 tasks/s between them, below the producer's
-  // rate): the backlog stays in the stream, where a master's death can take it.
+  // One task at a time and none held ahead: while they are stuck, the backlog stays in the
+  // stream, where a master's death can take it.
   o1.concurrency = o2.concurrency = 1;
   o1.prefetch = o2.prefetch = 1;
   RunningConsumer w1(o1, handler);
@@ -236,9 +238,9 @@ TEST_P(SentinelFailover, KillOfTheMasterMidRun) {
   std::set<std::string> after_failover;
   std::atomic<std::size_t> after_failover_count{0};
   std::atomic<bool> failed_over{false};
-  std::atomic<bool> stop{false};
   std::int64_t refusals = 0;
-  std::thread producer_thread([&] {
+  // (A failed assertion below ends the test with the destructor's request_stop() and join.)
+  std::jthread producer_thread([&](const std::stop_token& stop) {
     ProducerOptions o{.connection = {.url = url, .socket_timeout = 3s, .backoff_max = 300ms},
                       .stream = stream};
     o.max_len = 1'000'000;
@@ -247,7 +249,7 @@ TEST_P(SentinelFailover, KillOfTheMasterMidRun) {
       o.replicas_ack_timeout = 500ms;
     }
     Producer producer(o);
-    for (int i = 0; !stop; ++i) {
+    for (int i = 0; !stop.stop_requested(); ++i) {
       const std::string id = "n" + std::to_string(i);
       const bool later = failed_over;
       for (;;) {  // the same task id until it is in: a retry is recognisable
@@ -261,7 +263,7 @@ TEST_P(SentinelFailover, KillOfTheMasterMidRun) {
           break;
         } catch (const std::exception&) {  // connection lost, READONLY, too few replicas
           ++refusals;
-          if (stop) break;
+          if (stop.stop_requested()) break;
           std::this_thread::sleep_for(20ms);
         }
       }
@@ -271,13 +273,16 @@ TEST_P(SentinelFailover, KillOfTheMasterMidRun) {
 
   std::this_thread::sleep_for(700ms);
   // The link to the replica is cut 300 ms before the master dies (a partition between the
-  // two; a password the replica does not have keeps it from coming back): what the master
-  // acknowledged in those 300 ms is on no other server.
+  // two; a password the replica does not have keeps it from coming back), while the workers
+  // are stuck: what the master acknowledged in those 300 ms is on no other server, and no
+  // worker has run it.
+  hold = true;
   Client old_master(t.server(0).url());
   old_master.cmd({"CONFIG", "SET", "requirepass", "partitioned"}).view().check();
   old_master.cmd({"CLIENT", "KILL", "TYPE", "replica"}).view().check();
   std::this_thread::sleep_for(300ms);
   t.server(0).kill9();
+  hold = false;
   const auto killed_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(wait_until([&] { return t.master_port_by_sentinels() == t.server(1).port(); }, 20s))
       << "no failover; " << t.sentinel_logs();
@@ -294,7 +299,7 @@ TEST_P(SentinelFailover, KillOfTheMasterMidRun) {
   t.server(0).restart({"--replicaof", "127.0.0.1", std::to_string(t.server(1).port())});
   // With replica acknowledgements the producer gets in again once that replica has synced.
   const bool followed = wait_until([&] { return after_failover_count >= 200; }, 20s);
-  stop = true;
+  producer_thread.request_stop();
   producer_thread.join();
 
   Client master(t.server(1).url());
