@@ -79,6 +79,13 @@ timeval to_timeval(Millis ms) {
 
 }  // namespace
 
+bool is_demotion_error(std::string_view error) noexcept {
+  const std::string_view code = error_code(error);
+  return code == "READONLY" ||
+         (code == "UNBLOCKED" && error.find("instance state changed") != std::string_view::npos) ||
+         (code == "ERR" && error.find("WAIT cannot be used with replica") != std::string_view::npos);
+}
+
 void block_sigpipe_for_this_thread() noexcept {
   sigset_t pipe;
   sigemptyset(&pipe);
@@ -143,25 +150,39 @@ void Connection::disconnect() noexcept {
 
 HostPort Connection::ask_sentinels() {
   const Endpoint& ep = config_.endpoint;
+  // One budget for the whole question, however many sentinels are down.
+  const auto deadline = std::chrono::steady_clock::now() + config_.connect_timeout;
   std::string problems;
   std::string refusal;  // the first error reply of a sentinel
   std::size_t unknown = 0;
+  std::size_t asked = 0;
   for (std::size_t k = 0; k < ep.sentinels.size(); ++k) {
     const std::size_t i = (sentinel_first_ + k) % ep.sentinels.size();
     const HostPort& at = ep.sentinels[i];
     const auto note = [&](std::string_view why) {
       problems += (problems.empty() ? "" : "; ") + at.describe() + ": " + std::string(why);
     };
-    ConnectionConfig sc = config_;
-    sc.endpoint = Endpoint{};
-    sc.endpoint.host = at.host;
-    sc.endpoint.port = at.port;
-    sc.endpoint.user = ep.sentinel_user;
-    sc.endpoint.password = ep.sentinel_password;
-    sc.socket_timeout = config_.connect_timeout;  // this answer is part of connecting
-    Connection sentinel(std::move(sc));
+    const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      note("not asked (connect_timeout spent)");
+      continue;
+    }
+    // The connection to the sentinel that answered last is kept for the next question.
+    if (sentinel_ == nullptr || i != sentinel_first_) {
+      ConnectionConfig sc = config_;
+      sc.endpoint = Endpoint{};
+      sc.endpoint.host = at.host;
+      sc.endpoint.port = at.port;
+      sc.endpoint.user = ep.sentinel_user;
+      sc.endpoint.password = ep.sentinel_password;
+      sentinel_ = std::make_unique<Connection>(std::move(sc));
+    }
+    sentinel_->config_.connect_timeout = left;
+    sentinel_->config_.socket_timeout = left;  // this answer is part of connecting
+    if (sentinel_->connected()) sentinel_->set_timeout(left);
+    ++asked;
     try {
-      const Reply r = sentinel.command(Argv{"SENTINEL", "get-master-addr-by-name", ep.master_name});
+      const Reply r = sentinel_->command(Argv{"SENTINEL", "get-master-addr-by-name", ep.master_name});
       const ReplyView v = r.view();
       if (v.is_error()) {
         if (refusal.empty()) refusal = std::string(v.error()) + " (from sentinel " + at.describe() + ")";
@@ -187,13 +208,27 @@ HostPort Connection::ask_sentinels() {
     } catch (const ConnectionError& e) {
       note(e.what());
     }
+    sentinel_.reset();  // not kept: this sentinel did not answer
   }
   if (!refusal.empty()) throw ReplyError(refusal);
-  if (unknown == ep.sentinels.size()) {
+  if (asked == ep.sentinels.size() && unknown == asked) {
     throw ConfigError("connection.url: no sentinel monitors a master named " + ep.master_name + " (" +
                       problems + ")");
   }
   throw ConnectionError("redis " + ep.describe() + ": no sentinel named the master: " + problems);
+}
+
+void Connection::recheck_master() {
+  if (ctx_ == nullptr || owed_ > 0 || !config_.endpoint.is_sentinel()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_recheck_) return;
+  next_recheck_ = now + kSentinelRecheck;
+  try {
+    if (ask_sentinels() == master_) return;
+  } catch (const std::exception&) {
+    return;  // the sentinels cannot say now: keep the master this connection has
+  }
+  disconnect();  // a failover happened: connect() asks again and goes to the new master
 }
 
 void Connection::set_timeout(Millis timeout) {
@@ -226,7 +261,10 @@ void Connection::connect() {
   const Endpoint& ep = config_.endpoint;
   const timeval tv = to_timeval(config_.connect_timeout);
   backoff_.fail();  // until the session is fully set up
-  if (ep.is_sentinel()) master_ = ask_sentinels();
+  if (ep.is_sentinel()) {
+    master_ = ask_sentinels();
+    next_recheck_ = std::chrono::steady_clock::now() + kSentinelRecheck;
+  }
   ctx_ = ep.is_unix()       ? redisConnectUnixWithTimeout(ep.unix_path.c_str(), tv)
          : ep.is_sentinel() ? redisConnectWithTimeout(master_.host.c_str(), master_.port, tv)
                             : redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
@@ -315,8 +353,26 @@ Reply Connection::command(const Argv& argv) {
   return next_reply("command");
 }
 
+Reply Connection::command_here(const Argv& argv) {
+  if (ctx_ == nullptr) {
+    throw ConnectionError("redis " + describe() + ": the connection that sent the previous command is gone");
+  }
+  format_command(argv, out_);
+  if (redisAppendFormattedCommand(ctx_, out_.data(), out_.size()) != REDIS_OK) fail("command");
+  ++owed_;
+  return next_reply("command");
+}
+
 void Connection::append(const Argv& argv) {
-  if (ctx_ == nullptr) connect();
+  // Between commands (nothing owed), a sentinel URL's connection asks now and then whether the
+  // master is still this one: a master demoted by a failover can stay a writable master for
+  // seconds before the sentinels reconfigure it, and nothing tells its clients.
+  if (reconnect_on_use_) {
+    recheck_master();
+    if (ctx_ == nullptr) connect();
+  } else if (ctx_ == nullptr) {
+    throw ConnectionError("redis " + describe() + ": not connected (the server stopped being the master)");
+  }
   format_command(argv, out_);
   if (redisAppendFormattedCommand(ctx_, out_.data(), out_.size()) != REDIS_OK) fail("pipeline");
   ++owed_;
@@ -344,10 +400,7 @@ Reply Connection::next_reply(const char* during) {
   if (owed_ > 0) --owed_;
   if (config_.endpoint.is_sentinel()) {
     const ReplyView v = reply.view();
-    if (v.is_error()) {
-      const std::string_view code = error_code(v.error());  // also inside a script's error on 6.2
-      if (code == "READONLY" || code == "UNBLOCKED") demoted_ = true;
-    }
+    if (v.is_error() && is_demotion_error(v.error())) demoted_ = true;
     if (demoted_ && owed_ == 0) disconnect();  // the next command asks the sentinels again
   }
   return reply;

@@ -137,6 +137,10 @@ class Connection {
 
   /// Sends one command and reads its reply (connecting first if needed).
   Reply command(const Argv& argv);
+  /// As command(), but only on the connection there is now: no reconnect and no sentinel
+  /// recheck before it (a WAIT must follow its write on the same connection). Throws
+  /// ConnectionError when not connected.
+  Reply command_here(const Argv& argv);
   /// Sends all commands in one write and reads their replies in order.
   std::vector<Reply> pipeline(const std::vector<Argv>& commands);
 
@@ -146,6 +150,15 @@ class Connection {
   void append(const Argv& argv);
   void flush();
   Reply read_reply();
+
+  /// Off: a call on a dropped connection throws ConnectionError instead of connecting, and
+  /// append() does no sentinel recheck (the caller calls recheck_master() where a new
+  /// connection is safe). For a caller whose state belongs to one connection (the fetcher:
+  /// its replies in flight, its replay of its own pending entries after each connect).
+  void set_reconnect_on_use(bool on) noexcept { reconnect_on_use_ = on; }
+  /// Sentinel mode, connected and nothing owed: at most every kSentinelRecheck, asks the
+  /// sentinels again and disconnects when they name another master. No-op otherwise.
+  void recheck_master();
 
   /// Randomised delay before the next connect attempt (0 after a success).
   Millis backoff_delay() { return backoff_.delay(); }
@@ -161,9 +174,10 @@ class Connection {
   std::string describe() const;
 
  private:
-  /// Sentinel mode: the master's address from the first sentinel that knows it. Throws
-  /// ConnectionError when none answers, ReplyError when a sentinel refused (AUTH) and none
-  /// answered, ConfigError when every sentinel answered and none knows the master's name.
+  /// Sentinel mode: the master's address from the first sentinel that knows it, all of them
+  /// within connect_timeout. Throws ConnectionError when none answers, ReplyError when a
+  /// sentinel refused (AUTH) and none answered, ConfigError when every sentinel answered and
+  /// none knows the master's name.
   HostPort ask_sentinels();
   [[noreturn]] void fail(const char* during);
   void set_timeout(Millis timeout);
@@ -180,9 +194,21 @@ class Connection {
   // server is no longer the master (drop the connection once nothing is owed).
   HostPort master_;
   std::size_t sentinel_first_ = 0;
+  std::unique_ptr<Connection> sentinel_;  // to sentinels[sentinel_first_], kept between questions
+  std::chrono::steady_clock::time_point next_recheck_{};
   std::size_t owed_ = 0;
   bool demoted_ = false;
+  bool reconnect_on_use_ = true;
 };
+
+/// How often a sentinel URL's connection asks the sentinels whether its master is still the
+/// master (when it is used; an idle connection asks nothing).
+inline constexpr Millis kSentinelRecheck{1000};
+
+/// True for a reply saying that the server has stopped being the master: READONLY (also inside
+/// a script's error on Redis 6.2), a blocked read ended because the instance turned replica
+/// (UNBLOCKED ... instance state changed), or a WAIT sent to a replica.
+bool is_demotion_error(std::string_view error) noexcept;
 
 /// The RESP encoding of one command (what redisAppendFormattedCommand takes); `out` is reused.
 void format_command(const Argv& argv, std::string& out);

@@ -238,11 +238,15 @@ struct Producer::Impl {
   }
 
   /// WAIT for min_replicas_acked replicas to have what this connection wrote; how many did.
+  /// A server that has just turned replica refuses WAIT: none did (the connection is dropped,
+  /// so the next call asks the sentinels again).
   std::int64_t replicas_acknowledging() {
     detail::Argv wait{"WAIT"};
     wait.add(static_cast<std::int64_t>(options.min_replicas_acked));
     wait.add(static_cast<std::int64_t>(options.replicas_ack_timeout.count()));
-    return conn.command(wait).view().check().integer();
+    const detail::Reply reply = conn.command_here(wait);  // where the tasks were written
+    if (reply.view().is_error() && detail::is_demotion_error(reply.view().error())) return 0;
+    return reply.view().check().integer();
   }
 
   /// For a batch refused part-way (`ids`: the written ones, "" for the others): with

@@ -8,22 +8,33 @@
 namespace streamq::detail {
 namespace {
 
-/// The URL without its password, for messages that end up in logs.
+/// The URL without its secrets, for messages that end up in logs: the password of the user
+/// info (before the query, where the parser looks for it) and every query value but db's (a
+/// misspelt key may hold a password too).
 std::string redacted(std::string_view url) {
   std::string out(url);
   const auto scheme = out.find("://");
-  const auto at = out.rfind('@');
+  const auto query = out.find('?');
+  const std::string_view head = std::string_view(out).substr(0, query);
+  const auto at = head.rfind('@');
+  std::string tail = query == std::string::npos ? std::string() : out.substr(query);
+  out.resize(head.size());
   if (scheme != std::string::npos && at != std::string::npos && at > scheme) {
     const auto colon = out.find(':', scheme + 3);
     const auto from = colon != std::string::npos && colon < at ? colon + 1 : scheme + 3;
     out.replace(from, at - from, "***");
   }
-  // password= and sentinel_password= in the query, however many.
-  for (auto pw = out.find("password="); pw != std::string::npos; pw = out.find("password=", pw + 12)) {
-    const auto end = out.find('&', pw);
-    out.replace(pw + 9, (end == std::string::npos ? out.size() : end) - pw - 9, "***");
+  for (std::size_t item = 1; item < tail.size();) {  // tail[0] is the '?'
+    const auto amp = tail.find('&', item);
+    const auto stop = amp == std::string::npos ? tail.size() : amp;
+    const auto eq = tail.find('=', item);
+    if (eq != std::string::npos && eq < stop && std::string_view(tail).substr(item, eq - item) != "db") {
+      tail.replace(eq + 1, stop - eq - 1, "***");
+    }
+    const auto next = tail.find('&', item);
+    item = next == std::string::npos ? tail.size() : next + 1;
   }
-  return out;
+  return out + tail;
 }
 
 [[noreturn]] void bad(std::string_view url, const std::string& why) {

@@ -13,6 +13,7 @@ struct HostPort {
   int port = 0;
   /// host:port, with brackets around an IPv6 address.
   std::string describe() const;
+  bool operator==(const HostPort&) const = default;
 };
 
 /// A parsed connection URL.

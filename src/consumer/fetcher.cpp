@@ -28,7 +28,11 @@ Fetcher::Fetcher(Shared& shared, std::function<void()> on_first_replay)
       scripts_(conn_),
       block_text_(std::to_string(shared.opt.block.count())),
       read_batch_(static_cast<std::size_t>(shared.opt.prefetch - shared.opt.prefetch / 2)),
-      order_(shared.opt.priority_weights) {}
+      order_(shared.opt.priority_weights) {
+  // Every connect goes through main()'s loop top, which replays this consumer's pending
+  // entries on it and refreshes the id CLIENT UNBLOCK uses; none may happen inside a send.
+  conn_.set_reconnect_on_use(false);
+}
 
 Fetcher::~Fetcher() {
   request_stop();
@@ -96,6 +100,12 @@ void Fetcher::append_read(std::vector<Argv>& argvs, const std::vector<std::uint1
 }
 
 bool Fetcher::send(std::size_t in_hand) {
+  // Nothing in flight: the moment to ask whether the master is still this one (a sentinel
+  // URL). If not, nothing is sent; main()'s loop top connects to the new one first.
+  if (requests_.empty()) {
+    conn_.recheck_master();
+    if (!conn_.connected()) return false;
+  }
   Request req;
   std::vector<EntryKey> acks;
   std::size_t room = s_.inflight.take_acks(acks, reserved_ + in_hand);
@@ -209,7 +219,8 @@ bool Fetcher::receive(const std::stop_token& stop) {
     const ReplyView r = read.reply.view();
     if (r.is_error()) {
       const std::string_view err = r.error();
-      if (!err.starts_with("NOGROUP") && !err.starts_with("UNBLOCKED")) {
+      // (UNBLOCKED also ends a blocked read when the master turns replica: a passing state.)
+      if ((!err.starts_with("NOGROUP") && !err.starts_with("UNBLOCKED")) || is_demotion_error(err)) {
         failed = &read.reply;
       } else {
         // A stream or its group was deleted: recreate the groups at 0 (once the pipeline is

@@ -120,6 +120,14 @@ class DashboardTest(RedisTestCase):
                                capture_output=True, text=True, timeout=30)
             self.assertEqual(p.returncode, 2, p.stderr)
             self.assertIn(message, p.stderr)
+        # A token file whose first line is empty is a mistake, not "no token", even on loopback.
+        with tempfile.NamedTemporaryFile("w", suffix=".token") as f:
+            f.write("\n" + "t0ken-" + "y" * 20 + "\n")
+            f.flush()
+            p = subprocess.run([CLI, "dashboard", "--listen", "127.0.0.1:%d" % free_port(), "--token-file", f.name],
+                               env=env, capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("holds no token", p.stderr)
 
         token = "t0ken-" + "x" * 20
         with tempfile.NamedTemporaryFile("w", suffix=".token") as f:

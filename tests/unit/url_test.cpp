@@ -237,6 +237,12 @@ TEST(Url, RefusalsNeverShowThePassword) {
   for (const char* secret : {"hunter2", "hunter3", "hunter4"}) {
     EXPECT_EQ(sentinel.find(secret), std::string::npos) << sentinel;
   }
+  // An '@' inside a query value is not the user info's end; a misspelt key is hidden too.
+  const std::string at_in_query = refusal("redis+sentinel://s1/m?sentinel_password=hun@ter5&db=x");
+  EXPECT_EQ(at_in_query.find("ter5"), std::string::npos) << at_in_query;
+  EXPECT_NE(at_in_query.find("db=x"), std::string::npos) << at_in_query;
+  const std::string misspelt = refusal("redis+sentinel://s1/m?sentinel_pass=hunter6");
+  EXPECT_EQ(misspelt.find("hunter6"), std::string::npos) << misspelt;
 }
 
 TEST(Url, DescribeBracketsIpv6) { EXPECT_EQ(parse_url("redis://[::1]:6380").describe(), "[::1]:6380"); }

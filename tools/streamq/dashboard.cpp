@@ -491,6 +491,11 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
       return usage;
     }
     while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+    // An empty first line must not turn the token off (on loopback it would serve without one).
+    if (token.empty()) {
+      std::cerr << "streamq dashboard: the first line of " << options.token_file << " holds no token\n";
+      return usage;
+    }
   }
   if (!token.empty()) {
     if (const auto problem = token_problem(token)) {
