@@ -148,10 +148,11 @@ void Connection::disconnect() noexcept {
   demoted_ = false;
 }
 
-HostPort Connection::ask_sentinels() {
+HostPort Connection::ask_sentinels(Millis budget) {
   const Endpoint& ep = config_.endpoint;
-  // One budget for the whole question, however many sentinels are down.
-  const auto deadline = std::chrono::steady_clock::now() + config_.connect_timeout;
+  // One budget for the whole question, however many sentinels are down; each sentinel gets its
+  // share of what is left, so a host that swallows packets cannot take all of it.
+  const auto deadline = std::chrono::steady_clock::now() + budget;
   std::string problems;
   std::string refusal;  // the first error reply of a sentinel
   std::size_t unknown = 0;
@@ -162,7 +163,8 @@ HostPort Connection::ask_sentinels() {
     const auto note = [&](std::string_view why) {
       problems += (problems.empty() ? "" : "; ") + at.describe() + ": " + std::string(why);
     };
-    const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    const auto remaining = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    const Millis left{remaining.count() / static_cast<std::int64_t>(ep.sentinels.size() - k)};
     if (left.count() <= 0) {
       note("not asked (connect_timeout spent)");
       continue;
@@ -179,9 +181,9 @@ HostPort Connection::ask_sentinels() {
     }
     sentinel_->config_.connect_timeout = left;
     sentinel_->config_.socket_timeout = left;  // this answer is part of connecting
-    if (sentinel_->connected()) sentinel_->set_timeout(left);
     ++asked;
     try {
+      if (sentinel_->connected()) sentinel_->set_timeout(left);
       const Reply r = sentinel_->command(Argv{"SENTINEL", "get-master-addr-by-name", ep.master_name});
       const ReplyView v = r.view();
       if (v.is_error()) {
@@ -210,6 +212,8 @@ HostPort Connection::ask_sentinels() {
     }
     sentinel_.reset();  // not kept: this sentinel did not answer
   }
+  // Nobody answered: the next question starts with the next sentinel, not the silent one.
+  sentinel_first_ = (sentinel_first_ + 1) % ep.sentinels.size();
   if (!refusal.empty()) throw ReplyError(refusal);
   if (asked == ep.sentinels.size() && unknown == asked) {
     throw ConfigError("connection.url: no sentinel monitors a master named " + ep.master_name + " (" +
@@ -218,17 +222,21 @@ HostPort Connection::ask_sentinels() {
   throw ConnectionError("redis " + ep.describe() + ": no sentinel named the master: " + problems);
 }
 
-void Connection::recheck_master() {
-  if (ctx_ == nullptr || owed_ > 0 || !config_.endpoint.is_sentinel()) return;
-  const auto now = std::chrono::steady_clock::now();
-  if (now < next_recheck_) return;
-  next_recheck_ = now + kSentinelRecheck;
+bool Connection::recheck_master() {
+  if (ctx_ == nullptr || owed_ > 0 || !config_.endpoint.is_sentinel()) return false;
+  if (std::chrono::steady_clock::now() < next_recheck_) return false;
+  HostPort named;
   try {
-    if (ask_sentinels() == master_) return;
+    named = ask_sentinels(std::min(config_.connect_timeout, kSentinelRecheckBudget));
   } catch (const std::exception&) {
-    return;  // the sentinels cannot say now: keep the master this connection has
+    // The sentinels cannot say now: keep the master this connection has, and ask less often.
+    next_recheck_ = std::chrono::steady_clock::now() + kSentinelRecheckAfterFailure;
+    return false;
   }
+  next_recheck_ = std::chrono::steady_clock::now() + kSentinelRecheck;
+  if (named == master_) return false;
   disconnect();  // a failover happened: connect() asks again and goes to the new master
+  return true;
 }
 
 void Connection::set_timeout(Millis timeout) {
@@ -262,7 +270,7 @@ void Connection::connect() {
   const timeval tv = to_timeval(config_.connect_timeout);
   backoff_.fail();  // until the session is fully set up
   if (ep.is_sentinel()) {
-    master_ = ask_sentinels();
+    master_ = ask_sentinels(config_.connect_timeout);
     next_recheck_ = std::chrono::steady_clock::now() + kSentinelRecheck;
   }
   ctx_ = ep.is_unix()       ? redisConnectUnixWithTimeout(ep.unix_path.c_str(), tv)
@@ -323,6 +331,7 @@ void Connection::connect() {
 }
 
 void Connection::connect_with_backoff() {
+  recheck_master();  // before the caller builds its commands for this connection
   if (ctx_ != nullptr) return;
   const Millis delay = backoff_delay();
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
@@ -368,7 +377,12 @@ void Connection::append(const Argv& argv) {
   // master is still this one: a master demoted by a failover can stay a writable master for
   // seconds before the sentinels reconfigure it, and nothing tells its clients.
   if (reconnect_on_use_) {
-    recheck_master();
+    // A caller may have built this command for the connection it saw (EVALSHA of a script the
+    // server knows): one that the recheck just dropped is not silently replaced under it.
+    if (recheck_master()) {
+      throw ConnectionError("redis " + describe() + ": the sentinels name another master now (" +
+                            "a failover); nothing was sent, the next call connects to it");
+    }
     if (ctx_ == nullptr) connect();
   } else if (ctx_ == nullptr) {
     throw ConnectionError("redis " + describe() + ": not connected (the server stopped being the master)");

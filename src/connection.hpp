@@ -130,7 +130,8 @@ class Connection {
   /// ReplyError when the server refuses the session set-up (WRONGPASS, NOPERM, ...).
   void connect();
   /// As connect(), but first sleeps the backoff delay when the previous attempt failed.
-  /// For callers that have nothing else to wait on (Producer, StatsReader).
+  /// For callers that have nothing else to wait on (Producer, StatsReader), at the start of an
+  /// operation: with a sentinel URL it is where a due recheck moves to a new master.
   void connect_with_backoff();
   bool connected() const noexcept { return ctx_ != nullptr; }
   void disconnect() noexcept;
@@ -157,8 +158,10 @@ class Connection {
   /// its replies in flight, its replay of its own pending entries after each connect).
   void set_reconnect_on_use(bool on) noexcept { reconnect_on_use_ = on; }
   /// Sentinel mode, connected and nothing owed: at most every kSentinelRecheck, asks the
-  /// sentinels again and disconnects when they name another master. No-op otherwise.
-  void recheck_master();
+  /// sentinels again and disconnects when they name another master (true then). No-op
+  /// otherwise. connect_with_backoff() calls it first; append() too, and then throws
+  /// ConnectionError (nothing sent) rather than send a command built for the old connection.
+  bool recheck_master();
 
   /// Randomised delay before the next connect attempt (0 after a success).
   Millis backoff_delay() { return backoff_.delay(); }
@@ -175,10 +178,10 @@ class Connection {
 
  private:
   /// Sentinel mode: the master's address from the first sentinel that knows it, all of them
-  /// within connect_timeout. Throws ConnectionError when none answers, ReplyError when a
+  /// within `budget`. Throws ConnectionError when none answers, ReplyError when a
   /// sentinel refused (AUTH) and none answered, ConfigError when every sentinel answered and
   /// none knows the master's name.
-  HostPort ask_sentinels();
+  HostPort ask_sentinels(Millis budget);
   [[noreturn]] void fail(const char* during);
   void set_timeout(Millis timeout);
   Reply next_reply(const char* during);
@@ -204,6 +207,10 @@ class Connection {
 /// How often a sentinel URL's connection asks the sentinels whether its master is still the
 /// master (when it is used; an idle connection asks nothing).
 inline constexpr Millis kSentinelRecheck{1000};
+/// A recheck's question is bounded by this (or connect_timeout if shorter); after a recheck
+/// that no sentinel answered, the next one waits kSentinelRecheckAfterFailure.
+inline constexpr Millis kSentinelRecheckBudget{500};
+inline constexpr Millis kSentinelRecheckAfterFailure{5000};
 
 /// True for a reply saying that the server has stopped being the master: READONLY (also inside
 /// a script's error on Redis 6.2), a blocked read ended because the instance turned replica

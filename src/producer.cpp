@@ -245,7 +245,10 @@ struct Producer::Impl {
     wait.add(static_cast<std::int64_t>(options.min_replicas_acked));
     wait.add(static_cast<std::int64_t>(options.replicas_ack_timeout.count()));
     const detail::Reply reply = conn.command_here(wait);  // where the tasks were written
-    if (reply.view().is_error() && detail::is_demotion_error(reply.view().error())) return 0;
+    if (reply.view().is_error() && conn.config().endpoint.is_sentinel() &&
+        detail::is_demotion_error(reply.view().error())) {
+      return 0;
+    }
     return reply.view().check().integer();
   }
 

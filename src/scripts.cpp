@@ -87,7 +87,7 @@ std::vector<Reply> ScriptRunner::collect(const std::vector<ScriptId>& ids, std::
     if (is_noscript(replies[i]) && (!conn_.connected() || conn_.generation() != generation)) continue;
     if (is_noscript(replies[i])) {
       use_eval(ids[i], argvs[i]);
-      replies[i] = conn_.command(argvs[i]);
+      replies[i] = conn_.command_here(argvs[i]);
     }
     mark_known(ids[i]);
   }

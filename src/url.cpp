@@ -9,32 +9,49 @@ namespace streamq::detail {
 namespace {
 
 /// The URL without its secrets, for messages that end up in logs: the password of the user
-/// info (before the query, where the parser looks for it) and every query value but db's (a
-/// misspelt key may hold a password too).
+/// info, and every query item but db's (a misspelt key may hold a password too). When an '@'
+/// comes only after a '?', it is not known whether the '?' is in the password or the '@' in a
+/// query value: everything after the scheme is hidden.
 std::string redacted(std::string_view url) {
-  std::string out(url);
-  const auto scheme = out.find("://");
-  const auto query = out.find('?');
-  const std::string_view head = std::string_view(out).substr(0, query);
-  const auto at = head.rfind('@');
-  std::string tail = query == std::string::npos ? std::string() : out.substr(query);
-  out.resize(head.size());
-  if (scheme != std::string::npos && at != std::string::npos && at > scheme) {
-    const auto colon = out.find(':', scheme + 3);
-    const auto from = colon != std::string::npos && colon < at ? colon + 1 : scheme + 3;
-    out.replace(from, at - from, "***");
+  const auto scheme = url.find("://");
+  const std::size_t start = scheme == std::string_view::npos ? 0 : scheme + 3;
+  const auto query = url.find('?', start);
+  const auto at_head = url.substr(0, query).rfind('@');
+  const auto at_any = url.rfind('@');
+  std::string out;
+  std::size_t rest = start;  // where the part after the user info begins
+  if (at_head != std::string_view::npos && at_head >= start) {
+    const auto colon = url.find(':', start);
+    const std::size_t from = colon != std::string_view::npos && colon < at_head ? colon + 1 : start;
+    out = std::string(url.substr(0, from)) + "***";
+    rest = at_head;
+  } else if (at_any != std::string_view::npos && at_any >= start) {
+    return std::string(url.substr(0, start)) + "***";  // the '?' in a password, or the '@' in a value
+  } else {
+    out = std::string(url.substr(0, start));
   }
-  for (std::size_t item = 1; item < tail.size();) {  // tail[0] is the '?'
-    const auto amp = tail.find('&', item);
-    const auto stop = amp == std::string::npos ? tail.size() : amp;
-    const auto eq = tail.find('=', item);
-    if (eq != std::string::npos && eq < stop && std::string_view(tail).substr(item, eq - item) != "db") {
-      tail.replace(eq + 1, stop - eq - 1, "***");
+  std::string tail(url.substr(rest));
+  const auto q = tail.find('?');
+  if (q == std::string::npos) return out + tail;
+  std::string hidden = tail.substr(0, q + 1);
+  std::string_view items = std::string_view(tail).substr(q + 1);
+  for (bool first = true; !items.empty() || first; first = false) {
+    const auto amp = items.find('&');
+    const std::string_view item = items.substr(0, amp);
+    const auto eq = item.find('=');
+    if (!first) hidden += '&';
+    if (eq == std::string_view::npos) {
+      hidden += item.empty() ? "" : "***";
+    } else if (item.substr(0, eq) == "db") {
+      hidden += item;
+    } else {
+      hidden += std::string(item.substr(0, eq + 1)) + "***";
     }
-    const auto next = tail.find('&', item);
-    item = next == std::string::npos ? tail.size() : next + 1;
+    if (amp == std::string_view::npos) break;
+    items = items.substr(amp + 1);
+    if (items.empty()) hidden += '&';
   }
-  return out + tail;
+  return out + hidden;
 }
 
 [[noreturn]] void bad(std::string_view url, const std::string& why) {

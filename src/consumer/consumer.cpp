@@ -171,7 +171,13 @@ struct Consumer::Impl {
     while (!fetcher.wait_finished(kUnblockRetry)) {
       try {
         if (const std::int64_t id = fetcher.client_id(); id >= 0) {
-          control.command(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));
+          // On the server this connection is on (no sentinel recheck first): the id is the
+          // fetcher's there. A lost connection reconnects only to a fixed address.
+          if (control.connected()) {
+            control.command_here(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));
+          } else if (!control.config().endpoint.is_sentinel()) {
+            control.command(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));
+          }
         }
       } catch (const std::exception&) {
         // Redis is unreachable: the fetcher's own read fails or times out instead.
