@@ -214,6 +214,7 @@ HostPort Connection::ask_sentinels(Millis budget) {
   }
   // Nobody answered: the next question starts with the next sentinel, not the silent one.
   sentinel_first_ = (sentinel_first_ + 1) % ep.sentinels.size();
+  sentinel_.reset();
   if (!refusal.empty()) throw ReplyError(refusal);
   if (asked == ep.sentinels.size() && unknown == asked) {
     throw ConfigError("connection.url: no sentinel monitors a master named " + ep.master_name + " (" +

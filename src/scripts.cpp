@@ -60,6 +60,9 @@ void ScriptRunner::use_eval(ScriptId id, Argv& argv) {
 }
 
 Reply ScriptRunner::call(ScriptId id, Argv& argv) {
+  // A due sentinel recheck happens here, where a move to another master is safe (the NOSCRIPT
+  // below covers the script cache there), not inside the command.
+  conn_.recheck_master();
   Reply r = conn_.command(argv);
   if (is_noscript(r)) {
     use_eval(id, argv);

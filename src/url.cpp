@@ -10,14 +10,17 @@ namespace {
 
 /// The URL without its secrets, for messages that end up in logs: the password of the user
 /// info, and every query item but db's (a misspelt key may hold a password too). When an '@'
-/// comes only after a '?', it is not known whether the '?' is in the password or the '@' in a
-/// query value: everything after the scheme is hidden.
+/// comes after a '?', it is not known whether the '?' is in the password or the '@' in a
+/// query value: everything after the scheme is hidden (and parse_url refuses the URL).
 std::string redacted(std::string_view url) {
   const auto scheme = url.find("://");
   const std::size_t start = scheme == std::string_view::npos ? 0 : scheme + 3;
   const auto query = url.find('?', start);
   const auto at_head = url.substr(0, query).rfind('@');
   const auto at_any = url.rfind('@');
+  if (query != std::string_view::npos && at_any != std::string_view::npos && at_any > query) {
+    return std::string(url.substr(0, start)) + "***";  // the '?' in a password, or the '@' in a value
+  }
   std::string out;
   std::size_t rest = start;  // where the part after the user info begins
   if (at_head != std::string_view::npos && at_head >= start) {
@@ -25,8 +28,6 @@ std::string redacted(std::string_view url) {
     const std::size_t from = colon != std::string_view::npos && colon < at_head ? colon + 1 : start;
     out = std::string(url.substr(0, from)) + "***";
     rest = at_head;
-  } else if (at_any != std::string_view::npos && at_any >= start) {
-    return std::string(url.substr(0, start)) + "***";  // the '?' in a password, or the '@' in a value
   } else {
     out = std::string(url.substr(0, start));
   }
@@ -208,6 +209,12 @@ std::string Endpoint::describe() const {
 
 Endpoint parse_url(std::string_view url) {
   Endpoint ep;
+  // Ambiguous, and what the parser would make of it could echo part of a password.
+  if (const auto q = url.find('?');
+      q != std::string_view::npos && url.find('@', q) != std::string_view::npos) {
+    bad(url,
+        "an '@' after a '?': percent-encode a '?' in a password as %3F and an '@' in a query value as %40");
+  }
   constexpr std::string_view tcp = "redis://";
   constexpr std::string_view unix_scheme = "unix://";
   constexpr std::string_view sentinel = "redis+sentinel://";

@@ -171,12 +171,16 @@ struct Consumer::Impl {
     while (!fetcher.wait_finished(kUnblockRetry)) {
       try {
         if (const std::int64_t id = fetcher.client_id(); id >= 0) {
-          // On the server this connection is on (no sentinel recheck first): the id is the
-          // fetcher's there. A lost connection reconnects only to a fixed address.
-          if (control.connected()) {
-            control.command_here(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));
-          } else if (!control.config().endpoint.is_sentinel()) {
+          if (!control.config().endpoint.is_sentinel()) {
             control.command(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));
+          } else {
+            // The id is the fetcher's only on the fetcher's server, which a failover may have
+            // made another than this connection's: sent there only (the fetcher's BLOCK ends it
+            // otherwise).
+            const std::string where = fetcher.server();
+            if (control.connected() && control.describe() != where) control.disconnect();
+            if (!control.connected()) control.connect();
+            if (control.describe() == where) control.command_here(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));
           }
         }
       } catch (const std::exception&) {
@@ -192,6 +196,7 @@ struct Consumer::Impl {
     // 3. No more renewals, then hand the unstarted entries back.
     scheduler.stop();
     try {
+      control.recheck_master();  // idle since the start: after a failover, onto the new master
       detail::ScriptRunner scripts(control);
       detail::LeaseKeeper::release(*s, scripts);
     } catch (const std::exception& e) {

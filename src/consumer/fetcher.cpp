@@ -294,6 +294,10 @@ void Fetcher::main(const std::stop_token& stop) {
       if (!conn_.connected()) {
         conn_.connect();
         count_reconnect(conn_, s_.metrics);
+        {
+          std::lock_guard lock(server_mutex_);
+          server_ = conn_.describe();
+        }
         client_id_.store(conn_.client_id());
       }
       if (conn_.generation() != replayed_generation) {

@@ -15,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "connection.hpp"
@@ -45,6 +46,11 @@ class Fetcher {
   void join();
   /// CLIENT ID of the connection the thread reads on (-1 before it connected).
   std::int64_t client_id() const noexcept { return client_id_.load(); }
+  /// Connection::describe() of that connection: the server the id belongs to.
+  std::string server() const {
+    std::lock_guard lock(server_mutex_);
+    return server_;
+  }
   bool replayed_once() const noexcept { return replayed_once_.load(); }
 
  private:
@@ -88,6 +94,8 @@ class Fetcher {
   bool group_gone_ = false;       // recreate the group once the pipeline is drained
   std::vector<Work> works_;       // reused between reads
   std::atomic<std::int64_t> client_id_{-1};
+  mutable std::mutex server_mutex_;
+  std::string server_;  // guarded by server_mutex_
   std::atomic<bool> replayed_once_{false};
   std::mutex finished_mutex_;
   std::condition_variable finished_cv_;
