@@ -11,6 +11,8 @@
 #include <ctime>
 #include <thread>
 
+#include "cluster.hpp"
+#include "cluster_connection.hpp"
 #include "error_code.hpp"
 #include "hiredis_compat.hpp"
 #include "reply_arena.hpp"
@@ -95,9 +97,21 @@ void block_sigpipe_for_this_thread() noexcept {
   t_sigpipe_blocked = pthread_sigmask(SIG_BLOCK, &pipe, nullptr) == 0;
 }
 
-ConnectionConfig make_connection_config(const ConnectionOptions& options, std::string_view role) {
+void check_cluster_stream(std::string_view stream, std::string_view field) {
+  if (has_hash_tag(stream)) return;
+  const std::string s(stream);
+  throw ConfigError(std::string(field) + " \"" + s +
+                    "\" cannot be used on Redis Cluster: the queue's keys (" + s + ":dlq, " + s +
+                    ":delayed, ...) must share the stream's slot, so the name needs a hash tag, e.g. \"{" +
+                    s + "}\" (a script may only touch keys of one slot)");
+}
+
+ConnectionConfig make_connection_config(const ConnectionOptions& options, std::string_view role,
+                                        std::string_view stream) {
   ConnectionConfig c;
   c.endpoint = parse_url(options.url);
+  if (c.endpoint.is_cluster() && !stream.empty()) check_cluster_stream(stream, "stream");
+  c.route_key = std::string(stream);
   if (options.connect_timeout.count() <= 0) throw ConfigError("connection.connect_timeout must be > 0");
   if (options.socket_timeout.count() <= 0) throw ConfigError("connection.socket_timeout must be > 0");
   if (options.backoff_base.count() <= 0) throw ConfigError("connection.backoff_base must be > 0");
@@ -135,11 +149,41 @@ Millis Backoff::delay() {
 }
 
 Connection::Connection(ConnectionConfig config)
-    : config_(std::move(config)), backoff_(config_.backoff_base, config_.backoff_max) {}
+    : config_(std::move(config)), backoff_(config_.backoff_base, config_.backoff_max) {
+  if (config_.endpoint.is_cluster()) {
+    cluster_ = std::make_unique<ClusterState>();
+    if (!config_.route_key.empty()) cluster_->route_slot = key_slot(config_.route_key);
+  }
+}
 
 Connection::~Connection() { disconnect(); }
 
+bool Connection::connected() const noexcept { return cluster_ ? cluster_connected() : ctx_ != nullptr; }
+
+std::int64_t Connection::client_id() const noexcept {
+  if (cluster_) return cluster_->home != nullptr ? cluster_->home->client_id() : -1;
+  return client_id_;
+}
+
+void Connection::for_each_master(const std::function<void(Connection&)>& visit) {
+  if (!cluster_) {
+    visit(*this);
+    return;
+  }
+  cluster_guarded([&] {
+    cluster_refresh();
+    const std::vector<HostPort> masters = cluster_->map.masters;
+    for (const HostPort& m : masters) {
+      Connection& link = cluster_link(m);
+      cluster_ensure(link);
+      visit(link);
+    }
+    return 0;
+  });
+}
+
 void Connection::disconnect() noexcept {
+  if (cluster_) cluster_drop();
   if (ctx_ != nullptr) {
     redisFree(ctx_);
     ctx_ = nullptr;
@@ -246,6 +290,8 @@ void Connection::set_timeout(Millis timeout) {
 
 std::string Connection::describe() const {
   const Endpoint& ep = config_.endpoint;
+  if (cluster_)
+    return cluster_->home != nullptr ? "cluster node " + cluster_->home->describe() : ep.describe();
   if (!ep.is_sentinel()) return ep.describe();
   return "master " + ep.master_name +
          (master_.host.empty() ? " (not found yet)" : " at " + master_.describe());
@@ -266,6 +312,7 @@ void Connection::fail(const char* during) {
 }
 
 void Connection::connect() {
+  if (cluster_) return cluster_connect();
   if (ctx_ != nullptr) return;
   const Endpoint& ep = config_.endpoint;
   const timeval tv = to_timeval(config_.connect_timeout);
@@ -359,11 +406,19 @@ void format_command(const Argv& argv, std::string& out) {
 }
 
 Reply Connection::command(const Argv& argv) {
+  if (cluster_) return cluster_command(argv);
   append(argv);
   return next_reply("command");
 }
 
 Reply Connection::command_here(const Argv& argv) {
+  if (cluster_) {
+    if (cluster_->home == nullptr) {
+      throw ConnectionError("redis " + describe() +
+                            ": the connection that sent the previous command is gone");
+    }
+    return cluster_guarded([&] { return cluster_->home->command_here(argv); });
+  }
   if (ctx_ == nullptr) {
     throw ConnectionError("redis " + describe() + ": the connection that sent the previous command is gone");
   }
@@ -374,6 +429,7 @@ Reply Connection::command_here(const Argv& argv) {
 }
 
 void Connection::append(const Argv& argv) {
+  if (cluster_) return cluster_append(argv);
   // Between commands (nothing owed), a sentinel URL's connection asks now and then whether the
   // master is still this one: a master demoted by a failover can stay a writable master for
   // seconds before the sentinels reconfigure it, and nothing tells its clients.
@@ -394,6 +450,7 @@ void Connection::append(const Argv& argv) {
 }
 
 void Connection::flush() {
+  if (cluster_) return cluster_flush();
   if (ctx_ == nullptr) return;
   SigpipeGuard guard;
   int done = 0;
@@ -402,7 +459,7 @@ void Connection::flush() {
   }
 }
 
-Reply Connection::read_reply() { return next_reply("pipeline"); }
+Reply Connection::read_reply() { return cluster_ ? cluster_read_reply() : next_reply("pipeline"); }
 
 Reply Connection::next_reply(const char* during) {
   if (ctx_ == nullptr) fail(during);

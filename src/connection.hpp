@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -20,6 +21,8 @@ struct redisContext;
 
 namespace streamq::detail {
 
+struct ClusterState;
+
 using Millis = std::chrono::milliseconds;
 
 /// Validated connection settings.
@@ -30,6 +33,10 @@ struct ConnectionConfig {
   std::string client_name;
   Millis backoff_base{50};
   Millis backoff_max{2000};
+  /// With a redis+cluster:// URL: a key of the queue this connection serves (its stream). The
+  /// master of its slot is the one connect() connects to, and where commands without keys go
+  /// until a command with keys went elsewhere. Empty: the first master of the slot map.
+  std::string route_key;
 };
 
 /// Defaults of ConnectionOptions::backoff_max (0): where a caller waits, and for a Consumer.
@@ -41,9 +48,17 @@ inline constexpr Millis kConsumerBackoffMax{30000};
 void block_sigpipe_for_this_thread() noexcept;
 
 /// Validates ConnectionOptions; `role` ("producer", "consumer", "stats", ...) names the default
-/// client name ("streamq-<role>") and picks the default backoff cap. Throws ConfigError naming
-/// the field.
-ConnectionConfig make_connection_config(const ConnectionOptions& options, std::string_view role);
+/// client name ("streamq-<role>") and picks the default backoff cap; `stream` is the queue the
+/// connection serves (the route_key), "" for one that serves many. Throws ConfigError naming
+/// the field, also when a redis+cluster:// URL is given with a stream whose keys would not
+/// share its slot (no hash tag).
+ConnectionConfig make_connection_config(const ConnectionOptions& options, std::string_view role,
+                                        std::string_view stream = {});
+
+/// ConfigError unless every key derived from `stream` (`<stream>:dlq`, `<stream>:delayed`, ...)
+/// is in the stream's slot: on Redis Cluster a script may only touch keys of one slot. `field`
+/// names the option in the message.
+void check_cluster_stream(std::string_view stream, std::string_view field);
 
 /// The arguments of one command. Views are stored as is (the caller keeps the bytes alive
 /// until the command is sent); numbers and other temporaries are copied into owned storage.
@@ -119,6 +134,14 @@ class Backoff {
 /// master. A READONLY or UNBLOCKED reply (the server was turned into a replica) is returned
 /// as a reply, and the connection is dropped once the replies owed before it are read, so
 /// the next command connects to the master the sentinels name then.
+///
+/// With a redis+cluster:// URL it routes: each command goes to the master serving the slot of
+/// its first key (see command_slot), a command without keys to the master the last one went
+/// to. Each master has a connection of its own, replies come back in the order the commands
+/// were appended, and a MULTI goes to the master of the command after it. A MOVED reply updates
+/// the slot map at once and has the whole map read again once nothing is owed; a single
+/// command() follows MOVED and ASK itself and retries TRYAGAIN, a pipelined command's
+/// redirection is returned to the caller as its reply (a passing state: nothing was done).
 class Connection {
  public:
   explicit Connection(ConnectionConfig config);
@@ -133,7 +156,7 @@ class Connection {
   /// For callers that have nothing else to wait on (Producer, StatsReader), at the start of an
   /// operation: with a sentinel URL it is where a due recheck moves to a new master.
   void connect_with_backoff();
-  bool connected() const noexcept { return ctx_ != nullptr; }
+  bool connected() const noexcept;
   void disconnect() noexcept;
 
   /// Sends one command and reads its reply (connecting first if needed).
@@ -169,11 +192,17 @@ class Connection {
   int failures() const noexcept { return backoff_.failures(); }
   /// Incremented by every successful connect; lets callers notice a reconnect.
   std::uint64_t generation() const noexcept { return generation_; }
-  /// CLIENT ID of the current connection.
-  std::int64_t client_id() const noexcept { return client_id_; }
+  /// CLIENT ID of the current connection (with a cluster URL: of the master commands without
+  /// keys go to).
+  std::int64_t client_id() const noexcept;
   const ConnectionConfig& config() const noexcept { return config_; }
-  /// Where this connection goes or went: the URL's address, or with a sentinel URL the
-  /// master's name and the address the sentinels gave for it (for messages).
+  /// With a cluster URL: calls `visit(node)` with a connection to every master of the slot map
+  /// (read again first), for commands that each master answers for its own keys (SCAN, INFO).
+  /// Without one: `visit(*this)`. Throws what connecting to a master throws.
+  void for_each_master(const std::function<void(Connection&)>& visit);
+  /// Where this connection goes or went: the URL's address, with a sentinel URL the master's
+  /// name and the address the sentinels gave for it, with a cluster URL the master it used
+  /// last (for messages, and to tell which server a CLIENT ID belongs to).
   std::string describe() const;
 
  private:
@@ -185,6 +214,21 @@ class Connection {
   [[noreturn]] void fail(const char* during);
   void set_timeout(Millis timeout);
   Reply next_reply(const char* during);
+
+  // Cluster mode (src/cluster_connection.cpp).
+  void cluster_connect();
+  bool cluster_connected() const noexcept;
+  void cluster_refresh();
+  Connection& cluster_link(const HostPort& node);
+  Connection& cluster_link_for(int slot);
+  void cluster_ensure(Connection& link);
+  void cluster_append(const Argv& argv);
+  void cluster_flush();
+  Reply cluster_read_reply();
+  Reply cluster_command(const Argv& argv);
+  void cluster_drop() noexcept;
+  template <class F>
+  auto cluster_guarded(F&& f) -> decltype(f());
 
   ConnectionConfig config_;
   redisContext* ctx_ = nullptr;
@@ -202,6 +246,7 @@ class Connection {
   std::size_t owed_ = 0;
   bool demoted_ = false;
   bool reconnect_on_use_ = true;
+  std::unique_ptr<ClusterState> cluster_;  // set with a redis+cluster:// URL
 };
 
 /// How often a sentinel URL's connection asks the sentinels whether its master is still the

@@ -132,7 +132,7 @@ std::string duplicate_message(const Duplicate& d) {
 struct Producer::Impl {
   explicit Impl(ProducerOptions o)
       : options(validated(std::move(o))),
-        conn(detail::make_connection_config(options.connection, "producer")),
+        conn(detail::make_connection_config(options.connection, "producer", options.stream)),
         scripts(conn),
         keys(detail::queue_keys(options.stream)),
         max_len_text(std::to_string(options.max_len)) {}

@@ -89,9 +89,9 @@ void ReplyDeleter::operator()(redisReply* r) const noexcept {
 }
 
 bool is_transient_error(std::string_view error) noexcept {
-  static constexpr std::string_view codes[] = {"LOADING",  "OOM",         "BUSY",
-                                               "READONLY", "MASTERDOWN",  "NOREPLICAS",
-                                               "TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED"};
+  static constexpr std::string_view codes[] = {"LOADING",    "OOM",        "BUSY",     "READONLY",
+                                               "MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN",
+                                               "UNBLOCKED",  "MOVED",      "ASK"};
   const std::string_view code = error_code(error);
   return std::find(std::begin(codes), std::end(codes), code) != std::end(codes);
 }

@@ -48,7 +48,8 @@ class ReplyView {
 /// True for error replies of a passing server state, worth retrying later: the server is
 /// loading its data (LOADING), out of memory under noeviction (OOM), busy with a script
 /// (BUSY), a replica or failing over (READONLY, MASTERDOWN, NOREPLICAS, and UNBLOCKED for a
-/// blocked read when the master turns replica), or a cluster in transition (TRYAGAIN, CLUSTERDOWN). `error`
+/// blocked read when the master turns replica), or a cluster in transition (TRYAGAIN, CLUSTERDOWN,
+/// and MOVED or ASK for a pipelined command: it was not run, the slot map is updated). `error`
 /// is the reply text; its code is read by error_code(), so an OOM inside a script counts on Redis 6.2 too.
 bool is_transient_error(std::string_view error) noexcept;
 

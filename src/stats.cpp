@@ -402,7 +402,8 @@ QueueStats read_queue_stats(Connection& conn, const StatsOptions& options) {
 
 struct StatsReader::Impl {
   explicit Impl(StatsOptions o)
-      : options(validated(std::move(o))), conn(detail::make_connection_config(options.connection, "stats")) {}
+      : options(validated(std::move(o))),
+        conn(detail::make_connection_config(options.connection, "stats", options.stream)) {}
 
   QueueStats read() {
     conn.connect_with_backoff();

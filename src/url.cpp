@@ -190,6 +190,24 @@ void parse_sentinel(std::string_view url, std::string_view rest, Endpoint& ep) {
   }
 }
 
+/// The part after `redis+cluster://`: the seed nodes; no db (a cluster has only db 0).
+void parse_cluster(std::string_view url, std::string_view rest, Endpoint& ep) {
+  rest = take_query_and_credentials(url, rest, ep, false);
+  if (ep.db != 0) bad(url, "Redis Cluster has only db 0");
+  const auto slash = rest.find('/');
+  if (slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    if (!db.empty() && parse_int(url, db, "db", 0, 1 << 20) != 0) bad(url, "Redis Cluster has only db 0");
+  }
+  std::string_view hosts = rest.substr(0, slash);
+  while (true) {
+    const auto comma = hosts.find(',');
+    ep.cluster_nodes.push_back(parse_hostport(url, hosts.substr(0, comma), 6379));
+    if (comma == std::string_view::npos) break;
+    hosts = hosts.substr(comma + 1);
+  }
+}
+
 }  // namespace
 
 std::string HostPort::describe() const {
@@ -202,6 +220,12 @@ std::string Endpoint::describe() const {
   if (is_sentinel()) {
     std::string out = "master " + master_name + " of sentinels ";
     for (std::size_t i = 0; i < sentinels.size(); ++i) out += (i == 0 ? "" : ",") + sentinels[i].describe();
+    return out;
+  }
+  if (is_cluster()) {
+    std::string out = "cluster ";
+    for (std::size_t i = 0; i < cluster_nodes.size(); ++i)
+      out += (i == 0 ? "" : ",") + cluster_nodes[i].describe();
     return out;
   }
   return HostPort{host, port}.describe();
@@ -218,6 +242,7 @@ Endpoint parse_url(std::string_view url) {
   constexpr std::string_view tcp = "redis://";
   constexpr std::string_view unix_scheme = "unix://";
   constexpr std::string_view sentinel = "redis+sentinel://";
+  constexpr std::string_view cluster = "redis+cluster://";
   if (url.starts_with(unix_scheme)) {
     std::string_view rest = url.substr(unix_scheme.size());
     const auto q = rest.find('?');
@@ -233,8 +258,13 @@ Endpoint parse_url(std::string_view url) {
     parse_sentinel(url, url.substr(sentinel.size()), ep);
     return ep;
   }
+  if (url.starts_with(cluster)) {
+    parse_cluster(url, url.substr(cluster.size()), ep);
+    return ep;
+  }
   if (url.starts_with("rediss://")) bad(url, "TLS (rediss://) is not supported by this build");
-  if (!url.starts_with(tcp)) bad(url, "scheme must be redis://, redis+sentinel:// or unix://");
+  if (!url.starts_with(tcp))
+    bad(url, "scheme must be redis://, redis+sentinel://, redis+cluster:// or unix://");
 
   std::string_view rest = take_query_and_credentials(url, url.substr(tcp.size()), ep, false);
   const auto slash = rest.find('/');

@@ -30,17 +30,22 @@ struct Endpoint {
   std::string master_name;
   std::string sentinel_user;      // empty = no ACL user for the sentinels
   std::string sentinel_password;  // empty = the sentinels get no AUTH
+  // Set for redis+cluster:// URLs: nodes to learn the slot map from (host and port above are
+  // then unused; user and password are every node's).
+  std::vector<HostPort> cluster_nodes;
 
   bool is_unix() const noexcept { return !unix_path.empty(); }
   bool is_sentinel() const noexcept { return !sentinels.empty(); }
-  /// host:port, the socket path, or "master <name> of sentinels a:1,b:2", without
+  bool is_cluster() const noexcept { return !cluster_nodes.empty(); }
+  /// host:port, the socket path, "master <name> of sentinels a:1,b:2" or "cluster a:1,b:2", without
   /// credentials (for messages).
   std::string describe() const;
 };
 
 /// Parses `redis://[user[:password]@]host[:port][/db]`, `unix:///path[?db=N&user=U&password=P]`
 /// and `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]`
-/// (query `sentinel_user=U&sentinel_password=P`; sentinel port default 26379).
+/// (query `sentinel_user=U&sentinel_password=P`; sentinel port default 26379) and
+/// `redis+cluster://[user[:password]@]host[:port][,host[:port]...][/]` (a cluster has db 0 only).
 /// Throws ConfigError naming what is wrong.
 Endpoint parse_url(std::string_view url);
 

@@ -71,7 +71,7 @@ class PauseFlag {
 struct Shared {
   explicit Shared(ConsumerOptions validated_options)
       : opt(std::move(validated_options)),
-        connection(make_connection_config(opt.connection, "consumer")),
+        connection(make_connection_config(opt.connection, "consumer", opt.stream)),
         streams(level_keys(opt.stream)),
         limits{opt.max_payload_bytes, opt.max_payload_depth, opt.default_max_retries},
         inflight(static_cast<std::size_t>(opt.prefetch), metrics, opt.priority_weights.empty()) {}

@@ -422,15 +422,18 @@ std::vector<QueueInfo> Inspector::queues() {
     }
     return std::string(key);
   };
-  for (const auto& [type, match] : {std::pair{"stream", "*"}, std::pair{"zset", "*:delayed"}}) {
-    std::string cursor = "0";
-    do {
-      const Reply r = impl_->run(Argv{"SCAN", cursor, "MATCH", match, "COUNT", "1000", "TYPE", type});
-      const ReplyView v = r.view().check();
-      cursor = std::string(v[0].str());
-      for (std::size_t i = 0; i < v[1].size(); ++i) bases.insert(strip(v[1][i].str()));
-    } while (cursor != "0");
-  }
+  // On Redis Cluster each master scans its own keys.
+  impl_->connected().for_each_master([&](detail::Connection& node) {
+    for (const auto& [type, match] : {std::pair{"stream", "*"}, std::pair{"zset", "*:delayed"}}) {
+      std::string cursor = "0";
+      do {
+        const Reply r = node.command(Argv{"SCAN", cursor, "MATCH", match, "COUNT", "1000", "TYPE", type});
+        const ReplyView v = r.view().check();
+        cursor = std::string(v[0].str());
+        for (std::size_t i = 0; i < v[1].size(); ++i) bases.insert(strip(v[1][i].str()));
+      } while (cursor != "0");
+    }
+  });
   std::vector<QueueInfo> out;
   std::vector<std::string> names(bases.begin(), bases.end());
   for (std::size_t start = 0; start < names.size(); start += 100) {

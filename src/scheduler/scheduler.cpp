@@ -76,7 +76,7 @@ struct Entry {
 struct Scheduler::Impl {
   explicit Impl(SchedulerOptions o)
       : options(validated(std::move(o))),
-        connection(detail::make_connection_config(options.connection, "scheduler")),
+        connection(detail::make_connection_config(options.connection, "scheduler", options.stream)),
         max_len_text(std::to_string(options.max_len)) {}
 
   void main();

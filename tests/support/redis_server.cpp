@@ -358,4 +358,195 @@ std::string unique_key(std::string_view suffix) {
   return "streamq-test:{" + base + "}:" + std::string(suffix);
 }
 
+namespace {
+
+/// The value of `name` in INFO-style text (`name:value` lines), or "".
+std::string info_field(std::string_view text, std::string_view name) {
+  const std::string key = std::string(name) + ":";
+  for (std::size_t at = 0; at < text.size();) {
+    const auto end = text.find('\n', at);
+    std::string_view line =
+        text.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    if (line.starts_with(key)) return std::string(line.substr(key.size()));
+    if (end == std::string_view::npos) break;
+    at = end + 1;
+  }
+  return {};
+}
+
+std::vector<std::string> split(std::string_view text, char by) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at <= text.size();) {
+    const auto end = text.find(by, at);
+    if (end == std::string_view::npos) {
+      if (at < text.size()) out.emplace_back(text.substr(at));
+      break;
+    }
+    if (end > at) out.emplace_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+constexpr int kSlots = 16384;
+
+}  // namespace
+
+ClusterTopology::ClusterTopology(int masters, int replicas_each) : masters_(masters) {
+  const int total = masters * (1 + replicas_each);
+  for (int i = 0; i < total; ++i) {
+    nodes_.push_back(std::make_unique<RedisServer>(RedisServerOptions{
+        .extra = {"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+                  "--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0"}}));
+  }
+  for (int m = 0; m < masters; ++m) {
+    std::vector<std::string> args{"CLUSTER", "ADDSLOTS"};
+    for (int s = m * kSlots / masters; s < (m + 1) * kSlots / masters; ++s) args.push_back(std::to_string(s));
+    Client(node(m).url()).cmd(args).view().check();
+  }
+  Client first(node(0).url());
+  for (int i = 1; i < total; ++i) {
+    first.cmd({"CLUSTER", "MEET", "127.0.0.1", std::to_string(node(i).port())}).view().check();
+  }
+  const bool met = wait_until(
+      [&] {
+        for (int i = 0; i < total; ++i) {
+          Client c(node(i).url());
+          const detail::Reply r = c.cmd({"CLUSTER", "INFO"});
+          if (info_field(r.view().str(), "cluster_known_nodes") != std::to_string(total)) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(20));
+  if (!met) throw std::runtime_error("the cluster nodes did not meet within 20 s");
+  for (int i = masters; i < total; ++i) {
+    const std::string master = id((i - masters) / replicas_each);
+    Client replica(node(i).url());
+    const bool replicating = wait_until(
+        [&] {
+          return !replica.cmd({"CLUSTER", "REPLICATE", master}).view().is_error();
+        },
+        std::chrono::seconds(10));
+    if (!replicating) throw std::runtime_error("CLUSTER REPLICATE was refused for 10 s");
+  }
+  if (!wait_until_ok()) throw std::runtime_error("the cluster did not reach cluster_state:ok within 20 s");
+  for (int m = 0; m < masters && replicas_each > 0; ++m) {
+    Client c(node(m).url());
+    const bool synced = wait_until(
+        [&] {
+          const detail::Reply r = c.cmd({"INFO", "replication"});
+          return info_field(r.view().str(), "connected_slaves") == std::to_string(replicas_each);
+        },
+        std::chrono::seconds(20));
+    if (!synced) throw std::runtime_error("the replicas did not sync within 20 s");
+  }
+}
+
+std::string ClusterTopology::url(const std::vector<int>& nodes) const {
+  std::string out = "redis+cluster://";
+  std::vector<int> which = nodes;
+  if (which.empty()) {
+    for (int m = 0; m < masters_; ++m) which.push_back(m);
+  }
+  for (std::size_t i = 0; i < which.size(); ++i) {
+    out += (i == 0 ? "127.0.0.1:" : ",127.0.0.1:") +
+           std::to_string(nodes_[static_cast<std::size_t>(which[i])]->port());
+  }
+  return out;
+}
+
+std::string ClusterTopology::id(int i) {
+  Client c(node(i).url());
+  return std::string(c.cmd({"CLUSTER", "MYID"}).view().str());
+}
+
+int ClusterTopology::owner_of(int slot) {
+  for (int i = 0; i < size(); ++i) {
+    if (node(i).pid() <= 0) continue;
+    Client c(node(i).url());
+    const detail::Reply r = c.cmd({"CLUSTER", "NODES"});
+    for (const std::string& line : split(r.view().str(), '\n')) {
+      const std::vector<std::string> f = split(line, ' ');
+      if (f.size() < 8 || f[2].find("master") == std::string::npos ||
+          f[2].find("fail") != std::string::npos) {
+        continue;
+      }
+      for (std::size_t k = 8; k < f.size(); ++k) {
+        if (f[k].starts_with('[')) continue;  // a slot being imported or migrated
+        const auto dash = f[k].find('-');
+        const int lo = std::stoi(f[k].substr(0, dash));
+        const int hi = dash == std::string::npos ? lo : std::stoi(f[k].substr(dash + 1));
+        if (slot < lo || slot > hi) continue;
+        const std::string address = f[1].substr(0, f[1].find('@'));
+        const int port = std::stoi(address.substr(address.rfind(':') + 1));
+        for (int n = 0; n < size(); ++n) {
+          if (node(n).port() == port) return n;
+        }
+      }
+    }
+    return -1;
+  }
+  return -1;
+}
+
+bool ClusterTopology::wait_until_ok(int slot, std::chrono::milliseconds timeout) {
+  return wait_until(
+      [&] {
+        int owner = -2;
+        for (int i = 0; i < size(); ++i) {
+          if (node(i).pid() <= 0) continue;
+          Client c(node(i).url());
+          const detail::Reply r = c.cmd({"CLUSTER", "INFO"});
+          if (info_field(r.view().str(), "cluster_state") != "ok") return false;
+        }
+        if (slot < 0) return true;
+        // Every live node names the same master for the slot.
+        for (int i = 0; i < size(); ++i) {
+          if (node(i).pid() <= 0) continue;
+          Client c(node(i).url());
+          const detail::Reply r = c.cmd({"CLUSTER", "SLOTS"});
+          int here = -1;
+          for (std::size_t k = 0; k < r.view().size(); ++k) {
+            const detail::ReplyView range = r.view()[k];
+            if (slot >= range[0].integer() && slot <= range[1].integer()) {
+              here = static_cast<int>(range[2][1].integer());
+            }
+          }
+          if (owner == -2) owner = here;
+          if (here != owner || here < 0) return false;
+        }
+        return true;
+      },
+      timeout);
+}
+
+void ClusterTopology::migrate_slot(int slot, int to, int batch, const std::function<void()>& between) {
+  const int from = owner_of(slot);
+  if (from < 0) throw std::runtime_error("no node serves the slot");
+  const std::string s = std::to_string(slot);
+  Client src(node(from).url());
+  Client dst(node(to).url());
+  dst.cmd({"CLUSTER", "SETSLOT", s, "IMPORTING", id(from)}).view().check();
+  src.cmd({"CLUSTER", "SETSLOT", s, "MIGRATING", id(to)}).view().check();
+  while (true) {
+    const detail::Reply keys = src.cmd({"CLUSTER", "GETKEYSINSLOT", s, std::to_string(batch)});
+    if (keys.view().check().size() == 0) break;
+    std::vector<std::string> args{"MIGRATE", "127.0.0.1", std::to_string(node(to).port()), "", "0",
+                                  "5000",    "KEYS"};
+    for (std::size_t k = 0; k < keys.view().size(); ++k) args.emplace_back(keys.view()[k].str());
+    src.cmd(args).view().check();
+    if (between) between();
+  }
+  const std::string owner = id(to);
+  dst.cmd({"CLUSTER", "SETSLOT", s, "NODE", owner}).view().check();
+  src.cmd({"CLUSTER", "SETSLOT", s, "NODE", owner}).view().check();
+  for (int m = 0; m < size(); ++m) {
+    if (m == from || m == to || node(m).pid() <= 0) continue;
+    Client c(node(m).url());
+    const detail::Reply r = c.cmd({"CLUSTER", "SETSLOT", s, "NODE", owner});
+    (void)r;  // a replica refuses; the masters' gossip tells it
+  }
+}
+
 }  // namespace streamq::test

@@ -88,6 +88,35 @@ class SentinelTopology {
   std::vector<std::unique_ptr<RedisServer>> sentinels_;
 };
 
+/// A Redis Cluster on private loopback ports: `masters` masters with `replicas_each` replicas
+/// each, the 16384 slots split evenly in master order, made with CLUSTER ADDSLOTS, MEET and
+/// REPLICATE (cluster-node-timeout 1000 ms, so a failover takes a few seconds). Each process is
+/// stopped by pid.
+class ClusterTopology {
+ public:
+  explicit ClusterTopology(int masters = 3, int replicas_each = 0);
+  /// `redis+cluster://` URL naming the nodes `nodes` (indices; all masters when empty).
+  std::string url(const std::vector<int>& nodes = {}) const;
+  int size() const noexcept { return static_cast<int>(nodes_.size()); }
+  /// Node `i`: masters first (0 .. masters-1), then the replicas of master 0, 1, ...
+  RedisServer& node(int i) { return *nodes_[static_cast<std::size_t>(i)]; }
+  /// The node that serves `slot` now, as the first live node sees it; -1 if none.
+  int owner_of(int slot);
+  /// Node IDs (CLUSTER MYID).
+  std::string id(int i);
+  /// Moves `slot` with every key in it from its owner to node `to`, as redis-cli --cluster
+  /// reshard does: IMPORTING/MIGRATING, MIGRATE of the keys in batches of `batch`, with
+  /// `between()` called after each batch, then SETSLOT NODE on every master.
+  void migrate_slot(int slot, int to, int batch = 10, const std::function<void()>& between = {});
+  /// True once every live node says cluster_state:ok and agrees on `slot`'s owner (or on every
+  /// slot's when `slot` is -1).
+  bool wait_until_ok(int slot = -1, std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+ private:
+  std::vector<std::unique_ptr<RedisServer>> nodes_;
+  int masters_;
+};
+
 /// A raw client for assertions (argv commands, replies as detail::Reply).
 class Client {
  public:

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: MIT
+// redis+cluster:// URLs on a private Redis Cluster: routing by slot, refusing a queue whose keys
+// would span slots, MOVED/ASK while a queue's slot migrates, and a master's kill -9.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "cluster.hpp"
+#include "connection.hpp"
+#include "redis_server.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+ConsumerOptions worker_options(const std::string& url, const std::string& stream, const std::string& name) {
+  ConsumerOptions o;
+  o.connection = {.url = url, .socket_timeout = 3s, .backoff_max = 300ms};
+  o.stream = stream;
+  o.group = "workers";
+  o.consumer_name = name;
+  o.block = 200ms;
+  o.claim_min_idle = 2s;
+  o.reclaim_interval = 200ms;
+  o.heartbeat_interval = 200ms;
+  o.stop_on_signals = false;
+  return o;
+}
+
+/// A queue name (with a hash tag) whose slot node `owner` of `t` serves.
+std::string stream_on(ClusterTopology& t, int owner, std::string base) {
+  std::erase(base, '{');  // unique_key() has a hash tag of its own
+  std::erase(base, '}');
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = "{" + base + "-" + std::to_string(i) + "}";
+    if (t.owner_of(detail::key_slot(name)) == owner) return name;
+  }
+  throw std::runtime_error("no name found for the node");
+}
+
+TEST(Cluster, AQueueRunsOnTheMasterOfItsSlotWhicheverNodeTheUrlNames) {
+  ClusterTopology t(3);
+  const std::string stream = stream_on(t, 2, unique_key());
+  const std::string other = stream_on(t, 1, unique_key("other"));
+  // The URL names only node 0, which serves neither queue.
+  const std::string url = t.url({0});
+  Producer producer({.connection = {.url = url}, .stream = stream});
+  producer.enqueue("t", "{}", {.task_id = "one"});
+  std::vector<TaskSpec> batch;
+  for (int i = 0; i < 100; ++i) batch.push_back({.task_type = "t", .payload = "{}", .options = {.task_id = "b" + std::to_string(i)}});
+  producer.enqueue_batch(batch);
+  producer.enqueue("t", "{}", {.task_id = "later", .delay = 300ms});
+  producer.enqueue("fails", "{}", {.task_id = "doomed", .max_retries = 1});
+  Producer(ProducerOptions{.connection = {.url = url}, .stream = other}).enqueue("t", "{}");
+
+  Client owner(t.node(2).url());
+  Client node0(t.node(0).url());
+  EXPECT_EQ(owner.integer({"XLEN", stream}), 102);
+  EXPECT_EQ(owner.integer({"ZCARD", stream + ":delayed"}), 1);
+  EXPECT_EQ(node0.integer({"DBSIZE"}), 0);
+
+  std::mutex m;
+  std::set<std::string> ran;
+  {
+    RunningConsumer rc(worker_options(url, stream, "w1"), [&](Consumer& c) {
+      c.on("t", [&](const Task& task) {
+        std::lock_guard lock(m);
+        ran.insert(task.id());
+      });
+      c.on("fails", [](const Task&) { throw std::runtime_error("no"); });
+    });
+    ASSERT_TRUE(wait_until([&] {
+      std::lock_guard lock(m);
+      return ran.size() == 102 && owner.integer({"XLEN", stream + ":dlq"}) == 1;
+    }, 20s)) << ran.size();
+    rc.stop();
+    const ConsumerMetrics metrics = rc.consumer().metrics();
+    EXPECT_EQ(metrics.done, 102u);
+    EXPECT_EQ(metrics.dead_lettered, 1u);
+  }
+  EXPECT_EQ(owner.integer({"XLEN", stream}), 0);
+
+  StatsReader stats({.connection = {.url = url}, .stream = stream});
+  const QueueStats s = stats.read();
+  EXPECT_EQ(s.dlq_length, 1);
+  EXPECT_EQ(s.length, 0);
+
+  // The Inspector sees both queues, on two masters, through a URL naming a third.
+  Inspector inspector({.connection = {.url = url}});
+  std::set<std::string> names;
+  for (const QueueInfo& q : inspector.queues()) names.insert(q.name);
+  EXPECT_TRUE(names.count(stream) == 1 && names.count(other) == 1) << names.size();
+  const ActionResult replayed = inspector.replay(stream);
+  EXPECT_EQ(replayed.done, 1);
+  EXPECT_EQ(owner.integer({"XLEN", stream}), 1);
+  // Nothing was written outside the two queues' slots.
+  EXPECT_EQ(node0.integer({"DBSIZE"}), 0);
+}
+
+TEST(Cluster, AQueueWhoseKeysWouldSpanSlotsIsRefused) {
+  const std::string url = "redis+cluster://127.0.0.1:1";  // never contacted
+  const auto refused = [](const std::function<void()>& make) {
+    try {
+      make();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string message = refused([&] { Producer p({.connection = {.url = url}, .stream = "orders"}); });
+  EXPECT_NE(message.find("stream \"orders\" cannot be used on Redis Cluster"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"{orders}\""), std::string::npos) << message;
+  EXPECT_NE(refused([&] { Consumer c({.connection = {.url = url}, .stream = "orders"}); }), "accepted");
+  EXPECT_NE(refused([&] { StatsReader s({.connection = {.url = url}, .stream = "orders"}); }), "accepted");
+  EXPECT_NE(refused([&] { Scheduler s({.connection = {.url = url}, .stream = "orders"}); }), "accepted");
+  // An empty tag is no tag.
+  EXPECT_NE(refused([&] { Producer p({.connection = {.url = url}, .stream = "{}orders"}); }), "accepted");
+  EXPECT_EQ(refused([&] { Producer p({.connection = {.url = url}, .stream = "{orders}"}); }), "accepted");
+  EXPECT_EQ(refused([&] { Consumer c({.connection = {.url = url}, .stream = "shop:{orders}"}); }), "accepted");
+  // On a single server, any name.
+  EXPECT_EQ(refused([&] { Producer p({.connection = {.url = "redis://127.0.0.1:1"}, .stream = "orders"}); }),
+            "accepted");
+}
+
+TEST(Cluster, AServerThatIsNotAClusterNodeIsAConfigurationMistake) {
+  RedisServer plain;
+  Producer producer({.connection = {.url = "redis+cluster://127.0.0.1:" + std::to_string(plain.port())},
+                     .stream = "{q}"});
+  try {
+    producer.enqueue("t", "{}");
+    ADD_FAILURE() << "enqueued on a server without cluster support through a cluster URL";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a cluster node"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace streamq::test
