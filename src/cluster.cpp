@@ -102,14 +102,17 @@ int command_slot(const Argv& argv) noexcept {
       }
     }
     if (key == 0) return -1;
-  } else if (any_of(cmd, {"XINFO", "XGROUP", "OBJECT"}) || (iequals(cmd, "MEMORY") && iequals(argv[1], "USAGE"))) {
+  } else if (any_of(cmd, {"XINFO", "XGROUP", "OBJECT"}) ||
+             (iequals(cmd, "MEMORY") && iequals(argv[1], "USAGE"))) {
     if (argv.size() < 3) return -1;
     key = 2;
-  } else if (any_of(cmd, {"PING", "TIME", "INFO", "CONFIG", "CLIENT", "WAIT", "SCRIPT", "MULTI", "EXEC",
-                          "DISCARD", "ACL", "AUTH", "SELECT", "HELLO", "ROLE", "CLUSTER", "SCAN", "DBSIZE",
-                          "COMMAND", "FUNCTION", "MEMORY", "LATENCY", "SLOWLOG", "ECHO", "READONLY",
-                          "READWRITE", "ASKING", "SENTINEL", "FLUSHALL", "FLUSHDB", "DEBUG", "LASTSAVE",
-                          "BGSAVE", "BGREWRITEAOF", "SAVE", "SHUTDOWN", "RANDOMKEY", "PUBLISH", "SUBSCRIBE"})) {
+  } else if (any_of(cmd,
+                    {"PING",     "TIME",      "INFO",    "CONFIG",   "CLIENT",    "WAIT",         "SCRIPT",
+                     "MULTI",    "EXEC",      "DISCARD", "ACL",      "AUTH",      "SELECT",       "HELLO",
+                     "ROLE",     "CLUSTER",   "SCAN",    "DBSIZE",   "COMMAND",   "FUNCTION",     "MEMORY",
+                     "LATENCY",  "SLOWLOG",   "ECHO",    "READONLY", "READWRITE", "ASKING",       "SENTINEL",
+                     "FLUSHALL", "FLUSHDB",   "DEBUG",   "LASTSAVE", "BGSAVE",    "BGREWRITEAOF", "SAVE",
+                     "SHUTDOWN", "RANDOMKEY", "PUBLISH", "SUBSCRIBE"})) {
     return -1;
   }
   return key < argv.size() ? key_slot(argv[key]) : -1;
@@ -137,7 +140,8 @@ SlotMap parse_cluster_shards(ReplyView reply, const HostPort& asked) {
     const ReplyView shard = reply[s];
     const ReplyView slots = shard.field("slots");
     const ReplyView nodes = shard.field("nodes");
-    if (!slots.is_array() || !nodes.is_array() || slots.size() % 2 != 0) bad_map("a shard without slots or nodes");
+    if (!slots.is_array() || !nodes.is_array() || slots.size() % 2 != 0)
+      bad_map("a shard without slots or nodes");
     if (slots.size() == 0) continue;  // a shard that serves nothing (a new empty master)
     std::optional<HostPort> master;
     for (std::size_t n = 0; n < nodes.size(); ++n) {
@@ -168,7 +172,8 @@ SlotMap parse_cluster_slots(ReplyView reply, const HostPort& asked) {
   if (!reply.check().is_array()) bad_map("CLUSTER SLOTS is not an array");
   for (std::size_t r = 0; r < reply.size(); ++r) {
     const ReplyView range = reply[r];
-    if (range.size() < 3 || !range[2].is_array() || range[2].size() < 2) bad_map("a range without its master");
+    if (range.size() < 3 || !range[2].is_array() || range[2].size() < 2)
+      bad_map("a range without its master");
     const ReplyView node = range[2];
     const HostPort master{announced_host(node[0].str(), asked), static_cast<int>(node[1].integer())};
     add_range(map, range[0].integer(), range[1].integer(), master);

@@ -90,14 +90,16 @@ void Connection::cluster_refresh() {
       if (reply.view().is_error()) {
         const std::string_view error = reply.view().error();
         if (error.starts_with("ERR This instance has cluster support disabled")) {
-          throw ConfigError("connection.url: " + node.describe() +
-                            " is not a cluster node (cluster support disabled): use redis:// for a single server");
+          throw ConfigError(
+              "connection.url: " + node.describe() +
+              " is not a cluster node (cluster support disabled): use redis:// for a single server");
         }
         if (refusal.empty()) refusal = std::string(error) + " (from " + node.describe() + ")";
         note(error);
         continue;
       }
-      SlotMap map = shards ? parse_cluster_shards(reply.view(), node) : parse_cluster_slots(reply.view(), node);
+      SlotMap map =
+          shards ? parse_cluster_shards(reply.view(), node) : parse_cluster_slots(reply.view(), node);
       if (map.empty()) {
         note("serves no slots (a cluster being created?)");
         continue;
@@ -135,8 +137,8 @@ Connection& Connection::cluster_link_for(int slot) {
   const HostPort* master = c.map.master_of(slot);
   if (master == nullptr) {
     c.stale = true;
-    throw ConnectionError("redis " + config_.endpoint.describe() + ": no master serves slot " + std::to_string(slot) +
-                          " now (a failover in progress?)");
+    throw ConnectionError("redis " + config_.endpoint.describe() + ": no master serves slot " +
+                          std::to_string(slot) + " now (a failover in progress?)");
   }
   return cluster_link(*master);
 }

@@ -17,10 +17,10 @@ struct ClusterState {
   bool stale = true;  // read the slot map again before the next command, once nothing is owed
   // One plain connection per master (and per node an ASK sent us to), created when first used.
   std::vector<std::pair<HostPort, std::unique_ptr<Connection>>> links;
-  std::deque<Connection*> owed;   // the link of each reply owed, in the order of the commands
-  Connection* home = nullptr;     // where commands without keys go: the link used last
-  int route_slot = -1;            // the slot of ConnectionConfig::route_key, -1 without one
-  bool multi_waiting = false;     // MULTI appended but not sent: it goes with the next command
+  std::deque<Connection*> owed;    // the link of each reply owed, in the order of the commands
+  Connection* home = nullptr;      // where commands without keys go: the link used last
+  int route_slot = -1;             // the slot of ConnectionConfig::route_key, -1 without one
+  bool multi_waiting = false;      // MULTI appended but not sent: it goes with the next command
   Connection* in_multi = nullptr;  // the link of the open MULTI, until its EXEC or DISCARD
 };
 

@@ -61,7 +61,8 @@ TEST(Cluster, AQueueRunsOnTheMasterOfItsSlotWhicheverNodeTheUrlNames) {
   Producer producer({.connection = {.url = url}, .stream = stream});
   producer.enqueue("t", "{}", {.task_id = "one"});
   std::vector<TaskSpec> batch;
-  for (int i = 0; i < 100; ++i) batch.push_back({.task_type = "t", .payload = "{}", .options = {.task_id = "b" + std::to_string(i)}});
+  for (int i = 0; i < 100; ++i)
+    batch.push_back({.task_type = "t", .payload = "{}", .options = {.task_id = "b" + std::to_string(i)}});
   producer.enqueue_batch(batch);
   producer.enqueue("t", "{}", {.task_id = "later", .delay = 300ms});
   producer.enqueue("fails", "{}", {.task_id = "doomed", .max_retries = 1});
@@ -83,10 +84,13 @@ TEST(Cluster, AQueueRunsOnTheMasterOfItsSlotWhicheverNodeTheUrlNames) {
       });
       c.on("fails", [](const Task&) { throw std::runtime_error("no"); });
     });
-    ASSERT_TRUE(wait_until([&] {
-      std::lock_guard lock(m);
-      return ran.size() == 102 && owner.integer({"XLEN", stream + ":dlq"}) == 1;
-    }, 20s)) << ran.size();
+    ASSERT_TRUE(wait_until(
+        [&] {
+          std::lock_guard lock(m);
+          return ran.size() == 102 && owner.integer({"XLEN", stream + ":dlq"}) == 1;
+        },
+        20s))
+        << ran.size();
     rc.stop();
     const ConsumerMetrics metrics = rc.consumer().metrics();
     EXPECT_EQ(metrics.done, 102u);
@@ -130,7 +134,8 @@ TEST(Cluster, AQueueWhoseKeysWouldSpanSlotsIsRefused) {
   // An empty tag is no tag.
   EXPECT_NE(refused([&] { Producer p({.connection = {.url = url}, .stream = "{}orders"}); }), "accepted");
   EXPECT_EQ(refused([&] { Producer p({.connection = {.url = url}, .stream = "{orders}"}); }), "accepted");
-  EXPECT_EQ(refused([&] { Consumer c({.connection = {.url = url}, .stream = "shop:{orders}"}); }), "accepted");
+  EXPECT_EQ(refused([&] { Consumer c({.connection = {.url = url}, .stream = "shop:{orders}"}); }),
+            "accepted");
   // On a single server, any name.
   EXPECT_EQ(refused([&] { Producer p({.connection = {.url = "redis://127.0.0.1:1"}, .stream = "orders"}); }),
             "accepted");
@@ -138,8 +143,8 @@ TEST(Cluster, AQueueWhoseKeysWouldSpanSlotsIsRefused) {
 
 TEST(Cluster, AServerThatIsNotAClusterNodeIsAConfigurationMistake) {
   RedisServer plain;
-  Producer producer({.connection = {.url = "redis+cluster://127.0.0.1:" + std::to_string(plain.port())},
-                     .stream = "{q}"});
+  Producer producer(
+      {.connection = {.url = "redis+cluster://127.0.0.1:" + std::to_string(plain.port())}, .stream = "{q}"});
   try {
     producer.enqueue("t", "{}");
     ADD_FAILURE() << "enqueued on a server without cluster support through a cluster URL";
@@ -147,6 +152,218 @@ TEST(Cluster, AServerThatIsNotAClusterNodeIsAConfigurationMistake) {
     EXPECT_NE(std::string(e.what()).find("is not a cluster node"), std::string::npos) << e.what();
   }
 }
+
+/// Runs of each task id, recorded by the handlers of a test's workers.
+struct RunLog {
+  std::mutex m;
+  std::map<std::string, int> runs;
+  void add(const std::string& id) {
+    std::lock_guard lock(m);
+    ++runs[id];
+  }
+  /// Acknowledged ids never run, and ids run more than once.
+  std::pair<std::size_t, std::size_t> lost_and_duplicated(const std::set<std::string>& acknowledged) {
+    std::lock_guard lock(m);
+    std::size_t lost = 0;
+    std::size_t duplicated = 0;
+    for (const std::string& id : acknowledged) lost += runs.contains(id) ? 0 : 1;
+    for (const auto& [id, n] : runs) duplicated += n > 1 ? 1 : 0;
+    return {lost, duplicated};
+  }
+};
+
+/// A producer thread: numbered tasks, one a millisecond or so; a refused one (MOVED, ASK,
+/// TRYAGAIN, CLUSTERDOWN, a lost connection, too few replicas) is sent again with the same id.
+class SteadyProducer {
+ public:
+  SteadyProducer(ProducerOptions options) {
+    thread_ = std::jthread([this, options](const std::stop_token& stop) {
+      Producer producer(options);
+      for (int i = 0; !stop.stop_requested(); ++i) {
+        const std::string id = "n" + std::to_string(i);
+        for (;;) {
+          try {
+            producer.enqueue("n", "{}", {.task_id = id});
+            std::lock_guard lock(m_);
+            acknowledged_.insert(id);
+            if (mark_) after_mark_.insert(id);
+            break;
+          } catch (const std::exception& e) {
+            refusals_ += 1;
+            {
+              std::lock_guard lock(m_);
+              last_refusal_ = e.what();
+            }
+            if (stop.stop_requested()) break;
+            std::this_thread::sleep_for(20ms);
+          }
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+  }
+  /// Tasks acknowledged from now on are counted in after_mark().
+  void mark() {
+    std::lock_guard lock(m_);
+    mark_ = true;
+  }
+  std::size_t after_mark() {
+    std::lock_guard lock(m_);
+    return after_mark_.size();
+  }
+  void stop() {
+    thread_.request_stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::set<std::string>& acknowledged() const { return acknowledged_; }  // after stop()
+  const std::set<std::string>& acknowledged_after_mark() const { return after_mark_; }
+  std::int64_t refusals() const { return refusals_; }
+  std::string last_refusal() {
+    std::lock_guard lock(m_);
+    return last_refusal_;
+  }
+
+ private:
+  std::mutex m_;
+  bool mark_ = false;
+  std::set<std::string> acknowledged_;
+  std::set<std::string> after_mark_;
+  std::atomic<std::int64_t> refusals_{0};
+  std::string last_refusal_;
+  std::jthread thread_;
+};
+
+// The queue's slot moves to another master while a producer and two workers use it, key by
+// key as redis-cli --cluster reshard moves it (ASK and TRYAGAIN while its keys are split
+// between the two, MOVED after): every acknowledged task runs, and nothing stays behind.
+TEST(Cluster, TheQueuesSlotMigratesWhileItIsInUse) {
+  ClusterTopology t(3);
+  const std::string stream = stream_on(t, 0, unique_key());
+  const int slot = detail::key_slot(stream);
+  const std::string url = t.url({2});
+  RunLog log;
+  const auto handler = [&](Consumer& c) { c.on("n", [&](const Task& task) { log.add(task.id()); }); };
+  RunningConsumer w1(worker_options(url, stream, "w1"), handler);
+  RunningConsumer w2(worker_options(url, stream, "w2"), handler);
+  SteadyProducer producer(
+      {.connection = {.url = url, .backoff_max = 200ms}, .stream = stream, .max_len = 1'000'000});
+  std::this_thread::sleep_for(500ms);
+  // One key at a time, 100 ms apart: the queue's keys are split between the two masters for
+  // a while (the stream, its levels, the dead letters and delayed sets, ...).
+  t.migrate_slot(slot, 1, 1, [] { std::this_thread::sleep_for(100ms); });
+  ASSERT_TRUE(t.wait_until_ok(slot));
+  producer.mark();
+  ASSERT_TRUE(wait_until([&] { return producer.after_mark() >= 300; }, 20s))
+      << "the producer did not follow the slot: " << producer.last_refusal();
+  producer.stop();
+
+  Client moved_to(t.node(1).url());
+  const auto left = [&] {
+    const detail::Reply pel = moved_to.cmd({"XPENDING", stream, "workers"});
+    return moved_to.integer({"XLEN", stream}) + pel.view()[0].integer();
+  };
+  ASSERT_TRUE(wait_until([&] { return left() == 0; }, 30s)) << left() << " tasks left behind";
+  w1.stop();
+  w2.stop();
+  const auto [lost, duplicated] = log.lost_and_duplicated(producer.acknowledged());
+  std::cout << "slot migration: acknowledged " << producer.acknowledged().size() << ", lost " << lost
+            << ", run twice " << duplicated << ", refused attempts " << producer.refusals() << "\n";
+  EXPECT_EQ(lost, 0u);
+  // Nothing of the queue stayed on the old master (a key written there after the move would
+  // be out of reach).
+  Client moved_from(t.node(0).url());
+  EXPECT_EQ(moved_from.integer({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), 0);
+  EXPECT_EQ(moved_to.integer({"XLEN", stream + ":dlq"}), 0);
+}
+
+// What a kill -9 of the queue's master costs, with and without min_replicas_acked = 1, when
+// its replica has been cut off for the last 300 ms and the workers were stuck meanwhile (as
+// the sentinel test does it). The replica takes over (cluster-node-timeout 1 s); the killed
+// master comes back empty and the cluster makes it a replica of the new master.
+class ClusterFailover : public ::testing::TestWithParam<int> {};
+
+TEST_P(ClusterFailover, KillOfTheQueuesMasterMidRun) {
+  const int acks = GetParam();
+  ClusterTopology t(3, 1);  // nodes 0-2 masters, 3-5 their replicas
+  const std::string stream = stream_on(t, 0, unique_key());
+  const int slot = detail::key_slot(stream);
+  const std::string url = t.url();
+
+  RunLog log;
+  std::atomic<bool> hold{false};  // the workers are stuck (in a slow task, say)
+  const auto handler = [&](Consumer& c) {
+    c.on("n", [&](const Task& task) {
+      while (hold) std::this_thread::sleep_for(1ms);
+      log.add(task.id());
+    });
+  };
+  auto o1 = worker_options(url, stream, "w1");
+  auto o2 = worker_options(url, stream, "w2");
+  o1.concurrency = o2.concurrency = 1;
+  o1.prefetch = o2.prefetch = 1;
+  RunningConsumer w1(o1, handler);
+  RunningConsumer w2(o2, handler);
+  ProducerOptions po{.connection = {.url = url, .socket_timeout = 3s, .backoff_max = 300ms},
+                     .stream = stream};
+  po.max_len = 1'000'000;
+  if (acks > 0) {
+    po.min_replicas_acked = acks;
+    po.replicas_ack_timeout = 500ms;
+  }
+  SteadyProducer producer(po);
+
+  std::this_thread::sleep_for(700ms);
+  hold = true;
+  const std::unique_ptr<std::atomic<bool>, void (*)(std::atomic<bool>*)> release(
+      &hold, [](std::atomic<bool>* h) { *h = false; });
+  Client old_master(t.node(0).url());
+  old_master.cmd({"CONFIG", "SET", "requirepass", "partitioned"}).view().check();
+  old_master.cmd({"CLIENT", "KILL", "TYPE", "replica"}).view().check();
+  std::this_thread::sleep_for(300ms);
+  t.node(0).kill9();
+  hold = false;
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(wait_until([&] { return t.owner_of(slot) == 3; }, 30s)) << "no failover";
+  ASSERT_TRUE(t.wait_until_ok(slot));
+  const auto failover_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - killed_at)
+          .count();
+  producer.mark();
+  // Empty, as a host that lost its disk: the cluster makes it a replica of the new master.
+  t.node(0).restart();
+  const bool followed = wait_until([&] { return producer.after_mark() >= 200; }, 30s);
+  producer.stop();
+
+  Client master(t.node(3).url());
+  const auto left = [&] {
+    const detail::Reply pel = master.cmd({"XPENDING", stream, "workers"});
+    return master.integer({"XLEN", stream}) + pel.view()[0].integer();
+  };
+  ASSERT_TRUE(wait_until([&] { return left() == 0; }, 30s)) << left() << " tasks left behind";
+  w1.stop();
+  w2.stop();
+
+  const auto [lost, duplicated] = log.lost_and_duplicated(producer.acknowledged());
+  const auto [lost_after, unused] = log.lost_and_duplicated(producer.acknowledged_after_mark());
+  std::cout << "cluster failover, min_replicas_acked=" << acks << ": acknowledged "
+            << producer.acknowledged().size() << ", lost " << lost << ", run twice " << duplicated
+            << ", left 0, refused attempts " << producer.refusals() << ", failover " << failover_ms
+            << " ms\n";
+  RecordProperty("lost", static_cast<int>(lost));
+  RecordProperty("duplicated", static_cast<int>(duplicated));
+  EXPECT_TRUE(followed) << "the producer did not follow the new master: " << producer.last_refusal();
+  EXPECT_EQ(lost_after, 0u);  // written to the new master: never lost
+  if (acks > 0) {
+    EXPECT_EQ(lost, 0u);  // acknowledged by the replica that took over
+  } else {
+    EXPECT_GT(lost, 0u) << "the master acknowledged nothing while its replica was cut off";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ReplicaAcks, ClusterFailover, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return i.param == 0 ? std::string("Without") : std::string("WithOneReplica");
+                         });
 
 }  // namespace
 }  // namespace streamq::test

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +39,26 @@ int free_port() {
   }
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+bool port_is_free(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return free;
+}
+
+/// A free port whose cluster bus port (+10000) is a port, and free.
+int free_cluster_port() {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = free_port();
+    if (port + 10000 <= 65535 && port_is_free(port + 10000)) return port;
+  }
+  throw std::runtime_error("cannot find a free port pair for a cluster node");
 }
 
 detail::ConnectionConfig client_config(const std::string& url) {
@@ -72,7 +93,7 @@ RedisServer::RedisServer(RedisServerOptions options) : options_(std::move(option
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
   for (int attempt = 0;; ++attempt) {
-    port_ = free_port();
+    port_ = options_.cluster_node ? free_cluster_port() : free_port();
     try {
       spawn();
       wait_ready();
@@ -398,7 +419,8 @@ ClusterTopology::ClusterTopology(int masters, int replicas_each) : masters_(mast
   for (int i = 0; i < total; ++i) {
     nodes_.push_back(std::make_unique<RedisServer>(RedisServerOptions{
         .extra = {"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
-                  "--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0"}}));
+                  "--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0"},
+        .cluster_node = true}));
   }
   for (int m = 0; m < masters; ++m) {
     std::vector<std::string> args{"CLUSTER", "ADDSLOTS"};

@@ -23,6 +23,8 @@ struct RedisServerOptions {
   /// Non-empty: run as a sentinel (`redis-server <dir>/sentinel.conf --sentinel`), the file
   /// holding this text at the first start (the sentinel rewrites it; a restart keeps that).
   std::string sentinel_config{};
+  /// A cluster node: its port is one whose cluster bus port (port + 10000) is free too.
+  bool cluster_node = false;
 };
 
 /// Starts `redis-server` (or $STREAMQ_REDIS_SERVER) on a free 127.0.0.1 port with a temp dir,

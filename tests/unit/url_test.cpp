@@ -185,6 +185,28 @@ INSTANTIATE_TEST_SUITE_P(
         BadUrl{"redis://localhost?sentinel_password=x", "sentinel_password"},
         BadUrl{"redis+sentinel://s1/m?sentinel_user", "="}));
 
+TEST(Url, ClusterNodesAndCredentials) {
+  const Endpoint ep = parse_url("redis+cluster://app:s%40cret@10.0.0.1:7000,node-b,[::1]:7002/");
+  ASSERT_TRUE(ep.is_cluster());
+  EXPECT_FALSE(ep.is_sentinel());
+  ASSERT_EQ(ep.cluster_nodes.size(), 3u);
+  EXPECT_EQ(ep.cluster_nodes[0].describe(), "10.0.0.1:7000");
+  EXPECT_EQ(ep.cluster_nodes[1].describe(), "node-b:6379");
+  EXPECT_EQ(ep.cluster_nodes[2].describe(), "[::1]:7002");
+  EXPECT_EQ(ep.user, "app");
+  EXPECT_EQ(ep.password, "s@cret");
+  EXPECT_EQ(ep.db, 0);
+  EXPECT_EQ(ep.describe(), "cluster 10.0.0.1:7000,node-b:6379,[::1]:7002");
+  EXPECT_EQ(parse_url("redis+cluster://h:1/0").cluster_nodes.size(), 1u);
+  EXPECT_EQ(parse_url("redis+cluster://h:1?password=p").password, "p");
+  EXPECT_NE(refusal("redis+cluster://h:1/2").find("only db 0"), std::string::npos);
+  EXPECT_NE(refusal("redis+cluster://h:1?db=1").find("only db 0"), std::string::npos);
+  EXPECT_NE(refusal("redis+cluster://h:1,").find("host"), std::string::npos);
+  EXPECT_NE(refusal("redis+cluster://h:0").find("port"), std::string::npos);
+  EXPECT_NE(refusal("redis+cluster://h?sentinel_user=x").find("sentinel_user"), std::string::npos);
+  EXPECT_EQ(refusal("redis+cluster://u:topsecret@h:1/5").find("topsecret"), std::string::npos);
+}
+
 TEST(Url, SentinelListMasterNameAndDb) {
   const Endpoint ep = parse_url("redis+sentinel://s1.internal,10.0.0.2:26380,[::1]:5000/orders-main/2");
   ASSERT_EQ(ep.sentinels.size(), 3u);
