@@ -24,6 +24,8 @@ constexpr std::array<std::uint16_t, 256> make_crc16_table() {
 }
 constexpr std::array<std::uint16_t, 256> kCrc16 = make_crc16_table();
 
+}  // namespace
+
 std::uint16_t crc16(std::string_view s) noexcept {
   std::uint16_t crc = 0;
   for (const char c : s) {
@@ -32,6 +34,8 @@ std::uint16_t crc16(std::string_view s) noexcept {
   }
   return crc;
 }
+
+namespace {
 
 bool iequals(std::string_view a, std::string_view b) noexcept {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {

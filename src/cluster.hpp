@@ -18,6 +18,9 @@ class Argv;
 
 inline constexpr int kClusterSlots = 16384;
 
+/// CRC16-XMODEM (the checksum Redis Cluster hashes keys with).
+std::uint16_t crc16(std::string_view data) noexcept;
+
 /// The cluster slot of `key`: CRC16 (XMODEM) of the key, or of its hash tag (the text
 /// between the first '{' and the first '}' after it, when that text is not empty), mod 16384.
 int key_slot(std::string_view key) noexcept;

@@ -428,6 +428,18 @@ Reply Connection::command_here(const Argv& argv) {
   return next_reply("command");
 }
 
+Reply Connection::command_beside(std::string_view key, const Argv& argv) {
+  if (!cluster_) return command_here(argv);
+  return cluster_guarded([&] {
+    Connection& link = cluster_link_for(key_slot(key));
+    if (!link.connected()) {
+      throw ConnectionError("redis " + link.describe() +
+                            ": the connection that sent the previous command is gone");
+    }
+    return link.command_here(argv);
+  });
+}
+
 void Connection::append(const Argv& argv) {
   if (cluster_) return cluster_append(argv);
   // Between commands (nothing owed), a sentinel URL's connection asks now and then whether the

@@ -165,6 +165,9 @@ class Connection {
   /// recheck before it (a WAIT must follow its write on the same connection). Throws
   /// ConnectionError when not connected.
   Reply command_here(const Argv& argv);
+  /// As command_here(), on the connection that would carry a command on `key`: with a cluster
+  /// URL the master of its slot (a WAIT after a write to that key), else this one.
+  Reply command_beside(std::string_view key, const Argv& argv);
   /// Sends all commands in one write and reads their replies in order.
   std::vector<Reply> pipeline(const std::vector<Argv>& commands);
 

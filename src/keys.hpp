@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "streamq/errors.hpp"
 #include "streamq/options.hpp"
 
 namespace streamq::detail {
@@ -52,6 +53,38 @@ inline QueueKeys queue_keys(std::string_view stream) {
                    s + ":p:low",
                    s + ":forwarder",
                    s + ":paused"};
+}
+
+/// Most partitions a queue may have (ProducerOptions::partitions, ...).
+inline constexpr int kMaxPartitions = 1024;
+
+/// The stream without '{' and '}': what a partition's hash tag is made of.
+inline std::string partition_base(std::string_view stream) {
+  std::string base;
+  for (const char c : stream) {
+    if (c != '{' && c != '}') base.push_back(c);
+  }
+  return base;
+}
+
+/// ConfigError unless 1 <= partitions <= kMaxPartitions, and a partitioned queue's name has
+/// something besides braces.
+inline void check_partitions(int partitions, std::string_view stream) {
+  if (partitions < 1 || partitions > kMaxPartitions) {
+    throw ConfigError("partitions must be 1 to " + std::to_string(kMaxPartitions));
+  }
+  if (partitions > 1 && partition_base(stream).empty()) {
+    throw ConfigError("stream \"" + std::string(stream) + "\" has nothing but braces to name its partitions");
+  }
+}
+
+/// The stream of partition `i` (0-based) of a queue split into `partitions`: the stream itself
+/// when there is one partition (today's queue, the seed's name); otherwise
+/// `{<stream without braces>:<i>}`, a name that is its own hash tag, so that each partition
+/// (with every key derived from it) sits in a slot of its own on Redis Cluster.
+inline std::string partition_stream(std::string_view stream, int partitions, int i) {
+  if (partitions <= 1) return std::string(stream);
+  return "{" + partition_base(stream) + ":" + std::to_string(i) + "}";
 }
 
 /// The stream of a priority level.

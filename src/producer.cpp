@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "cluster.hpp"
 #include "codec.hpp"
 #include "connection.hpp"
 #include "keys.hpp"
@@ -29,6 +30,7 @@ ProducerOptions validated(ProducerOptions o) {
   if (o.min_replicas_acked > 0 && o.replicas_ack_timeout.count() <= 0) {
     throw ConfigError("replicas_ack_timeout must be > 0 when min_replicas_acked is set");
   }
+  detail::check_partitions(o.partitions, o.stream);
   if (o.min_replicas_acked > 0 &&
       o.connection.socket_timeout <= o.replicas_ack_timeout + std::chrono::seconds(1)) {
     throw ConfigError(
@@ -91,6 +93,7 @@ struct Prepared {
   std::string nonce;          // keeps equal delayed tasks apart in the delayed set
   std::string lock_key;       // its uniqueness lock, or empty
   std::int64_t lock_ms = 0;
+  int partition = 0;  // ProducerOptions::partitions
 };
 
 /// A DUPLICATE refusal of the enqueue script: "DUPLICATE <index> <id length> <id> holds <key>".
@@ -132,14 +135,31 @@ std::string duplicate_message(const Duplicate& d) {
 struct Producer::Impl {
   explicit Impl(ProducerOptions o)
       : options(validated(std::move(o))),
-        conn(detail::make_connection_config(options.connection, "producer", options.stream)),
+        conn(detail::make_connection_config(options.connection, "producer", first_partition(options))),
         scripts(conn),
-        keys(detail::queue_keys(options.stream)),
-        max_len_text(std::to_string(options.max_len)) {}
+        max_len_text(std::to_string(options.max_len)) {
+    for (int i = 0; i < options.partitions; ++i) {
+      keys.push_back(detail::queue_keys(detail::partition_stream(options.stream, options.partitions, i)));
+    }
+  }
+
+  static std::string first_partition(const ProducerOptions& o) {
+    return detail::partition_stream(o.stream, o.partitions, 0);
+  }
+
+  /// The partition of a task: by its partition key, else its unique key, else the next in turn.
+  int partition_of(const EnqueueOptions& eo, std::string_view unique_key) {
+    if (options.partitions == 1) return 0;
+    const std::string_view key = !eo.partition_key.empty() ? std::string_view(eo.partition_key) : unique_key;
+    if (!key.empty()) return static_cast<int>(detail::crc16(key) % static_cast<unsigned>(options.partitions));
+    const int p = next_partition;
+    next_partition = (next_partition + 1) % options.partitions;
+    return p;
+  }
 
   /// Checks one task and its per-call options; throws before anything is sent.
   Prepared prepare(std::string_view type, std::string_view payload, const EnqueueOptions& eo,
-                   std::string& id_storage, std::string_view created_at) const {
+                   std::string& id_storage, std::string_view created_at) {
     if (type.empty()) throw ConfigError("task_type must not be empty");
     if (eo.max_retries && *eo.max_retries < 0) throw ConfigError("max_retries must be >= 0");
     for (const auto& [name, value] : eo.extra_fields) {
@@ -182,28 +202,34 @@ struct Producer::Impl {
     if (eo.unique_for.count() > 0) {
       p.task.unique_key =
           eo.unique_key.empty() ? std::string_view(id_storage) : std::string_view(eo.unique_key);
-      p.lock_key = detail::unique_lock_key(options.stream, p.task.unique_key);
+    }
+    p.partition = partition_of(eo, p.task.unique_key);
+    if (eo.unique_for.count() > 0) {
+      p.lock_key =
+          detail::unique_lock_key(keys[static_cast<std::size_t>(p.partition)].stream, p.task.unique_key);
       p.lock_ms = eo.unique_for.count();
     }
     return p;
   }
 
   /// XADD <stream> MAXLEN ~ <max_len> * fields... (the seed's command).
-  detail::Argv trim_argv(const detail::NewTask& t) const {
-    detail::Argv argv{"XADD", options.stream, "MAXLEN", "~", max_len_text, "*"};
-    detail::append_new_task(argv, t);
+  detail::Argv trim_argv(const Prepared& p) const {
+    detail::Argv argv{"XADD", keys[static_cast<std::size_t>(p.partition)].stream, "MAXLEN", "~", max_len_text,
+                      "*"};
+    detail::append_new_task(argv, p.task);
     return argv;
   }
 
-  /// One enqueue script call for tasks [first, last); `refusal_mark` (the batch's, see the
-  /// enqueue script) is empty for a call that is a whole batch.
+  /// One enqueue script call for tasks [first, last), all of one partition; `refusal_mark` (the
+  /// batch's in that partition, see the enqueue script) is empty for a call that is a whole batch.
   detail::Argv script_argv(const std::vector<Prepared>& tasks, std::size_t first, std::size_t last,
                            const std::string& refusal_mark = {}) const {
     std::size_t locks = 0;
     for (std::size_t i = first; i < last; ++i) locks += tasks[i].lock_key.empty() ? 0 : 1;
     const int numkeys = static_cast<int>(4 + locks + (refusal_mark.empty() ? 0 : 1));
     detail::Argv argv = scripts.begin(detail::ScriptId::enqueue, numkeys);
-    argv.add(keys.stream).add(keys.high).add(keys.low).add(keys.delayed);
+    const detail::QueueKeys& k = keys[static_cast<std::size_t>(tasks[first].partition)];
+    argv.add(k.stream).add(k.high).add(k.low).add(k.delayed);
     for (std::size_t i = first; i < last; ++i) {
       if (!tasks[i].lock_key.empty()) argv.add(tasks[i].lock_key);
     }
@@ -237,40 +263,62 @@ struct Producer::Impl {
     return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty();
   }
 
-  /// WAIT for min_replicas_acked replicas to have what this connection wrote; how many did.
+  /// WAIT for min_replicas_acked replicas to have what this connection wrote to the masters of
+  /// `partitions` (those of the tasks written); how many did, the fewest of those masters'.
   /// A server that has just turned replica refuses WAIT: none did (the connection is dropped,
   /// so the next call asks the sentinels again).
-  std::int64_t replicas_acknowledging() {
+  std::int64_t replicas_acknowledging(const std::vector<int>& partitions) {
     detail::Argv wait{"WAIT"};
     wait.add(static_cast<std::int64_t>(options.min_replicas_acked));
     wait.add(static_cast<std::int64_t>(options.replicas_ack_timeout.count()));
-    const detail::Reply reply = conn.command_here(wait);  // where the tasks were written
-    if (reply.view().is_error() && conn.config().endpoint.is_sentinel() &&
-        detail::is_demotion_error(reply.view().error())) {
-      return 0;
+    std::vector<bool> asked(keys.size(), false);
+    std::int64_t fewest = options.min_replicas_acked;
+    for (const int p : partitions) {
+      if (asked[static_cast<std::size_t>(p)]) continue;
+      asked[static_cast<std::size_t>(p)] = true;
+      // Where the tasks were written: with a cluster URL the master of that partition's slot.
+      const detail::Reply reply = conn.command_beside(keys[static_cast<std::size_t>(p)].stream, wait);
+      if (reply.view().is_error() &&
+          (conn.config().endpoint.is_sentinel() || conn.config().endpoint.is_cluster()) &&
+          detail::is_demotion_error(reply.view().error())) {
+        return 0;
+      }
+      fewest = std::min(fewest, reply.view().check().integer());
     }
-    return reply.view().check().integer();
+    return fewest;
+  }
+
+  /// The partitions of the tasks written (ids[i] not empty).
+  static std::vector<int> written_partitions(const std::vector<std::string>& ids,
+                                             const std::vector<int>& partition_of) {
+    std::vector<int> out;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (!ids[i].empty()) out.push_back(partition_of[i]);
+    }
+    return out;
   }
 
   /// For a batch refused part-way (`ids`: the written ones, "" for the others): with
   /// min_replicas_acked, what the replicas acknowledged of the written part, for the refusal's
   /// message ("" when nothing was written, or the option is off).
-  std::string replication_of_written(const std::vector<std::string>& ids) {
+  std::string replication_of_written(const std::vector<std::string>& ids,
+                                     const std::vector<int>& partition_of) {
     if (options.min_replicas_acked == 0 ||
         std::all_of(ids.begin(), ids.end(), [](const auto& id) { return id.empty(); })) {
       return {};
     }
-    const std::int64_t acked = replicas_acknowledging();
+    const std::int64_t acked = replicas_acknowledging(written_partitions(ids, partition_of));
     return "; the tasks written were acknowledged by " + std::to_string(acked) + " of the " +
            std::to_string(options.min_replicas_acked) + " replicas asked for" +
            (acked < options.min_replicas_acked ? " (lost if the master fails now)" : "");
   }
 
   /// With min_replicas_acked: WAIT for the replicas to have what this connection wrote (the
-  /// tasks `ids`, just written), and ReplicationError when too few did in time.
-  void wait_for_replicas(const std::vector<std::string>& ids) {
+  /// tasks `ids`, just written, to partitions `partition_of`), and ReplicationError when too few
+  /// did in time.
+  void wait_for_replicas(const std::vector<std::string>& ids, const std::vector<int>& partition_of) {
     if (options.min_replicas_acked == 0) return;
-    const std::int64_t acked = replicas_acknowledging();
+    const std::int64_t acked = replicas_acknowledging(written_partitions(ids, partition_of));
     if (acked >= options.min_replicas_acked) return;
     throw ReplicationError(
         std::to_string(ids.size()) + (ids.size() == 1 ? " task (" + ids[0] + ")" : " tasks") +
@@ -285,8 +333,9 @@ struct Producer::Impl {
   ProducerOptions options;
   detail::Connection conn;
   detail::ScriptRunner scripts;
-  detail::QueueKeys keys;
+  std::vector<detail::QueueKeys> keys;  // one per partition
   std::string max_len_text;
+  int next_partition = 0;  // the partition of the next task without a key
 };
 
 Producer::Producer(ProducerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -305,7 +354,7 @@ std::string Producer::enqueue(std::string_view task_type, std::string_view paylo
   im.conn.connect_with_backoff();
   detail::Reply reply;
   if (im.options.overflow == Overflow::trim_oldest && !Impl::needs_script(one[0])) {
-    reply = im.conn.command(im.trim_argv(one[0].task));
+    reply = im.conn.command(im.trim_argv(one[0]));
   } else {
     detail::Argv argv = im.script_argv(one, 0, 1);
     reply = im.scripts.call(detail::ScriptId::enqueue, argv);
@@ -313,7 +362,7 @@ std::string Producer::enqueue(std::string_view task_type, std::string_view paylo
   if (is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
   if (auto d = parse_duplicate(reply)) throw DuplicateTaskError(duplicate_message(*d), d->holder);
   reply.view().check();
-  im.wait_for_replicas({id});
+  im.wait_for_replicas({id}, {one[0].partition});
   return id;
 }
 
@@ -330,28 +379,61 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
     scripted = scripted || Impl::needs_script(prepared.back());
   }
   if (tasks.empty()) return ids;
+  std::vector<int> partition_of(prepared.size());
+  for (std::size_t i = 0; i < prepared.size(); ++i) partition_of[i] = prepared[i].partition;
   im.conn.connect_with_backoff();
 
   if (!scripted) {
     std::vector<detail::Argv> argvs;
     argvs.reserve(prepared.size());
-    for (const auto& t : prepared) argvs.push_back(im.trim_argv(t.task));
+    for (const auto& t : prepared) argvs.push_back(im.trim_argv(t));
     const std::vector<detail::Reply> replies = im.conn.pipeline(argvs);
     for (const auto& r : replies) r.view().check();
-    im.wait_for_replicas(ids);
+    im.wait_for_replicas(ids, partition_of);
     return ids;
   }
 
+  // The tasks of each partition together, in batch order (with one partition, as given).
+  std::vector<std::size_t> order(prepared.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (im.options.partitions > 1) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return partition_of[a] < partition_of[b]; });
+  }
+  std::vector<Prepared> grouped;
+  grouped.reserve(prepared.size());
+  for (const std::size_t i : order) grouped.push_back(std::move(prepared[i]));
+  // Chunks of at most kChunk tasks of one partition. A partition with more than one chunk has
+  // a refusal mark of its own (in its slot): once one of its chunks is refused, every chunk of
+  // it behind that one writes nothing (see the enqueue script), so what was written of each
+  // partition's tasks is a prefix of them.
+  struct Chunk {
+    std::size_t first, last;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<std::size_t> per_partition(static_cast<std::size_t>(im.options.partitions), 0);
+  for (std::size_t first = 0; first < grouped.size();) {
+    std::size_t last = first;
+    while (last < grouped.size() && last - first < kChunk &&
+           grouped[last].partition == grouped[first].partition) {
+      ++last;
+    }
+    chunks.push_back({first, last});
+    per_partition[static_cast<std::size_t>(grouped[first].partition)] += last - first;
+    first = last;
+  }
+  const std::string token = detail::new_uuid_v4();
+  std::vector<std::string> marks(per_partition.size());
+  for (std::size_t p = 0; p < per_partition.size(); ++p) {
+    if (per_partition[p] > kChunk) marks[p] = detail::batch_refused_key(im.keys[p].stream, token);
+  }
   // Each chunk goes on the wire as soon as it is built, so Redis runs chunk k while the
-  // next one is being formatted. A refused chunk marks the batch refused, and every chunk
-  // behind it then writes nothing (see the enqueue script): what was written is a prefix.
-  const std::string mark = prepared.size() > kChunk
-                               ? detail::batch_refused_key(im.options.stream, detail::new_uuid_v4())
-                               : std::string();
+  // next one is being formatted.
   std::vector<detail::Argv> argvs;
   std::vector<detail::ScriptId> script_ids;
-  for (std::size_t first = 0; first < prepared.size(); first += kChunk) {
-    argvs.push_back(im.script_argv(prepared, first, std::min(prepared.size(), first + kChunk), mark));
+  for (const Chunk& c : chunks) {
+    const auto p = static_cast<std::size_t>(grouped[c.first].partition);
+    argvs.push_back(im.script_argv(grouped, c.first, c.last, marks[p]));
     script_ids.push_back(detail::ScriptId::enqueue);
     im.conn.append(argvs.back());
     im.conn.flush();
@@ -367,26 +449,23 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
       server_message = full ? std::string(replies[c].view().error()) : duplicate_message(*dup);
       if (dup) {
         duplicate = std::move(dup);
-        duplicate_index = c * kChunk + duplicate->index;
+        duplicate_index = order[chunks[c].first + duplicate->index];
       }
     }
     if (!full && !dup && replies[c].view().check().integer() > 0) continue;  // written
-    const std::size_t first = c * kChunk;
-    const std::size_t last = std::min(ids.size(), first + kChunk);
-    std::fill(ids.begin() + static_cast<std::ptrdiff_t>(first),
-              ids.begin() + static_cast<std::ptrdiff_t>(last), std::string());
+    for (std::size_t k = chunks[c].first; k < chunks[c].last; ++k) ids[order[k]].clear();
   }
   if (duplicate) {
     std::string message = partial_batch_message("duplicate task", ids, server_message) +
-                          im.replication_of_written(ids);  // before the move
+                          im.replication_of_written(ids, partition_of);  // before the move
     throw DuplicateTaskError(message, duplicate->holder, duplicate_index, std::move(ids));
   }
   if (!server_message.empty()) {
     std::string message = partial_batch_message("queue full", ids, server_message) +
-                          im.replication_of_written(ids);  // before ids is moved from
+                          im.replication_of_written(ids, partition_of);  // before ids is moved from
     throw QueueFullError(message, std::move(ids));
   }
-  im.wait_for_replicas(ids);
+  im.wait_for_replicas(ids, partition_of);
   return ids;
 }
 

@@ -64,6 +64,14 @@ struct ConsumerOptions {
   std::string consumer_name{};
   /// Handler threads.
   int concurrency = 4;
+  /// The queue's partitions (ProducerOptions::partitions): 1 (default) = one stream, named
+  /// `stream`. P > 1 = P streams `{<stream without braces>:0}` ... `{...:P-1}`, each with its own
+  /// keys in a slot of its own on Redis Cluster; this consumer reads every one of them. Each
+  /// partition gets its share of `concurrency` and `prefetch` (so concurrency must be >=
+  /// partitions), a reading connection of its own, and its own lease keeper, reclaimer,
+  /// forwarder and completer; rate limits (HandlerOptions::rate) stay shared by the whole
+  /// queue. At most 1024.
+  int partitions = 1;
   /// Most entries held at once (queued, running, or awaiting their ack). Bigger batches are
   /// faster; smaller ones share work more evenly between workers. Must be >= concurrency.
   /// A read asks every priority level it includes for at least one entry, so up to 2 more

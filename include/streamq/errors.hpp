@@ -58,7 +58,8 @@ class ConfigError : public Error {
 /// Base of the refusals of an enqueue: nothing of a refused task was written.
 /// From enqueue_batch, batch_ids() has one slot per task of the batch, in order: the id of
 /// each task that was written, an empty string for each refused one. The written tasks are
-/// always the first accepted() of the batch, and what() says which indices were refused.
+/// always the first accepted() of the batch (of each partition's tasks, with
+/// ProducerOptions::partitions > 1), and what() says which indices were refused.
 class EnqueueRefusedError : public Error {
  public:
   explicit EnqueueRefusedError(const std::string& what, std::vector<std::string> batch_ids = {})

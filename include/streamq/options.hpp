@@ -82,6 +82,14 @@ struct ProducerOptions {
   int min_replicas_acked = 0;
   /// How long that WAIT may take (> 0); an enqueue can take this long when replicas lag.
   std::chrono::milliseconds replicas_ack_timeout{1000};
+  /// The queue's partitions: 1 (default) = one stream, named `stream`. P > 1 = P streams
+  /// `{<stream without braces>:0}` ... `{...:P-1}`, each a queue of its own (own dead letters,
+  /// delayed set, priority levels, unique locks) in its own Redis Cluster slot, so one queue
+  /// spreads over every master. Tasks go to the next partition in turn, or by
+  /// EnqueueOptions::partition_key. max_len bounds each partition. Consumers and StatsReaders
+  /// of the queue must say the same count (see "Running on Redis Cluster" in the README for
+  /// changing it). At most 1024.
+  int partitions = 1;
 };
 
 /// StatsReader configuration.
@@ -90,6 +98,9 @@ struct StatsOptions {
   std::string stream = "task_queue";
   /// Report only this consumer group; empty = every group of the stream.
   std::string group{};
+  /// The queue's partitions (ProducerOptions::partitions): > 1 reads each partition and
+  /// reports their sum.
+  int partitions = 1;
 };
 
 }  // namespace streamq

@@ -53,6 +53,11 @@ struct EnqueueOptions {
   /// The unique key; empty = the task id. Only with unique_for (else ConfigError). Written
   /// as the task's `unique_key` field, which the consumer reads to release the lock.
   std::string unique_key{};
+  /// With ProducerOptions::partitions > 1: tasks with the same partition key go to the same
+  /// partition (CRC16-XMODEM of the key, mod partitions), so a consumer sees them in the order
+  /// they were enqueued. Empty = the unique key when unique_for is set (so uniqueness holds
+  /// across partitions), else the next partition in turn. Ignored with one partition.
+  std::string partition_key{};
 };
 
 namespace detail {

@@ -60,7 +60,13 @@ struct LevelStats {
 /// stream (normal priority, the one the seed's code uses), as they always have; `levels` and
 /// the totals cover every priority level.
 struct QueueStats {
+  /// The stream; with StatsOptions::partitions > 1 the queue's name, every number below the
+  /// sum over its partitions (ages and idle times the largest, due times the soonest, a group's
+  /// or consumer's counts summed by name; `oldest_entry_id` the oldest partition's, and a
+  /// group's `last_delivered_id` empty: no one id stands for several streams).
   std::string stream;
+  /// The partitions read (StatsOptions::partitions).
+  int partitions = 1;
   /// False when the stream key does not exist (every number is then 0).
   bool exists = false;
   /// XLEN: unfinished entries (streamq deletes finished ones).
@@ -122,7 +128,8 @@ class StatsReader {
   StatsReader(const StatsReader&) = delete;
   StatsReader& operator=(const StatsReader&) = delete;
 
-  /// Takes a snapshot. Issues (pipelined) TIME, EXISTS, XINFO STREAM, XINFO GROUPS, XLEN and
+  /// Takes a snapshot (of each partition in turn, and their sum, with StatsOptions::partitions
+  /// > 1). Issues (pipelined) TIME, EXISTS, XINFO STREAM, XINFO GROUPS, XLEN and
   /// XINFO STREAM of the dead-letter stream, ZCARD and the first member of the delayed set, EXISTS, XINFO
   /// STREAM and XINFO GROUPS of the high and low priority streams, then XINFO CONSUMERS and an XPENDING per
   /// group (of the normal stream). All read-only.

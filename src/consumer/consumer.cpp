@@ -39,13 +39,81 @@ namespace {
 
 constexpr Millis kUnblockRetry{50};  // CLIENT UNBLOCK is resent while the fetcher lingers
 
+/// The parts that run one partition of the queue (all of it, with one partition), declared in
+/// the order they may use each other: each part outlives the ones that use it (the duties the
+/// scheduler, the scheduler and the reclaimer the fetcher's callback).
+struct Engine {
+  explicit Engine(std::shared_ptr<detail::Shared> shared)
+      : s(std::move(shared)),
+        control(s->connection),
+        completer(*s),
+        executor(s),
+        leases(*s),
+        reclaimer(*s),
+        janitor(*s),
+        pause_watch(*s),
+        scheduler(*s),
+        forwarder(*s),
+        forwarding(*s),
+        fetcher(*s, [this] {
+          reclaimer.arm();
+          scheduler.wake();
+        }) {
+    scheduler.add(pause_watch);
+    scheduler.add(leases);
+    scheduler.add(reclaimer);
+    if (s->opt.idle_consumer_timeout.count() > 0) scheduler.add(janitor);
+    forwarding.add(forwarder);
+  }
+
+  void start() {
+    completer.start();
+    executor.start();
+    scheduler.start();
+    forwarding.start();
+    fetcher.start();
+  }
+
+  std::shared_ptr<detail::Shared> s;
+  detail::Connection control;  // the run() thread's: set-up and shutdown
+  detail::Completer completer;
+  detail::Executor executor;
+  detail::LeaseKeeper leases;
+  detail::Reclaimer reclaimer;
+  detail::Janitor janitor;
+  detail::PauseWatch pause_watch;
+  detail::Scheduler scheduler;
+  detail::Forwarder forwarder;
+  detail::Scheduler forwarding;
+  detail::Fetcher fetcher;
+};
+
+/// The options of partition `i`: its stream, and its share of the handler threads and of the
+/// prefetch (the first ones get the remainder).
+ConsumerOptions partition_options(const ConsumerOptions& o, int i) {
+  ConsumerOptions p = o;
+  const int n = o.partitions;
+  p.stream = detail::partition_stream(o.stream, n, i);
+  p.partitions = 1;
+  p.concurrency = o.concurrency / n + (i < o.concurrency % n ? 1 : 0);
+  p.prefetch = std::max(p.concurrency, o.prefetch / n + (i < o.prefetch % n ? 1 : 0));
+  return p;
+}
+
 }  // namespace
 
 struct Consumer::Impl {
-  explicit Impl(ConsumerOptions o) : s(std::make_shared<detail::Shared>(detail::validated(std::move(o)))) {}
+  explicit Impl(ConsumerOptions o) {
+    const ConsumerOptions opt = detail::validated(std::move(o));
+    auto metrics = std::make_shared<detail::Metrics>();
+    for (int i = 0; i < opt.partitions; ++i) {
+      parts.push_back(std::make_shared<detail::Shared>(partition_options(opt, i), opt.stream, metrics));
+    }
+  }
   ~Impl() { request_stop(); }
 
-  std::shared_ptr<detail::Shared> s;
+  /// One per partition (one with a single partition); parts[0] holds the handlers registered.
+  std::vector<std::shared_ptr<detail::Shared>> parts;
   bool started = false;  // run() was called (handlers are frozen)
 
   std::mutex mutex;
@@ -59,8 +127,10 @@ struct Consumer::Impl {
       stop_requested = true;
     }
     cv.notify_all();
-    s->stopping.request_stop();  // handlers can see it (Task::stop_requested)
-    s->inflight.stop();          // no entry starts any more
+    for (const auto& s : parts) {
+      s->stopping.request_stop();  // handlers can see it (Task::stop_requested)
+      s->inflight.stop();          // no entry starts any more
+    }
   }
 
   /// First signal: a graceful stop. Second: the grace period ends at once.
@@ -75,21 +145,21 @@ struct Consumer::Impl {
       request_stop();
     } else {
       detail::log(LogLevel::warning, "second stop signal: not waiting for running handlers");
-      s->inflight.end_idle_wait();
+      for (const auto& s : parts) s->inflight.end_idle_wait();
     }
   }
 
-  /// Connects and creates the group; connection failures and passing server states are
-  /// retried with backoff until stop(). False when stopped first.
-  bool set_up(detail::Connection& conn) {
-    detail::Backoff backoff(s->connection.backoff_base, s->connection.backoff_max);
+  /// Connects and creates the groups of one partition; connection failures and passing server
+  /// states are retried with backoff until stop(). False when stopped first.
+  bool set_up(detail::Shared& s, detail::Connection& conn) {
+    detail::Backoff backoff(s.connection.backoff_base, s.connection.backoff_max);
     for (;;) {
       std::string problem;
       try {
         conn.connect();
-        for (const detail::QueueKeys& level : s->streams)
-          detail::ensure_group(conn, level.stream, s->opt.group);
-        detail::check_paused(*s, conn);  // a consumer started on a paused queue reads nothing
+        for (const detail::QueueKeys& level : s.streams)
+          detail::ensure_group(conn, level.stream, s.opt.group);
+        detail::check_paused(s, conn);  // a consumer started on a paused queue reads nothing
         return true;
       } catch (const ConnectionError& e) {
         problem = e.what();
@@ -114,105 +184,120 @@ struct Consumer::Impl {
       std::lock_guard lock(mutex);
       if (stop_requested) return;
     }
+    // Every partition runs the handlers registered: the same objects, not copies of them (a
+    // handler with state of its own keeps one state).
+    if (parts.size() > 1) {
+      const auto shared = [](detail::Handler& h) {
+        if (!h) return;
+        h = [f = std::make_shared<detail::Handler>(std::move(h))](const Task& t) { (*f)(t); };
+      };
+      for (auto& [type, registration] : parts[0]->handlers) shared(registration.handler);
+      shared(parts[0]->fallback);
+    }
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+      parts[i]->handlers = parts[0]->handlers;
+      parts[i]->fallback = parts[0]->fallback;
+    }
     std::optional<detail::SignalRegistration> signals;
-    if (s->opt.stop_on_signals) signals.emplace([this] { on_signal(); });
-    detail::Connection control(s->connection);
-    if (!set_up(control)) return;
-
-    // Declared in the order they may use each other: each part outlives the ones that use it
-    // (the duties the scheduler, the scheduler and the reclaimer the fetcher's callback).
-    detail::Completer completer(*s);
-    detail::Executor executor(s);
-    detail::LeaseKeeper leases(*s);
-    detail::Reclaimer reclaimer(*s);
-    detail::Janitor janitor(*s);
-    detail::PauseWatch pause_watch(*s);
-    detail::Scheduler scheduler(*s);
-    scheduler.add(pause_watch);
-    scheduler.add(leases);
-    scheduler.add(reclaimer);
-    if (s->opt.idle_consumer_timeout.count() > 0) scheduler.add(janitor);
-    detail::Forwarder forwarder(*s);
-    detail::Scheduler forwarding(*s);
-    forwarding.add(forwarder);
-    detail::Fetcher fetcher(*s, [&] {
-      reclaimer.arm();
-      scheduler.wake();
-    });
+    if (parts[0]->opt.stop_on_signals) signals.emplace([this] { on_signal(); });
+    std::vector<std::unique_ptr<Engine>> engines;
+    for (const auto& s : parts) {
+      engines.push_back(std::make_unique<Engine>(s));
+      if (!set_up(*s, engines.back()->control)) return;
+    }
     try {
-      completer.start();
-      executor.start();
-      scheduler.start();
-      forwarding.start();
-      fetcher.start();
-      detail::log(LogLevel::info, "consumer " + s->opt.consumer_name + " running on " + s->keys().stream +
-                                      " and its priority levels (group " + s->opt.group + ", " +
-                                      std::to_string(s->opt.concurrency) + " handler threads, " +
-                                      (s->opt.priority_weights.empty() ? "strict" : "weighted") + " order)");
+      for (const auto& e : engines) e->start();
+      const detail::Shared& s = *parts[0];
+      detail::log(LogLevel::info,
+                  "consumer " + s.opt.consumer_name + " running on " +
+                      (parts.size() == 1 ? s.keys().stream + " and its priority levels"
+                                         : std::to_string(parts.size()) + " partitions of " + s.queue + " (" +
+                                               s.keys().stream + " ...) and their priority levels") +
+                      " (group " + s.opt.group + ", " + std::to_string(concurrency()) + " handler threads, " +
+                      (s.opt.priority_weights.empty() ? "strict" : "weighted") + " order)");
       std::unique_lock lock(mutex);
       cv.wait(lock, [&] { return stop_requested; });
     } catch (...) {
       // A thread that could not be started: stop the ones that were, in the same order.
       request_stop();
-      forwarding.stop();
-      shutdown(control, fetcher, scheduler, completer, executor);
+      shutdown(engines);
       throw;
     }
-    forwarding.stop();  // it holds no entry: nothing to finish
-    shutdown(control, fetcher, scheduler, completer, executor);
+    shutdown(engines);
   }
 
-  /// The stop order. request_stop() already stopped handlers from taking entries.
-  void shutdown(detail::Connection& control, detail::Fetcher& fetcher, detail::Scheduler& scheduler,
-                detail::Completer& completer, detail::Executor& executor) {
-    const auto grace_end = Clock::now() + s->opt.shutdown_grace;
-    // 1. No more reads: wake the fetcher from its BLOCK now rather than after up to `block`.
-    fetcher.request_stop();
-    while (!fetcher.wait_finished(kUnblockRetry)) {
-      try {
-        if (const std::int64_t id = fetcher.client_id(); id >= 0) {
-          if (!control.config().endpoint.is_sentinel()) {
-            control.command(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));
-          } else {
-            // The id is the fetcher's only on the fetcher's server, which a failover may have
-            // made another than this connection's: sent there only (the fetcher's BLOCK ends it
-            // otherwise).
-            const std::string where = fetcher.server();
-            if (control.connected() && control.describe() != where) control.disconnect();
-            if (!control.connected()) control.connect();
-            if (control.describe() == where) control.command_here(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));
-          }
-        }
-      } catch (const std::exception&) {
-        // Redis is unreachable: the fetcher's own read fails or times out instead.
+  int concurrency() const {
+    int n = 0;
+    for (const auto& s : parts) n += s->opt.concurrency;
+    return n;
+  }
+
+  /// The stop order, each step for every partition before the next step. request_stop()
+  /// already stopped handlers from taking entries.
+  void shutdown(std::vector<std::unique_ptr<Engine>>& engines) {
+    const auto grace_end = Clock::now() + parts[0]->opt.shutdown_grace;
+    for (const auto& e : engines) e->forwarding.stop();  // it holds no entry: nothing to finish
+    // 1. No more reads: wake each fetcher from its BLOCK now rather than after up to `block`.
+    for (const auto& e : engines) e->fetcher.request_stop();
+    for (const auto& e : engines) {
+      while (!e->fetcher.wait_finished(kUnblockRetry)) unblock(*e);
+      e->fetcher.join();
+    }
+    // 2. Running handlers get the grace period, their leases still renewed.
+    for (const auto& e : engines) e->scheduler.shutting_down();
+    for (const auto& e : engines) {
+      if (!e->s->inflight.wait_idle(grace_end)) {
+        detail::log(LogLevel::warning, "shutdown grace period over with handlers still running");
+        break;
       }
     }
-    fetcher.join();
-    // 2. Running handlers get the grace period, their leases still renewed.
-    scheduler.shutting_down();
-    if (!s->inflight.wait_idle(grace_end)) {
-      detail::log(LogLevel::warning, "shutdown grace period over with handlers still running");
-    }
     // 3. No more renewals, then hand the unstarted entries back.
-    scheduler.stop();
-    try {
-      control.recheck_master();  // idle since the start: after a failover, onto the new master
-      detail::ScriptRunner scripts(control);
-      detail::LeaseKeeper::release(*s, scripts);
-    } catch (const std::exception& e) {
-      detail::log(LogLevel::warning,
-                  std::string("shutdown: ") + e.what() + "; unstarted entries stay pending until reclaimed");
+    for (const auto& e : engines) {
+      e->scheduler.stop();
+      try {
+        e->control.recheck_master();  // idle since the start: after a failover, onto the new master
+        detail::ScriptRunner scripts(e->control);
+        detail::LeaseKeeper::release(*e->s, scripts);
+      } catch (const std::exception& ex) {
+        detail::log(LogLevel::warning, std::string("shutdown: ") + ex.what() +
+                                           "; unstarted entries stay pending until reclaimed");
+      }
     }
     // 4. Write every completion (retrying a passing refusal for a while).
-    const auto& c = s->connection;
-    completer.finish(std::max(grace_end, Clock::now() + c.connect_timeout + c.socket_timeout));
+    const auto& c = parts[0]->connection;
+    const auto finish_by = std::max(grace_end, Clock::now() + c.connect_timeout + c.socket_timeout);
+    for (const auto& e : engines) e->completer.finish(finish_by);
     // 5. Handlers still running keep their threads, detached; their entries stay pending.
-    if (const std::size_t n = s->inflight.running(); n > 0) {
-      detail::log(LogLevel::warning, std::to_string(n) +
+    std::size_t running = 0;
+    for (const auto& s : parts) running += s->inflight.running();
+    if (running > 0) {
+      detail::log(LogLevel::warning, std::to_string(running) +
                                          " handlers still running after shutdown_grace; their "
                                          "entries stay pending and are reclaimed after claim_min_idle");
     }
-    executor.release_threads();
+    for (const auto& e : engines) e->executor.release_threads();
+  }
+
+  /// CLIENT UNBLOCK of a fetcher's read, on the server its connection is on.
+  static void unblock(Engine& e) {
+    try {
+      const std::int64_t id = e.fetcher.client_id();
+      if (id < 0) return;
+      detail::Connection& control = e.control;
+      if (!control.config().endpoint.is_sentinel() && !control.config().endpoint.is_cluster()) {
+        control.command(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));
+        return;
+      }
+      // The id is the fetcher's only on the fetcher's server, which a failover (or a slot
+      // move) may have made another than this connection's: sent there only (the fetcher's
+      // BLOCK ends it otherwise).
+      const std::string where = e.fetcher.server();
+      if (control.connected() && control.describe() != where) control.disconnect();
+      if (!control.connected()) control.connect();
+      if (control.describe() == where) control.command_here(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));
+    } catch (const std::exception&) {
+      // Redis is unreachable: the fetcher's own read fails or times out instead.
+    }
   }
 };
 
@@ -226,19 +311,19 @@ void Consumer::on(std::string task_type, Handler handler, HandlerOptions options
   if (task_type.empty()) throw ConfigError("task_type must not be empty");
   if (!handler) throw ConfigError("handler for \"" + task_type + "\" is empty");
   detail::check_handler_options(options);
-  const auto [it, added] = impl_->s->handlers.emplace(
+  const auto [it, added] = impl_->parts[0]->handlers.emplace(
       std::move(task_type), detail::Registration{std::move(handler), std::move(options)});
   if (!added) throw ConfigError("a handler for \"" + it->first + "\" is already registered");
 }
 
 void Consumer::on_unknown(Handler handler) {
   if (impl_->started) throw ConfigError("handlers must be registered before run()");
-  impl_->s->fallback = std::move(handler);
+  impl_->parts[0]->fallback = std::move(handler);
 }
 
 void Consumer::run() { impl_->run(); }
 void Consumer::stop() noexcept { impl_->request_stop(); }
-const std::string& Consumer::name() const noexcept { return impl_->s->opt.consumer_name; }
-ConsumerMetrics Consumer::metrics() const noexcept { return impl_->s->metrics.snapshot(); }
+const std::string& Consumer::name() const noexcept { return impl_->parts[0]->opt.consumer_name; }
+ConsumerMetrics Consumer::metrics() const noexcept { return impl_->parts[0]->metrics.snapshot(); }
 
 }  // namespace streamq

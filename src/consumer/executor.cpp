@@ -99,7 +99,7 @@ Completion put_back(const Work& w, Millis delay) {
 Millis rate_wait(const Shared& s, const Work& w, std::string_view type, const RateLimit& rate,
                  std::unique_ptr<Channel>& ch) {
   if (!ch) ch = std::make_unique<Channel>(s.connection);
-  const std::string key = rate_key(s.keys().stream, type);
+  const std::string key = rate_key(s.queue, type);  // one window for every partition
   Argv argv = ch->scripts.begin(ScriptId::rate, 1);
   argv.add(key).add(rate.limit).add(static_cast<std::int64_t>(rate.per.count()));
   argv.add_copy(s.opt.consumer_name + "/" + w.key.id + "/" + std::to_string(w.deliveries));

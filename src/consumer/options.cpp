@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <random>
 
+#include "keys.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq::detail {
@@ -27,6 +28,10 @@ ConsumerOptions validated(ConsumerOptions o) {
   if (o.consumer_name.empty()) o.consumer_name = default_consumer_name();
   if (o.concurrency < 1) throw ConfigError("concurrency must be >= 1");
   if (o.prefetch < o.concurrency) throw ConfigError("prefetch must be >= concurrency");
+  check_partitions(o.partitions, o.stream);
+  if (o.concurrency < o.partitions) {
+    throw ConfigError("concurrency must be >= partitions (each partition gets a handler thread at least)");
+  }
   if (!o.priority_weights.empty()) {
     if (o.priority_weights.size() != 3) {
       throw ConfigError(

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stop_token>
 #include <string>
@@ -69,14 +70,21 @@ class PauseFlag {
 };
 
 struct Shared {
-  explicit Shared(ConsumerOptions validated_options)
+  /// `validated_options` of one partition (its stream is the partition's; see Consumer), `queue`
+  /// the queue's name (ConsumerOptions::stream), `counters` shared by every partition.
+  Shared(ConsumerOptions validated_options, std::string queue_name, std::shared_ptr<Metrics> counters)
       : opt(std::move(validated_options)),
+        queue(std::move(queue_name)),
         connection(make_connection_config(opt.connection, "consumer", opt.stream)),
         streams(level_keys(opt.stream)),
         limits{opt.max_payload_bytes, opt.max_payload_depth, opt.default_max_retries},
+        metrics_owner(std::move(counters)),
+        metrics(*metrics_owner),
         inflight(static_cast<std::size_t>(opt.prefetch), metrics, opt.priority_weights.empty()) {}
 
   const ConsumerOptions opt;
+  /// The queue's name, for what the whole queue shares across partitions (rate limits).
+  const std::string queue;
   const ConnectionConfig connection;
   /// The streams this consumer reads, one per priority level (index = level_index(): high,
   /// normal, low); an EntryKey's `stream` indexes it. Each element's `stream` is its level's
@@ -87,7 +95,8 @@ struct Shared {
   std::unordered_map<std::string, Registration> handlers;
   Handler fallback;
 
-  Metrics metrics;
+  std::shared_ptr<Metrics> metrics_owner;
+  Metrics& metrics;
   InFlight inflight;
   /// Requested when the consumer starts to stop; handlers see it as Task::stop_token().
   std::stop_source stopping;

@@ -36,7 +36,9 @@ Reply parse(std::string_view resp) {
   return Reply(static_cast<redisReply*>(out));
 }
 
-std::string bulk(std::string_view s) { return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n"; }
+std::string bulk(std::string_view s) {
+  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
+}
 
 TEST(ClusterSlots, KeySlotIsCrc16OfTheKeyOrItsHashTag) {
   // Values from the Redis Cluster specification and CLUSTER KEYSLOT.
@@ -64,15 +66,16 @@ TEST(ClusterSlots, CommandSlotIsTheSlotOfTheFirstKey) {
   EXPECT_EQ(command_slot(Argv{"xlen", "{q}:dlq"}), q);
   EXPECT_EQ(command_slot(Argv{"XINFO", "GROUPS", "{q}"}), q);
   EXPECT_EQ(command_slot(Argv{"XGROUP", "CREATE", "{q}", "g", "0", "MKSTREAM"}), q);
-  EXPECT_EQ(command_slot(Argv{"XREADGROUP", "GROUP", "g", "c", "COUNT", "5", "BLOCK", "100", "STREAMS", "{q}:p:high",
-                              "{q}", ">", ">"}),
+  EXPECT_EQ(command_slot(Argv{"XREADGROUP", "GROUP", "g", "c", "COUNT", "5", "BLOCK", "100", "STREAMS",
+                              "{q}:p:high", "{q}", ">", ">"}),
             q);
   EXPECT_EQ(command_slot(Argv{"EVALSHA", "abc", "2", "{q}", "{q}:dlq", "arg"}), q);
   EXPECT_EQ(command_slot(Argv{"EVAL", "return 1", "0"}), -1);
   EXPECT_EQ(command_slot(Argv{"EVALSHA", "abc", "0", "x"}), -1);
-  for (const Argv& keyless : {Argv{"TIME"}, Argv{"CLIENT", "UNBLOCK", "7"}, Argv{"WAIT", "1", "100"}, Argv{"MULTI"},
-                              Argv{"EXEC"}, Argv{"INFO", "memory"}, Argv{"CONFIG", "GET", "appendfsync"},
-                              Argv{"SCAN", "0", "MATCH", "*"}, Argv{"ACL", "WHOAMI"}, Argv{"SCRIPT", "LOAD", "x"}}) {
+  for (const Argv& keyless :
+       {Argv{"TIME"}, Argv{"CLIENT", "UNBLOCK", "7"}, Argv{"WAIT", "1", "100"}, Argv{"MULTI"}, Argv{"EXEC"},
+        Argv{"INFO", "memory"}, Argv{"CONFIG", "GET", "appendfsync"}, Argv{"SCAN", "0", "MATCH", "*"},
+        Argv{"ACL", "WHOAMI"}, Argv{"SCRIPT", "LOAD", "x"}}) {
     EXPECT_EQ(command_slot(keyless), -1) << keyless[0];
   }
 }
@@ -102,18 +105,19 @@ TEST(ClusterSlots, SlotMapFromClusterShards) {
   // nothing. Endpoint "?" means "where you asked".
   const auto node = [](std::string_view ip, std::string_view endpoint, int port, std::string_view role,
                        std::string_view health) {
-    return "*14\r\n" + bulk("id") + bulk("abc") + bulk("port") + ":" + std::to_string(port) + "\r\n" + bulk("ip") +
-           bulk(ip) + bulk("endpoint") + bulk(endpoint) + bulk("role") + bulk(role) + bulk("replication-offset") +
-           ":1\r\n" + bulk("health") + bulk(health);
+    return "*14\r\n" + bulk("id") + bulk("abc") + bulk("port") + ":" + std::to_string(port) + "\r\n" +
+           bulk("ip") + bulk(ip) + bulk("endpoint") + bulk(endpoint) + bulk("role") + bulk(role) +
+           bulk("replication-offset") + ":1\r\n" + bulk("health") + bulk(health);
   };
   const std::string resp =
       "*3\r\n"
-      "*4\r\n" + bulk("slots") + "*4\r\n:0\r\n:99\r\n:200\r\n:299\r\n" + bulk("nodes") + "*2\r\n" +
-      node("10.0.0.2", "10.0.0.2", 7001, "replica", "online") + node("10.0.0.1", "?", 7000, "master", "online") +
-      "*4\r\n" + bulk("slots") + "*2\r\n:100\r\n:199\r\n" + bulk("nodes") + "*2\r\n" +
-      node("10.0.0.3", "10.0.0.3", 7002, "master", "fail") + node("10.0.0.4", "10.0.0.4", 7003, "replica", "online") +
-      "*4\r\n" + bulk("slots") + "*0\r\n" + bulk("nodes") + "*1\r\n" +
-      node("10.0.0.5", "10.0.0.5", 7004, "master", "online");
+      "*4\r\n" +
+      bulk("slots") + "*4\r\n:0\r\n:99\r\n:200\r\n:299\r\n" + bulk("nodes") + "*2\r\n" +
+      node("10.0.0.2", "10.0.0.2", 7001, "replica", "online") +
+      node("10.0.0.1", "?", 7000, "master", "online") + "*4\r\n" + bulk("slots") + "*2\r\n:100\r\n:199\r\n" +
+      bulk("nodes") + "*2\r\n" + node("10.0.0.3", "10.0.0.3", 7002, "master", "fail") +
+      node("10.0.0.4", "10.0.0.4", 7003, "replica", "online") + "*4\r\n" + bulk("slots") + "*0\r\n" +
+      bulk("nodes") + "*1\r\n" + node("10.0.0.5", "10.0.0.5", 7004, "master", "online");
   const Reply r = parse(resp);
   const auto map = streamq::detail::parse_cluster_shards(r.view(), HostPort{"asked.example", 7000});
   ASSERT_EQ(map.masters.size(), 1u);
@@ -126,10 +130,11 @@ TEST(ClusterSlots, SlotMapFromClusterShards) {
 }
 
 TEST(ClusterSlots, SlotMapFromClusterSlots) {
-  const std::string resp = "*2\r\n"
-                           "*4\r\n:0\r\n:8191\r\n*3\r\n" + bulk("") + ":7000\r\n" + bulk("id0") +
-                           "*3\r\n" + bulk("10.0.0.9") + ":7003\r\n" + bulk("id3") +
-                           "*3\r\n:8192\r\n:16383\r\n*3\r\n" + bulk("10.0.0.2") + ":7001\r\n" + bulk("id1");
+  const std::string resp =
+      "*2\r\n"
+      "*4\r\n:0\r\n:8191\r\n*3\r\n" +
+      bulk("") + ":7000\r\n" + bulk("id0") + "*3\r\n" + bulk("10.0.0.9") + ":7003\r\n" + bulk("id3") +
+      "*3\r\n:8192\r\n:16383\r\n*3\r\n" + bulk("10.0.0.2") + ":7001\r\n" + bulk("id1");
   const Reply r = parse(resp);
   auto map = streamq::detail::parse_cluster_slots(r.view(), HostPort{"seed", 7000});
   EXPECT_EQ(*map.master_of(0), (HostPort{"seed", 7000}));  // an empty host: where we asked
