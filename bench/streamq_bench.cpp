@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // streamq-bench: one scenario per run, one result line (key=value) on stdout.
 //   streamq-bench <scenario> --url URL [--stream S] [--count N] [--batch B] [--rate R]
-//                 [--concurrency C]   (consumer scenarios; default: the Consumer's default)
+//                 [--concurrency C] [--prefetch F]   (consumer scenarios; default: the Consumer's)
+//                 [--partitions P]   (the queue's partitions: producers and consumers alike)
 // Scenarios:
 //   enqueue        N single enqueues on one connection
 //   enqueue-batch  N tasks through enqueue_batch in batches of B (default 1000)
@@ -54,7 +55,9 @@ struct Args {
   long count = 100000;
   long batch = 1000;
   long rate = 5000;
-  int concurrency = 0;  // 0 = the Consumer's default
+  int concurrency = 0;  // 0 = the Consumer's default (at least one thread per partition)
+  int prefetch = 0;     // 0 = the Consumer's default
+  int partitions = 1;
 };
 
 Args parse(int argc, char** argv) {
@@ -75,6 +78,10 @@ Args parse(int argc, char** argv) {
       a.rate = std::stol(v);
     else if (k == "--concurrency")
       a.concurrency = std::stoi(v);
+    else if (k == "--prefetch")
+      a.prefetch = std::stoi(v);
+    else if (k == "--partitions")
+      a.partitions = std::stoi(v);
     else
       throw std::invalid_argument("unknown flag " + k);
   }
@@ -97,7 +104,10 @@ void report(const Args& a, double seconds, const std::string& extra = "") {
 
 streamq::ProducerOptions producer_options(const Args& a) {
   // max_len above the run's size: the default reject policy stays on, but never refuses here.
-  return {.connection = {.url = a.url}, .stream = a.stream, .max_len = std::max(10000L, 2 * a.count)};
+  return {.connection = {.url = a.url},
+          .stream = a.stream,
+          .max_len = std::max(10000L, 2 * a.count),
+          .partitions = a.partitions};
 }
 
 void enqueue_batches(streamq::Producer& p, long count, long batch,
@@ -127,7 +137,10 @@ void finish(std::atomic<bool>& finished) {
 
 streamq::ConsumerOptions consumer_options(const Args& a) {
   streamq::ConsumerOptions o{.connection = {.url = a.url}, .stream = a.stream, .group = "bench"};
-  if (a.concurrency > 0) o.concurrency = a.concurrency;
+  o.partitions = a.partitions;
+  o.concurrency = a.concurrency > 0 ? a.concurrency : std::max(o.concurrency, a.partitions);
+  if (a.prefetch > 0) o.prefetch = a.prefetch;
+  o.prefetch = std::max(o.prefetch, o.concurrency);
   return o;
 }
 
@@ -338,7 +351,8 @@ int main(int argc, char** argv) {
     std::cerr
         << "streamq-bench: " << e.what()
         << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|drain-levels|drain-raw|latency|retry"
-        << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C]\n";
+        << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C] [--prefetch F]"
+        << " [--partitions P]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "streamq-bench: " << e.what() << '\n';

@@ -19,7 +19,7 @@ constexpr const char* kUsage =
     "usage: streamq-producer [--url redis://127.0.0.1:6379] [--stream task_queue]\n"
     "                        [--type send_email] [--payload '{\"to\":\"user@example.com\"}']\n"
     "                        [--count 1] [--max-retries N] [--delay-ms MS]\n"
-    "                        [--priority high|normal|low]\n";
+    "                        [--priority high|normal|low] [--partitions 1]\n";
 
 }  // namespace
 
@@ -35,12 +35,15 @@ int main(int argc, char** argv) {
                                            {"--count", "1"},
                                            {"--max-retries", ""},
                                            {"--delay-ms", "0"},
-                                           {"--priority", "normal"}};
+                                           {"--priority", "normal"},
+                                           {"--partitions", "1"}};
   int count = 0;
+  int partitions = 1;
   streamq::EnqueueOptions task_options;
   try {
     example::parse_flags(argc, argv, flags);
     count = example::to_int("--count", flags["--count"], 1);
+    partitions = example::to_int("--partitions", flags["--partitions"], 1);
     if (!flags["--max-retries"].empty()) {
       task_options.max_retries = example::to_int("--max-retries", flags["--max-retries"], 0);
     }
@@ -60,7 +63,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    streamq::ProducerOptions options{.stream = flags["--stream"]};
+    streamq::ProducerOptions options{.stream = flags["--stream"], .partitions = partitions};
     options.connection.url = flags["--url"];
     streamq::Producer producer(options);
     const std::string_view payload = flags["--payload"];  // JSON text, validated by enqueue

@@ -16,7 +16,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: streamq-stats [--url redis://127.0.0.1:6379] [--stream task_queue]\n"
-    "                     [--group NAME (default: every group)] [--format json|prometheus]\n";
+    "                     [--group NAME (default: every group)] [--format json|prometheus]\n"
+    "                     [--partitions 1 (> 1: the sum of the queue's partitions)]\n";
 
 }  // namespace
 
@@ -25,17 +26,23 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  std::map<std::string, std::string> flags{
-      {"--url", "redis://127.0.0.1:6379"}, {"--stream", "task_queue"}, {"--group", ""}, {"--format", "json"}};
+  std::map<std::string, std::string> flags{{"--url", "redis://127.0.0.1:6379"},
+                                           {"--stream", "task_queue"},
+                                           {"--group", ""},
+                                           {"--format", "json"},
+                                           {"--partitions", "1"}};
+  int partitions = 1;
   try {
     example::parse_flags(argc, argv, flags);
+    partitions = example::to_int("--partitions", flags["--partitions"], 1);
   } catch (const std::invalid_argument& e) {
     std::cerr << "streamq-stats: " << e.what() << '\n' << kUsage;
     return 2;
   }
 
   try {
-    streamq::StatsOptions options{.stream = flags["--stream"], .group = flags["--group"]};
+    streamq::StatsOptions options{
+        .stream = flags["--stream"], .group = flags["--group"], .partitions = partitions};
     options.connection.url = flags["--url"];
     streamq::StatsReader reader(options);
     const streamq::QueueStats stats = reader.read();

@@ -31,7 +31,7 @@ using std::chrono::milliseconds;
 constexpr const char* kUsage =
     "usage: streamq-worker [--url redis://127.0.0.1:6379] [--stream task_queue]\n"
     "                      [--group workers] [--consumer NAME] [--concurrency 4]\n"
-    "                      [--exit-when-idle MS] [--retry-base-ms 1000]\n";
+    "                      [--exit-when-idle MS] [--retry-base-ms 1000] [--partitions 1]\n";
 
 /// Handlers run on several threads: one mutex keeps each output line whole.
 void say(const std::string& line) {
@@ -163,10 +163,12 @@ int main(int argc, char** argv) {
                                            {"--consumer", ""},
                                            {"--concurrency", "4"},
                                            {"--exit-when-idle", ""},
-                                           {"--retry-base-ms", "1000"}};
+                                           {"--retry-base-ms", "1000"},
+                                           {"--partitions", "1"}};
   int concurrency = 0;
   int exit_when_idle_ms = 0;
   int retry_base_ms = 0;
+  int partitions = 1;
   try {
     example::parse_flags(argc, argv, flags);
     concurrency = example::to_int("--concurrency", flags["--concurrency"], 1);
@@ -174,6 +176,7 @@ int main(int argc, char** argv) {
       exit_when_idle_ms = example::to_int("--exit-when-idle", flags["--exit-when-idle"], 1);
     }
     retry_base_ms = example::to_int("--retry-base-ms", flags["--retry-base-ms"], 0);
+    partitions = example::to_int("--partitions", flags["--partitions"], 1);
   } catch (const std::invalid_argument& e) {
     std::cerr << "streamq-worker: " << e.what() << '\n' << kUsage;
     return 2;
@@ -186,6 +189,7 @@ int main(int argc, char** argv) {
                                      .group = flags["--group"],
                                      .consumer_name = flags["--consumer"],  // empty: generated
                                      .concurrency = concurrency,
+                                     .partitions = partitions,
                                      .stop_on_signals = true,
                                      // A failed attempt waits a random time up to base * 2^n.
                                      .retry_backoff = {.base = milliseconds(retry_base_ms)}};

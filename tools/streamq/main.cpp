@@ -207,8 +207,10 @@ ProgressCallback progress_to(ProgressLine& line) {
 }
 
 int cmd_enqueue(const Global& g, const std::string& queue, const std::string& type,
-                const std::string& payload, bool from_stdin, const EnqueueOptions& eo, std::int64_t max_len) {
-  Producer producer({.connection = {.url = g.url}, .stream = queue, .max_len = max_len});
+                const std::string& payload, bool from_stdin, const EnqueueOptions& eo, std::int64_t max_len,
+                int partitions) {
+  Producer producer(
+      {.connection = {.url = g.url}, .stream = queue, .max_len = max_len, .partitions = partitions});
   if (!from_stdin) {
     const std::string id = producer.enqueue(type, payload.empty() ? std::string("{}") : payload, eo);
     if (g.json()) {
@@ -329,7 +331,8 @@ int run(int argc, char** argv) {
   Global g;
   app.add_option("--url", g.url,
                  "Redis URL (redis://[user[:password]@]host[:port][/db], "
-                 "redis+sentinel://host:port[,host:port...]/master-name[/db] or unix:///path)")
+                 "redis+sentinel://host:port[,host:port...]/master-name[/db], "
+                 "redis+cluster://host:port[,host:port...] or unix:///path)")
       ->envname("STREAMQ_URL")
       ->capture_default_str();
   app.add_option("--group", g.group, "consumer group")->capture_default_str();
@@ -428,6 +431,13 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   enqueue->add_option("--priority", priority_name, "high, normal or low")
       ->check(CLI::IsMember({"high", "normal", "low"}));
+  int partitions = 1;
+  enqueue
+      ->add_option("--partitions", partitions,
+                   "the queue's partitions (its producers' ProducerOptions::partitions)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  enqueue->add_option("--partition-key", eo.partition_key, "tasks with one key go to one partition");
 
   auto* pause =
       app.add_subcommand("pause", "workers stop taking new tasks of the queue (running ones finish)");
@@ -555,7 +565,7 @@ int run(int argc, char** argv) {
       }
       eo.delay = std::chrono::milliseconds(delay_ms);
       eo.priority = *parse_priority(priority_name);
-      return cmd_enqueue(g, queue, type, payload, from_stdin, eo, max_len);
+      return cmd_enqueue(g, queue, type, payload, from_stdin, eo, max_len, partitions);
     }
     if (*pause || *resume) {
       Inspector in(g.inspector());
