@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """A partitioned queue on Redis Cluster, on 1, 2 and 3 masters, in one run.
 
@@ -110,9 +110,10 @@ class Cluster:
 
 
 def run(bench, *args):
+    """Runs one scenario; its tasks/s (None for preload, which measures nothing)."""
     out = subprocess.run([bench, *args], check=True, capture_output=True, text=True).stdout
     fields = dict(item.split("=", 1) for item in out.split() if "=" in item)
-    return float(fields["tasks_per_s"])
+    return float(fields["tasks_per_s"]) if "tasks_per_s" in fields else None
 
 
 def main():
@@ -142,7 +143,7 @@ def main():
         for c in clusters.values():
             c.stop()
     print(f"machine: {os.cpu_count()} cores; redis-server "
-          f"{subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2]}"
+          f"{subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2].removeprefix('v=')}"
           f"; one queue of {partitions} partitions, partition i on master i mod N; {count} tasks per run")
     print(f"{'masters':<8} {'enqueue-batch/s':>16} {'ratio':>6} {'drain/s':>10} {'ratio':>6}")
     base = {k: statistics.median(results[1][k]) for k in ("enqueue-batch", "drain")}

@@ -87,6 +87,9 @@ struct SchedulerOptions {
   ConnectionOptions connection{};
   /// The stream the tasks are enqueued on. Each schedule's record is `<stream>:sched:<name>`.
   std::string stream = "task_queue";
+  /// The queue's partitions (ProducerOptions::partitions): > 1 sends all the ticks of one
+  /// schedule to one partition (CRC16 of its name mod partitions), its record beside them.
+  int partitions = 1;
   /// Backlog bound, as ProducerOptions::max_len. Must be > 0.
   std::int64_t max_len = 10000;
   /// As ProducerOptions::overflow. With Overflow::reject a tick that finds the queue's backlog

@@ -11,6 +11,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "cluster.hpp"
 #include "codec.hpp"
 #include "connection.hpp"
 #include "keys.hpp"
@@ -35,6 +36,7 @@ constexpr std::int64_t tick_refused = 3;
 SchedulerOptions validated(SchedulerOptions o) {
   if (o.stream.empty()) throw ConfigError("stream must not be empty");
   if (o.max_len <= 0) throw ConfigError("max_len must be > 0");
+  detail::check_partitions(o.partitions, o.stream);
   if (o.overflow != Overflow::reject && o.overflow != Overflow::trim_oldest) {
     throw ConfigError("overflow must be Overflow::reject or Overflow::trim_oldest");
   }
@@ -67,7 +69,8 @@ struct Entry {
   std::string payload;
   int max_retries = 3;
   std::vector<std::pair<std::string, std::string>> extra_fields;
-  std::string key;                   // <stream>:sched:<name>
+  detail::QueueKeys keys;            // of the partition its ticks go to
+  std::string key;                   // <stream>:sched:<name>, in that partition
   std::optional<TimePoint> handled;  // newest tick this instance got an answer for
 };
 
@@ -76,7 +79,9 @@ struct Entry {
 struct Scheduler::Impl {
   explicit Impl(SchedulerOptions o)
       : options(validated(std::move(o))),
-        connection(detail::make_connection_config(options.connection, "scheduler", options.stream)),
+        connection(
+            detail::make_connection_config(options.connection, "scheduler",
+                                           detail::partition_stream(options.stream, options.partitions, 0))),
         max_len_text(std::to_string(options.max_len)) {}
 
   void main();
@@ -98,7 +103,6 @@ struct Scheduler::Impl {
   std::atomic<bool> started{false};
   std::jthread thread;
 
-  detail::QueueKeys keys = detail::queue_keys(options.stream);
   std::atomic<std::uint64_t> enqueued{0};
   std::atomic<std::uint64_t> taken{0};
   std::atomic<std::uint64_t> skipped{0};
@@ -118,7 +122,7 @@ void Scheduler::Impl::handle(Entry& e, TimePoint now, detail::ScriptRunner& scri
   const detail::NewTask task{task_id, e.task_type, e.payload, created_at, e.max_retries, &e.extra_fields};
 
   detail::Argv argv = scripts.begin(detail::ScriptId::schedule_tick, 5);
-  argv.add(keys.stream).add(e.key).add(keys.high).add(keys.low).add(keys.delayed);
+  argv.add(e.keys.stream).add(e.key).add(e.keys.high).add(e.keys.low).add(e.keys.delayed);
   argv.add(epoch_ms(due)).add(late ? "1" : "0");
   argv.add(options.missed == MissedTicks::skip ? "skip" : "enqueue_once");
   argv.add(options.overflow == Overflow::reject ? "reject" : "trim").add(max_len_text);
@@ -157,7 +161,7 @@ void Scheduler::Impl::handle(Entry& e, TimePoint now, detail::ScriptRunner& scri
       break;
     case tick_refused:
       count(refused);
-      detail::log(LogLevel::error, what + ": queue full: " + options.stream + " holds " +
+      detail::log(LogLevel::error, what + ": queue full: " + e.keys.stream + " holds " +
                                        std::to_string(v[1].integer()) + " entries (max_len " + max_len_text +
                                        "); task " + task_id +
                                        " was not enqueued, and the tick is recorded as refused");
@@ -262,10 +266,14 @@ void Scheduler::add(std::string name, Schedule schedule, std::string task_type, 
                                              im.options.max_payload_depth)) {
     throw PayloadError("payload of schedule \"" + name + "\": " + *problem);
   }
-  std::string key = detail::schedule_key(im.options.stream, name);
+  // A schedule's ticks all go to one partition, chosen by its name: one record, one order.
+  const int n = im.options.partitions;
+  const int partition = n == 1 ? 0 : static_cast<int>(detail::crc16(name) % static_cast<unsigned>(n));
+  detail::QueueKeys keys = detail::queue_keys(detail::partition_stream(im.options.stream, n, partition));
+  std::string key = detail::schedule_key(keys.stream, name);
   im.entries.push_back(Entry{std::move(name), std::move(schedule), std::move(task_type), payload.text(),
                              options.max_retries.value_or(im.options.default_max_retries),
-                             std::move(options.extra_fields), std::move(key), std::nullopt});
+                             std::move(options.extra_fields), std::move(keys), std::move(key), std::nullopt});
 }
 
 void Scheduler::run() {

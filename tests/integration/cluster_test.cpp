@@ -539,6 +539,39 @@ TEST(Partitions, TheCountOfALiveQueueChangesWithoutLosingATask) {
   EXPECT_TRUE(empty(detail::partition_stream(queue, 3, 2)));
 }
 
+// A Scheduler of a partitioned queue sends every tick of a schedule to the partition its name
+// picks, with the schedule's record beside them, where a partitioned worker runs them.
+TEST(Partitions, ASchedulesTicksGoToThePartitionItsNamePicks) {
+  ClusterTopology t(3);
+  const std::string url = t.url({1});
+  const std::string queue = plain_key();
+  constexpr int kPartitions = 4;
+  Scheduler scheduler({.connection = {.url = url}, .stream = queue, .partitions = kPartitions});
+  scheduler.add("often", Schedule::every(100ms), "tick", "{}");
+  scheduler.start();
+  ASSERT_TRUE(wait_until([&] { return scheduler.metrics().enqueued >= 3; }, 10s));
+  scheduler.stop();
+  const std::uint64_t ticks = scheduler.metrics().enqueued;
+  const int picked = static_cast<int>(detail::crc16("often") % kPartitions);
+  for (int i = 0; i < kPartitions; ++i) {
+    const std::string stream = detail::partition_stream(queue, kPartitions, i);
+    Client node(t.node(t.owner_of(detail::key_slot(stream))).url());
+    EXPECT_EQ(node.integer({"XLEN", stream}), i == picked ? static_cast<std::int64_t>(ticks) : 0) << stream;
+    EXPECT_EQ(node.integer({"EXISTS", stream + ":sched:often"}), i == picked ? 1 : 0) << stream;
+  }
+  RunLog log;
+  auto o = worker_options(url, queue, "w1");
+  o.partitions = o.concurrency = kPartitions;
+  RunningConsumer worker(o,
+                         [&](Consumer& c) { c.on("tick", [&](const Task& task) { log.add(task.id()); }); });
+  EXPECT_TRUE(wait_until(
+      [&] {
+        std::lock_guard lock(log.m);
+        return log.runs.size() == ticks;
+      },
+      10s));
+}
+
 INSTANTIATE_TEST_SUITE_P(ReplicaAcks, ClusterFailover, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return i.param == 0 ? std::string("Without") : std::string("WithOneReplica");

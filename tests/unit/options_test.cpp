@@ -13,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "cluster.hpp"
 #include "codec.hpp"
 #include "connection.hpp"
+#include "keys.hpp"
 #include "scripts.hpp"
 #include "streamq/streamq.hpp"
 
@@ -383,6 +385,41 @@ TEST(Scripts, TheLuaDeadLetterBuilderSetsTheFieldsTheCodecReserves) {
     EXPECT_TRUE(streamq::detail::is_reserved_field(f)) << f;
   }
   EXPECT_EQ(named, reserved);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Partitions, CountsAndNamesAreChecked) {
+  using streamq::Scheduler;
+  using streamq::SchedulerOptions;
+  expect_refused<Producer>(ProducerOptions{.partitions = 0}, "partitions must be 1 to 1024");
+  expect_refused<Producer>(ProducerOptions{.partitions = 1025}, "partitions must be 1 to 1024");
+  expect_refused<Producer>(ProducerOptions{.stream = "{}", .partitions = 2}, "nothing but braces");
+  expect_refused<Consumer>(ConsumerOptions{.concurrency = 4, .partitions = -1},
+                           "partitions must be 1 to 1024");
+  expect_refused<Consumer>(ConsumerOptions{.concurrency = 4, .partitions = 5},
+                           "concurrency must be >= partitions");
+  expect_refused<StatsReader>(StatsOptions{.partitions = 0}, "partitions must be 1 to 1024");
+  expect_refused<Scheduler>(SchedulerOptions{.stream = "{}", .partitions = 3}, "nothing but braces");
+  // Accepted: one partition of any name, and P partitions of a name with braces in it.
+  EXPECT_NO_THROW(Producer(ProducerOptions{.stream = "{}", .partitions = 1}));
+  EXPECT_NO_THROW(
+      Consumer(ConsumerOptions{.stream = "{orders}", .concurrency = 8, .partitions = 8, .prefetch = 8}));
+}
+
+TEST(Partitions, EachPartitionIsItsOwnHashTag) {
+  using streamq::detail::partition_stream;
+  EXPECT_EQ(partition_stream("orders", 1, 0), "orders");  // one partition: the queue's own name
+  EXPECT_EQ(partition_stream("orders", 3, 0), "{orders:0}");
+  EXPECT_EQ(partition_stream("{orders}", 3, 2), "{orders:2}");
+  EXPECT_EQ(partition_stream("shop:{orders}", 12, 11), "{shop:orders:11}");
+  // Every key of a partition is in the partition's slot, and partitions differ from each other.
+  const std::string p0 = partition_stream("orders", 2, 0);
+  const std::string p1 = partition_stream("orders", 2, 1);
+  EXPECT_EQ(streamq::detail::key_slot(p0 + ":dlq"), streamq::detail::key_slot(p0));
+  EXPECT_NE(streamq::detail::key_slot(p0), streamq::detail::key_slot(p1));
 }
 
 }  // namespace
