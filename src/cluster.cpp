@@ -99,7 +99,8 @@ int command_slot(const Argv& argv) noexcept {
     key = 3;
   } else if (any_of(cmd, {"XREADGROUP", "XREAD"})) {
     key = 0;
-    for (std::size_t i = 1; i + 1 < argv.size(); ++i) {
+    // XREADGROUP's options follow GROUP <group> <consumer> (a group named "streams" is no keyword).
+    for (std::size_t i = iequals(cmd, "XREADGROUP") ? 4 : 1; i + 1 < argv.size(); ++i) {
       if (iequals(argv[i], "STREAMS")) {
         key = i + 1;
         break;
@@ -153,7 +154,7 @@ SlotMap parse_cluster_shards(ReplyView reply, const HostPort& asked) {
       const ReplyView role = node.field("role");
       const ReplyView health = node.field("health");
       if (!role.is_string() || role.str() != "master") continue;
-      if (health.is_string() && health.str() == "fail") continue;
+      if (health.is_string() && health.str() == "failed") continue;  // (online, failed, loading)
       const ReplyView endpoint = node.field("endpoint");
       const ReplyView ip = node.field("ip");
       const ReplyView port = node.field("port");

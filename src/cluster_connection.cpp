@@ -33,6 +33,7 @@ void Connection::cluster_drop() noexcept {
   cluster_->owed.clear();
   cluster_->multi_waiting = false;
   cluster_->in_multi = nullptr;
+  cluster_->sent_since_wait.clear();
 }
 
 bool Connection::cluster_connected() const noexcept {
@@ -62,7 +63,15 @@ Connection& Connection::cluster_link(const HostPort& node) {
 void Connection::cluster_ensure(Connection& link) {
   if (link.connected()) return;
   link.connect();
-  generation_ += 1;  // scripts cached and pending entries replayed belong to a connection
+  // generation() tells callers that the connection their state belongs to is a new one (the
+  // fetcher replays its pending entries, CLIENT UNBLOCK needs the new id): the route key's
+  // master's; without a route key, any.
+  const ClusterState& c = *cluster_;
+  const HostPort* route = c.route_slot >= 0 ? c.map.master_of(c.route_slot) : nullptr;
+  if (route == nullptr ||
+      (link.config_.endpoint.host == route->host && link.config_.endpoint.port == route->port)) {
+    generation_ += 1;
+  }
 }
 
 void Connection::cluster_refresh() {
@@ -80,7 +89,8 @@ void Connection::cluster_refresh() {
     };
     try {
       Connection& link = cluster_link(node);
-      cluster_ensure(link);
+      const bool was_connected = link.connected();
+      if (!was_connected) link.connect();  // only to ask: no generation of its own
       Reply reply = link.command(Argv{"CLUSTER", "SHARDS"});
       bool shards = true;
       if (reply.view().is_error() && !reply.view().error().starts_with("ERR This instance has cluster")) {
@@ -113,6 +123,9 @@ void Connection::cluster_refresh() {
       }
       c.map = std::move(map);
       c.stale = false;
+      // A connection made only to ask is not kept: each Connection of a worker would keep one
+      // to the first node otherwise. (The next command there connects again, counted.)
+      if (!was_connected && &link != c.home) link.disconnect();
       return;
     } catch (const ReplyError& e) {  // AUTH refused
       if (refusal.empty()) refusal = std::string(e.what()) + " (from " + node.describe() + ")";
@@ -131,9 +144,12 @@ Connection& Connection::cluster_link_for(int slot) {
     if (c.home != nullptr) return *c.home;
     slot = c.route_slot;
   }
-  if (c.map.empty()) cluster_refresh();
+  // The map is read again only when nothing is owed: a link that owes replies cannot be asked.
+  if (c.map.empty() && c.owed.empty()) cluster_refresh();
+  if (c.map.empty())
+    throw ConnectionError("redis " + config_.endpoint.describe() + ": the slot map is not known yet");
   if (slot < 0) return cluster_link(c.map.masters.front());
-  if (c.map.master_of(slot) == nullptr) cluster_refresh();
+  if (c.map.master_of(slot) == nullptr && c.owed.empty()) cluster_refresh();
   const HostPort* master = c.map.master_of(slot);
   if (master == nullptr) {
     c.stale = true;
@@ -149,7 +165,14 @@ void Connection::cluster_connect() {
     ClusterState& c = *cluster_;
     if ((c.stale || c.map.empty()) && c.owed.empty()) cluster_refresh();
     Connection& link = c.route_slot >= 0 ? cluster_link_for(c.route_slot) : cluster_link_for(-1);
+    const std::uint64_t before = generation_;
     cluster_ensure(link);
+    // The queue's slot is served by another master now, one already connected for other keys:
+    // still a new connection for the caller's state.
+    if (c.route_slot >= 0 && c.route_link != nullptr && &link != c.route_link && generation_ == before) {
+      generation_ += 1;
+    }
+    c.route_link = &link;
     c.home = &link;
     return 0;
   });
@@ -177,6 +200,7 @@ void Connection::cluster_append(const Argv& argv) {
     }
     link.append(argv);
     c.owed.push_back(&link);
+    c.sent_on(&link);
     if (is_command(argv, "EXEC") || is_command(argv, "DISCARD")) c.in_multi = nullptr;
     c.home = &link;
     return 0;
@@ -236,6 +260,7 @@ Reply Connection::cluster_command(const Argv& argv) {
         cluster_ensure(link);
         link.append(Argv{"ASKING"});
         link.append(argv);
+        c.sent_on(&link);
         const Reply asking = link.read_reply();
         return link.read_reply();
       });

@@ -171,7 +171,7 @@ void Connection::for_each_master(const std::function<void(Connection&)>& visit) 
     return;
   }
   cluster_guarded([&] {
-    cluster_refresh();
+    if (cluster_->owed.empty()) cluster_refresh();
     const std::vector<HostPort> masters = cluster_->map.masters;
     for (const HostPort& m : masters) {
       Connection& link = cluster_link(m);
@@ -428,15 +428,26 @@ Reply Connection::command_here(const Argv& argv) {
   return next_reply("command");
 }
 
-Reply Connection::command_beside(std::string_view key, const Argv& argv) {
-  if (!cluster_) return command_here(argv);
+std::vector<Reply> Connection::wait_where_sent(const Argv& wait) {
+  if (!cluster_) {
+    std::vector<Reply> one;
+    one.push_back(command_here(wait));
+    return one;
+  }
   return cluster_guarded([&] {
-    Connection& link = cluster_link_for(key_slot(key));
-    if (!link.connected()) {
-      throw ConnectionError("redis " + link.describe() +
-                            ": the connection that sent the previous command is gone");
+    std::vector<Connection*> sent = std::move(cluster_->sent_since_wait);
+    cluster_->sent_since_wait.clear();
+    for (Connection* link : sent) {
+      if (!link->connected()) {
+        throw ConnectionError("redis " + link->describe() +
+                              ": the connection that sent the previous command is gone");
+      }
     }
-    return link.command_here(argv);
+    for (Connection* link : sent) link->append(wait);
+    for (Connection* link : sent) link->flush();
+    std::vector<Reply> replies;
+    for (Connection* link : sent) replies.push_back(link->read_reply());
+    return replies;
   });
 }
 

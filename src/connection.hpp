@@ -165,9 +165,12 @@ class Connection {
   /// recheck before it (a WAIT must follow its write on the same connection). Throws
   /// ConnectionError when not connected.
   Reply command_here(const Argv& argv);
-  /// As command_here(), on the connection that would carry a command on `key`: with a cluster
-  /// URL the master of its slot (a WAIT after a write to that key), else this one.
-  Reply command_beside(std::string_view key, const Argv& argv);
+  /// Sends `wait` (a WAIT command) on every connection that carried a command since the last
+  /// call: this one, or with a cluster URL each master's that did (including a master an ASK
+  /// sent a command to), pipelined so that they wait at the same time; their replies, in no
+  /// particular order. Like command_here(), it never reconnects: ConnectionError when such a
+  /// connection is gone. No reply may be owed when it is called.
+  std::vector<Reply> wait_where_sent(const Argv& wait);
   /// Sends all commands in one write and reads their replies in order.
   std::vector<Reply> pipeline(const std::vector<Argv>& commands);
 
@@ -181,7 +184,9 @@ class Connection {
   /// Off: a call on a dropped connection throws ConnectionError instead of connecting, and
   /// append() does no sentinel recheck (the caller calls recheck_master() where a new
   /// connection is safe). For a caller whose state belongs to one connection (the fetcher:
-  /// its replies in flight, its replay of its own pending entries after each connect).
+  /// its replies in flight, its replay of its own pending entries after each connect). With a
+  /// cluster URL a command for a master whose connection is down throws the same way; reading
+  /// the slot map again may still connect to a node, only to ask it.
   void set_reconnect_on_use(bool on) noexcept { reconnect_on_use_ = on; }
   /// Sentinel mode, connected and nothing owed: at most every kSentinelRecheck, asks the
   /// sentinels again and disconnects when they name another master (true then). No-op
@@ -193,7 +198,9 @@ class Connection {
   Millis backoff_delay() { return backoff_.delay(); }
   /// Consecutive failed connects (0 once connected).
   int failures() const noexcept { return backoff_.failures(); }
-  /// Incremented by every successful connect; lets callers notice a reconnect.
+  /// Incremented by every successful connect; lets callers notice a reconnect. With a cluster
+  /// URL: by a connect to the route key's master, and when connect() moves to another master
+  /// for it (without a route key: by any master's connect).
   std::uint64_t generation() const noexcept { return generation_; }
   /// CLIENT ID of the current connection (with a cluster URL: of the master commands without
   /// keys go to).

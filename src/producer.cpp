@@ -125,6 +125,14 @@ std::optional<Duplicate> parse_duplicate(const detail::Reply& r) {
   return d;
 }
 
+/// A reply saying that the command was not run where it went and may be sent again as it is:
+/// MOVED or ASK (its slot is served elsewhere), TRYAGAIN (a migration has split its keys).
+bool sent_to_wrong_place(const detail::Reply& r) {
+  if (!r.view().is_error()) return false;
+  const std::string_view e = r.view().error();
+  return e.starts_with("MOVED ") || e.starts_with("ASK ") || e.starts_with("TRYAGAIN");
+}
+
 std::string duplicate_message(const Duplicate& d) {
   return "duplicate task: unique lock " + d.key + " is held by task " + d.holder +
          " (enqueued within its unique_for window and not finished)";
@@ -263,21 +271,16 @@ struct Producer::Impl {
     return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty();
   }
 
-  /// WAIT for min_replicas_acked replicas to have what this connection wrote to the masters of
-  /// `partitions` (those of the tasks written); how many did, the fewest of those masters'.
-  /// A server that has just turned replica refuses WAIT: none did (the connection is dropped,
-  /// so the next call asks the sentinels again).
-  std::int64_t replicas_acknowledging(const std::vector<int>& partitions) {
+  /// WAIT for min_replicas_acked replicas to have what this connection wrote (with a cluster
+  /// URL: on every master it wrote to, at the same time); how many did, the fewest of those
+  /// masters'. A server that has just turned replica refuses WAIT: none did (with a sentinel URL
+  /// the connection is dropped, so the next call asks the sentinels again).
+  std::int64_t replicas_acknowledging() {
     detail::Argv wait{"WAIT"};
     wait.add(static_cast<std::int64_t>(options.min_replicas_acked));
     wait.add(static_cast<std::int64_t>(options.replicas_ack_timeout.count()));
-    std::vector<bool> asked(keys.size(), false);
     std::int64_t fewest = options.min_replicas_acked;
-    for (const int p : partitions) {
-      if (asked[static_cast<std::size_t>(p)]) continue;
-      asked[static_cast<std::size_t>(p)] = true;
-      // Where the tasks were written: with a cluster URL the master of that partition's slot.
-      const detail::Reply reply = conn.command_beside(keys[static_cast<std::size_t>(p)].stream, wait);
+    for (const detail::Reply& reply : conn.wait_where_sent(wait)) {
       if (reply.view().is_error() &&
           (conn.config().endpoint.is_sentinel() || conn.config().endpoint.is_cluster()) &&
           detail::is_demotion_error(reply.view().error())) {
@@ -288,37 +291,36 @@ struct Producer::Impl {
     return fewest;
   }
 
-  /// The partitions of the tasks written (ids[i] not empty).
-  static std::vector<int> written_partitions(const std::vector<std::string>& ids,
-                                             const std::vector<int>& partition_of) {
-    std::vector<int> out;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (!ids[i].empty()) out.push_back(partition_of[i]);
-    }
-    return out;
+  /// A batch some of whose commands Redis refused with `failure` (OOM, NOPERM, a redirection
+  /// that outlasted the retries, ...): the ReplyError as it is when nothing was written; else
+  /// EnqueueRefusedError with the ids written (`ids`, "" for the others).
+  [[noreturn]] void refuse_batch(std::vector<std::string> ids, const std::string& failure) {
+    if (std::all_of(ids.begin(), ids.end(), [](const auto& id) { return id.empty(); }))
+      throw ReplyError(failure);
+    std::string message =
+        partial_batch_message("enqueue refused", ids, failure) + replication_of_written(ids);
+    throw EnqueueRefusedError(message, std::move(ids));
   }
 
   /// For a batch refused part-way (`ids`: the written ones, "" for the others): with
   /// min_replicas_acked, what the replicas acknowledged of the written part, for the refusal's
   /// message ("" when nothing was written, or the option is off).
-  std::string replication_of_written(const std::vector<std::string>& ids,
-                                     const std::vector<int>& partition_of) {
+  std::string replication_of_written(const std::vector<std::string>& ids) {
     if (options.min_replicas_acked == 0 ||
         std::all_of(ids.begin(), ids.end(), [](const auto& id) { return id.empty(); })) {
       return {};
     }
-    const std::int64_t acked = replicas_acknowledging(written_partitions(ids, partition_of));
+    const std::int64_t acked = replicas_acknowledging();
     return "; the tasks written were acknowledged by " + std::to_string(acked) + " of the " +
            std::to_string(options.min_replicas_acked) + " replicas asked for" +
            (acked < options.min_replicas_acked ? " (lost if the master fails now)" : "");
   }
 
   /// With min_replicas_acked: WAIT for the replicas to have what this connection wrote (the
-  /// tasks `ids`, just written, to partitions `partition_of`), and ReplicationError when too few
-  /// did in time.
-  void wait_for_replicas(const std::vector<std::string>& ids, const std::vector<int>& partition_of) {
+  /// tasks `ids`, just written), and ReplicationError when too few did in time.
+  void wait_for_replicas(const std::vector<std::string>& ids) {
     if (options.min_replicas_acked == 0) return;
-    const std::int64_t acked = replicas_acknowledging(written_partitions(ids, partition_of));
+    const std::int64_t acked = replicas_acknowledging();
     if (acked >= options.min_replicas_acked) return;
     throw ReplicationError(
         std::to_string(ids.size()) + (ids.size() == 1 ? " task (" + ids[0] + ")" : " tasks") +
@@ -362,7 +364,7 @@ std::string Producer::enqueue(std::string_view task_type, std::string_view paylo
   if (is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
   if (auto d = parse_duplicate(reply)) throw DuplicateTaskError(duplicate_message(*d), d->holder);
   reply.view().check();
-  im.wait_for_replicas({id}, {one[0].partition});
+  im.wait_for_replicas({id});
   return id;
 }
 
@@ -387,9 +389,17 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
     std::vector<detail::Argv> argvs;
     argvs.reserve(prepared.size());
     for (const auto& t : prepared) argvs.push_back(im.trim_argv(t));
-    const std::vector<detail::Reply> replies = im.conn.pipeline(argvs);
-    for (const auto& r : replies) r.view().check();
-    im.wait_for_replicas(ids, partition_of);
+    std::vector<detail::Reply> replies = im.conn.pipeline(argvs);
+    std::string failure;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      // A command sent where its slot no longer is: again, on its own (command() follows it).
+      if (sent_to_wrong_place(replies[i])) replies[i] = im.conn.command(argvs[i]);
+      if (!replies[i].view().is_error()) continue;
+      if (failure.empty()) failure = std::string(replies[i].view().error());
+      ids[i].clear();
+    }
+    if (!failure.empty()) im.refuse_batch(std::move(ids), failure);
+    im.wait_for_replicas(ids);
     return ids;
   }
 
@@ -438,8 +448,14 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
     im.conn.append(argvs.back());
     im.conn.flush();
   }
-  const std::vector<detail::Reply> replies = im.scripts.collect(script_ids, argvs);
+  std::vector<detail::Reply> replies = im.scripts.collect(script_ids, argvs);
+  // A chunk sent where its slot no longer is (MOVED, ASK, TRYAGAIN) was not run: again, on its
+  // own, in order (the chunks of one partition share a slot, so they all met the same).
+  for (std::size_t c = 0; c < replies.size(); ++c) {
+    if (sent_to_wrong_place(replies[c])) replies[c] = im.scripts.call(detail::ScriptId::enqueue, argvs[c]);
+  }
   std::string server_message;
+  std::string failure;  // another error reply: that chunk was not written
   std::optional<Duplicate> duplicate;
   std::size_t duplicate_index = 0;
   for (std::size_t c = 0; c < replies.size(); ++c) {
@@ -452,20 +468,25 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
         duplicate_index = order[chunks[c].first + duplicate->index];
       }
     }
-    if (!full && !dup && replies[c].view().check().integer() > 0) continue;  // written
+    if (!full && !dup && replies[c].view().is_error() && failure.empty()) {
+      failure = std::string(replies[c].view().error());
+    }
+    if (!full && !dup && !replies[c].view().is_error() && replies[c].view().integer() > 0)
+      continue;  // written
     for (std::size_t k = chunks[c].first; k < chunks[c].last; ++k) ids[order[k]].clear();
   }
   if (duplicate) {
     std::string message = partial_batch_message("duplicate task", ids, server_message) +
-                          im.replication_of_written(ids, partition_of);  // before the move
+                          im.replication_of_written(ids);  // before the move
     throw DuplicateTaskError(message, duplicate->holder, duplicate_index, std::move(ids));
   }
   if (!server_message.empty()) {
     std::string message = partial_batch_message("queue full", ids, server_message) +
-                          im.replication_of_written(ids, partition_of);  // before ids is moved from
+                          im.replication_of_written(ids);  // before ids is moved from
     throw QueueFullError(message, std::move(ids));
   }
-  im.wait_for_replicas(ids, partition_of);
+  if (!failure.empty()) im.refuse_batch(std::move(ids), failure);
+  im.wait_for_replicas(ids);
   return ids;
 }
 

@@ -32,6 +32,9 @@ void append_dead_letter(Argv& argv, std::string_view reason, std::string_view er
 }
 
 bool ScriptRunner::known(ScriptId id) const {
+  // On a cluster every master has a script cache of its own, and the command's keys (not known
+  // yet here) pick the master: EVALSHA always, and EVAL where a master answers NOSCRIPT.
+  if (conn_.config().endpoint.is_cluster()) return true;
   return known_generation_[static_cast<std::size_t>(id)] == conn_.generation() && conn_.connected();
 }
 
@@ -87,10 +90,13 @@ std::vector<Reply> ScriptRunner::collect(const std::vector<ScriptId>& ids, std::
     // Not re-run on another connection than the one that read the pipeline (a reply there
     // said the server stopped being the master): what comes after a refused script must not
     // be written where the refused one was not. The NOSCRIPT reply stands.
-    if (is_noscript(replies[i]) && (!conn_.connected() || conn_.generation() != generation)) continue;
+    // (On a cluster the re-run goes to the master of the script's keys, the one that refused it.)
+    const bool cluster = conn_.config().endpoint.is_cluster();
+    if (is_noscript(replies[i]) && !cluster && (!conn_.connected() || conn_.generation() != generation))
+      continue;
     if (is_noscript(replies[i])) {
       use_eval(ids[i], argvs[i]);
-      replies[i] = conn_.command_here(argvs[i]);
+      replies[i] = cluster ? conn_.command(argvs[i]) : conn_.command_here(argvs[i]);
     }
     mark_known(ids[i]);
   }

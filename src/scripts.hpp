@@ -52,7 +52,8 @@ void append_dead_letter(Argv& argv, std::string_view reason, std::string_view er
                         std::string_view failed_at, std::string_view queue, const Fields& fields_read);
 
 /// Runs scripts on one connection. Sends EVALSHA once the script is known to be cached on the
-/// current connection, EVAL before that, and retries with EVAL on NOSCRIPT.
+/// current connection, EVAL before that, and retries with EVAL on NOSCRIPT. With a cluster URL
+/// (one cache per master) it always sends EVALSHA first.
 class ScriptRunner {
  public:
   explicit ScriptRunner(Connection& conn) : conn_(conn) {}

@@ -56,7 +56,9 @@ struct EnqueueOptions {
   /// With ProducerOptions::partitions > 1: tasks with the same partition key go to the same
   /// partition (CRC16-XMODEM of the key, mod partitions), so a consumer sees them in the order
   /// they were enqueued. Empty = the unique key when unique_for is set (so uniqueness holds
-  /// across partitions), else the next partition in turn. Ignored with one partition.
+  /// across partitions), else the next partition in turn. Ignored with one partition. (A unique
+  /// key's lock lives in its task's partition: two tasks with one unique key but different
+  /// partition keys can both be enqueued.)
   std::string partition_key{};
 };
 
@@ -218,6 +220,12 @@ class Producer {
   /// A batch of more than 64 tasks keeps a short-lived refusal mark,
   /// `<stream>:batch:<uuid>:refused` (SET/EXISTS/PEXPIRE, expires after a minute), so the
   /// pipelined chunks behind a refused one know to write nothing.
+  /// With ProducerOptions::partitions > 1, the chunks hold tasks of one partition each, every
+  /// partition has its own refusal mark, and what was written of each partition's tasks is a
+  /// prefix of them. A chunk sent where its slot no longer is (MOVED, ASK, TRYAGAIN) is sent
+  /// again on its own. When Redis refuses some commands for another reason (OOM, NOPERM, ...)
+  /// after others were written, the call throws EnqueueRefusedError with batch_ids(); when
+  /// nothing was written, that ReplyError.
   /// @throws as enqueue.
   std::vector<std::string> enqueue_batch(const std::vector<TaskSpec>& tasks);
 

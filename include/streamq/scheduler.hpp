@@ -85,7 +85,8 @@ struct ScheduledTaskOptions {
 /// Scheduler configuration. Validated by the Scheduler constructor (ConfigError names the field).
 struct SchedulerOptions {
   ConnectionOptions connection{};
-  /// The stream the tasks are enqueued on. Each schedule's record is `<stream>:sched:<name>`.
+  /// The stream the tasks are enqueued on. Each schedule's record is `<stream>:sched:<name>`
+  /// (with partitions > 1, `<partition's stream>:sched:<name>`, beside the schedule's tasks).
   std::string stream = "task_queue";
   /// The queue's partitions (ProducerOptions::partitions): > 1 sends all the ticks of one
   /// schedule to one partition (CRC16 of its name mod partitions), its record beside them.

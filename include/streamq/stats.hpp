@@ -61,9 +61,10 @@ struct LevelStats {
 /// the totals cover every priority level.
 struct QueueStats {
   /// The stream; with StatsOptions::partitions > 1 the queue's name, every number below the
-  /// sum over its partitions (ages and idle times the largest, due times the soonest, a group's
-  /// or consumer's counts summed by name; `oldest_entry_id` the oldest partition's, and a
-  /// group's `last_delivered_id` empty: no one id stands for several streams).
+  /// sum over its partitions (ages and the oldest pending idle time the largest, due times the
+  /// soonest, a consumer's idle time the smallest, a group's or consumer's counts summed by
+  /// name; `oldest_entry_id` the oldest partition's, and a group's `last_delivered_id` empty: no
+  /// one id stands for several streams).
   std::string stream;
   /// The partitions read (StatsOptions::partitions).
   int partitions = 1;

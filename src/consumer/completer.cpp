@@ -93,10 +93,18 @@ void Completer::start() {
 }
 
 void Completer::finish(Clock::time_point deadline) {
+  request_finish(deadline);
+  join();
+}
+
+void Completer::request_finish(Clock::time_point deadline) {
   if (!thread_.joinable()) return;
   deadline_.store(deadline.time_since_epoch().count());
   s_.inflight.stop_completer();
-  thread_.join();
+}
+
+void Completer::join() {
+  if (thread_.joinable()) thread_.join();
 }
 
 void Completer::main(const std::stop_token&) {

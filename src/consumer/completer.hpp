@@ -52,6 +52,10 @@ class Completer {
   void start();
   /// Writes everything queued, retrying passing errors until `deadline`, then returns.
   void finish(Clock::time_point deadline);
+  /// finish() in two halves, so that several completers (one per partition) write their last
+  /// completions at the same time: request_finish() tells the thread, join() waits for it.
+  void request_finish(Clock::time_point deadline);
+  void join();
 
  private:
   void main(const std::stop_token& stop);

@@ -266,7 +266,9 @@ struct Consumer::Impl {
     // 4. Write every completion (retrying a passing refusal for a while).
     const auto& c = parts[0]->connection;
     const auto finish_by = std::max(grace_end, Clock::now() + c.connect_timeout + c.socket_timeout);
-    for (const auto& e : engines) e->completer.finish(finish_by);
+    // All at once: a slow master costs the other partitions nothing.
+    for (const auto& e : engines) e->completer.request_finish(finish_by);
+    for (const auto& e : engines) e->completer.join();
     // 5. Handlers still running keep their threads, detached; their entries stay pending.
     std::size_t running = 0;
     for (const auto& s : parts) running += s->inflight.running();

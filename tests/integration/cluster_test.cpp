@@ -466,6 +466,50 @@ TEST(Cluster, APartitionedQueueSpreadsOverTheMasters) {
   EXPECT_THROW(Consumer{too_few}, ConfigError);
 }
 
+// With partitions on several masters, min_replicas_acked asks every master written to (at
+// the same time): one whose replica is stopped is enough for a ReplicationError.
+TEST(Cluster, ReplicaAcknowledgementsAreAskedOfEveryMasterWritten) {
+  ClusterTopology t(3, 1);  // nodes 0-2 masters, 3-5 their replicas
+  const std::string queue = plain_key();
+  constexpr int kPartitions = 6;
+  ProducerOptions po{.connection = {.url = t.url({0}), .socket_timeout = 3s}, .stream = queue};
+  po.partitions = kPartitions;
+  po.min_replicas_acked = 1;
+  po.replicas_ack_timeout = 500ms;
+  Producer producer(po);
+  const auto batch = [](const std::string& prefix) {
+    std::vector<TaskSpec> tasks;
+    for (int i = 0; i < 60; ++i) {
+      tasks.push_back(
+          {.task_type = "t", .payload = "{}", .options = {.task_id = prefix + std::to_string(i)}});
+    }
+    return tasks;
+  };
+  EXPECT_EQ(producer.enqueue_batch(batch("a")).size(), 60u);  // every replica acknowledged
+  // The replica of the master of partition 0 stops (a batch of 60 writes to every partition).
+  const int master = t.owner_of(detail::key_slot(detail::partition_stream(queue, kPartitions, 0)));
+  ASSERT_GE(master, 0);
+  t.node(3 + master).pause();
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    producer.enqueue_batch(batch("b"));
+    ADD_FAILURE() << "acknowledged without the stopped replica";
+  } catch (const ReplicationError& e) {
+    EXPECT_EQ(e.acknowledged(), 0);
+    EXPECT_EQ(e.task_ids().size(), 60u);
+  }
+  // The masters were asked at the same time: about one timeout, not one per master.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 2500ms);
+  t.node(3 + master).resume();
+  // Written all the same: queued, and each partition holds its share of both batches.
+  std::int64_t queued = 0;
+  for (int i = 0; i < kPartitions; ++i) {
+    const std::string stream = detail::partition_stream(queue, kPartitions, i);
+    queued += Client(t.node(t.owner_of(detail::key_slot(stream))).url()).integer({"XLEN", stream});
+  }
+  EXPECT_EQ(queued, 120);
+}
+
 // Changing a live queue's partition count, as the README says: to shrink, producers first,
 // and workers of the old count until the partitions left behind are empty (delayed tasks and
 // retries included); to grow, workers first. Nothing is lost either way. (The procedure does

@@ -70,6 +70,11 @@ TEST(ClusterSlots, CommandSlotIsTheSlotOfTheFirstKey) {
                               "{q}:p:high", "{q}", ">", ">"}),
             q);
   EXPECT_EQ(command_slot(Argv{"EVALSHA", "abc", "2", "{q}", "{q}:dlq", "arg"}), q);
+  // A group or consumer named like a keyword is not taken for one.
+  EXPECT_EQ(
+      command_slot(Argv{"XREADGROUP", "GROUP", "streams", "STREAMS", "COUNT", "1", "STREAMS", "{q}", ">"}),
+      q);
+  EXPECT_EQ(command_slot(Argv{"XREAD", "COUNT", "1", "STREAMS", "{q}", "0"}), q);
   EXPECT_EQ(command_slot(Argv{"EVAL", "return 1", "0"}), -1);
   EXPECT_EQ(command_slot(Argv{"EVALSHA", "abc", "0", "x"}), -1);
   for (const Argv& keyless :
@@ -115,7 +120,7 @@ TEST(ClusterSlots, SlotMapFromClusterShards) {
       bulk("slots") + "*4\r\n:0\r\n:99\r\n:200\r\n:299\r\n" + bulk("nodes") + "*2\r\n" +
       node("10.0.0.2", "10.0.0.2", 7001, "replica", "online") +
       node("10.0.0.1", "?", 7000, "master", "online") + "*4\r\n" + bulk("slots") + "*2\r\n:100\r\n:199\r\n" +
-      bulk("nodes") + "*2\r\n" + node("10.0.0.3", "10.0.0.3", 7002, "master", "fail") +
+      bulk("nodes") + "*2\r\n" + node("10.0.0.3", "10.0.0.3", 7002, "master", "failed") +
       node("10.0.0.4", "10.0.0.4", 7003, "replica", "online") + "*4\r\n" + bulk("slots") + "*0\r\n" +
       bulk("nodes") + "*1\r\n" + node("10.0.0.5", "10.0.0.5", 7004, "master", "online");
   const Reply r = parse(resp);
