@@ -64,24 +64,29 @@ IndexRanges index_ranges(const std::vector<std::string>& ids, bool written) {
   return r;
 }
 
-/// "queue full: wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote
-/// nothing after the first refused one: <the server's message>".
-std::string partial_batch_message(std::string_view what, const std::vector<std::string>& ids,
-                                  const std::string& server_message) {
+/// "wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote nothing after
+/// the first refused one".
+std::string batch_outcome(const std::vector<std::string>& ids) {
   const IndexRanges w = index_ranges(ids, true);
   const IndexRanges r = index_ranges(ids, false);
   auto described = [](const IndexRanges& x) {
     if (x.count == 0) return std::string("0");
     return std::to_string(x.count) + (x.count == 1 ? " (index " : " (indices ") + x.text + ")";
   };
-  std::string m = std::string(what) + ": wrote " + std::to_string(w.count) + " of " +
-                  std::to_string(ids.size()) + " tasks";
+  std::string m = "wrote " + std::to_string(w.count) + " of " + std::to_string(ids.size()) + " tasks";
   if (w.count > 0) m += described(w).substr(std::to_string(w.count).size());
   m += "; refused " + described(r);
   const bool prefix = std::all_of(ids.begin() + static_cast<std::ptrdiff_t>(w.count), ids.end(),
                                   [](const std::string& id) { return id.empty(); });
   if (prefix && w.count > 0) m += " and wrote nothing after the first refused one";
-  return m + ": " + server_message;
+  return m;
+}
+
+/// "queue full: wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote
+/// nothing after the first refused one: <the server's message>".
+std::string partial_batch_message(std::string_view what, const std::vector<std::string>& ids,
+                                  const std::string& server_message) {
+  return std::string(what) + ": " + batch_outcome(ids) + ": " + server_message;
 }
 
 /// A checked task and how the enqueue script is to write it.
@@ -291,15 +296,13 @@ struct Producer::Impl {
     return fewest;
   }
 
-  /// A batch some of whose commands Redis refused with `failure` (OOM, NOPERM, a redirection
-  /// that outlasted the retries, ...): the ReplyError as it is when nothing was written; else
-  /// EnqueueRefusedError with the ids written (`ids`, "" for the others).
-  [[noreturn]] void refuse_batch(std::vector<std::string> ids, const std::string& failure) {
+  /// A batch some of whose commands Redis refused with `failure` (OOM, WRONGTYPE, a redirection
+  /// that outlasted the retries, ...): that ReplyError, and when some tasks were written (`ids`,
+  /// "" for the others) its message says which.
+  [[noreturn]] void refuse_batch(const std::vector<std::string>& ids, const std::string& failure) {
     if (std::all_of(ids.begin(), ids.end(), [](const auto& id) { return id.empty(); }))
       throw ReplyError(failure);
-    std::string message =
-        partial_batch_message("enqueue refused", ids, failure) + replication_of_written(ids);
-    throw EnqueueRefusedError(message, std::move(ids));
+    throw ReplyError(failure + " (enqueue_batch " + batch_outcome(ids) + replication_of_written(ids) + ")");
   }
 
   /// For a batch refused part-way (`ids`: the written ones, "" for the others): with
@@ -398,7 +401,7 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
       if (failure.empty()) failure = std::string(replies[i].view().error());
       ids[i].clear();
     }
-    if (!failure.empty()) im.refuse_batch(std::move(ids), failure);
+    if (!failure.empty()) im.refuse_batch(ids, failure);
     im.wait_for_replicas(ids);
     return ids;
   }
@@ -485,7 +488,7 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
                           im.replication_of_written(ids);  // before ids is moved from
     throw QueueFullError(message, std::move(ids));
   }
-  if (!failure.empty()) im.refuse_batch(std::move(ids), failure);
+  if (!failure.empty()) im.refuse_batch(ids, failure);
   im.wait_for_replicas(ids);
   return ids;
 }

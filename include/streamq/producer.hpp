@@ -223,9 +223,8 @@ class Producer {
   /// With ProducerOptions::partitions > 1, the chunks hold tasks of one partition each, every
   /// partition has its own refusal mark, and what was written of each partition's tasks is a
   /// prefix of them. A chunk sent where its slot no longer is (MOVED, ASK, TRYAGAIN) is sent
-  /// again on its own. When Redis refuses some commands for another reason (OOM, NOPERM, ...)
-  /// after others were written, the call throws EnqueueRefusedError with batch_ids(); when
-  /// nothing was written, that ReplyError.
+  /// again on its own. When Redis refuses a chunk for another reason (OOM, WRONGTYPE, ...), the
+  /// call throws that ReplyError, whose message also says which tasks were written, if any.
   /// @throws as enqueue.
   std::vector<std::string> enqueue_batch(const std::vector<TaskSpec>& tasks);
 
