@@ -413,9 +413,14 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t a, std::size_t b) { return partition_of[a] < partition_of[b]; });
   }
-  std::vector<Prepared> grouped;
-  grouped.reserve(prepared.size());
-  for (const std::size_t i : order) grouped.push_back(std::move(prepared[i]));
+  // (With one partition the tasks stay where they are: a second copy of a large batch costs
+  // its page faults, measured at a quarter of enqueue_batch's throughput.)
+  std::vector<Prepared> regrouped;
+  if (im.options.partitions > 1) {
+    regrouped.reserve(prepared.size());
+    for (const std::size_t i : order) regrouped.push_back(std::move(prepared[i]));
+  }
+  const std::vector<Prepared>& grouped = im.options.partitions > 1 ? regrouped : prepared;
   // Chunks of at most kChunk tasks of one partition. A partition with more than one chunk has
   // a refusal mark of its own (in its slot): once one of its chunks is refused, every chunk of
   // it behind that one writes nothing (see the enqueue script), so what was written of each

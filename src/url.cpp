@@ -163,17 +163,22 @@ std::string_view take_query_and_credentials(std::string_view url, std::string_vi
   return rest.substr(at + 1);
 }
 
+/// `host[:port][,host[:port]...]`, each with `default_port` when it names none.
+std::vector<HostPort> parse_host_list(std::string_view url, std::string_view hosts, int default_port) {
+  std::vector<HostPort> out;
+  while (true) {
+    const auto comma = hosts.find(',');
+    out.push_back(parse_hostport(url, hosts.substr(0, comma), default_port));
+    if (comma == std::string_view::npos) return out;
+    hosts = hosts.substr(comma + 1);
+  }
+}
+
 /// The part after `redis+sentinel://`: sentinel list, master name, optional db.
 void parse_sentinel(std::string_view url, std::string_view rest, Endpoint& ep) {
   rest = take_query_and_credentials(url, rest, ep, true);
   const auto slash = rest.find('/');
-  std::string_view hosts = rest.substr(0, slash);
-  while (true) {
-    const auto comma = hosts.find(',');
-    ep.sentinels.push_back(parse_hostport(url, hosts.substr(0, comma), 26379));
-    if (comma == std::string_view::npos) break;
-    hosts = hosts.substr(comma + 1);
-  }
+  ep.sentinels = parse_host_list(url, rest.substr(0, slash), 26379);
   std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
   const auto next = path.find('/');
   ep.master_name = percent_decode(url, path.substr(0, next));
@@ -199,13 +204,7 @@ void parse_cluster(std::string_view url, std::string_view rest, Endpoint& ep) {
     const std::string_view db = rest.substr(slash + 1);
     if (!db.empty() && parse_int(url, db, "db", 0, 1 << 20) != 0) bad(url, "Redis Cluster has only db 0");
   }
-  std::string_view hosts = rest.substr(0, slash);
-  while (true) {
-    const auto comma = hosts.find(',');
-    ep.cluster_nodes.push_back(parse_hostport(url, hosts.substr(0, comma), 6379));
-    if (comma == std::string_view::npos) break;
-    hosts = hosts.substr(comma + 1);
-  }
+  ep.cluster_nodes = parse_host_list(url, rest.substr(0, slash), 6379);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "cluster.hpp"
 #include "connection.hpp"
+#include "failover_workers.hpp"
 #include "keys.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
@@ -29,17 +30,7 @@ namespace {
 using namespace std::chrono_literals;
 
 ConsumerOptions worker_options(const std::string& url, const std::string& stream, const std::string& name) {
-  ConsumerOptions o;
-  o.connection = {.url = url, .socket_timeout = 3s, .backoff_max = 300ms};
-  o.stream = stream;
-  o.group = "workers";
-  o.consumer_name = name;
-  o.block = 200ms;
-  o.claim_min_idle = 2s;
-  o.reclaim_interval = 200ms;
-  o.heartbeat_interval = 200ms;
-  o.stop_on_signals = false;
-  return o;
+  return failover_worker_options(url, stream, name, 2s);
 }
 
 /// A queue name (with a hash tag) whose slot node `owner` of `t` serves.
@@ -466,8 +457,8 @@ TEST(Cluster, APartitionedQueueSpreadsOverTheMasters) {
   EXPECT_THROW(Consumer{too_few}, ConfigError);
 }
 
-// With partitions on several masters, min_replicas_acked asks every master written to (at
-// the same time): one whose replica is stopped is enough for a ReplicationError.
+// With partitions on several masters, min_replicas_acked asks every master written to: one
+// whose replica is stopped is enough for a ReplicationError.
 TEST(Cluster, ReplicaAcknowledgementsAreAskedOfEveryMasterWritten) {
   ClusterTopology t(3, 1);  // nodes 0-2 masters, 3-5 their replicas
   const std::string queue = plain_key();
@@ -490,7 +481,6 @@ TEST(Cluster, ReplicaAcknowledgementsAreAskedOfEveryMasterWritten) {
   const int master = t.owner_of(detail::key_slot(detail::partition_stream(queue, kPartitions, 0)));
   ASSERT_GE(master, 0);
   t.node(3 + master).pause();
-  const auto started = std::chrono::steady_clock::now();
   try {
     producer.enqueue_batch(batch("b"));
     ADD_FAILURE() << "acknowledged without the stopped replica";
@@ -498,8 +488,6 @@ TEST(Cluster, ReplicaAcknowledgementsAreAskedOfEveryMasterWritten) {
     EXPECT_EQ(e.acknowledged(), 0);
     EXPECT_EQ(e.task_ids().size(), 60u);
   }
-  // The masters were asked at the same time: about one timeout, not one per master.
-  EXPECT_LT(std::chrono::steady_clock::now() - started, 2500ms);
   t.node(3 + master).resume();
   // Written all the same: queued, and each partition holds its share of both batches.
   std::int64_t queued = 0;

@@ -18,6 +18,7 @@
 #include <streamq/streamq.hpp>
 
 #include "connection.hpp"
+#include "failover_workers.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
 
@@ -36,19 +37,7 @@ void s0_acl(SentinelTopology& t) {
 }
 
 ConsumerOptions worker_options(const std::string& url, const std::string& stream, const std::string& name) {
-  ConsumerOptions o;
-  // Reconnects come quickly: the default cap (30 s) would leave a worker waiting long after
-  // the failover is over.
-  o.connection = {.url = url, .socket_timeout = 3s, .backoff_max = 300ms};
-  o.stream = stream;
-  o.group = "workers";
-  o.consumer_name = name;
-  o.block = 200ms;
-  o.claim_min_idle = 1s;
-  o.reclaim_interval = 200ms;
-  o.heartbeat_interval = 200ms;
-  o.stop_on_signals = false;
-  return o;
+  return failover_worker_options(url, stream, name, 1s);
 }
 
 TEST(Sentinel, ProducersAndWorkersFindTheMasterAndRefuseWhatIsNotOne) {
