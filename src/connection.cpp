@@ -487,7 +487,10 @@ Reply Connection::read_reply() { return cluster_ ? cluster_read_reply() : next_r
 Reply Connection::next_reply(const char* during) {
   if (ctx_ == nullptr) fail(during);
   void* raw = nullptr;
-  {
+  // A reply that an earlier read brought along needs no I/O, nor the SIGPIPE guard's four
+  // syscalls (a pipeline's replies mostly come many to a read).
+  if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail(during);
+  if (raw == nullptr) {
     SigpipeGuard guard;  // redisGetReply writes whatever is still queued first
     if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) fail(during);
   }

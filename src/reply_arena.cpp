@@ -76,7 +76,9 @@ Block* new_block(std::size_t capacity) {
 }
 
 void release_block(Block* b) {
-  if (!t_cache_closed && t_cached_bytes + b->capacity <= kCacheBytes) {
+  // Small blocks (scalar replies) go back to malloc, whose own caches serve them well; the
+  // cache keeps blocks that replies with children can grow in.
+  if (!t_cache_closed && b->capacity >= kFirstBlock && t_cached_bytes + b->capacity <= kCacheBytes) {
     (void)&t_reaper;  // constructed with the first cached block, so it frees them at thread exit
     b->next = t_cached;
     t_cached = b;
@@ -109,12 +111,15 @@ void* bump(Chain* c, std::size_t n) {
 }
 
 /// A zeroed node for `task`: the root of a new chain, or a child in its root's chain, linked
-/// into its parent's element vector as hiredis' own functions do.
-redisReply* node(const redisReadTask* task, int type, std::size_t extra, void** extra_out) {
+/// into its parent's element vector as hiredis' own functions do. Only an aggregate root
+/// (`aggregate`: an array, map, set, ...) gets room for children: a scalar reply is all there
+/// is of it, so it takes just its size (a pipeline of 1,000 EXISTS is 1,000 roots).
+redisReply* node(const redisReadTask* task, int type, std::size_t extra, void** extra_out,
+                 bool aggregate = false) {
   redisReply* r = nullptr;
   if (task->parent == nullptr) {
     const std::size_t need = kRootOffset + aligned(sizeof(redisReply)) + aligned(extra);
-    Block* b = new_block(need > kFirstBlock ? need : kFirstBlock);
+    Block* b = new_block(aggregate && need < kFirstBlock ? kFirstBlock : need);
     if (b == nullptr) return nullptr;
     auto* c = reinterpret_cast<Chain*>(b->data());
     c->first = c->last = b;
@@ -166,7 +171,7 @@ template <typename Count>
 void* create_array(const redisReadTask* task, Count elements) {
   const auto n = static_cast<std::size_t>(elements);
   void* vec = nullptr;
-  redisReply* r = node(task, task->type, n * sizeof(redisReply*), &vec);
+  redisReply* r = node(task, task->type, n * sizeof(redisReply*), &vec, true);
   if (r == nullptr) return nullptr;
   if (n > 0) {
     r->element = static_cast<redisReply**>(vec);
