@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <random>
 
 #include "cluster.hpp"
 #include "codec.hpp"
@@ -153,6 +154,10 @@ struct Producer::Impl {
         max_len_text(std::to_string(options.max_len)) {
     for (int i = 0; i < options.partitions; ++i) {
       keys.push_back(detail::queue_keys(detail::partition_stream(options.stream, options.partitions, i)));
+    }
+    // Producers that live for a few tasks (a request handler's, `streamq enqueue`) spread them too.
+    if (options.partitions > 1) {
+      next_partition = static_cast<int>(std::random_device{}() % static_cast<unsigned>(options.partitions));
     }
   }
 
@@ -340,7 +345,7 @@ struct Producer::Impl {
   detail::ScriptRunner scripts;
   std::vector<detail::QueueKeys> keys;  // one per partition
   std::string max_len_text;
-  int next_partition = 0;  // the partition of the next task without a key
+  int next_partition = 0;  // the partition of the next task without a key (the first: at random)
 };
 
 Producer::Producer(ProducerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}

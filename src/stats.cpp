@@ -58,7 +58,10 @@ void add_group(std::vector<GroupInfo>& groups, GroupInfo g) {
   }
 }
 
-/// The stats of a partitioned queue `queue`: the sum of its partitions' (see QueueStats).
+}  // namespace
+
+namespace detail {
+
 QueueStats sum_partitions(const std::string& queue, std::vector<QueueStats> parts) {
   QueueStats total;
   total.stream = queue;
@@ -99,6 +102,10 @@ QueueStats sum_partitions(const std::string& queue, std::vector<QueueStats> part
   }
   return total;
 }
+
+}  // namespace detail
+
+namespace {
 
 std::int64_t id_millis(std::string_view id) {
   std::int64_t ms = 0;
@@ -497,7 +504,7 @@ struct StatsReader::Impl {
       one.partitions = 1;
       parts.push_back(detail::read_queue_stats(conn, one));
     }
-    return sum_partitions(options.stream, std::move(parts));
+    return detail::sum_partitions(options.stream, std::move(parts));
   }
 
   StatsOptions options;

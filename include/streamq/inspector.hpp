@@ -37,18 +37,25 @@ std::optional<TaskState> parse_task_state(std::string_view s) noexcept;
 std::string_view to_string(Priority p) noexcept;
 std::optional<Priority> parse_priority(std::string_view s) noexcept;
 
-/// A queue found on the server: a stream with streamq's shape and the keys derived from it.
+/// A queue found on the server: a stream with streamq's shape and the keys derived from it, or
+/// a partitioned queue (ProducerOptions::partitions): every `{<name>:<i>}` stream as one queue.
 struct QueueInfo {
-  /// The queue's name: its normal-priority stream (ConsumerOptions::stream).
+  /// The queue's name: its normal-priority stream (ConsumerOptions::stream); for a partitioned
+  /// queue the partitions' name without braces and index (`orders` for `{orders:0}`, …), or the
+  /// name of a queue of one stream that has the same partitions (`{orders}`, see `partitions`).
   std::string name;
-  /// The priority levels whose stream exists, most important first.
+  /// A partitioned queue's streams: `{<name>:0}` up to the highest index that has a key, then the
+  /// stream `name` itself when it exists too (a queue whose partition count went from 1 to more,
+  /// still draining). Empty for a queue of one stream.
+  std::vector<std::string> partitions;
+  /// The priority levels whose stream exists (in any partition), most important first.
   std::vector<Priority> levels;
-  std::string dlq;          ///< `<name>:dlq`
-  std::string delayed;      ///< `<name>:delayed`
-  std::int64_t length = 0;  ///< unfinished entries over every level
+  std::string dlq;          ///< `<name>:dlq`; empty for a partitioned queue (each has `<partition>:dlq`)
+  std::string delayed;      ///< `<name>:delayed`; empty for a partitioned queue
+  std::int64_t length = 0;  ///< unfinished entries over every level (and partition)
   std::int64_t dlq_length = 0;
   std::int64_t delayed_count = 0;
-  /// Inspector::pause() was called and resume() not since.
+  /// Inspector::pause() was called and resume() not since (for a partitioned queue: on every partition).
   bool paused = false;
 };
 
@@ -60,6 +67,10 @@ struct TaskInfo {
   Priority level = Priority::normal;
   /// The Redis key it sits in.
   std::string key;
+  /// In a partitioned queue, the stream of the partition it is in (`{orders:3}`); empty otherwise.
+  /// `<partition>/<id>` names it exactly where an Inspector call takes an id (entry ids of
+  /// different partitions can be equal).
+  std::string partition;
   /// The entry id in `key` (queued, pending, dead); for a delayed task its task_id.
   std::string id;
   /// Every field of the entry, in order (task_id, task_type, payload, created_at, ...; a
@@ -79,7 +90,8 @@ struct TaskInfo {
   std::string_view task_type() const noexcept { return field("task_type"); }
   std::string_view payload() const noexcept { return field("payload"); }
   /// A JSON object: state, level, key, id, fields (an object), and consumer, idle_ms and
-  /// deliveries (pending) or due_ms (delayed). Bytes that are not UTF-8 are replaced (U+FFFD).
+  /// deliveries (pending) or due_ms (delayed), and partition when it is set. Bytes that are not
+  /// UTF-8 are replaced (U+FFFD).
   std::string to_json() const;
 };
 
@@ -166,6 +178,16 @@ std::string_view to_string(Finding::Severity s) noexcept;
 /// its exporter and its dashboard. Every action is atomic on the server (one script or one
 /// command per batch) and safe while workers run. Nothing loads a whole stream: lists page
 /// (TaskQuery::count), bulk actions go in batches of at most 500, and discovery uses SCAN.
+///
+/// **Partitioned queues.** A queue name stands for the queue's partitions when any key of a
+/// `{<name without braces>:<i>}` stream exists (i < 1024; every call looks, with one pipelined
+/// EXISTS per possible partition): stats are their sum (QueueStats::partitions), lists walk the
+/// partitions one after another (TaskInfo::partition says which), actions act on each, pause()
+/// sets every partition's flag. The stream `name` itself is included when it exists too (the
+/// queue of one stream the partitions replaced). An entry id may be given as
+/// `<partition>/<entry id>`; one without its partition that two partitions have is a ConfigError
+/// where it would act (cancel, replay and delete by id), the first found where it reads (task()).
+/// A partition's own name (`{orders:3}`) addresses that partition alone.
 ///
 /// Thread safety: calls on one Inspector must not overlap (it holds one connection).
 /// Movable, not copyable. Every call may throw ConnectionError / TimeoutError, or

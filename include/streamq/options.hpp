@@ -85,9 +85,9 @@ struct ProducerOptions {
   /// The queue's partitions: 1 (default) = one stream, named `stream`. P > 1 = P streams
   /// `{<stream without braces>:0}` ... `{...:P-1}`, each a queue of its own (own dead letters,
   /// delayed set, priority levels, unique locks) in its own Redis Cluster slot, so one queue
-  /// spreads over every master. Tasks go to the next partition in turn, or by
-  /// EnqueueOptions::partition_key. max_len bounds each partition. The queue's Consumers,
-  /// StatsReaders and Schedulers must say the same count (see "Running on Redis Cluster" in the
+  /// spreads over every master. Tasks go to the next partition in turn (each Producer starts at
+  /// a random one), or by EnqueueOptions::partition_key. max_len bounds each partition. The queue's
+  /// Consumers, StatsReaders and Schedulers must say the same count (see "Running on Redis Cluster" in the
   /// README for changing it). At most 1024.
   int partitions = 1;
 };

@@ -3,6 +3,7 @@
 // cancel, pause and resume. Each is one script or one command per batch, so a worker running
 // meanwhile never sees a task in two places.
 #include <algorithm>
+#include <map>
 
 #include "codec.hpp"
 #include "inspector_impl.hpp"
@@ -84,74 +85,160 @@ ActionResult Inspector::Impl::each_dead(const detail::QueueKeys& keys, const Dea
   }
 }
 
+template <typename Act>
+ActionResult Inspector::Impl::on_dead_of_parts(const std::string& queue, const DeadLetterFilter& filter,
+                                               const ProgressCallback& progress, Act act) {
+  const std::vector<std::string> ps = parts(queue);
+  if (ps.size() == 1) return act(detail::queue_keys(ps.front()), filter, progress);
+  if (filter.ids.size() > kMostIds) {
+    throw ConfigError("at most " + std::to_string(kMostIds) + " dead-letter ids per call (got " +
+                      std::to_string(filter.ids.size()) + ")");
+  }
+  // Each id to the partition whose dead-letter stream has it (named, or looked up in each).
+  std::map<std::string, std::vector<std::string>> ids_of;
+  ActionResult sum;
+  Progress base;
+  if (!filter.ids.empty()) {
+    for (const std::string& given : filter.ids) {
+      const Target t = target(ps, given);
+      if (!is_entry_id(t.id)) {
+        throw ConfigError("\"" + given +
+                          "\" is not a dead-letter entry id (<ms>-<seq>, or <partition>/<ms>-<seq>)");
+      }
+      if (!t.part.empty()) {
+        ids_of[t.part].push_back(t.id);
+        continue;
+      }
+      const std::vector<std::string> found = parts_with_entry(ps, t.id, true);
+      check_unambiguous(t.id, found);
+      if (found.empty()) {
+        ++sum.skipped;  // gone meanwhile: in no partition
+        ++base.scanned;
+      } else {
+        ids_of[found.front()].push_back(t.id);
+      }
+    }
+    base.total = static_cast<std::int64_t>(filter.ids.size());
+  } else {
+    std::vector<std::string> dlqs;  // the argvs' strings
+    dlqs.reserve(ps.size());
+    std::vector<Argv> lens;
+    for (const std::string& p : ps)
+      lens.push_back(Argv{"XLEN", dlqs.emplace_back(detail::queue_keys(p).dlq)});
+    for (const Reply& r : connected().pipeline(lens)) base.total += r.view().check().integer();
+  }
+  for (const std::string& p : ps) {
+    DeadLetterFilter f = filter;
+    if (!filter.ids.empty()) {
+      const auto it = ids_of.find(p);
+      if (it == ids_of.end()) continue;
+      f.ids = it->second;
+    }
+    std::int64_t scanned = 0;
+    const ProgressCallback each = [&](const Progress& at) {
+      scanned = at.scanned;
+      return !progress || progress(Progress{base.done + at.done, base.scanned + at.scanned, base.total});
+    };
+    const ActionResult r = act(detail::queue_keys(p), f, each);
+    sum.done += r.done;
+    sum.skipped += r.skipped;
+    base.done += r.done;
+    base.scanned += scanned;
+    if (!r.finished) {
+      sum.finished = false;
+      break;
+    }
+  }
+  return sum;
+}
+
 ActionResult Inspector::replay(const std::string& queue, const ReplayOptions& options) {
   check_queue(queue);
-  const detail::QueueKeys keys = detail::queue_keys(queue);
+  return impl_->on_dead_of_parts(
+      queue, options.filter, options.progress,
+      [&](const detail::QueueKeys& keys, const DeadLetterFilter& f, const ProgressCallback& p) {
+        ReplayOptions one = options;
+        one.filter = f;
+        one.progress = p;
+        return impl_->replay_one(keys, one);
+      });
+}
+
+ActionResult Inspector::Impl::replay_one(const detail::QueueKeys& keys, const ReplayOptions& options) {
   const std::string& dest = detail::priority_stream(keys, options.priority);
   const std::string replayed_at = detail::format_timestamp(std::chrono::system_clock::now());
-  return impl_->each_dead(keys, options.filter, options.progress,
-                          [&](const std::vector<std::string>& ids, ActionResult& result) {
-                            Argv argv = impl_->scripts.begin(detail::ScriptId::replay, 2);
-                            argv.add(keys.dlq).add(dest).add(replayed_at);
-                            argv.add(options.filter.task_type).add(options.filter.reason);
-                            for (const std::string& id : ids) argv.add(id);
-                            impl_->connected();
-                            const Reply r = impl_->scripts.call(detail::ScriptId::replay, argv);
-                            const ReplyView v = r.view().check();
-                            for (std::size_t i = 0; i < v.size(); ++i) {
-                              if (v[i].is_string()) {
-                                ++result.done;
-                              } else {
-                                ++result.skipped;
-                              }
-                            }
-                          });
+  return each_dead(keys, options.filter, options.progress,
+                   [&](const std::vector<std::string>& ids, ActionResult& result) {
+                     Argv argv = scripts.begin(detail::ScriptId::replay, 2);
+                     argv.add(keys.dlq).add(dest).add(replayed_at);
+                     argv.add(options.filter.task_type).add(options.filter.reason);
+                     for (const std::string& id : ids) argv.add(id);
+                     connected();
+                     const Reply r = scripts.call(detail::ScriptId::replay, argv);
+                     const ReplyView v = r.view().check();
+                     for (std::size_t i = 0; i < v.size(); ++i) {
+                       if (v[i].is_string()) {
+                         ++result.done;
+                       } else {
+                         ++result.skipped;
+                       }
+                     }
+                   });
 }
 
 ActionResult Inspector::delete_dead(const std::string& queue, const DeadLetterFilter& filter,
                                     const ProgressCallback& progress) {
   check_queue(queue);
-  const detail::QueueKeys keys = detail::queue_keys(queue);
+  return impl_->on_dead_of_parts(queue, filter, progress,
+                                 [&](const detail::QueueKeys& keys, const DeadLetterFilter& f,
+                                     const ProgressCallback& p) { return impl_->delete_one(keys, f, p); });
+}
+
+ActionResult Inspector::Impl::delete_one(const detail::QueueKeys& keys, const DeadLetterFilter& filter,
+                                         const ProgressCallback& progress) {
   const bool by_fields = !filter.task_type.empty() || !filter.reason.empty();
-  return impl_->each_dead(keys, filter, progress,
-                          [&](const std::vector<std::string>& ids, ActionResult& result) {
-                            std::vector<std::string> chosen;
-                            if (by_fields && !filter.ids.empty()) {
-                              // Ids named and a filter: delete those that match (dead letters never change,
-                              // so the read and the XDEL cannot disagree about a match).
-                              std::vector<Argv> reads;
-                              for (const std::string& id : ids)
-                                reads.push_back(Argv{"XRANGE", keys.dlq, id, id});
-                              const auto replies = impl_->connected().pipeline(reads);
-                              for (std::size_t i = 0; i < ids.size(); ++i) {
-                                const ReplyView v = replies[i].view().check();
-                                if (v.size() > 0 && matches(fields_of(v[0][1]), filter)) {
-                                  chosen.push_back(ids[i]);
-                                } else {
-                                  ++result.skipped;
-                                }
-                              }
-                            } else {
-                              chosen = ids;
-                            }
-                            if (chosen.empty()) return;
-                            Argv argv{"XDEL", keys.dlq};
-                            for (const std::string& id : chosen) argv.add(id);
-                            const std::int64_t n = impl_->run(argv).view().check().integer();
-                            result.done += n;
-                            result.skipped += static_cast<std::int64_t>(chosen.size()) - n;
-                          });
+  return each_dead(keys, filter, progress, [&](const std::vector<std::string>& ids, ActionResult& result) {
+    std::vector<std::string> chosen;
+    if (by_fields && !filter.ids.empty()) {
+      // Ids named and a filter: delete those that match (dead letters never change,
+      // so the read and the XDEL cannot disagree about a match).
+      std::vector<Argv> reads;
+      for (const std::string& id : ids) reads.push_back(Argv{"XRANGE", keys.dlq, id, id});
+      const auto replies = connected().pipeline(reads);
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const ReplyView v = replies[i].view().check();
+        if (v.size() > 0 && matches(fields_of(v[0][1]), filter)) {
+          chosen.push_back(ids[i]);
+        } else {
+          ++result.skipped;
+        }
+      }
+    } else {
+      chosen = ids;
+    }
+    if (chosen.empty()) return;
+    Argv argv{"XDEL", keys.dlq};
+    for (const std::string& id : chosen) argv.add(id);
+    const std::int64_t n = run(argv).view().check().integer();
+    result.done += n;
+    result.skipped += static_cast<std::int64_t>(chosen.size()) - n;
+  });
 }
 
 std::int64_t Inspector::purge_dead(const std::string& queue) {
   check_queue(queue);
-  const detail::QueueKeys keys = detail::queue_keys(queue);
+  std::int64_t n = 0;
+  for (const std::string& part : impl_->parts(queue)) n += impl_->purge_one(detail::queue_keys(part));
+  return n;
+}
+
+std::int64_t Inspector::Impl::purge_one(const detail::QueueKeys& keys) {
   std::vector<Argv> argvs;
   argvs.push_back(Argv{"MULTI"});
   argvs.push_back(Argv{"XLEN", keys.dlq});
   argvs.push_back(Argv{"UNLINK", keys.dlq});
   argvs.push_back(Argv{"EXEC"});
-  const auto r = impl_->connected().pipeline(argvs);
+  const auto r = connected().pipeline(argvs);
   const ReplyView exec = r[3].view().check();
   if (exec.is_nil() || exec.size() != 2) throw Error("purge: the transaction was not executed");
   return exec[0].check().integer();
@@ -160,13 +247,23 @@ std::int64_t Inspector::purge_dead(const std::string& queue) {
 std::optional<std::string> Inspector::run_now(const std::string& queue, const std::string& task_id) {
   check_queue(queue);
   if (task_id.empty()) throw ConfigError("task_id must not be empty");
-  const detail::QueueKeys keys = detail::queue_keys(queue);
-  const auto found = impl_->find_delayed(keys, task_id);
+  const std::vector<std::string> parts = impl_->parts(queue);
+  const Impl::Target t = Impl::target(parts, task_id);
+  for (const std::string& part : parts) {
+    if (!t.part.empty() && part != t.part) continue;
+    if (auto id = impl_->run_now_one(detail::queue_keys(part), t.id)) return id;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> Inspector::Impl::run_now_one(const detail::QueueKeys& keys,
+                                                        const std::string& task_id) {
+  const auto found = find_delayed(keys, task_id);
   if (!found) return std::nullopt;
-  Argv argv = impl_->scripts.begin(detail::ScriptId::run_delayed, 4);
+  Argv argv = scripts.begin(detail::ScriptId::run_delayed, 4);
   argv.add(keys.delayed).add(keys.stream).add(keys.high).add(keys.low).add(found->member);
-  impl_->connected();
-  const Reply r = impl_->scripts.call(detail::ScriptId::run_delayed, argv);
+  connected();
+  const Reply r = scripts.call(detail::ScriptId::run_delayed, argv);
   const ReplyView v = r.view().check();
   if (v.is_nil()) return std::nullopt;  // a forwarder moved it meanwhile
   return std::string(v.str());
@@ -175,12 +272,25 @@ std::optional<std::string> Inspector::run_now(const std::string& queue, const st
 CancelOutcome Inspector::cancel(const std::string& queue, const std::string& id) {
   check_queue(queue);
   if (id.empty()) throw ConfigError("id must not be empty");
-  const detail::QueueKeys keys = detail::queue_keys(queue);
+  const std::vector<std::string> parts = impl_->parts(queue);
+  const Impl::Target t = Impl::target(parts, id);
+  if (t.part.empty() && parts.size() > 1 && is_entry_id(t.id)) {
+    Impl::check_unambiguous(t.id, impl_->parts_with_entry(parts, t.id, false));
+  }
+  for (const std::string& part : parts) {
+    if (!t.part.empty() && part != t.part) continue;
+    const CancelOutcome c = impl_->cancel_one(detail::queue_keys(part), t.id);
+    if (c != CancelOutcome::missing) return c;
+  }
+  return CancelOutcome::missing;
+}
+
+CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const std::string& id) {
   const auto cancel_entry = [&](const std::string& stream, const std::string& entry_id) {
-    Argv argv = impl_->scripts.begin(detail::ScriptId::cancel, 1);
-    argv.add(stream).add(impl_->options.group).add(entry_id).add(keys.stream);
-    impl_->connected();
-    const Reply r = impl_->scripts.call(detail::ScriptId::cancel, argv);
+    Argv argv = scripts.begin(detail::ScriptId::cancel, 1);
+    argv.add(stream).add(options.group).add(entry_id).add(keys.stream);
+    connected();
+    const Reply r = scripts.call(detail::ScriptId::cancel, argv);
     const std::string_view what = r.view().check()[0].str();
     return what == "cancelled" ? CancelOutcome::cancelled
            : what == "pending" ? CancelOutcome::running
@@ -196,15 +306,15 @@ CancelOutcome Inspector::cancel(const std::string& queue, const std::string& id)
   // A task can move between the delayed set and a stream while it is looked for (a retry with
   // backoff, a due task forwarded): look once more before answering missing.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    if (auto d = impl_->find_delayed(keys, id)) {
-      Argv argv = impl_->scripts.begin(detail::ScriptId::cancel_delayed, 1);
+    if (auto d = find_delayed(keys, id)) {
+      Argv argv = scripts.begin(detail::ScriptId::cancel_delayed, 1);
       argv.add(keys.delayed).add(d->member).add(keys.stream);
-      impl_->connected();
-      const Reply r = impl_->scripts.call(detail::ScriptId::cancel_delayed, argv);
+      connected();
+      const Reply r = scripts.call(detail::ScriptId::cancel_delayed, argv);
       if (r.view().check().integer() == 1) return CancelOutcome::cancelled;
     }
     // Not delayed (the delayed set was just searched): queued, held, dead or gone.
-    const auto found = impl_->find_in_streams(keys, id);
+    const auto found = find_in_streams(keys, id);
     if (!found) continue;
     if (found->state == TaskState::dead) return CancelOutcome::missing;
     const CancelOutcome c = cancel_entry(found->key, found->id);
@@ -213,20 +323,38 @@ CancelOutcome Inspector::cancel(const std::string& queue, const std::string& id)
   return CancelOutcome::missing;
 }
 
+/// `command <the pause flag of each part of queue> args...`, pipelined; their replies.
+std::vector<Reply> Inspector::Impl::on_pause_flags(const std::string& queue, std::string_view command,
+                                                   std::string_view arg) {
+  std::vector<std::string> flags;  // the argvs' strings
+  for (const std::string& part : parts(queue)) flags.push_back(detail::queue_keys(part).paused);
+  std::vector<Argv> argvs;
+  for (const std::string& flag : flags) {
+    Argv& a = argvs.emplace_back(Argv{command, flag});
+    if (!arg.empty()) a.add(arg);
+  }
+  std::vector<Reply> replies = connected().pipeline(argvs);
+  for (const Reply& r : replies) r.view().check();
+  return replies;
+}
+
 void Inspector::pause(const std::string& queue) {
   check_queue(queue);
   const std::string at = detail::format_timestamp(std::chrono::system_clock::now());
-  impl_->run(Argv{"SET", detail::queue_keys(queue).paused, at}).view().check();
+  impl_->on_pause_flags(queue, "SET", at);
 }
 
 void Inspector::resume(const std::string& queue) {
   check_queue(queue);
-  impl_->run(Argv{"DEL", detail::queue_keys(queue).paused}).view().check();
+  impl_->on_pause_flags(queue, "DEL", "");
 }
 
 bool Inspector::paused(const std::string& queue) {
   check_queue(queue);
-  return impl_->run(Argv{"EXISTS", detail::queue_keys(queue).paused}).view().check().integer() == 1;
+  for (const Reply& r : impl_->on_pause_flags(queue, "EXISTS", "")) {
+    if (r.view().integer() != 1) return false;
+  }
+  return true;
 }
 
 }  // namespace streamq

@@ -86,12 +86,33 @@ std::string_view to_string(Finding::Severity s) noexcept {
 
 std::vector<Finding> Inspector::doctor(const std::string& queue) {
   if (queue.empty()) throw ConfigError("queue must not be empty");
+  // The ACL lines are per queue of one stream: a partitioned queue's first partition stands for all.
+  const std::string checked = impl_->parts(queue).front();
+  // On Redis Cluster every master is checked (each has its own configuration and ACL users), its
+  // address before each of its findings.
+  std::vector<std::pair<std::string, std::vector<Finding>>> nodes;
+  impl_->connected().for_each_master([&](detail::Connection& node) {
+    nodes.emplace_back(node.describe(), impl_->doctor_of(node, checked));
+  });
+  if (nodes.size() == 1) return std::move(nodes.front().second);
+  std::vector<Finding> out;
+  for (auto& [address, findings] : nodes) {
+    for (Finding& f : findings) {
+      f.message = address + ": " + f.message;
+      out.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
+std::vector<Finding> Inspector::Impl::doctor_of(detail::Connection& node, const std::string& queue) {
   using S = Finding::Severity;
   std::vector<Finding> out;
   const auto add = [&](S s, std::string topic, std::string message) {
     out.push_back(Finding{s, std::move(topic), std::move(message)});
   };
-  const Reply info_reply = impl_->run(Argv{"INFO"});
+  const auto run = [&](const Argv& argv) { return node.command(argv); };
+  const Reply info_reply = run(Argv{"INFO"});
   const auto info = info_fields(info_reply.view().check().str());
 
   // Version: 6.2 is the minimum (XAUTOCLAIM, XPENDING IDLE); 7.0 adds the group lag, the deleted
@@ -115,7 +136,7 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
   // Persistence: the AOF is what keeps acknowledged enqueues over a restart.
   const std::string aof = get(info, "aof_enabled");
   std::string fsync;
-  const Reply fsync_reply = impl_->run(Argv{"CONFIG", "GET", "appendfsync"});
+  const Reply fsync_reply = run(Argv{"CONFIG", "GET", "appendfsync"});
   if (const ReplyView f = fsync_reply.view(); f.is_array() && f.size() == 2) {
     fsync = std::string(f[1].str());
   } else {
@@ -179,7 +200,7 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
   }
 
   // ACL: can this connection's user do what each role needs?
-  const Reply who = impl_->run(Argv{"ACL", "WHOAMI"});
+  const Reply who = run(Argv{"ACL", "WHOAMI"});
   if (who.view().is_error() || v < 70000) {
     add(S::info, "acl",
         v < 70000
@@ -187,13 +208,13 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
             : "ACL WHOAMI was refused (" + std::string(who.view().error()) + "): permissions not checked");
   } else {
     const std::string user(who.view().str());
-    for (const RoleCheck& rc : role_checks(queue, impl_->options.group)) {
+    for (const RoleCheck& rc : role_checks(queue, options.group)) {
       std::string denied;
       bool unknown = false;
       for (const auto& cmd : rc.commands) {
         Argv argv{"ACL", "DRYRUN", user};
         for (const std::string& a : cmd) argv.add(a);
-        const Reply r = impl_->run(argv);
+        const Reply r = run(argv);
         if (r.view().is_error()) {
           add(S::info, "acl",
               "ACL DRYRUN was refused (" + std::string(r.view().error()) + "): permissions not checked");
@@ -216,7 +237,9 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
   // Clock: delays and rate windows use the server's clock, but created_at and the stats' ages
   // compare with this machine's.
   const auto before = std::chrono::system_clock::now();
-  const std::int64_t server_now = impl_->server_ms();
+  const Reply time = run(Argv{"TIME"});
+  const ReplyView tv = time.view().check();
+  const std::int64_t server_now = tv[0].as_int() * 1000 + tv[1].as_int() / 1000;
   const auto after = std::chrono::system_clock::now();
   const auto ms = [](auto t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();

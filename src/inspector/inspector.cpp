@@ -74,6 +74,25 @@ std::optional<std::string> from_hex(std::string_view hex) {
   return out;
 }
 
+/// The partition index of `name` when it is a partition's stream `{<base>:<i>}` (i < 1024,
+/// written without leading zeros), with its base; nullopt otherwise.
+std::optional<std::pair<std::string, int>> partition_of(std::string_view name) {
+  if (name.size() < 5 || name.front() != '{' || name.back() != '}') return std::nullopt;
+  const std::string_view inner = name.substr(1, name.size() - 2);
+  if (inner.find_first_of("{}") != std::string_view::npos) return std::nullopt;
+  const auto colon = inner.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  const std::string_view digits = inner.substr(colon + 1);
+  if (digits.empty() || digits.size() > 4 || (digits.size() > 1 && digits[0] == '0')) return std::nullopt;
+  int i = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    i = i * 10 + (c - '0');
+  }
+  if (i >= detail::kMaxPartitions) return std::nullopt;
+  return std::pair{std::string(inner.substr(0, colon)), i};
+}
+
 std::string bad_cursor(std::string_view cursor, TaskState state) {
   return "cursor \"" + std::string(cursor) + "\" is not a cursor of " + std::string(to_string(state)) +
          " tasks (pass back a TaskPage::next_cursor of the same state)";
@@ -122,6 +141,7 @@ std::string TaskInfo::to_json() const {
     j["deliveries"] = deliveries;
   }
   if (state == TaskState::delayed) j["due_ms"] = due_ms;
+  if (!partition.empty()) j["partition"] = partition;
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
@@ -145,6 +165,98 @@ std::int64_t Inspector::Impl::server_ms() {
   const Reply r = run(Argv{"TIME"});
   const ReplyView t = r.view().check();
   return t[0].as_int() * 1000 + t[1].as_int() / 1000;
+}
+
+std::vector<std::string> Inspector::Impl::parts(const std::string& queue) {
+  const std::string base = detail::partition_base(queue);
+  if (base.empty()) return {queue};
+  // The queue's own keys one by one (without a hash tag they may be in different slots), then
+  // each possible partition's in one EXISTS (its keys share its tag).
+  const detail::QueueKeys own = detail::queue_keys(queue);
+  std::vector<Argv> argvs;
+  argvs.reserve(5 + detail::kMaxPartitions);
+  for (const std::string* k : {&own.stream, &own.dlq, &own.delayed, &own.high, &own.low}) {
+    argvs.push_back(Argv{"EXISTS", *k});
+  }
+  std::vector<detail::QueueKeys> keys;  // the argvs' strings
+  keys.reserve(detail::kMaxPartitions);
+  for (int i = 0; i < detail::kMaxPartitions; ++i) {
+    const detail::QueueKeys& k =
+        keys.emplace_back(detail::queue_keys(detail::partition_stream(base, detail::kMaxPartitions, i)));
+    argvs.push_back(Argv{"EXISTS", k.stream, k.dlq, k.delayed, k.high, k.low});
+  }
+  const auto r = connected().pipeline(argvs);
+  // A key this ACL user may not read is one it cannot act on either: as good as absent.
+  const auto exists = [&](std::size_t j) {
+    const ReplyView v = r[j].view();
+    if (v.is_error() && v.error().starts_with("NOPERM")) return false;
+    return v.check().integer() > 0;
+  };
+  bool own_exists = false;
+  for (std::size_t j = 0; j < 5; ++j) own_exists = own_exists || exists(j);
+  int last = -1;
+  for (int i = 0; i < detail::kMaxPartitions; ++i) {
+    if (exists(5 + static_cast<std::size_t>(i))) last = i;
+  }
+  if (last < 0) return {queue};
+  std::vector<std::string> out;
+  for (int i = 0; i <= last; ++i) out.push_back(detail::partition_stream(base, detail::kMaxPartitions, i));
+  if (own_exists) out.push_back(queue);
+  return out;
+}
+
+Inspector::Impl::Target Inspector::Impl::target(const std::vector<std::string>& parts,
+                                                const std::string& id) {
+  const auto slash = id.rfind('/');
+  if (parts.size() > 1 && slash != std::string::npos) {
+    const std::string part = id.substr(0, slash);
+    if (std::find(parts.begin(), parts.end(), part) != parts.end()) return {part, id.substr(slash + 1)};
+  }
+  return {std::string(), id};
+}
+
+std::vector<std::string> Inspector::Impl::parts_with_entry(const std::vector<std::string>& parts,
+                                                           const std::string& id, bool dead) {
+  std::vector<Argv> argvs;
+  std::vector<detail::QueueKeys> keys;  // the argvs' strings
+  keys.reserve(parts.size());
+  for (const std::string& p : parts) {
+    const detail::QueueKeys& k = keys.emplace_back(detail::queue_keys(p));
+    argvs.push_back(Argv{"XRANGE", k.dlq, id, id});
+    if (dead) continue;
+    for (Priority level : kLevels) argvs.push_back(Argv{"XRANGE", level_stream(k, level), id, id});
+  }
+  const auto r = connected().pipeline(argvs);
+  const std::size_t per = dead ? 1 : 4;
+  std::vector<std::string> found;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    for (std::size_t j = 0; j < per; ++j) {
+      const ReplyView v = r[i * per + j].view();
+      if (v.is_array() && v.size() > 0) {
+        found.push_back(parts[i]);
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+void Inspector::Impl::check_unambiguous(const std::string& id, const std::vector<std::string>& found) {
+  if (found.size() < 2) return;
+  std::string names;
+  for (const std::string& f : found) names += (names.empty() ? "" : ", ") + f;
+  throw ConfigError("entry id " + id + " is in several partitions (" + names + "): give it as <partition>/" +
+                    id);
+}
+
+TaskPage Inspector::Impl::page(const detail::QueueKeys& keys, const TaskQuery& q) {
+  switch (q.state) {
+    case TaskState::queued:
+    case TaskState::pending: return stream_page(keys, q);
+    case TaskState::delayed: return delayed_tasks(keys, q);
+    case TaskState::dead: return dead_tasks(keys, q);
+  }
+  throw ConfigError("unknown task state");
 }
 
 std::vector<TaskInfo> Inspector::Impl::entries(ReplyView list, TaskState state, Priority level,
@@ -404,6 +516,61 @@ std::optional<TaskInfo> Inspector::Impl::find_in_streams(const detail::QueueKeys
   return std::nullopt;
 }
 
+namespace {
+
+/// Adds `part`'s numbers to the partitioned queue `into`.
+void add_part(QueueInfo& into, const QueueInfo& part) {
+  for (Priority p : part.levels) {
+    if (std::find(into.levels.begin(), into.levels.end(), p) == into.levels.end()) into.levels.push_back(p);
+  }
+  into.length += part.length;
+  into.dlq_length += part.dlq_length;
+  into.delayed_count += part.delayed_count;
+  into.paused = into.paused && part.paused;
+}
+
+}  // namespace
+
+/// Each partitioned queue's partitions (and its queue of one stream of the same name, if any) as
+/// one QueueInfo, named as Inspector::parts() would resolve it; everything else as it is.
+std::vector<QueueInfo> Inspector::Impl::group_partitions(std::vector<QueueInfo> found) {
+  std::map<std::string, std::map<int, QueueInfo>> families;  // base -> index -> partition
+  std::vector<QueueInfo> rest;
+  for (QueueInfo& q : found) {
+    if (const auto p = partition_of(q.name)) {
+      families[p->first].emplace(p->second, std::move(q));
+    } else {
+      rest.push_back(std::move(q));
+    }
+  }
+  for (auto& [base, members] : families) {
+    // The queue of one stream the partitions belong to (`orders` or `{orders}`), when it exists.
+    auto own = std::find_if(rest.begin(), rest.end(), [&](const QueueInfo& q) {
+      return q.partitions.empty() && detail::partition_base(q.name) == base;
+    });
+    QueueInfo total;
+    total.name = own == rest.end() ? base : own->name;
+    total.paused = true;
+    const int last = members.rbegin()->first;
+    for (int i = 0; i <= last; ++i)
+      total.partitions.push_back(detail::partition_stream(base, detail::kMaxPartitions, i));
+    for (const auto& [i, part] : members) add_part(total, part);
+    if (own != rest.end()) {
+      total.partitions.push_back(own->name);
+      add_part(total, *own);
+      rest.erase(own);
+    }
+    const auto rank = [](Priority p) {
+      return std::find(std::begin(kLevels), std::end(kLevels), p) - std::begin(kLevels);
+    };
+    std::sort(total.levels.begin(), total.levels.end(),
+              [&](Priority a, Priority b) { return rank(a) < rank(b); });
+    rest.push_back(std::move(total));
+  }
+  std::sort(rest.begin(), rest.end(), [](const QueueInfo& a, const QueueInfo& b) { return a.name < b.name; });
+  return rest;
+}
+
 // ---- Inspector
 
 Inspector::Inspector(InspectorOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -486,14 +653,20 @@ std::vector<QueueInfo> Inspector::queues() {
       if (task_shaped || derived || (is_stream && normal == 0 && has_group)) out.push_back(std::move(info));
     }
   }
-  return out;
+  return Impl::group_partitions(std::move(out));
 }
 
 QueueStats Inspector::stats(const std::string& queue) {
   check_queue(queue);
+  const std::vector<std::string> parts = impl_->parts(queue);
   StatsOptions o;
-  o.stream = queue;
-  return detail::read_queue_stats(impl_->connected(), o);
+  std::vector<QueueStats> each;
+  for (const std::string& part : parts) {
+    o.stream = part;
+    each.push_back(detail::read_queue_stats(impl_->connected(), o));
+  }
+  if (each.size() == 1) return std::move(each.front());
+  return detail::sum_partitions(queue, std::move(each));
 }
 
 TaskPage Inspector::tasks(const std::string& queue, const TaskQuery& query) {
@@ -502,20 +675,51 @@ TaskPage Inspector::tasks(const std::string& queue, const TaskQuery& query) {
     throw ConfigError("count must be 1 to " + std::to_string(kMostCount) + " (got " +
                       std::to_string(query.count) + ")");
   }
-  const detail::QueueKeys keys = detail::queue_keys(queue);
-  switch (query.state) {
-    case TaskState::queued:
-    case TaskState::pending: return impl_->stream_page(keys, query);
-    case TaskState::delayed: return impl_->delayed_tasks(keys, query);
-    case TaskState::dead: return impl_->dead_tasks(keys, query);
+  const std::vector<std::string> parts = impl_->parts(queue);
+  if (parts.size() == 1) return impl_->page(detail::queue_keys(parts.front()), query);
+  // A partitioned queue's cursor: "<partition index>/<that partition's cursor>".
+  std::size_t k = 0;
+  TaskQuery q = query;
+  if (!query.cursor.empty()) {
+    const auto slash = query.cursor.find('/');
+    const std::string_view index = std::string_view(query.cursor).substr(0, slash);
+    const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), k);
+    if (slash == std::string::npos || index.empty() || ec != std::errc() ||
+        end != index.data() + index.size()) {
+      throw ConfigError(bad_cursor(query.cursor, query.state));
+    }
+    q.cursor = query.cursor.substr(slash + 1);
   }
-  throw ConfigError("unknown task state");
+  TaskPage page;
+  for (; k < parts.size(); ++k) {
+    q.count = query.count - page.tasks.size();
+    TaskPage one = impl_->page(detail::queue_keys(parts[k]), q);
+    for (TaskInfo& t : one.tasks) {
+      t.partition = parts[k];
+      page.tasks.push_back(std::move(t));
+    }
+    if (!one.next_cursor.empty()) {
+      page.next_cursor = std::to_string(k) + "/" + one.next_cursor;
+      return page;
+    }
+    q.cursor.clear();
+  }
+  return page;
 }
 
 std::optional<TaskInfo> Inspector::task(const std::string& queue, const std::string& id) {
   check_queue(queue);
   if (id.empty()) throw ConfigError("id must not be empty");
-  return impl_->find(detail::queue_keys(queue), id);
+  const std::vector<std::string> parts = impl_->parts(queue);
+  const Impl::Target t = Impl::target(parts, id);
+  for (const std::string& part : parts) {
+    if (!t.part.empty() && part != t.part) continue;
+    if (auto found = impl_->find(detail::queue_keys(part), t.id)) {
+      if (parts.size() > 1) found->partition = part;
+      return found;
+    }
+  }
+  return std::nullopt;
 }
 
 std::int64_t Inspector::server_time_ms() { return impl_->server_ms(); }

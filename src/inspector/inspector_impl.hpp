@@ -2,6 +2,7 @@
 // The Inspector's state and the reads its calls share (inspector.cpp, doctor.cpp).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,46 @@ struct Inspector::Impl {
   detail::Connection& connected();
   detail::Reply run(const detail::Argv& argv);
   std::int64_t server_ms();
+
+  /// The streams `queue` stands for: itself, or its partitions 0 to the highest whose keys exist
+  /// (and `queue` after them when its keys exist too). See Inspector's "Partitioned queues".
+  std::vector<std::string> parts(const std::string& queue);
+  /// Where an id given to a call on `parts` is: `<part>/<id>` names one of them (`part` is set);
+  /// anything else may be in any (`part` empty, `id` as given).
+  struct Target {
+    std::string part;
+    std::string id;
+  };
+  static Target target(const std::vector<std::string>& parts, const std::string& id);
+  /// The parts in which entry `id` is in a level stream or the dead-letter stream (`dead`: only
+  /// the dead-letter stream).
+  std::vector<std::string> parts_with_entry(const std::vector<std::string>& parts, const std::string& id,
+                                            bool dead);
+  /// ConfigError naming the parts when an unqualified entry id is in more than one of them.
+  static void check_unambiguous(const std::string& id, const std::vector<std::string>& found);
+
+  /// One queue of one stream: Inspector::tasks, ::replay, ::delete_dead, ::purge_dead,
+  /// ::run_now and ::cancel on it.
+  TaskPage page(const detail::QueueKeys& keys, const TaskQuery& q);
+  ActionResult replay_one(const detail::QueueKeys& keys, const ReplayOptions& o);
+  ActionResult delete_one(const detail::QueueKeys& keys, const DeadLetterFilter& filter,
+                          const ProgressCallback& progress);
+  std::int64_t purge_one(const detail::QueueKeys& keys);
+  std::optional<std::string> run_now_one(const detail::QueueKeys& keys, const std::string& task_id);
+  CancelOutcome cancel_one(const detail::QueueKeys& keys, const std::string& id);
+  /// replay_one or delete_one (`act`) on every part of `queue`, dead-letter ids sent to the part
+  /// that has them, results and progress summed.
+  template <typename Act>
+  ActionResult on_dead_of_parts(const std::string& queue, const DeadLetterFilter& filter,
+                                const ProgressCallback& progress, Act act);
+
+  /// `command <pause flag> [arg]` for each part of `queue`, pipelined; the replies (checked).
+  std::vector<detail::Reply> on_pause_flags(const std::string& queue, std::string_view command,
+                                            std::string_view arg);
+  /// Inspector::doctor() of one server (`node`) for the queue of one stream `queue`.
+  std::vector<Finding> doctor_of(detail::Connection& node, const std::string& queue);
+  /// queues(): each partitioned queue's partitions as one QueueInfo.
+  static std::vector<QueueInfo> group_partitions(std::vector<QueueInfo> found);
 
   /// TaskInfo of each entry of an XRANGE reply.
   static std::vector<TaskInfo> entries(detail::ReplyView list, TaskState state, Priority level,

@@ -115,6 +115,41 @@ class CliTest(RedisTestCase):
         self.assertEqual(self.r.xlen(self.q), 0, "every replayed task ran and was acknowledged")
         self.assertEqual(self.r.xlen(self.q + ":dlq"), 5)
 
+    def test_a_partitioned_queue_is_one_queue(self):
+        parts = ["{%s:%d}" % (self.q, i) for i in range(3)]
+        lines = "".join(json.dumps({"type": "send_email", "payload": {"to": "u%d@example.com" % i}}) + "\n" for i in range(6))
+        self.cli("enqueue", self.q, "--stdin", "--partitions", "3", stdin=lines)
+        self.assertEqual([self.r.xlen(p) for p in parts], [2, 2, 2], "round robin over the partitions")
+        queues = json.loads(self.cli("queues", "--format", "json").stdout)
+        self.assertEqual([(q["name"], q["partitions"], q["length"]) for q in queues], [(self.q, parts, 6)])
+        stats = json.loads(self.cli("stats", self.q, "--format", "json").stdout)
+        self.assertEqual((stats[0]["partitions"], stats[0]["total_length"]), (3, 6))
+        page = json.loads(self.cli("tasks", self.q, "--format", "json").stdout)
+        self.assertEqual(sorted(t["partition"] for t in page["tasks"]), sorted(parts * 2))
+        # One entry id in two partitions' dead letters: an action must name the partition.
+        for p in parts[:2]:
+            self.r.xadd(p + ":dlq", {"task_id": "dead-" + p, "task_type": "send_email",
+                                     "payload": '{"to":"x@example.com"}',
+                                     "created_at": "2026-12-01T00:00:00.000000", "max_retries": "3",
+                                     "retry_count": "3", "reason": "max_retries"}, id="5-1")
+        ambiguous = self.cli("dlq", "replay", self.q, "--id", "5-1", "--yes", check=False)
+        self.assertEqual(ambiguous.returncode, 2, ambiguous.stderr)
+        self.assertIn(parts[0] + ", " + parts[1], ambiguous.stderr)
+        listed = self.cli("dlq", "list", self.q).stdout
+        self.assertIn(parts[1] + "/5-1", listed)
+        p = self.cli("dlq", "replay", self.q, "--id", parts[1] + "/5-1", "--yes", "--format", "json")
+        self.assertEqual(json.loads(p.stdout), {"replayed": 1, "skipped": 0, "finished": True})
+        self.assertEqual(self.r.xlen(parts[1]), 3, "replayed into its own partition")
+        self.cli("dlq", "purge", self.q, "--yes")
+        worker = subprocess.run([WORKER, "--url", self.url, "--stream", self.q, "--partitions", "3",
+                                 "--concurrency", "3", "--exit-when-idle", "1500"],
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(worker.returncode, 0, worker.stderr)
+        stats = json.loads(self.cli("stats", self.q, "--format", "json").stdout)
+        self.assertEqual((stats[0]["total_length"], stats[0]["dlq_length"]), (0, 0), worker.stdout)
+        self.assertEqual(len([line for line in worker.stdout.splitlines() if line.startswith("done")]), 7,
+                         worker.stdout)
+
     def test_pause_and_resume(self):
         self.cli("pause", self.q)
         self.cli("enqueue", self.q, "send_email", "{}")

@@ -415,6 +415,14 @@ TEST(Cluster, APartitionedQueueSpreadsOverTheMasters) {
   QueueStats before = stats.read();
   EXPECT_EQ(before.partitions, kPartitions);
   EXPECT_EQ(before.total_length, static_cast<std::int64_t>(expected.size()) + 1);
+  // The operator's view: one queue over the masters, its partitions summed.
+  Inspector inspector({.connection = {.url = url}});
+  const std::vector<QueueInfo> found = inspector.queues();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].name, queue);
+  EXPECT_EQ(found[0].partitions.size(), static_cast<std::size_t>(kPartitions));
+  EXPECT_EQ(found[0].length, before.total_length);
+  EXPECT_EQ(inspector.stats(queue).total_length, before.total_length);
 
   RunLog log;
   const auto handler = [&](Consumer& c) {
@@ -450,11 +458,35 @@ TEST(Cluster, APartitionedQueueSpreadsOverTheMasters) {
   EXPECT_TRUE(after.groups[0].last_delivered_id.empty());
   EXPECT_EQ(after.levels.at(1).stream, queue);
   EXPECT_NE(after.to_json().find("\"partitions\": 6"), std::string::npos);
+  const TaskPage dead = inspector.tasks(queue, {.state = TaskState::dead});
+  ASSERT_EQ(dead.tasks.size(), 1u);
+  EXPECT_EQ(dead.tasks[0].task_id(), "doomed");
+  EXPECT_EQ(dead.tasks[0].key, dead.tasks[0].partition + ":dlq");
+  EXPECT_EQ(
+      inspector.replay(queue, {.filter = {.ids = {dead.tasks[0].partition + "/" + dead.tasks[0].id}}}).done,
+      1);
+  EXPECT_EQ(inspector.stats(queue).total_length, 1) << "back in its partition";
 
   // Each partition needs a handler thread.
   ConsumerOptions too_few = o1;
   too_few.concurrency = kPartitions - 1;
   EXPECT_THROW(Consumer{too_few}, ConfigError);
+}
+
+// doctor() checks every master: each has its own configuration, replicas and ACL users.
+TEST(Cluster, DoctorChecksEveryMaster) {
+  ClusterTopology t(3);
+  Inspector inspector({.connection = {.url = t.url({0})}});
+  std::set<std::string> addresses;
+  int persistence = 0;
+  for (const Finding& f : inspector.doctor("{q}")) {
+    addresses.insert(f.message.substr(0, f.message.find(": ")));
+    if (f.topic == "persistence") ++persistence;
+  }
+  EXPECT_EQ(persistence, 3);
+  std::set<std::string> masters;
+  for (int i = 0; i < 3; ++i) masters.insert("127.0.0.1:" + std::to_string(t.node(i).port()));
+  EXPECT_EQ(addresses, masters);
 }
 
 // With partitions on several masters, min_replicas_acked asks every master written to: one

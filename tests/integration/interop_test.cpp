@@ -11,7 +11,9 @@
 
 #include <streamq/streamq.hpp>
 
+#include "cluster.hpp"
 #include "codec.hpp"
+#include "keys.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
 
@@ -134,6 +136,79 @@ TEST_F(InteropTest, StreamqProducerFeedsTheSeedPythonConsumer) {
   EXPECT_EQ(b["task_type"], "generate_pdf");
   EXPECT_EQ(b["max_retries"], 5);
   EXPECT_EQ(c["payload"], nlohmann::json::array({1, 2}));
+}
+
+// Each partition of a partitioned queue is a queue in the seed's format: the seed's consumer
+// runs one partition by its name (keyed tasks in their order), and tasks the seed's producer
+// writes into a partition reach a partitioned streamq worker.
+TEST_F(InteropTest, TheSeedPythonCodeWorksOnOnePartition) {
+  constexpr int kParts = 3;
+  Producer producer({.connection = {.url = server.url()}, .stream = stream, .partitions = kParts});
+  const int keyed = static_cast<int>(detail::crc16("customer-1") % kParts);
+  const std::string partition = detail::partition_stream(stream, kParts, keyed);
+  std::vector<std::string> in_partition;
+  for (int i = 0; i < 3; ++i) {
+    in_partition.push_back(
+        producer.enqueue("send_email", nlohmann::json{{"n", i}}, {.partition_key = "customer-1"}));
+  }
+  std::set<std::string> elsewhere;
+  for (int i = 0; i < kParts; ++i)
+    elsewhere.insert(producer.enqueue("reindex", nlohmann::json{{"round", i}}));
+  for (const auto& [entry, fields] : client.xrange(partition)) {  // round robin put one of them here
+    const std::string id = Client::get(fields, "task_id");
+    if (elsewhere.erase(id) == 1) in_partition.push_back(id);
+  }
+  ASSERT_EQ(in_partition.size(), 4u);
+  int status = -1;
+  const std::string out = run(
+      "/usr/bin/python3 " + seed_script() + " consume " + server.url() + " '" + partition + "' 4", status);
+  ASSERT_EQ(status, 0) << out;
+  const auto got = lines(out);
+  ASSERT_EQ(got.size(), 4u) << out;
+  std::vector<std::string> keyed_order;
+  std::set<std::string> ran;
+  for (const std::string& line : got) {
+    const auto j = nlohmann::json::parse(line);
+    ran.insert(j["task_id"].get<std::string>());
+    if (j["task_type"] == "send_email") keyed_order.push_back(j["task_id"].get<std::string>());
+  }
+  EXPECT_EQ(ran, std::set<std::string>(in_partition.begin(), in_partition.end()));
+  EXPECT_EQ(keyed_order, std::vector<std::string>(in_partition.begin(), in_partition.begin() + 3));
+  for (int i = 0; i < kParts; ++i) {
+    if (i == keyed) continue;
+    EXPECT_EQ(client.integer({"XLEN", detail::partition_stream(stream, kParts, i)}), 1) << "partition " << i;
+  }
+
+  // The other way: the seed's producer writes into one partition; a worker of all of them runs it.
+  const std::string other = detail::partition_stream(stream, kParts, (keyed + 1) % kParts);
+  const std::string produced =
+      run("/usr/bin/python3 " + seed_script() + " produce " + server.url() + " '" + other + "' 5", status);
+  ASSERT_EQ(status, 0) << produced;
+  // The seed's consumer acknowledges in its own group and deletes nothing: the worker's group
+  // gets those four too.
+  std::set<std::string> expected = elsewhere;
+  expected.insert(in_partition.begin(), in_partition.end());
+  for (const std::string& id : lines(produced)) expected.insert(id);
+  ASSERT_EQ(expected.size(), 11u);
+  std::mutex m;
+  std::set<std::string> seen;
+  ConsumerOptions o{.connection = {.url = server.url()}, .stream = stream, .block = 200ms};
+  o.concurrency = kParts;
+  o.partitions = kParts;
+  RunningConsumer rc(o, [&](Consumer& c) {
+    for (const char* type : {"send_email", "reindex"}) {
+      c.on(type, [&](const Task& t) {
+        std::lock_guard lock(m);
+        seen.insert(t.id());
+      });
+    }
+  });
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(m);
+    return seen.size() >= expected.size();
+  }));
+  rc.stop();
+  EXPECT_EQ(seen, expected);
 }
 
 TEST_F(InteropTest, SeedPythonConsumerRunsNormalPriorityTasksAndLeavesTheOtherLevels) {

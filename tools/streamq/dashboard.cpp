@@ -620,6 +620,7 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
                  json levels = json::array();
                  for (const Priority p : q.levels) levels.push_back(to_string(p));
                  list.push_back({{"name", q.name},
+                                 {"partitions", q.partitions.size()},
                                  {"levels", levels},
                                  {"length", q.length},
                                  {"dlq_length", q.dlq_length},

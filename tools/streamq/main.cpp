@@ -42,6 +42,7 @@ int cmd_queues(const Global& g) {
       std::vector<std::string> levels;
       for (Priority p : q.levels) levels.emplace_back(to_string(p));
       arr.push_back({{"name", q.name},
+                     {"partitions", q.partitions},
                      {"levels", levels},
                      {"length", q.length},
                      {"dlq", q.dlq},
@@ -53,9 +54,10 @@ int cmd_queues(const Global& g) {
     std::cout << arr.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return ok;
   }
-  Table t({"QUEUE", "LEVELS", "LENGTH", "DELAYED", "DEAD", "PAUSED"});
+  Table t({"QUEUE", "PARTITIONS", "LEVELS", "LENGTH", "DELAYED", "DEAD", "PAUSED"});
   for (const QueueInfo& q : queues) {
-    t.add({cell(q.name), level_list(q.levels), std::to_string(q.length), std::to_string(q.delayed_count),
+    t.add({cell(q.name), q.partitions.empty() ? "-" : std::to_string(q.partitions.size()),
+           level_list(q.levels), std::to_string(q.length), std::to_string(q.delayed_count),
            std::to_string(q.dlq_length), q.paused ? "yes" : "no"});
   }
   std::cout << t.str();
@@ -131,7 +133,9 @@ void print_tasks(const Global& g, const std::vector<TaskInfo>& tasks, const std:
         break;
       case TaskState::queued: detail = "retry " + std::string(task.field("retry_count")); break;
     }
-    t.add({std::string(to_string(task.state)), std::string(to_string(task.level)), cell(task.id),
+    // In a partitioned queue an id is written with its partition, as the commands that act take it.
+    const std::string id = task.partition.empty() ? task.id : task.partition + "/" + task.id;
+    t.add({std::string(to_string(task.state)), std::string(to_string(task.level)), cell(id),
            cell(task.task_id(), 36), cell(task.task_type(), 24), cell(detail, 40), cell(task.payload(), 40)});
   }
   std::cout << t.str();
@@ -365,7 +369,9 @@ int run(int argc, char** argv) {
 
   auto* task = app.add_subcommand("task", "one task by entry id or task_id");
   task->add_option("queue", queue, "the queue")->required();
-  task->add_option("id", id, "entry id (<ms>-<seq>) or task_id")->required();
+  task->add_option("id", id,
+                   "entry id (<ms>-<seq>; <partition>/<ms>-<seq> in a partitioned queue) or task_id")
+      ->required();
 
   DeadLetterFilter filter;
   std::string priority_name = "normal";
@@ -378,7 +384,9 @@ int run(int argc, char** argv) {
   dlq_list->add_option("--cursor", cursor, "continue where the previous page ended");
   const auto add_filter = [&](CLI::App* sub) {
     sub->add_option("queue", queue, "the queue")->required();
-    sub->add_option("--id", filter.ids, "only these dead-letter entry ids (repeatable)");
+    sub->add_option(
+        "--id", filter.ids,
+        "only these dead-letter entry ids (repeatable; <partition>/<ms>-<seq> in a partitioned queue)");
     sub->add_option("--type", filter.task_type, "only tasks of this type");
     sub->add_option("--reason", filter.reason, "only this reason (max_retries, permanent, no_handler, ...)");
     sub->add_flag("--yes,-y", yes, "do not ask for confirmation");
@@ -408,7 +416,8 @@ int run(int argc, char** argv) {
   auto* cancel =
       app.add_subcommand("cancel", "cancel a queued or delayed task (a running one is never interrupted)");
   cancel->add_option("queue", queue, "the queue")->required();
-  cancel->add_option("id", id, "entry id or task_id")->required();
+  cancel->add_option("id", id, "entry id (<partition>/<ms>-<seq> in a partitioned queue) or task_id")
+      ->required();
   cancel->add_flag("--yes,-y", yes, "do not ask for confirmation");
 
   std::string type, payload;

@@ -86,7 +86,8 @@ async function loadIndex() {
   try {
     const {queues} = await get('/api/queues');
     const rows = queues.map((q) => el('tr', {},
-      el('td', {}, el('a', {href: `/queue?name=${encodeURIComponent(q.name)}`, textContent: q.name})),
+      el('td', {}, el('a', {href: `/queue?name=${encodeURIComponent(q.name)}`, textContent: q.name}),
+        ...(q.partitions ? [el('span', {className: 'partitions', textContent: ` (${q.partitions} partitions)`})] : [])),
       el('td', {textContent: q.levels.join(', ')}),
       el('td', {textContent: q.length}),
       el('td', {textContent: q.delayed}),
@@ -216,12 +217,19 @@ const stateColumns = {
   queued: [['level', (t) => t.level], ['attempt', (t) => t.fields.retry_count || '0']],
 };
 
+/** What names a task in an action: in a partitioned queue `<partition>/<id>` (entry ids of two
+ * partitions can be equal), else its id. */
+function taskRef(task) {
+  return task.partition ? `${task.partition}/${task.id}` : task.id;
+}
+
 function taskRow(table, task) {
   const f = task.fields || {};
   const cells = [];
+  const ref = taskRef(task);
   if (table.state === 'dead') {
-    const box = el('input', {type: 'checkbox', checked: table.selected.has(task.id), title: 'select'});
-    box.onchange = () => (box.checked ? table.selected.add(task.id) : table.selected.delete(task.id));
+    const box = el('input', {type: 'checkbox', checked: table.selected.has(ref), title: 'select'});
+    box.onchange = () => (box.checked ? table.selected.add(ref) : table.selected.delete(ref));
     cells.push(el('td', {}, box));
   }
   const open = button(task.id, () => showDetail(task), 'link');
@@ -235,10 +243,10 @@ function taskRow(table, task) {
   const actions = el('td', {className: 'row-actions'});
   if (table.state === 'dead') {
     actions.append(
-      button('Replay', () => act('replay', {ids: [task.id]}, `Replay dead letter ${task.id}?`)),
-      button('Delete', () => act('delete', {ids: [task.id]}, `Delete dead letter ${task.id}?`), 'danger'));
+      button('Replay', () => act('replay', {ids: [ref]}, `Replay dead letter ${ref}?`)),
+      button('Delete', () => act('delete', {ids: [ref]}, `Delete dead letter ${ref}?`), 'danger'));
   }
-  if (table.state === 'delayed') actions.append(button('Run now', () => act('run_now', {task_id: task.id})));
+  if (table.state === 'delayed') actions.append(button('Run now', () => act('run_now', {task_id: ref})));
   cells.push(actions);
   const tr = el('tr', {}, ...cells);
   tr.dataset.id = task.id;
