@@ -6,6 +6,8 @@
 #   asan      the same tests (but the Inspector's 100,000-entry paging test) under
 #             AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan      the same under ThreadSanitizer
+#   fuzz      the libFuzzer targets of tests/fuzz built with clang++ (ASan, UBSan), each run for
+#             20 s from its seed corpus (scripts/fuzz.sh runs them longer)
 #   hiredis14 hiredis 1.4.1 built from the vendored sources into build-matrix/prefix, a
 #             warnings-as-errors build of the library, tests and benchmark against it
 #             (build-hiredis14; the stage fails unless CMake found that hiredis and the test
@@ -31,7 +33,7 @@ export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_retur
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 
-all_stages="werror asan tsan hiredis14 redis62 valkey8"
+all_stages="werror asan tsan fuzz hiredis14 redis62 valkey8"
 stages=" ${STREAMQ_STAGES:-$all_stages} "
 for s in $stages; do
   [[ " $all_stages " == *" $s "* ]] || { echo "test.sh: unknown stage \"$s\" (stages: $all_stages)" >&2; exit 2; }
@@ -125,6 +127,15 @@ if wanted tsan; then
   ctest_prefix=()
 fi
 ctest_exclude=
+
+if wanted fuzz; then
+  begin "fuzz" build-fuzz
+  cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMQ_BUILD_FUZZERS=ON \
+    -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_TOOLS=OFF -DSTREAMQ_INSTALL=OFF -DSTREAMQ_WERROR=ON
+  cmake --build build-fuzz -j2
+  ctest --test-dir build-fuzz --output-on-failure --no-tests=error -j2 -L fuzz
+  end
+fi
 
 if ! wanted hiredis14 && ! wanted redis62 && ! wanted valkey8; then exit 0; fi
 

@@ -99,6 +99,10 @@ std::optional<TimePoint> parse_timestamp(std::string_view s) {
   using namespace std::chrono;
   const std::int64_t secs = days_from_civil(y, mo, d) * 86400 + std::int64_t{h} * 3600 +
                             std::int64_t{mi} * 60 + se - offset_min * 60;
+  // The clock holds about 292 years either side of 1970 (nanoseconds in 64 bits with libstdc++):
+  // a time outside it is not one this machine can represent (found by tests/fuzz/fuzz_task).
+  constexpr std::int64_t kMostSeconds = duration_cast<seconds>(system_clock::duration::max()).count() - 1;
+  if (secs > kMostSeconds || secs < -kMostSeconds) return std::nullopt;
   return TimePoint(duration_cast<system_clock::duration>(seconds(secs) + nanoseconds(nanos)));
 }
 

@@ -543,7 +543,9 @@ std::vector<QueueInfo> Inspector::Impl::group_partitions(std::vector<QueueInfo> 
       rest.push_back(std::move(q));
     }
   }
-  for (auto& [base, members] : families) {
+  for (auto& family : families) {
+    const std::string& base = family.first;  // (clang 14 cannot capture a structured binding)
+    const std::map<int, QueueInfo>& members = family.second;
     // The queue of one stream the partitions belong to (`orders` or `{orders}`), when it exists.
     auto own = std::find_if(rest.begin(), rest.end(), [&](const QueueInfo& q) {
       return q.partitions.empty() && detail::partition_base(q.name) == base;

@@ -100,6 +100,16 @@ TEST(Timestamp, OffsetsAreConvertedToUtc) {
   EXPECT_EQ(d::format_timestamp(*t), "2026-11-29T22:00:00.000000");
 }
 
+// Found by tests/fuzz/fuzz_task: year 1013 overflowed the nanosecond clock (undefined behaviour).
+TEST(Timestamp, RejectsTimesTheClockCannotHold) {
+  EXPECT_FALSE(d::parse_timestamp("1013-12-01T00:00:00.000000").has_value());
+  EXPECT_FALSE(d::parse_timestamp("9999-12-31T23:59:59").has_value());
+  EXPECT_FALSE(d::parse_timestamp("1677-01-01T00:00:00").has_value());
+  ASSERT_TRUE(d::parse_timestamp("1700-01-01T00:00:00").has_value());
+  EXPECT_EQ(d::format_timestamp(*d::parse_timestamp("2200-01-01T00:00:00")), "2200-01-01T00:00:00.000000");
+  EXPECT_EQ(d::parse_timestamp("1970-01-01T00:00:00Z"), TimePoint{});
+}
+
 TEST(Timestamp, AcceptsSpaceSeparator) {
   EXPECT_EQ(d::parse_timestamp("2026-11-29 18:00:00.123456"), from_micros(kKnownMicros));
 }
