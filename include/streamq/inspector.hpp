@@ -254,11 +254,13 @@ class Inspector {
 
   /// Checks whether the server runs streamq safely: its version and the features it enables,
   /// persistence (appendonly, appendfsync, RDB only), maxmemory-policy (must be noeviction),
-  /// memory headroom, replicas, what this connection's ACL user may run for the producer and
-  /// worker roles on `queue` (ACL DRYRUN on Redis >= 7.0), and the skew between this machine's clock and
+  /// memory headroom, replicas, what an ACL user may run for each role of the README's ACL
+  /// lines (producer, worker, stats, operator) on `queue` (ACL DRYRUN on Redis >= 7.0): `user`,
+  /// or this connection's own when empty (checking another user needs +acl|dryrun), and the
+  /// skew between this machine's clock and
   /// the server's (TIME). Uses INFO, CONFIG GET (a finding of its own when refused), ACL
   /// WHOAMI/DRYRUN, TIME. The worst finding decides `streamq doctor`'s exit status.
-  std::vector<Finding> doctor(const std::string& queue = "task_queue");
+  std::vector<Finding> doctor(const std::string& queue = "task_queue", const std::string& user = {});
 
   /// The server's clock (TIME), ms since the Unix epoch.
   std::int64_t server_time_ms();

@@ -239,6 +239,8 @@ std::int64_t Inspector::Impl::purge_one(const detail::QueueKeys& keys) {
   argvs.push_back(Argv{"UNLINK", keys.dlq});
   argvs.push_back(Argv{"EXEC"});
   const auto r = connected().pipeline(argvs);
+  // A command refused while queueing (NOPERM, say) is the reason, not EXEC's EXECABORT.
+  for (std::size_t i = 0; i < 3; ++i) r[i].view().check();
   const ReplyView exec = r[3].view().check();
   if (exec.is_nil() || exec.size() != 2) throw Error("purge: the transaction was not executed");
   return exec[0].check().integer();

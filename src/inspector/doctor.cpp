@@ -69,6 +69,21 @@ std::vector<RoleCheck> role_checks(const std::string& q, const std::string& grou
         {"EXISTS", q + ":paused"},
         {"EVALSHA", "0000000000000000000000000000000000000000", "1", q},
         {"TIME"}}},
+      {"stats",
+       {{"XINFO", "STREAM", q},
+        {"XINFO", "GROUPS", q},
+        {"XLEN", q + ":dlq"},
+        {"ZCARD", q + ":delayed"},
+        {"XPENDING", q, group},
+        {"TIME"}}},
+      {"operator",
+       {{"XRANGE", q + ":dlq", "-", "+"},
+        {"XDEL", q + ":dlq", "0-1"},
+        {"UNLINK", q + ":dlq"},
+        {"SET", q + ":paused", "x"},
+        {"EVALSHA", "0000000000000000000000000000000000000000", "1", q + ":dlq"},
+        {"SCAN", "0"},
+        {"TIME"}}},
   };
 }
 
@@ -84,7 +99,7 @@ std::string_view to_string(Finding::Severity s) noexcept {
   return "ok";
 }
 
-std::vector<Finding> Inspector::doctor(const std::string& queue) {
+std::vector<Finding> Inspector::doctor(const std::string& queue, const std::string& user) {
   if (queue.empty()) throw ConfigError("queue must not be empty");
   // The ACL lines are per queue of one stream: a partitioned queue's first partition stands for all.
   const std::string checked = impl_->parts(queue).front();
@@ -92,7 +107,7 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
   // address before each of its findings.
   std::vector<std::pair<std::string, std::vector<Finding>>> nodes;
   impl_->connected().for_each_master([&](detail::Connection& node) {
-    nodes.emplace_back(node.describe(), impl_->doctor_of(node, checked));
+    nodes.emplace_back(node.describe(), impl_->doctor_of(node, checked, user));
   });
   if (nodes.size() == 1) return std::move(nodes.front().second);
   std::vector<Finding> out;
@@ -105,7 +120,8 @@ std::vector<Finding> Inspector::doctor(const std::string& queue) {
   return out;
 }
 
-std::vector<Finding> Inspector::Impl::doctor_of(detail::Connection& node, const std::string& queue) {
+std::vector<Finding> Inspector::Impl::doctor_of(detail::Connection& node, const std::string& queue,
+                                                const std::string& user_to_check) {
   using S = Finding::Severity;
   std::vector<Finding> out;
   const auto add = [&](S s, std::string topic, std::string message) {
@@ -199,15 +215,15 @@ std::vector<Finding> Inspector::Impl::doctor_of(detail::Connection& node, const 
     add(S::ok, "replication", std::to_string(replicas) + " replica(s) connected");
   }
 
-  // ACL: can this connection's user do what each role needs?
-  const Reply who = run(Argv{"ACL", "WHOAMI"});
-  if (who.view().is_error() || v < 70000) {
+  // ACL: can this connection's user (or the one named) do what each role needs?
+  const Reply who = user_to_check.empty() ? run(Argv{"ACL", "WHOAMI"}) : Reply();
+  if ((who && who.view().is_error()) || v < 70000) {
     add(S::info, "acl",
         v < 70000
             ? "ACL DRYRUN needs Redis >= 7.0: the roles' permissions were not checked"
             : "ACL WHOAMI was refused (" + std::string(who.view().error()) + "): permissions not checked");
   } else {
-    const std::string user(who.view().str());
+    const std::string user = user_to_check.empty() ? std::string(who.view().str()) : user_to_check;
     for (const RoleCheck& rc : role_checks(queue, options.group)) {
       std::string denied;
       bool unknown = false;

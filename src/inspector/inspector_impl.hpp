@@ -59,7 +59,8 @@ struct Inspector::Impl {
   std::vector<detail::Reply> on_pause_flags(const std::string& queue, std::string_view command,
                                             std::string_view arg);
   /// Inspector::doctor() of one server (`node`) for the queue of one stream `queue`.
-  std::vector<Finding> doctor_of(detail::Connection& node, const std::string& queue);
+  std::vector<Finding> doctor_of(detail::Connection& node, const std::string& queue,
+                                 const std::string& user_to_check);
   /// queues(): each partitioned queue's partitions as one QueueInfo.
   static std::vector<QueueInfo> group_partitions(std::vector<QueueInfo> found);
 

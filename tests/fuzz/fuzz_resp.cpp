@@ -95,7 +95,8 @@ void walk(ReplyView v, int depth) {
     (void)error_code(e);
     (void)is_transient_error(e);
     // (An empty host is allowed: "MOVED 1 :7001" names the node that answered.)
-    if (const auto r = parse_redirect(e)) require(r->slot >= 0 && r->slot < 16384 && r->to.port >= 0 && r->to.port <= 65535);
+    if (const auto r = parse_redirect(e))
+      require(r->slot >= 0 && r->slot < 16384 && r->to.port >= 0 && r->to.port <= 65535);
   }
   attempt([&] {
     const std::size_t n = v.size();

@@ -304,9 +304,9 @@ int cmd_consumers(const Global& g, const std::string& queue) {
   return ok;
 }
 
-int cmd_doctor(const Global& g, const std::string& queue) {
+int cmd_doctor(const Global& g, const std::string& queue, const std::string& user) {
   Inspector in(g.inspector());
-  const auto findings = in.doctor(queue);
+  const auto findings = in.doctor(queue, user);
   Finding::Severity worst = Finding::Severity::ok;
   for (const Finding& f : findings) worst = std::max(worst, f.severity);
   if (g.json()) {
@@ -461,6 +461,9 @@ int run(int argc, char** argv) {
   auto* doctor = app.add_subcommand("doctor", "check that the server runs streamq without losing tasks");
   doctor->add_option("--queue", doctor_queue, "the queue whose ACL permissions to check")
       ->capture_default_str();
+  std::string doctor_user;
+  doctor->add_option("--user", doctor_user,
+                     "the ACL user whose permissions to check for each role (default: the connection's own)");
 
   ServeOptions serve;
   auto* exporter = app.add_subcommand("exporter", "serve Prometheus metrics of every queue on /metrics");
@@ -587,7 +590,7 @@ int run(int argc, char** argv) {
       return ok;
     }
     if (*consumers) return cmd_consumers(g, queue);
-    if (*doctor) return cmd_doctor(g, doctor_queue);
+    if (*doctor) return cmd_doctor(g, doctor_queue, doctor_user);
     if (*exporter) return serve_exporter(g.inspector(), serve);
     if (*dashboard) return serve_dashboard(g.inspector(), board);
   } catch (const ConfigError& e) {

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: MIT
+// The least-privilege ACL roles of the README ("One ACL user per role"), as written there: the
+// lines are read from README.md, given this test's queue name, and run on a private server.
+// Each role does its job through the library and is refused what belongs to the others, with
+// a NOPERM ReplyError at once (never a retry loop).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "redis_server.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// The README's `ACL SETUSER sq-<role> ...` lines, `task_queue` replaced by `queue`, split into
+/// arguments; by role name (producer, worker, stats, operator).
+std::map<std::string, std::vector<std::string>> readme_roles(const std::string& queue) {
+  std::ifstream in(std::string(STREAMQ_SOURCE_DIR) + "/README.md");
+  std::map<std::string, std::vector<std::string>> roles;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("ACL SETUSER sq-")) continue;
+    for (std::size_t at; (at = line.find("task_queue")) != std::string::npos;) line.replace(at, 10, queue);
+    std::istringstream words(line);
+    std::vector<std::string> args;
+    for (std::string w; words >> w;) args.push_back(w);
+    roles[args[2].substr(3)] = args;
+  }
+  return roles;
+}
+
+class AclRoles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto roles = readme_roles(queue);
+    ASSERT_EQ(roles.size(), 4u) << "the README's four roles";
+    for (const auto& [role, args] : roles) {
+      const detail::Reply r = admin.cmd(args);
+      if (!admin.redis_at_least(7, 0)) {
+        // Redis 6.2 has no %R~ read-only key patterns (the README says the lines are 7.0
+        // syntax): those lines are refused there, the others taken.
+        const bool read_only_patterns =
+            std::any_of(args.begin(), args.end(), [](const std::string& a) { return a.starts_with("%R~"); });
+        EXPECT_EQ(r.view().is_error(), read_only_patterns) << role;
+        continue;
+      }
+      ASSERT_FALSE(r.view().is_error()) << role << ": " << r.view().error();
+    }
+  }
+  bool supported() { return admin.redis_at_least(7, 0); }
+  std::string url(const std::string& role) const {
+    return "redis://sq-" + role + ":" + role + "-secret@127.0.0.1:" + std::to_string(server.port());
+  }
+  /// The first word of a refusal's message.
+  static std::string refusal(const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const ReplyError& e) {
+      const std::string what = e.what();
+      return what.substr(0, what.find(' '));
+    } catch (const std::exception& e) {
+      return std::string("not a ReplyError: ") + e.what();
+    }
+    return "accepted";
+  }
+  static std::string refusal_of(Client& c, std::initializer_list<std::string_view> args) {
+    const detail::Reply r = c.cmd(args);
+    if (!r.view().is_error()) return "accepted";
+    const std::string_view e = r.view().error();
+    return std::string(e.substr(0, e.find(' ')));
+  }
+
+  RedisServer server;
+  Client admin{server.url()};
+  std::string queue = unique_key();
+};
+
+TEST_F(AclRoles, TheProducerEnqueuesAndCanDoNothingElse) {
+  if (!supported()) return;  // (SetUp checked that 6.2 refuses the lines)
+  Producer p({.connection = {.url = url("producer")}, .stream = queue});
+  p.enqueue("t", R"({})");
+  p.enqueue("t", R"({})", {.delay = 1h});
+  p.enqueue("t", R"({})", {.unique_for = 1min, .unique_key = "k"});
+  std::vector<TaskSpec> batch(100, TaskSpec{.task_type = "t", .payload = "{}"});  // > 64: the refusal mark too
+  EXPECT_EQ(p.enqueue_batch(batch).size(), 100u);
+  EXPECT_EQ(admin.integer({"XLEN", queue}), 102);
+
+  Client as_producer(url("producer"));
+  for (const auto& args : std::vector<std::vector<std::string>>{{"XRANGE", queue, "-", "+"},
+                                                                 {"XREADGROUP", "GROUP", "g", "c", "STREAMS", queue, ">"},
+                                                                 {"XACK", queue, "workers", "1-1"},
+                                                                 {"XDEL", queue, "1-1"},
+                                                                 {"DEL", queue},
+                                                                 {"XADD", queue + ":dlq", "*", "a", "b"},
+                                                                 {"XADD", "another-queue", "*", "a", "b"},
+                                                                 {"CONFIG", "GET", "maxmemory"}}) {
+    const detail::Reply r = as_producer.cmd(args);
+    ASSERT_TRUE(r.view().is_error()) << args[0];
+    EXPECT_TRUE(r.view().error().starts_with("NOPERM")) << args[0] << ": " << r.view().error();
+  }
+  // A worker with the producer's credentials stops at once with NOPERM.
+  const auto started = std::chrono::steady_clock::now();
+  Consumer wrong({.connection = {.url = url("producer")}, .stream = queue});
+  wrong.on("t", [](const Task&) {});
+  EXPECT_EQ(refusal([&] { wrong.run(); }), "NOPERM");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s) << "a refusal is not retried";
+  Inspector snoop({.connection = {.url = url("producer")}});
+  EXPECT_EQ(refusal([&] { snoop.tasks(queue, {}); }), "NOPERM");
+}
+
+TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsewhereOrPause) {
+  if (!supported()) return;
+  Producer p({.connection = {.url = url("producer")}, .stream = queue});
+  p.enqueue("ok", R"({})", {.unique_for = 1min, .unique_key = "u"});
+  p.enqueue("ok", R"({})", {.delay = 300ms});
+  p.enqueue("flaky", R"({})", {.max_retries = 1});
+  std::atomic<int> done{0}, flaky{0};
+  ConsumerOptions o{.connection = {.url = url("worker")}, .stream = queue};
+  o.retry_backoff = {.base = 50ms, .cap = 50ms};
+  o.forward_interval = 50ms;
+  RunningConsumer w(o, [&](Consumer& c) {
+    c.on("ok", [&](const Task&) { ++done; });
+    c.on("flaky", [&](const Task&) {
+      ++flaky;
+      throw std::runtime_error("down");
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return done.load() == 2 && admin.integer({"XLEN", queue + ":dlq"}) == 1; }));
+  w.stop();
+  EXPECT_EQ(flaky.load(), 2) << "the first attempt and its retry";
+  EXPECT_EQ(admin.integer({"XLEN", queue}), 0);
+  EXPECT_EQ(admin.integer({"EXISTS", queue + ":unique:u"}), 0) << "the lock was released";
+
+  Client as_worker(url("worker"));
+  EXPECT_EQ(refusal_of(as_worker, {"SET", queue + ":paused", "1"}), "NOPERM") << "pausing is the operator's";
+  EXPECT_EQ(refusal_of(as_worker, {"XADD", "another-queue", "*", "a", "b"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_worker, {"UNLINK", queue + ":dlq"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_worker, {"FLUSHDB"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_worker, {"CONFIG", "SET", "maxmemory", "1"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_worker, {"EXISTS", queue + ":paused"}), "accepted") << "it reads the pause flag";
+}
+
+TEST_F(AclRoles, StatsReadsAndChangesNothing) {
+  if (!supported()) return;
+  Producer({.connection = {.url = url("producer")}, .stream = queue}).enqueue("t", R"({})");
+  StatsReader stats({.connection = {.url = url("stats")}, .stream = queue});
+  EXPECT_EQ(stats.read().total_length, 1);
+  Client as_stats(url("stats"));
+  EXPECT_EQ(refusal_of(as_stats, {"XADD", queue, "*", "a", "b"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_stats, {"XDEL", queue, "1-1"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_stats, {"DEL", queue}), "NOPERM");
+  Producer intruder({.connection = {.url = url("stats")}, .stream = queue});
+  EXPECT_EQ(refusal([&] { intruder.enqueue("t", "{}"); }), "NOPERM");
+  Inspector reader({.connection = {.url = url("stats")}});
+  EXPECT_EQ(refusal([&] { reader.replay(queue); }), "NOPERM");
+  EXPECT_EQ(refusal([&] { reader.purge_dead(queue); }), "NOPERM");
+  EXPECT_EQ(admin.integer({"XLEN", queue}), 1);
+}
+
+TEST_F(AclRoles, TheOperatorReplaysPurgesPausesButCannotConsume) {
+  if (!supported()) return;
+  Producer p({.connection = {.url = url("producer")}, .stream = queue});
+  const std::string later = p.enqueue("t", R"({})", {.delay = 1h});
+  for (int i = 0; i < 3; ++i) {
+    admin.cmd({"XADD", queue + ":dlq", "*", "task_id", "d" + std::to_string(i), "task_type", "t", "payload", "{}",
+               "created_at", "2026-12-01T00:00:00.000000", "retry_count", "3", "reason", "max_retries"});
+  }
+  Inspector op({.connection = {.url = url("operator")}});
+  EXPECT_EQ(op.stats(queue).dlq_length, 3);
+  EXPECT_EQ(op.tasks(queue, {.state = TaskState::dead}).tasks.size(), 3u);
+  EXPECT_EQ(op.replay(queue, {.filter = {.task_type = "t"}}).done, 3);
+  EXPECT_TRUE(op.run_now(queue, later).has_value());
+  EXPECT_EQ(op.cancel(queue, later), CancelOutcome::cancelled);
+  op.pause(queue);
+  EXPECT_TRUE(op.paused(queue));
+  op.resume(queue);
+  admin.cmd({"XADD", queue + ":dlq", "*", "task_id", "x", "task_type", "t", "payload", "{}"});
+  EXPECT_EQ(op.purge_dead(queue), 1);
+  bool found = false;
+  for (const QueueInfo& q : op.queues()) found = found || q.name == queue;
+  EXPECT_TRUE(found);
+
+  Client as_operator(url("operator"));
+  EXPECT_EQ(refusal_of(as_operator, {"XREADGROUP", "GROUP", "workers", "c", "STREAMS", queue, ">"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_operator, {"XACK", queue, "workers", "1-1"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_operator, {"FLUSHDB"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_operator, {"CONFIG", "SET", "maxmemory", "1"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_operator, {"XADD", "another-queue", "*", "a", "b"}), "NOPERM");
+}
+
+// streamq doctor --user: which roles each README user can play on the queue (ACL DRYRUN, run by
+// an administrator's connection).
+TEST_F(AclRoles, DoctorTellsWhichRolesEachUserCanPlay) {
+  if (!supported()) return;
+  Inspector in({.connection = {.url = server.url()}});
+  const std::map<std::string, std::set<std::string>> expected = {
+      {"producer", {"producer"}},
+      {"worker", {"worker"}},
+      {"stats", {"stats"}},
+      {"operator", {"stats", "operator"}},  // it reads everything a stats reader reads
+  };
+  for (const auto& [user, roles] : expected) {
+    std::set<std::string> can;
+    int checked = 0;
+    for (const Finding& f : in.doctor(queue, "sq-" + user)) {
+      if (f.topic != "acl") continue;
+      ++checked;
+      EXPECT_NE(f.message.find("user sq-" + user + " "), std::string::npos) << f.message;
+      if (f.severity != Finding::Severity::ok) continue;
+      for (const char* role : {"producer", "worker", "stats", "operator"}) {
+        if (f.message.find(std::string("the ") + role + " role") != std::string::npos) can.insert(role);
+      }
+    }
+    EXPECT_EQ(checked, 4) << user;
+    EXPECT_EQ(can, roles) << user;
+  }
+}
+
+}  // namespace
+}  // namespace streamq::test
