@@ -93,19 +93,21 @@ TEST_F(AclRoles, TheProducerEnqueuesAndCanDoNothingElse) {
   p.enqueue("t", R"({})");
   p.enqueue("t", R"({})", {.delay = 1h});
   p.enqueue("t", R"({})", {.unique_for = 1min, .unique_key = "k"});
-  std::vector<TaskSpec> batch(100, TaskSpec{.task_type = "t", .payload = "{}"});  // > 64: the refusal mark too
+  std::vector<TaskSpec> batch(100,
+                              TaskSpec{.task_type = "t", .payload = "{}"});  // > 64: the refusal mark too
   EXPECT_EQ(p.enqueue_batch(batch).size(), 100u);
   EXPECT_EQ(admin.integer({"XLEN", queue}), 102);
 
   Client as_producer(url("producer"));
-  for (const auto& args : std::vector<std::vector<std::string>>{{"XRANGE", queue, "-", "+"},
-                                                                 {"XREADGROUP", "GROUP", "g", "c", "STREAMS", queue, ">"},
-                                                                 {"XACK", queue, "workers", "1-1"},
-                                                                 {"XDEL", queue, "1-1"},
-                                                                 {"DEL", queue},
-                                                                 {"XADD", queue + ":dlq", "*", "a", "b"},
-                                                                 {"XADD", "another-queue", "*", "a", "b"},
-                                                                 {"CONFIG", "GET", "maxmemory"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"XRANGE", queue, "-", "+"},
+                                             {"XREADGROUP", "GROUP", "g", "c", "STREAMS", queue, ">"},
+                                             {"XACK", queue, "workers", "1-1"},
+                                             {"XDEL", queue, "1-1"},
+                                             {"DEL", queue},
+                                             {"XADD", queue + ":dlq", "*", "a", "b"},
+                                             {"XADD", "another-queue", "*", "a", "b"},
+                                             {"CONFIG", "GET", "maxmemory"}}) {
     const detail::Reply r = as_producer.cmd(args);
     ASSERT_TRUE(r.view().is_error()) << args[0];
     EXPECT_TRUE(r.view().error().starts_with("NOPERM")) << args[0] << ": " << r.view().error();
@@ -174,8 +176,9 @@ TEST_F(AclRoles, TheOperatorReplaysPurgesPausesButCannotConsume) {
   Producer p({.connection = {.url = url("producer")}, .stream = queue});
   const std::string later = p.enqueue("t", R"({})", {.delay = 1h});
   for (int i = 0; i < 3; ++i) {
-    admin.cmd({"XADD", queue + ":dlq", "*", "task_id", "d" + std::to_string(i), "task_type", "t", "payload", "{}",
-               "created_at", "2026-12-01T00:00:00.000000", "retry_count", "3", "reason", "max_retries"});
+    admin.cmd({"XADD", queue + ":dlq", "*", "task_id", "d" + std::to_string(i), "task_type", "t", "payload",
+               "{}", "created_at", "2026-12-01T00:00:00.000000", "retry_count", "3", "reason",
+               "max_retries"});
   }
   Inspector op({.connection = {.url = url("operator")}});
   EXPECT_EQ(op.stats(queue).dlq_length, 3);
@@ -193,7 +196,8 @@ TEST_F(AclRoles, TheOperatorReplaysPurgesPausesButCannotConsume) {
   EXPECT_TRUE(found);
 
   Client as_operator(url("operator"));
-  EXPECT_EQ(refusal_of(as_operator, {"XREADGROUP", "GROUP", "workers", "c", "STREAMS", queue, ">"}), "NOPERM");
+  EXPECT_EQ(refusal_of(as_operator, {"XREADGROUP", "GROUP", "workers", "c", "STREAMS", queue, ">"}),
+            "NOPERM");
   EXPECT_EQ(refusal_of(as_operator, {"XACK", queue, "workers", "1-1"}), "NOPERM");
   EXPECT_EQ(refusal_of(as_operator, {"FLUSHDB"}), "NOPERM");
   EXPECT_EQ(refusal_of(as_operator, {"CONFIG", "SET", "maxmemory", "1"}), "NOPERM");
