@@ -31,12 +31,9 @@ void PrintTo(const Odd& o, std::ostream* os) { *os << o.what; }
 
 std::vector<Odd> odd_names() {
   return {
-      {"spaces", "name with spaces"},
-      {"newline and tab", "line one\nline two\tend"},
-      {"braces", "{tag}x{y}"},
-      {"quotes", "it's \"quoted\" \\ back"},
-      {"non-ASCII", "заказы 订单 ✓"},
-      {"NUL byte", std::string("nul\0inside", 10)},
+      {"spaces", "name with spaces"},   {"newline and tab", "line one\nline two\tend"},
+      {"braces", "{tag}x{y}"},          {"quotes", "it's \"quoted\" \\ back"},
+      {"non-ASCII", "заказы 订单 ✓"},   {"NUL byte", std::string("nul\0inside", 10)},
       {"1 KB", std::string(1024, 'k')},
   };
 }
@@ -55,7 +52,9 @@ TEST_P(Names, GoThroughEveryPathUnchanged) {
   const std::string now_id = p.enqueue(type, R"({"n":1})");
   const std::string later_id = p.enqueue(type, R"({"n":2})", {.delay = 200ms});
   const std::string failing_id = p.enqueue(type, R"({"n":3})", {.max_retries = 1});
-  ConsumerOptions o{.connection = {.url = server.url()}, .stream = stream, .group = "group:" + odd,
+  ConsumerOptions o{.connection = {.url = server.url()},
+                    .stream = stream,
+                    .group = "group:" + odd,
                     .consumer_name = "consumer:" + odd};
   o.retry_backoff = {.base = 20ms, .cap = 20ms};
   std::atomic<int> done{0};

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // A worker process for the reliability tests, which kill it with SIGKILL and start it again.
 // Usage: streamq_test_worker <url> <stream> <consumer-name> [key=value ...]
+//        streamq_test_worker <url> <stream> enqueue <type> <payload> [delay_ms]
+//   (the second form enqueues one task, prints its id and exits: a producer in a process of its
+//   own, e.g. under faketime)
 //   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries, grace_ms,
 //   backoff_base_ms (retry backoff, default 0: at once), backoff_cap_ms
 // Task types:
@@ -46,6 +49,13 @@ int main(int argc, char** argv) {
   }
   g_url = argv[1];
   const std::string stream = argv[2];
+  if (std::string(argv[3]) == "enqueue") {
+    streamq::Producer producer({.connection = {.url = g_url}, .stream = stream});
+    streamq::EnqueueOptions eo;
+    if (argc > 6) eo.delay = std::chrono::milliseconds(std::stol(argv[6]));
+    std::cout << producer.enqueue(argc > 4 ? argv[4] : "work", argc > 5 ? argv[5] : "{}", eo) << std::endl;
+    return 0;
+  }
   std::map<std::string, long> kv;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
