@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -468,6 +470,107 @@ TEST(Reliability, WorkerKilledAfterItsRunningEntryWasDeletedLeavesTheCopyItRead)
   EXPECT_EQ(Client::get(dead[0].second, "original_id"), entries[0].first);
   EXPECT_EQ(client.integer({"XLEN", stream}), 0);
   EXPECT_EQ(pending(client, stream), 0);
+}
+
+// Zombie worker (R16): a worker process SIGSTOPped longer than claim_min_idle while it runs a
+// task. Another worker reclaims and finishes it (and what the stopped one had prefetched); when
+// the zombie wakes, its handler ends (a second run: the documented at-least-once) but its
+// completion is dropped by the owner check, so nothing is left, retried, dead-lettered or lost.
+TEST(Reliability, AStoppedWorkersTasksAreReclaimedAndItsLateCompletionsChangeNothing) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  const std::string held = producer.enqueue("hang", nlohmann::json{{"ms", 1500}});
+  std::vector<std::string> ids{held};
+  for (int i = 0; i < 20; ++i) ids.push_back(producer.enqueue("work", nlohmann::json{{"ms", 20}}));
+  const std::vector<std::string> opts{"min_idle_ms=1000", "heartbeat_ms=200", "reclaim_ms=200", "prefetch=8"};
+  std::vector<std::string> zombie_args{STREAMQ_TEST_WORKER, server.url(), stream, "zombie"};
+  zombie_args.insert(zombie_args.end(), opts.begin(), opts.end());
+  WorkerProcess zombie(zombie_args);
+  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":started").count(held) == 1; }));
+  zombie.signal(SIGSTOP);
+  std::vector<std::string> live_args{STREAMQ_TEST_WORKER, server.url(), stream, "live"};
+  live_args.insert(live_args.end(), opts.begin(), opts.end());
+  WorkerProcess live(live_args);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto done = hash(client, stream + ":done");
+        return done.size() == ids.size();
+      },
+      30s))
+      << "the stopped worker's tasks were not taken over";
+  EXPECT_EQ(hash(client, stream + ":started").at(held), 2) << "reclaimed once";
+  zombie.signal(SIGCONT);
+  // The zombie's handler finishes its sleep and records a second run; its completion must not
+  // write anything.
+  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":done").at(held) == 2; }, 10s));
+  std::this_thread::sleep_for(500ms);  // its completer's turn: ack, delete (dropped)
+  EXPECT_EQ(client.integer({"XLEN", stream}), 0);
+  EXPECT_EQ(client.integer({"XLEN", stream + ":dlq"}), 0);
+  EXPECT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 0);
+  EXPECT_EQ(pending(client, stream), 0);
+  const auto done = hash(client, stream + ":done");
+  std::int64_t runs = 0;
+  for (const auto& id : ids) {
+    EXPECT_TRUE(done.count(id)) << "lost task " << id;
+    runs += done.count(id) != 0 ? done.at(id) : 0;
+  }
+  // Runs beyond one each: the held task's second run, and at most what the zombie had in hand.
+  EXPECT_LE(runs - static_cast<std::int64_t>(ids.size()), 1 + 8);
+}
+
+// A stalled Redis (R16): the server SIGSTOPped for 10 s under a running worker and producer.
+// Commands time out (socket_timeout 2 s), the clients reconnect after SIGCONT, and every task
+// whose enqueue returned is run; nothing is lost.
+TEST(Reliability, AServerStoppedForTenSecondsLosesNothing) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  std::mutex m;
+  std::set<std::string> ran;
+  std::set<std::string> enqueued;
+  ConsumerOptions o{.connection = {.url = server.url(), .socket_timeout = 2s}, .stream = stream};
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("work", [&](const Task& t) {
+      std::lock_guard lock(m);
+      ran.insert(t.id());
+    });
+  });
+  std::atomic<bool> stop{false};
+  std::atomic<int> refused{0};
+  std::thread feeder([&] {
+    Producer p({.connection = {.url = server.url(), .socket_timeout = 2s}, .stream = stream});
+    while (!stop) {
+      try {
+        const std::string id = p.enqueue("work", "{}");
+        std::lock_guard lock(m);
+        enqueued.insert(id);
+      } catch (const Error&) {
+        ++refused;  // timed out or not connected: not enqueued as far as the caller knows
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  std::this_thread::sleep_for(500ms);
+  server.pause();
+  std::this_thread::sleep_for(10s);
+  server.resume();
+  std::this_thread::sleep_for(1s);
+  stop = true;
+  feeder.join();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::lock_guard lock(m);
+        return std::includes(ran.begin(), ran.end(), enqueued.begin(), enqueued.end());
+      },
+      30s))
+      << "tasks whose enqueue returned were not run";
+  worker.stop();
+  EXPECT_GT(refused.load(), 0) << "the stall was not seen";
+  EXPECT_EQ(client.integer({"XLEN", stream + ":dlq"}), 0);
+  EXPECT_EQ(pending(client, stream), 0);
+  std::printf("enqueued=%zu refused=%d ran=%zu\n", enqueued.size(), refused.load(), ran.size());
 }
 
 // Clock (R24): a producer and workers whose wall clocks are an hour off (libfaketime, from
