@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "codec.hpp"
+#include "error_code.hpp"
 #include "log.hpp"
 #include "streamq/errors.hpp"
 
@@ -21,7 +22,7 @@ struct Plan {
   std::vector<ScriptId> ids;
   std::vector<Write> write;        // per completion
   std::vector<std::size_t> reply;  // per completion: index of its reply (ack: of EXEC)
-  std::vector<std::pair<std::size_t, std::size_t>> multis;  // MULTI and EXEC index of each block
+  std::vector<AckSpan> multis;     // where each acknowledgement block is
 
   void add(Argv argv, ScriptId id) {
     argvs.push_back(std::move(argv));
@@ -31,14 +32,13 @@ struct Plan {
 
 }  // namespace
 
-std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s,
-                                                std::uint16_t stream,
-                                                const std::vector<std::string_view>& ids,
-                                                const OrphanAcks& orphans,
-                                                const std::vector<const UniqueLock*>& locks) {
+AckSpan append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t stream,
+                    const std::vector<std::string_view>& ids, const OrphanAcks& orphans,
+                    const std::vector<const UniqueLock*>& locks) {
   const QueueKeys& keys = s.keys(stream);
   const std::size_t first = argvs.size();
-  argvs.push_back(Argv{"MULTI"});
+  const bool transaction = !s.acks_without_multi.load(std::memory_order_relaxed);
+  if (transaction) argvs.push_back(Argv{"MULTI"});
   if (!ids.empty()) {
     Argv ack{"XACK", keys.stream, s.opt.group};
     Argv del{"XDEL", keys.stream};
@@ -64,16 +64,28 @@ std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const 
     for (const UniqueLock* l : locks) release.add(l->holder);
     argvs.push_back(std::move(release));
   }
-  argvs.push_back(Argv{"EXEC"});
-  return {first, argvs.size() - 1};
+  if (transaction) argvs.push_back(Argv{"EXEC"});
+  return {first, argvs.size() - 1, transaction};
 }
 
-bool exec_refused(const std::vector<Reply>& replies, std::size_t exec) {
-  const ReplyView v = replies[exec].view();
-  return v.is_error() && !v.error().starts_with("EXECABORT");
+bool exec_refused(const std::vector<Reply>& replies, const AckSpan& block) {
+  const ReplyView v = replies[block.last].view();
+  return block.transaction && v.is_error() && !v.error().starts_with("EXECABORT");
 }
 
-std::string acks_error(const std::vector<Reply>& replies, std::size_t multi, std::size_t exec) {
+void note_acks(Shared& s, const AckSpan& block, const std::string& error) {
+  if (error_code(error) == "OOM") {
+    if (!s.acks_without_multi.exchange(true)) {
+      log(LogLevel::warning, "the server is out of memory (" + error +
+                                 "): acknowledging without MULTI, which it refuses, until it has room");
+    }
+  } else if (error.empty() && !block.transaction) {
+    s.acks_without_multi.store(false);  // the next block tries MULTI again
+  }
+}
+
+std::string acks_error(const std::vector<Reply>& replies, const AckSpan& block) {
+  const std::size_t multi = block.first, exec = block.last;
   for (std::size_t i = multi; i <= exec; ++i) {
     if (replies[i].view().is_error()) {
       const std::string_view e = replies[i].view().error();
@@ -191,7 +203,7 @@ void Completer::flush(std::vector<Completion>& batch) {
     plan.multis.push_back(block);
     for (std::size_t i : members) {
       plan.write[i] = Write::ack;
-      plan.reply[i] = block.second;
+      plan.reply[i] = block.last;
     }
   }
 
@@ -252,9 +264,10 @@ void Completer::flush(std::vector<Completion>& batch) {
   // The error of each MULTI block, at its EXEC reply's index.
   std::vector<std::string> block_error(replies.size());
   bool reconnect = false;
-  for (const auto& [first, exec] : plan.multis) {
-    block_error[exec] = acks_error(replies, first, exec);
-    reconnect = reconnect || exec_refused(replies, exec);
+  for (const AckSpan& block : plan.multis) {
+    block_error[block.last] = acks_error(replies, block);
+    note_acks(s_, block, block_error[block.last]);
+    reconnect = reconnect || exec_refused(replies, block);
   }
   if (reconnect) conn_.disconnect();  // not left inside a MULTI
 

@@ -23,24 +23,34 @@ struct OrphanAcks {
   std::vector<std::string_view> entries;
 };
 
+/// Where append_acks put a block: the index of its first and last command, and whether they
+/// are MULTI and EXEC.
+struct AckSpan {
+  std::size_t first = 0;
+  std::size_t last = 0;
+  bool transaction = true;
+};
+
 /// Appends MULTI, XACK + XDEL of `ids` (if any), the deletion of `orphans`' provisional
 /// records and their index fields (if any), the release of `locks` (if any: EVAL of the
 /// release script), EXEC: the acknowledgement of successes of one stream. MULTI: a crash
 /// between XACK and XDEL would leave a done entry counting toward max_len, and one between
 /// the ack and the release would keep a finished task's lock until it expires. The release is
 /// an EVAL, not an EVALSHA: inside a MULTI a NOSCRIPT would only show in EXEC's reply, after
-/// the acks it cannot be retried with. The views must outlive the pipeline. Returns the
-/// MULTI's and EXEC's index.
-std::pair<std::size_t, std::size_t> append_acks(std::vector<Argv>& argvs, const Shared& s,
-                                                std::uint16_t stream,
-                                                const std::vector<std::string_view>& ids,
-                                                const OrphanAcks& orphans = {},
-                                                const std::vector<const UniqueLock*>& locks = {});
+/// the acks it cannot be retried with. With Shared::acks_without_multi (a server over
+/// maxmemory) the same commands go without MULTI/EXEC, XACK before XDEL: a crash between them
+/// leaves a done, acknowledged entry in the stream, never one pending without its body. The
+/// views must outlive the pipeline.
+AckSpan append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t stream,
+                    const std::vector<std::string_view>& ids, const OrphanAcks& orphans = {},
+                    const std::vector<const UniqueLock*>& locks = {});
 /// The error that refused such a block (the refused command's, not EXECABORT), "" if written.
-std::string acks_error(const std::vector<Reply>& replies, std::size_t multi, std::size_t exec);
+std::string acks_error(const std::vector<Reply>& replies, const AckSpan& block);
 /// True when EXEC itself was refused (a busy server refuses it as it refuses XACK), which
 /// leaves the connection inside the MULTI: the caller must drop the connection.
-bool exec_refused(const std::vector<Reply>& replies, std::size_t exec);
+bool exec_refused(const std::vector<Reply>& replies, const AckSpan& block);
+/// Records what a block's `error` says about the server's memory (Shared::acks_without_multi).
+void note_acks(Shared& s, const AckSpan& block, const std::string& error);
 
 class Completer {
  public:

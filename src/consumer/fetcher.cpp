@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "completer.hpp"
+#include "error_code.hpp"
 #include "log.hpp"
 #include "pending.hpp"
 #include "streamq/errors.hpp"
@@ -18,7 +19,19 @@ constexpr std::size_t kDeliverChunk = 16;
 
 void ensure_group(Connection& conn, const std::string& stream, const std::string& group) {
   const Reply r = conn.command(Argv{"XGROUP", "CREATE", stream, group, "0", "MKSTREAM"});
-  if (r.view().is_error() && !r.view().error().starts_with("BUSYGROUP")) r.view().check();
+  if (!r.view().is_error() || r.view().error().starts_with("BUSYGROUP")) return;
+  // A full server (noeviction) refuses XGROUP CREATE with OOM before it sees that the group
+  // exists; then workers could never start to drain the queue that filled it. Look.
+  if (error_code(r.view().error()) == "OOM") {
+    const Reply groups = conn.command(Argv{"XINFO", "GROUPS", stream});
+    const ReplyView g = groups.view();
+    if (g.is_array()) {
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        if (g[i].field("name").is_string() && g[i].field("name").str() == group) return;
+      }
+    }
+  }
+  r.view().check();
 }
 
 Fetcher::Fetcher(Shared& shared, std::function<void()> on_first_replay)
@@ -117,7 +130,7 @@ bool Fetcher::send(std::size_t in_hand) {
   if (!acks.empty()) {
     const std::uint16_t first = acks.front().stream;
     if (std::all_of(acks.begin(), acks.end(), [&](const EntryKey& k) { return k.stream == first; })) {
-      req.blocks.push_back(AckBlock{std::move(acks)});
+      req.blocks.push_back(AckBlock{std::move(acks), {}});
     } else {
       for (std::uint16_t level = 0; level < s_.stream_count(); ++level) {
         AckBlock b;
@@ -134,7 +147,7 @@ bool Fetcher::send(std::size_t in_hand) {
     std::vector<std::string_view> ids;
     ids.reserve(b.acks.size());
     for (const EntryKey& k : b.acks) ids.push_back(k.id);
-    std::tie(b.multi, b.exec) = append_acks(argvs, s_, b.acks.front().stream, ids, {});
+    b.at = append_acks(argvs, s_, b.acks.front().stream, ids, {});
   }
   if (room > 0) {
     req.plan = order_.plan(room);
@@ -184,11 +197,13 @@ bool Fetcher::receive(const std::stop_token& stop) {
   Request& req = requests_.front();
   if (!req.blocks.empty()) {
     std::vector<Reply> replies;
-    for (std::size_t i = 0; i <= req.blocks.back().exec; ++i) replies.push_back(conn_.read_reply());
+    for (std::size_t i = 0; i <= req.blocks.back().at.last; ++i) replies.push_back(conn_.read_reply());
     bool refused = false;
     for (AckBlock& b : req.blocks) {
-      refused = refused || exec_refused(replies, b.exec);
-      acked(b.acks, acks_error(replies, b.multi, b.exec));
+      refused = refused || exec_refused(replies, b.at);
+      const std::string error = acks_error(replies, b.at);
+      note_acks(s_, b.at, error);
+      acked(b.acks, error);
     }
     if (refused) {
       drop_requests();  // not left inside a MULTI

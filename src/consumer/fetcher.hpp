@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "completer.hpp"
 #include "connection.hpp"
 #include "level_order.hpp"
 #include "scripts.hpp"
@@ -25,7 +26,8 @@
 
 namespace streamq::detail {
 
-/// XGROUP CREATE <stream> <group> 0 MKSTREAM; an existing group is fine.
+/// XGROUP CREATE <stream> <group> 0 MKSTREAM; an existing group is fine (also when a full
+/// server refuses the command with OOM before it sees the group exists).
 void ensure_group(Connection& conn, const std::string& stream, const std::string& group);
 
 class Fetcher {
@@ -79,8 +81,8 @@ class Fetcher {
   ScriptRunner scripts_;
   const std::string block_text_;
   struct AckBlock {
-    std::vector<EntryKey> acks;       // the successes of one level it acknowledges
-    std::size_t multi = 0, exec = 0;  // reply indexes of its MULTI and EXEC
+    std::vector<EntryKey> acks;  // the successes of one level it acknowledges
+    AckSpan at;                  // where its commands are among the request's
   };
   struct Request {
     std::vector<AckBlock> blocks;  // one per level with successes, first in the pipeline

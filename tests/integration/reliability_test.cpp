@@ -573,6 +573,71 @@ TEST(Reliability, AServerStoppedForTenSecondsLosesNothing) {
   std::printf("enqueued=%zu refused=%d ran=%zu\n", enqueued.size(), refused.load(), ran.size());
 }
 
+// Out of memory (R14): Redis at maxmemory with noeviction. Enqueue fails with a ReplyError whose
+// code is OOM (nothing written); workers keep acknowledging and deleting, which frees memory;
+// retries and dead letters, refused while it is full, are written again until they fit; nothing
+// whose enqueue returned is lost.
+TEST(Reliability, AFullServerRefusesEnqueuesAndLosesNothing) {
+  RedisServer server({.extra = {"--maxmemory", "4mb", "--maxmemory-policy", "noeviction"}});
+  Client client(server.url());
+  const std::string stream = unique_key();
+  ConsumerOptions o{.connection = {.url = server.url()}, .stream = stream};
+  o.retry_backoff = {.base = 0ms, .cap = 0ms};
+  {
+    // The queue's workers ran before it filled up: its level streams and groups exist. (A
+    // consumer's first start on a full server cannot create them; see the README.)
+    RunningConsumer first(o, [](Consumer&) {});
+    ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", stream + ":p:low"}) == 1; }));
+  }
+  Producer p({.connection = {.url = server.url()}, .stream = stream, .max_len = 1000000});
+  const std::string filler(2000, 'x');
+  std::vector<std::string> ok_ids, failing_ids;
+  std::string refusal;
+  for (int i = 0; i < 100000 && refusal.empty(); ++i) {
+    try {
+      const bool fails = i % 10 == 0;
+      const std::string id =
+          p.enqueue(fails ? "fails" : "work", nlohmann::json{{"pad", filler}}, {.max_retries = 1});
+      (fails ? failing_ids : ok_ids).push_back(id);
+    } catch (const ReplyError& e) {
+      refusal = e.what();
+    }
+  }
+  ASSERT_FALSE(refusal.empty()) << "the server never filled up";
+  EXPECT_TRUE(refusal.starts_with("OOM")) << refusal;
+  const std::int64_t queued = client.integer({"XLEN", stream});
+  EXPECT_EQ(queued, static_cast<std::int64_t>(ok_ids.size() + failing_ids.size()))
+      << "a refused enqueue wrote nothing";
+
+  std::mutex m;
+  std::map<std::string, int> runs;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("work", [&](const Task& t) {
+      std::lock_guard lock(m);
+      ++runs[t.id()];
+    });
+    c.on("fails", [&](const Task& t) {
+      {
+        std::lock_guard lock(m);
+        ++runs[t.id()];
+      }
+      throw std::runtime_error("no");
+    });
+  });
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return client.integer({"XLEN", stream}) == 0 && pending(client, stream) == 0 &&
+               client.integer({"XLEN", stream + ":dlq"}) == static_cast<std::int64_t>(failing_ids.size());
+      },
+      60s))
+      << "left " << client.integer({"XLEN", stream}) << ", dead "
+      << client.integer({"XLEN", stream + ":dlq"});
+  worker.stop();
+  for (const auto& id : ok_ids) EXPECT_EQ(runs[id], 1) << id;
+  for (const auto& id : failing_ids) EXPECT_EQ(runs[id], 2) << id << ": its attempt and one retry";
+  std::printf("enqueued=%zu before OOM\n", ok_ids.size() + failing_ids.size());
+}
+
 // Clock (R24): a producer and workers whose wall clocks are an hour off (libfaketime, from
 // Debian's faketime package, which the test command installs; the monotonic clock is left alone,
 // as a wrong wall clock leaves it). Due times, leases and reclaim follow the server's clock (TIME
