@@ -41,7 +41,7 @@ found=0
 printf '%-6s %12s %8s %8s %8s %8s %8s %s\n' target executions exec/s edges features corpus rss_mb findings
 for t in "${targets[@]}"; do
   stat() { sed -n "s/^stat::$1: *//p" "$logs/$t" | tail -1; }
-  last=$(grep -E '^#[0-9]+' "$logs/$t" | tail -1)
+  last=$(grep -E '^#[0-9]+' "$logs/$t" | tail -1 || true)
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
   corp=$(sed -n 's/.* corp: \([0-9]*\)\/.*/\1/p' <<<"$last")

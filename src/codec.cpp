@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "codec.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <ctime>
@@ -101,7 +102,11 @@ std::optional<TimePoint> parse_timestamp(std::string_view s) {
                             std::int64_t{mi} * 60 + se - offset_min * 60;
   // The clock holds about 292 years either side of 1970 (nanoseconds in 64 bits with libstdc++):
   // a time outside it is not one this machine can represent (found by tests/fuzz/fuzz_task).
-  constexpr std::int64_t kMostSeconds = duration_cast<seconds>(system_clock::duration::max()).count() - 1;
+  // (Bounded by nanoseconds too: the sum below is computed in them.)
+  constexpr std::int64_t kMostSeconds =
+      std::min(duration_cast<seconds>(system_clock::duration::max()).count(),
+               duration_cast<seconds>(nanoseconds::max()).count()) -
+      1;
   if (secs > kMostSeconds || secs < -kMostSeconds) return std::nullopt;
   return TimePoint(duration_cast<system_clock::duration>(seconds(secs) + nanoseconds(nanos)));
 }

@@ -179,9 +179,11 @@ std::string_view to_string(Finding::Severity s) noexcept;
 /// command per batch) and safe while workers run. Nothing loads a whole stream: lists page
 /// (TaskQuery::count), bulk actions go in batches of at most 500, and discovery uses SCAN.
 ///
-/// **Partitioned queues.** A queue name stands for the queue's partitions when any key of a
-/// `{<name without braces>:<i>}` stream exists (i < 1024; every call looks, with one pipelined
-/// EXISTS per possible partition): stats are their sum (QueueStats::partitions), lists walk the
+/// **Partitioned queues.** A queue name stands for the queue's partitions when a key of its
+/// partition 0, `{<name without braces>:0}`, exists (workers create every partition's stream);
+/// then every call finds the others with one pipelined EXISTS per possible partition (i <
+/// 1024), and queues() lists such a family as one queue (streams shaped `{x:1}`, `{x:42}`
+/// without an `{x:0}` stay queues of their own). Stats are their sum (QueueStats::partitions), lists walk the
 /// partitions one after another (TaskInfo::partition says which), actions act on each, pause()
 /// sets every partition's flag. The stream `name` itself is included when it exists too (the
 /// queue of one stream the partitions replaced). An entry id may be given as

@@ -32,12 +32,16 @@ struct Plan {
 
 }  // namespace
 
+bool acks_in_multi(const Shared& s) {
+  return Clock::now().time_since_epoch().count() >=
+         s.acks_without_multi_until.load(std::memory_order_relaxed);
+}
+
 AckSpan append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t stream,
                     const std::vector<std::string_view>& ids, const OrphanAcks& orphans,
-                    const std::vector<const UniqueLock*>& locks) {
+                    const std::vector<const UniqueLock*>& locks, bool transaction) {
   const QueueKeys& keys = s.keys(stream);
   const std::size_t first = argvs.size();
-  const bool transaction = !s.acks_without_multi.load(std::memory_order_relaxed);
   if (transaction) argvs.push_back(Argv{"MULTI"});
   if (!ids.empty()) {
     Argv ack{"XACK", keys.stream, s.opt.group};
@@ -75,12 +79,14 @@ bool exec_refused(const std::vector<Reply>& replies, const AckSpan& block) {
 
 void note_acks(Shared& s, const AckSpan& block, const std::string& error) {
   if (error_code(error) == "OOM") {
-    if (!s.acks_without_multi.exchange(true)) {
+    // Plain acknowledgements for a second; then a MULTI tries again.
+    s.acks_without_multi_until.store((Clock::now() + std::chrono::seconds(1)).time_since_epoch().count());
+    if (!s.acks_oom_logged.exchange(true)) {
       log(LogLevel::warning, "the server is out of memory (" + error +
                                  "): acknowledging without MULTI, which it refuses, until it has room");
     }
-  } else if (error.empty() && !block.transaction) {
-    s.acks_without_multi.store(false);  // the next block tries MULTI again
+  } else if (error.empty() && block.transaction && s.acks_oom_logged.exchange(false)) {
+    log(LogLevel::info, "the server has room again: acknowledging in MULTI");
   }
 }
 
@@ -181,6 +187,7 @@ void Completer::flush(std::vector<Completion>& batch) {
   // Successes: one MULTI per stream. A success is final even if the lease was lost meanwhile:
   // the task is done, and the new owner's completion of it then finds nothing to do. An
   // orphaned entry's success deletes its provisional record instead.
+  const bool transaction = acks_in_multi(s_);  // one mode for the whole pipeline
   for (std::uint16_t stream = 0; stream < s_.stream_count(); ++stream) {
     std::vector<std::string_view> ids;
     OrphanAcks orphans;
@@ -198,7 +205,7 @@ void Completer::flush(std::vector<Completion>& batch) {
       members.push_back(i);
     }
     if (members.empty()) continue;
-    const auto block = append_acks(plan.argvs, s_, stream, ids, orphans, locks);
+    const auto block = append_acks(plan.argvs, s_, stream, ids, orphans, locks, transaction);
     plan.ids.resize(plan.argvs.size(), not_a_script);
     plan.multis.push_back(block);
     for (std::size_t i : members) {

@@ -37,13 +37,17 @@ struct AckSpan {
 /// between XACK and XDEL would leave a done entry counting toward max_len, and one between
 /// the ack and the release would keep a finished task's lock until it expires. The release is
 /// an EVAL, not an EVALSHA: inside a MULTI a NOSCRIPT would only show in EXEC's reply, after
-/// the acks it cannot be retried with. With Shared::acks_without_multi (a server over
-/// maxmemory) the same commands go without MULTI/EXEC, XACK before XDEL: a crash between them
-/// leaves a done, acknowledged entry in the stream, never one pending without its body. The
-/// views must outlive the pipeline.
+/// the acks it cannot be retried with. Without `transaction` (acks_in_multi() false: a server
+/// over maxmemory) the same commands go without MULTI/EXEC, XACK before XDEL: a crash between
+/// them leaves a done, acknowledged entry in the stream, never one pending without its body.
+/// Every block of one pipeline must use the same `transaction` (a refused EXEC leaves the
+/// connection inside the MULTI, where plain commands would only be queued). The views must
+/// outlive the pipeline.
 AckSpan append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t stream,
-                    const std::vector<std::string_view>& ids, const OrphanAcks& orphans = {},
-                    const std::vector<const UniqueLock*>& locks = {});
+                    const std::vector<std::string_view>& ids, const OrphanAcks& orphans,
+                    const std::vector<const UniqueLock*>& locks, bool transaction);
+/// Whether acknowledgements go in MULTI now (see Shared::acks_without_multi_until).
+bool acks_in_multi(const Shared& s);
 /// The error that refused such a block (the refused command's, not EXECABORT), "" if written.
 std::string acks_error(const std::vector<Reply>& replies, const AckSpan& block);
 /// True when EXEC itself was refused (a busy server refuses it as it refuses XACK), which

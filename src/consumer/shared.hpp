@@ -103,10 +103,12 @@ struct Shared {
   /// The queue's pause flag (see PauseWatch), and whether the ACL user may not read it.
   PauseFlag pause;
   std::atomic<bool> pause_unreadable{false};
-  /// Set when an acknowledgement's MULTI was refused for OOM: a server over maxmemory refuses
-  /// every command queued in a MULTI, so successes are then written as plain XACK + XDEL (which
-  /// it takes, and which free the memory) until one such block goes through. See append_acks.
-  std::atomic<bool> acks_without_multi{false};
+  /// Until when (steady clock, ns) acknowledgements go without MULTI: set a second ahead each
+  /// time one's MULTI is refused for OOM (a server over maxmemory refuses every command queued
+  /// in a MULTI, but takes plain XACK and XDEL, which free the memory). See append_acks.
+  std::atomic<std::int64_t> acks_without_multi_until{0};
+  /// Whether that was logged (cleared, and logged, when a MULTI goes through again).
+  std::atomic<bool> acks_oom_logged{false};
 
   /// The keys of level `stream`; by default the normal level's, i.e. the queue's own keys.
   const QueueKeys& keys(std::uint16_t stream = kNormalLevel) const { return streams[stream]; }

@@ -170,35 +170,42 @@ std::int64_t Inspector::Impl::server_ms() {
 std::vector<std::string> Inspector::Impl::parts(const std::string& queue) {
   const std::string base = detail::partition_base(queue);
   if (base.empty()) return {queue};
-  // The queue's own keys one by one (without a hash tag they may be in different slots), then
-  // each possible partition's in one EXISTS (its keys share its tag).
+  // A key this ACL user may not read is one it cannot act on either: as good as absent.
+  const auto exists = [](const detail::Reply& r) {
+    const ReplyView v = r.view();
+    if (v.is_error() && v.error().starts_with("NOPERM")) return false;
+    return v.check().integer() > 0;
+  };
+  // First partition 0 (every partitioned queue has it once a worker ran: workers create every
+  // partition's stream) with the queue's own keys, one by one (without a hash tag they may be
+  // in different slots). Only when partition 0 exists, every other possible partition, each
+  // in one EXISTS (its keys share its tag). A plain queue costs one round trip, and a user
+  // whose ACL does not reach `{<base>:*}` one refusal, not a thousand.
   const detail::QueueKeys own = detail::queue_keys(queue);
+  const detail::QueueKeys zero =
+      detail::queue_keys(detail::partition_stream(base, detail::kMaxPartitions, 0));
   std::vector<Argv> argvs;
-  argvs.reserve(5 + detail::kMaxPartitions);
   for (const std::string* k : {&own.stream, &own.dlq, &own.delayed, &own.high, &own.low}) {
     argvs.push_back(Argv{"EXISTS", *k});
   }
+  argvs.push_back(Argv{"EXISTS", zero.stream, zero.dlq, zero.delayed, zero.high, zero.low});
+  const auto first = connected().pipeline(argvs);
+  bool own_exists = false;
+  for (std::size_t j = 0; j < 5; ++j) own_exists = own_exists || exists(first[j]);
+  if (!exists(first[5])) return {queue};
+  argvs.clear();
   std::vector<detail::QueueKeys> keys;  // the argvs' strings
   keys.reserve(detail::kMaxPartitions);
-  for (int i = 0; i < detail::kMaxPartitions; ++i) {
+  for (int i = 1; i < detail::kMaxPartitions; ++i) {
     const detail::QueueKeys& k =
         keys.emplace_back(detail::queue_keys(detail::partition_stream(base, detail::kMaxPartitions, i)));
     argvs.push_back(Argv{"EXISTS", k.stream, k.dlq, k.delayed, k.high, k.low});
   }
-  const auto r = connected().pipeline(argvs);
-  // A key this ACL user may not read is one it cannot act on either: as good as absent.
-  const auto exists = [&](std::size_t j) {
-    const ReplyView v = r[j].view();
-    if (v.is_error() && v.error().starts_with("NOPERM")) return false;
-    return v.check().integer() > 0;
-  };
-  bool own_exists = false;
-  for (std::size_t j = 0; j < 5; ++j) own_exists = own_exists || exists(j);
-  int last = -1;
-  for (int i = 0; i < detail::kMaxPartitions; ++i) {
-    if (exists(5 + static_cast<std::size_t>(i))) last = i;
+  const auto rest = connected().pipeline(argvs);
+  int last = 0;
+  for (int i = 1; i < detail::kMaxPartitions; ++i) {
+    if (exists(rest[static_cast<std::size_t>(i - 1)])) last = i;
   }
-  if (last < 0) return {queue};
   std::vector<std::string> out;
   for (int i = 0; i <= last; ++i) out.push_back(detail::partition_stream(base, detail::kMaxPartitions, i));
   if (own_exists) out.push_back(queue);
@@ -207,10 +214,12 @@ std::vector<std::string> Inspector::Impl::parts(const std::string& queue) {
 
 Inspector::Impl::Target Inspector::Impl::target(const std::vector<std::string>& parts,
                                                 const std::string& id) {
-  const auto slash = id.rfind('/');
-  if (parts.size() > 1 && slash != std::string::npos) {
-    const std::string part = id.substr(0, slash);
-    if (std::find(parts.begin(), parts.end(), part) != parts.end()) return {part, id.substr(slash + 1)};
+  if (parts.size() > 1) {
+    for (const std::string& part : parts) {  // (a task id may hold '/' itself)
+      if (id.size() > part.size() + 1 && id.starts_with(part) && id[part.size()] == '/') {
+        return {part, id.substr(part.size() + 1)};
+      }
+    }
   }
   return {std::string(), id};
 }
@@ -222,12 +231,14 @@ std::vector<std::string> Inspector::Impl::parts_with_entry(const std::vector<std
   keys.reserve(parts.size());
   for (const std::string& p : parts) {
     const detail::QueueKeys& k = keys.emplace_back(detail::queue_keys(p));
-    argvs.push_back(Argv{"XRANGE", k.dlq, id, id});
-    if (dead) continue;
-    for (Priority level : kLevels) argvs.push_back(Argv{"XRANGE", level_stream(k, level), id, id});
+    if (dead) {
+      argvs.push_back(Argv{"XRANGE", k.dlq, id, id});
+    } else {
+      for (Priority level : kLevels) argvs.push_back(Argv{"XRANGE", level_stream(k, level), id, id});
+    }
   }
   const auto r = connected().pipeline(argvs);
-  const std::size_t per = dead ? 1 : 4;
+  const std::size_t per = dead ? 1 : 3;
   std::vector<std::string> found;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     for (std::size_t j = 0; j < per; ++j) {
@@ -545,7 +556,13 @@ std::vector<QueueInfo> Inspector::Impl::group_partitions(std::vector<QueueInfo> 
   }
   for (auto& family : families) {
     const std::string& base = family.first;  // (clang 14 cannot capture a structured binding)
-    const std::map<int, QueueInfo>& members = family.second;
+    std::map<int, QueueInfo>& members = family.second;
+    if (!members.count(0)) {
+      // Not a partitioned queue (as parts() sees it): queues that only look like partitions,
+      // e.g. `{tenant:1}` and `{tenant:42}`, each a queue of its own.
+      for (auto& [i, q] : members) rest.push_back(std::move(q));
+      continue;
+    }
     // The queue of one stream the partitions belong to (`orders` or `{orders}`), when it exists.
     auto own = std::find_if(rest.begin(), rest.end(), [&](const QueueInfo& q) {
       return q.partitions.empty() && detail::partition_base(q.name) == base;
@@ -687,7 +704,7 @@ TaskPage Inspector::tasks(const std::string& queue, const TaskQuery& query) {
     const std::string_view index = std::string_view(query.cursor).substr(0, slash);
     const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), k);
     if (slash == std::string::npos || index.empty() || ec != std::errc() ||
-        end != index.data() + index.size()) {
+        end != index.data() + index.size() || k >= parts.size()) {
       throw ConfigError(bad_cursor(query.cursor, query.state));
     }
     q.cursor = query.cursor.substr(slash + 1);

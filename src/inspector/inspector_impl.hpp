@@ -23,8 +23,9 @@ struct Inspector::Impl {
   detail::Reply run(const detail::Argv& argv);
   std::int64_t server_ms();
 
-  /// The streams `queue` stands for: itself, or its partitions 0 to the highest whose keys exist
-  /// (and `queue` after them when its keys exist too). See Inspector's "Partitioned queues".
+  /// The streams `queue` stands for: itself, or, when partition 0 has a key, its partitions 0
+  /// to the highest whose keys exist (and `queue` after them when its keys exist too). See
+  /// Inspector's "Partitioned queues".
   std::vector<std::string> parts(const std::string& queue);
   /// Where an id given to a call on `parts` is: `<part>/<id>` names one of them (`part` is set);
   /// anything else may be in any (`part` empty, `id` as given).
@@ -33,8 +34,7 @@ struct Inspector::Impl {
     std::string id;
   };
   static Target target(const std::vector<std::string>& parts, const std::string& id);
-  /// The parts in which entry `id` is in a level stream or the dead-letter stream (`dead`: only
-  /// the dead-letter stream).
+  /// The parts in which entry `id` is in the dead-letter stream (`dead`) or in a level stream.
   std::vector<std::string> parts_with_entry(const std::vector<std::string>& parts, const std::string& id,
                                             bool dead);
   /// ConfigError naming the parts when an unqualified entry id is in more than one of them.

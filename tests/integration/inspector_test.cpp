@@ -568,6 +568,17 @@ TEST_F(InspectorPartitionsTest, DiscoveryAndStatsSeeOneQueue) {
   EXPECT_EQ(found[stream].length, 11);
   EXPECT_EQ(inspector.stats(stream).total_length, 11);
   EXPECT_EQ(inspector.stats(stream).partitions, 4);
+
+  // Queues that only look like partitions (no partition 0) stay queues of their own.
+  for (const char* name : {"{tenant:1}", "{tenant:42}"}) {
+    client.cmd({"XADD", name, "*", "task_id", "x", "task_type", "t", "payload", "{}"});
+  }
+  found.clear();
+  for (QueueInfo& i : inspector.queues()) found[i.name] = std::move(i);
+  EXPECT_EQ(found.size(), 3u);
+  EXPECT_TRUE(found.count("{tenant:1}") && found["{tenant:1}"].partitions.empty());
+  EXPECT_TRUE(found.count("{tenant:42}"));
+  EXPECT_EQ(inspector.stats("tenant").exists, false);
 }
 
 TEST_F(InspectorPartitionsTest, ListsPageAcrossPartitionsWithoutGapsOrRepeats) {
@@ -595,6 +606,8 @@ TEST_F(InspectorPartitionsTest, ListsPageAcrossPartitionsWithoutGapsOrRepeats) {
   for (const TaskInfo& t : delayed) EXPECT_EQ(t.key, t.partition + ":delayed");
   EXPECT_THROW(inspector.tasks(stream, {.state = TaskState::queued, .cursor = "x/q:n:(1-1"}), ConfigError);
   EXPECT_THROW(inspector.tasks(stream, {.state = TaskState::queued, .cursor = "q:n:(1-1"}), ConfigError);
+  EXPECT_THROW(inspector.tasks(stream, {.state = TaskState::queued, .cursor = "3/q:n:(1-1"}), ConfigError)
+      << "there are partitions 0 to 2";
 }
 
 TEST_F(InspectorPartitionsTest, ActionsReachEveryPartitionAndSharedIdsNeedTheirPartition) {

@@ -710,9 +710,9 @@ TEST(Reliability, ClientClocksAnHourOffChangeNoTiming) {
   ahead.kill9();
   const auto killed = std::chrono::steady_clock::now();
   ASSERT_TRUE(wait_until([&] { return started() == 2; }, 15s)) << "the dead worker's task was not reclaimed";
-  // Idle counts from the last heartbeat, up to 200 ms before the kill: not before 800 ms after it
-  // (less 100 ms for this test's own polling), and not an hour off either way.
-  EXPECT_GE(std::chrono::steady_clock::now() - killed, 700ms) << "reclaimed before claim_min_idle";
+  // Idle counts from the last heartbeat, due every 200 ms before the kill (later on a loaded
+  // machine): not long before claim_min_idle after it, and not an hour off either way.
+  EXPECT_GE(std::chrono::steady_clock::now() - killed, 400ms) << "reclaimed before claim_min_idle";
 }
 
 }  // namespace
