@@ -700,7 +700,8 @@ TEST_F(InspectorPartitionsTest, APausedPartitionedQueueIsNotReadUntilResumed) {
 }
 
 TEST_F(InspectorPartitionsTest, DoctorChecksTheFirstPartitionsKeys) {
-  partitioned().enqueue("t", R"({})");
+  Producer p = partitioned();
+  for (int i = 0; i < kParts; ++i) p.enqueue("t", R"({})");  // one in each partition, 0 included
   // Redis 6.2 has no ACL DRYRUN: its one acl finding says so.
   const std::string expected = client.redis_at_least(7, 0) ? part(0) : "needs Redis >= 7.0";
   int acl = 0;
