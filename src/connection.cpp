@@ -17,6 +17,7 @@
 #include "hiredis_compat.hpp"
 #include "reply_arena.hpp"
 #include "streamq/errors.hpp"
+#include "tls.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -106,10 +107,47 @@ void check_cluster_stream(std::string_view stream, std::string_view field) {
                     s + "}\" (a script may only touch keys of one slot)");
 }
 
+namespace {
+
+/// The TLS context of a rediss:// URL, from the URL's tls_* settings and options.tls (the same
+/// setting in both with different values is a ConfigError); null for any other URL, where a
+/// TLS setting is a ConfigError.
+std::shared_ptr<const TlsContext> tls_config(Endpoint& ep, const TlsOptions& options) {
+  TlsOptions merged = ep.tls_options;
+  const std::pair<std::string TlsOptions::*, const char*> texts[] = {
+      {&TlsOptions::ca_file, "ca_file"},
+      {&TlsOptions::ca_dir, "ca_dir"},
+      {&TlsOptions::cert_file, "cert_file"},
+      {&TlsOptions::key_file, "key_file"},
+      {&TlsOptions::server_name, "server_name"}};
+  bool any = !options.verify;
+  for (const auto& [field, name] : texts) {
+    const std::string& given = options.*field;
+    if (given.empty()) continue;
+    any = true;
+    std::string& from_url = merged.*field;
+    if (!from_url.empty() && from_url != given) {
+      throw ConfigError(std::string("connection.tls.") + name + " and the URL's tls_" + name +
+                        " differ: give it once");
+    }
+    from_url = given;
+  }
+  merged.verify = ep.tls_options.verify && options.verify;
+  if (!ep.tls) {
+    if (any) throw ConfigError("connection.tls is set, but connection.url is not a rediss:// URL");
+    return nullptr;
+  }
+  ep.tls_options = merged;
+  return make_tls_context(merged);
+}
+
+}  // namespace
+
 ConnectionConfig make_connection_config(const ConnectionOptions& options, std::string_view role,
                                         std::string_view stream) {
   ConnectionConfig c;
   c.endpoint = parse_url(options.url);
+  c.tls = tls_config(c.endpoint, options.tls);
   if (c.endpoint.is_cluster() && !stream.empty()) check_cluster_stream(stream, "stream");
   c.route_key = std::string(stream);
   if (options.connect_timeout.count() <= 0) throw ConfigError("connection.connect_timeout must be > 0");
@@ -328,6 +366,13 @@ void Connection::connect() {
   if (ctx_->err != 0) fail("connect");
   // The handshake is bounded by the connect timeout; commands by the socket timeout.
   set_timeout(config_.connect_timeout);
+  if (config_.tls) {
+    const std::string why = start_tls(ctx_, *config_.tls, ep.host);
+    if (!why.empty()) {
+      disconnect();
+      throw ConnectionError("redis " + describe() + ": " + why);
+    }
+  }
   if (!ep.is_unix()) redisEnableKeepAlive(ctx_);
   // hiredis frees its read buffer whenever it is empty and over 16 KiB, which a batch of 64
   // tasks is: every read then paid a large free and malloc (and glibc's consolidation).
@@ -348,7 +393,18 @@ void Connection::connect() {
   // A sentinel may still name a master that has just been turned into a replica (or one
   // that came back as a replica after a failover it missed).
   if (ep.is_sentinel()) hello.push_back(Argv{"ROLE"});
-  std::vector<Reply> replies = pipeline(hello);
+  std::vector<Reply> replies;
+  try {
+    replies = pipeline(hello);
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const ConnectionError& e) {
+    // A TLS port closes a plain-text connection at its first command (or answers it with a
+    // TLS alert, which is no RESP).
+    if (config_.tls || ep.is_unix()) throw;
+    throw ConnectionError(std::string(e.what()) +
+                          " (if this port serves TLS only, the URL must be rediss://)");
+  }
   for (std::size_t i = 0; i < replies.size(); ++i) {
     const ReplyView v = replies[i].view();
     if (v.is_error()) {

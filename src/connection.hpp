@@ -22,6 +22,7 @@ struct redisContext;
 namespace streamq::detail {
 
 struct ClusterState;
+class TlsContext;
 
 using Millis = std::chrono::milliseconds;
 
@@ -37,6 +38,8 @@ struct ConnectionConfig {
   /// master of its slot is the one connect() connects to, and where commands without keys go
   /// until a command with keys went elsewhere. Empty: the first master of the slot map.
   std::string route_key;
+  /// Set for rediss:// URLs: every connect runs a TLS handshake with it.
+  std::shared_ptr<const TlsContext> tls;
 };
 
 /// Defaults of ConnectionOptions::backoff_max (0): where a caller waits, and for a Consumer.

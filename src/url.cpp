@@ -94,6 +94,11 @@ int parse_int(std::string_view url, std::string_view text, const char* what, int
 }
 
 void parse_query(std::string_view url, std::string_view query, Endpoint& ep, bool sentinel) {
+  auto tls_text = [&](std::string_view key, std::string_view value, std::string& field) {
+    if (!ep.tls) bad(url, "\"" + std::string(key) + "\" is a TLS setting: the URL must be rediss://");
+    field = percent_decode(url, value);
+    if (field.empty()) bad(url, "empty \"" + std::string(key) + "\"");
+  };
   while (!query.empty()) {
     const auto amp = query.find('&');
     const std::string_view item = query.substr(0, amp);
@@ -108,6 +113,21 @@ void parse_query(std::string_view url, std::string_view query, Endpoint& ep, boo
       ep.user = percent_decode(url, value);
     } else if (key == "password") {
       ep.password = percent_decode(url, value);
+    } else if (key == "tls_ca_file") {
+      tls_text(key, value, ep.tls_options.ca_file);
+    } else if (key == "tls_ca_dir") {
+      tls_text(key, value, ep.tls_options.ca_dir);
+    } else if (key == "tls_cert_file") {
+      tls_text(key, value, ep.tls_options.cert_file);
+    } else if (key == "tls_key_file") {
+      tls_text(key, value, ep.tls_options.key_file);
+    } else if (key == "tls_server_name") {
+      tls_text(key, value, ep.tls_options.server_name);
+    } else if (key == "tls_verify") {
+      std::string flag;
+      tls_text(key, value, flag);
+      if (flag != "yes" && flag != "no") bad(url, "tls_verify must be yes or no");
+      ep.tls_options.verify = flag == "yes";
     } else if (sentinel && key == "sentinel_user") {
       ep.sentinel_user = percent_decode(url, value);
     } else if (sentinel && key == "sentinel_password") {
@@ -261,11 +281,16 @@ Endpoint parse_url(std::string_view url) {
     parse_cluster(url, url.substr(cluster.size()), ep);
     return ep;
   }
-  if (url.starts_with("rediss://")) bad(url, "TLS (rediss://) is not supported by this build");
-  if (!url.starts_with(tcp))
-    bad(url, "scheme must be redis://, redis+sentinel://, redis+cluster:// or unix://");
+  constexpr std::string_view tls = "rediss://";
+  if (url.starts_with("rediss+")) {
+    bad(url, "TLS is supported with one server (rediss://), not with Redis Cluster or Sentinel");
+  }
+  ep.tls = url.starts_with(tls);
+  if (!ep.tls && !url.starts_with(tcp))
+    bad(url, "scheme must be redis://, rediss://, redis+sentinel://, redis+cluster:// or unix://");
 
-  std::string_view rest = take_query_and_credentials(url, url.substr(tcp.size()), ep, false);
+  std::string_view rest =
+      take_query_and_credentials(url, url.substr(ep.tls ? tls.size() : tcp.size()), ep, false);
   const auto slash = rest.find('/');
   if (slash != std::string_view::npos) {
     const std::string_view db = rest.substr(slash + 1);

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include "streamq/options.hpp"
+
 namespace streamq::detail {
 
 /// A host and port (a sentinel's address, or the master one reported).
@@ -33,6 +35,9 @@ struct Endpoint {
   // Set for redis+cluster:// URLs: nodes to learn the slot map from (host and port above are
   // then unused; user and password are every node's).
   std::vector<HostPort> cluster_nodes;
+  // rediss://: TLS, with the settings the URL's query gave (tls_ca_file=, ...).
+  bool tls = false;
+  TlsOptions tls_options;
 
   bool is_unix() const noexcept { return !unix_path.empty(); }
   bool is_sentinel() const noexcept { return !sentinels.empty(); }
@@ -42,7 +47,9 @@ struct Endpoint {
   std::string describe() const;
 };
 
-/// Parses `redis://[user[:password]@]host[:port][/db]`, `unix:///path[?db=N&user=U&password=P]`
+/// Parses `redis://[user[:password]@]host[:port][/db]` (and the same with `rediss://`, whose
+/// query may hold tls_ca_file=, tls_ca_dir=, tls_cert_file=, tls_key_file=, tls_server_name=,
+/// tls_verify=yes|no), `unix:///path[?db=N&user=U&password=P]`
 /// and `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]`
 /// (query `sentinel_user=U&sentinel_password=P`; sentinel port default 26379) and
 /// `redis+cluster://[user[:password]@]host[:port][,host[:port]...][/]` (a cluster has db 0 only).

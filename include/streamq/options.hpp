@@ -8,11 +8,40 @@
 
 namespace streamq {
 
+/// TLS settings of a `rediss://` connection (see ConnectionOptions::url). Each text setting
+/// may instead be given in the URL's query (`tls_ca_file=`, `tls_ca_dir=`, `tls_cert_file=`,
+/// `tls_key_file=`, `tls_server_name=`, percent-encoded); a setting given in both with
+/// different values is a ConfigError. Setting any of them with a URL that is not `rediss://`
+/// is a ConfigError too. Files are read when the Producer, Consumer, ... is constructed:
+/// one that cannot be read is a ConfigError naming the field.
+struct TlsOptions {
+  /// PEM file with the certificates of the CAs that may sign the server's certificate.
+  /// With ca_dir also empty, the system's default CAs (/etc/ssl/certs) are used.
+  std::string ca_file{};
+  /// Directory of CA certificates in OpenSSL's hashed layout (`openssl rehash`).
+  std::string ca_dir{};
+  /// Client certificate (PEM, may hold its chain) and its private key, for a server with
+  /// `tls-auth-clients yes`. Both or neither.
+  std::string cert_file{};
+  std::string key_file{};
+  /// The name the server's certificate must carry, and the SNI sent; empty = the URL's host
+  /// (an IP address is then checked against the certificate's IP addresses).
+  std::string server_name{};
+  /// Check the server's certificate chain and name. false (or `tls_verify=no` in the URL)
+  /// accepts any certificate: encryption without authentication, for tests only.
+  bool verify = true;
+};
+
 /// Where and how to reach Redis. Shared by Producer, Consumer and StatsReader.
 struct ConnectionOptions {
   /// `redis://[user[:password]@]host[:port][/db]` or `unix:///path/to/redis.sock[?db=N]`
   /// (unix URLs also take `user=` and `password=` query parameters). User and password may
   /// be percent-encoded. Default port 6379, default db 0.
+  ///
+  /// `rediss://...` (same form as `redis://`): TLS, configured by `tls` below. Needs a streamq
+  /// built against hiredis >= 1.0 with hiredis_ssl and OpenSSL (streamq::tls_supported);
+  /// any other build refuses the URL with a ConfigError. TLS to Redis Cluster or through
+  /// Sentinel is not supported (a ConfigError).
   ///
   /// `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]`
   /// (query `sentinel_user=` and `sentinel_password=` for the sentinels' own AUTH; the user
@@ -35,6 +64,8 @@ struct ConnectionOptions {
   /// for a Consumer (nobody waits, and a wrong or dead host should not be hammered), or
   /// backoff_base if that is larger. Otherwise it must be >= backoff_base.
   std::chrono::milliseconds backoff_max{0};
+  /// With a `rediss://` URL: certificates and checks (verification is on by default).
+  TlsOptions tls{};
 };
 
 /// A task's priority. Normal tasks live in the queue's stream itself (`<stream>`, as the

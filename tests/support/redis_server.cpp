@@ -23,7 +23,6 @@
 #include "streamq/errors.hpp"
 
 namespace streamq::test {
-namespace {
 
 int free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -40,6 +39,8 @@ int free_port() {
   close(fd);
   return ntohs(addr.sin_port);
 }
+
+namespace {
 
 bool port_is_free(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -94,6 +95,10 @@ RedisServer::RedisServer(RedisServerOptions options) : options_(std::move(option
   dir_ = tmpl;
   for (int attempt = 0;; ++attempt) {
     port_ = options_.cluster_node ? free_cluster_port() : free_port();
+    if (!options_.tls_dir.empty()) {
+      do tls_port_ = free_port();
+      while (tls_port_ == port_);
+    }
     try {
       spawn();
       wait_ready();
@@ -154,6 +159,15 @@ void RedisServer::spawn() {
             "always",
             "--maxmemory-policy",
             "noeviction"};
+  }
+  if (!options_.tls_dir.empty()) {
+    const std::string& d = options_.tls_dir;
+    const std::vector<std::string> tls = {"--tls-port",         std::to_string(tls_port_),
+                                          "--tls-cert-file",    d + "/server.crt",
+                                          "--tls-key-file",     d + "/server.key",
+                                          "--tls-ca-cert-file", d + "/ca.crt",
+                                          "--tls-auth-clients", options_.tls_auth_clients ? "yes" : "no"};
+    args.insert(args.end(), tls.begin(), tls.end());
   }
   for (const auto& a : options_.extra) args.push_back(a);
   std::vector<char*> argv;

@@ -25,7 +25,15 @@ struct RedisServerOptions {
   std::string sentinel_config{};
   /// A cluster node: its port is one whose cluster bus port (port + 10000) is free too.
   bool cluster_node = false;
+  /// Non-empty: a TLS port too (`tls_port()`), with `ca.crt`, `server.crt` and `server.key`
+  /// of this directory; the plain port stays for the tests' own client.
+  std::string tls_dir{};
+  /// With tls_dir: whether TLS clients must show a certificate signed by `ca.crt`.
+  bool tls_auth_clients = false;
 };
+
+/// A free TCP port on 127.0.0.1 (free when asked: another process may take it first).
+int free_port();
 
 /// Starts `redis-server` (or $STREAMQ_REDIS_SERVER) on a free 127.0.0.1 port with a temp dir,
 /// waits for PING, and stops only that process (by pid) when destroyed. Throws
@@ -41,6 +49,9 @@ class RedisServer {
   pid_t pid() const noexcept { return pid_; }
   const std::string& dir() const noexcept { return dir_; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  /// With RedisServerOptions::tls_dir: the TLS port, and `rediss://127.0.0.1:<it>`.
+  int tls_port() const noexcept { return tls_port_; }
+  std::string tls_url() const { return "rediss://127.0.0.1:" + std::to_string(tls_port_); }
 
   /// SIGKILL the server and reap it.
   void kill9();
@@ -58,6 +69,7 @@ class RedisServer {
   RedisServerOptions options_;
   std::string dir_;
   int port_ = 0;
+  int tls_port_ = 0;
   pid_t pid_ = -1;
 };
 
