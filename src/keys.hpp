@@ -33,6 +33,14 @@ inline std::string unique_lock_key(std::string_view stream, std::string_view key
   return std::string(stream) + ":unique:" + std::string(key);
 }
 
+/// The liveness key of `consumer` in `group` (src/consumer/name_lock.hpp): which process runs
+/// that consumer name. The group's length keeps group "a:b" with consumer "c" apart from group
+/// "a" with consumer "b:c".
+inline std::string live_key(std::string_view stream, std::string_view group, std::string_view consumer) {
+  return std::string(stream) + ":live:" + std::to_string(group.size()) + ":" + std::string(group) + ":" +
+         std::string(consumer);
+}
+
 /// The sliding window of one task type's rate limit (HandlerOptions::rate).
 inline std::string rate_key(std::string_view stream, std::string_view task_type) {
   return std::string(stream) + ":rate:" + std::string(task_type);

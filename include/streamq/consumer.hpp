@@ -60,7 +60,10 @@ struct ConsumerOptions {
   std::string group = "workers";
   /// Name in the group. Empty = "<hostname>-<pid>-<random>", unique per process. A stable
   /// name (one per worker slot) lets a restarted worker replay its own pending entries at once
-  /// instead of waiting for claim_min_idle; never run two live processes with the same name.
+  /// instead of waiting for claim_min_idle. While it runs, a consumer holds its name (key
+  /// `<stream>:live:...`): run() of a second live process with the same name in the same group
+  /// throws ConfigError, and a consumer whose name another process took while it was stopped
+  /// for longer than claim_min_idle stops, its run() throwing ConfigError.
   std::string consumer_name{};
   /// Handler threads.
   int concurrency = 4;
@@ -273,7 +276,9 @@ class Consumer {
   /// without waiting for it.
   /// @throws ReplyError when Redis refuses the set-up (WRONGPASS, NOPERM, WRONGTYPE: the stream
   ///   key holds something else; LOADING, OOM, READONLY and other passing states are retried),
-  ///   ConfigError if called twice.
+  ///   ConfigError if called twice, when a live process runs under the same consumer_name and
+  ///   group, and (after stopping) when another process took this one's name while it could
+  ///   not renew it for claim_min_idle.
   void run();
 
   /// Asks run() to return: reading stops at once, running handlers finish. Thread-safe;

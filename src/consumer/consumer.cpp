@@ -22,6 +22,7 @@
 #include "janitor.hpp"
 #include "lease_keeper.hpp"
 #include "log.hpp"
+#include "name_lock.hpp"
 #include "options.hpp"
 #include "pause_watch.hpp"
 #include "reclaimer.hpp"
@@ -100,6 +101,25 @@ ConsumerOptions partition_options(const ConsumerOptions& o, int i) {
   return p;
 }
 
+/// Logs a warning when the server may evict keys under memory pressure (R14): a queue's
+/// stream, delayed set or dead letters could go. Quiet when the user may not run INFO (the
+/// README's worker role; `streamq doctor` checks it as an administrator).
+void warn_on_eviction(detail::Connection& conn) {
+  const detail::Reply r = conn.command(detail::Argv{"INFO", "memory"});
+  if (!r.view().is_string()) return;
+  const std::string_view info = r.view().str();
+  constexpr std::string_view field = "maxmemory_policy:";
+  const std::size_t at = info.find(field);
+  if (at == std::string_view::npos) return;
+  const std::size_t from = at + field.size();
+  const std::string_view policy = info.substr(from, info.find_first_of("\r\n", from) - from);
+  if (policy == "noeviction") return;
+  detail::log(LogLevel::warning,
+              "redis " + conn.describe() + " has maxmemory-policy " + std::string(policy) +
+                  ": under memory pressure it deletes keys, a queue's tasks included; set "
+                  "maxmemory-policy noeviction (a full server then refuses enqueues with OOM)");
+}
+
 }  // namespace
 
 struct Consumer::Impl {
@@ -149,9 +169,10 @@ struct Consumer::Impl {
     }
   }
 
-  /// Connects and creates the groups of one partition; connection failures and passing server
-  /// states are retried with backoff until stop(). False when stopped first.
-  bool set_up(detail::Shared& s, detail::Connection& conn) {
+  /// Connects and creates the groups of one partition, and takes the consumer name with
+  /// `name_lock` (partition 0's); connection failures and passing server states are retried
+  /// with backoff until stop(). False when stopped first.
+  bool set_up(detail::Shared& s, detail::Connection& conn, detail::NameLock* name_lock) {
     detail::Backoff backoff(s.connection.backoff_base, s.connection.backoff_max);
     for (;;) {
       std::string problem;
@@ -160,6 +181,10 @@ struct Consumer::Impl {
         for (const detail::QueueKeys& level : s.streams)
           detail::ensure_group(conn, level.stream, s.opt.group);
         detail::check_paused(s, conn);  // a consumer started on a paused queue reads nothing
+        if (name_lock != nullptr) {
+          name_lock->claim(conn);  // ConfigError when a live process has the name
+          warn_on_eviction(conn);
+        }
         return true;
       } catch (const ConnectionError& e) {
         problem = e.what();
@@ -200,11 +225,17 @@ struct Consumer::Impl {
     }
     std::optional<detail::SignalRegistration> signals;
     if (parts[0]->opt.stop_on_signals) signals.emplace([this] { on_signal(); });
+    // Declared before the engines: partition 0's scheduler renews it until it is stopped.
+    detail::NameLock name_lock(*parts[0], [this] { request_stop(); });
     std::vector<std::unique_ptr<Engine>> engines;
     for (const auto& s : parts) {
       engines.push_back(std::make_unique<Engine>(s));
-      if (!set_up(*s, engines.back()->control)) return;
+      if (!set_up(*s, engines.back()->control, engines.size() == 1 ? &name_lock : nullptr)) {
+        name_lock.release(engines[0]->control);
+        return;
+      }
     }
+    engines[0]->scheduler.add(name_lock);
     try {
       for (const auto& e : engines) e->start();
       const detail::Shared& s = *parts[0];
@@ -221,9 +252,12 @@ struct Consumer::Impl {
       // A thread that could not be started: stop the ones that were, in the same order.
       request_stop();
       shutdown(engines);
+      name_lock.release(engines[0]->control);
       throw;
     }
     shutdown(engines);
+    name_lock.release(engines[0]->control);
+    if (name_lock.lost()) throw ConfigError(name_lock.lost_message());
   }
 
   int concurrency() const {

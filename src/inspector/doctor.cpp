@@ -67,6 +67,8 @@ std::vector<RoleCheck> role_checks(const std::string& q, const std::string& grou
         {"XADD", q + ":dlq", "*", "task_id", "x"},
         {"ZRANGEBYSCORE", q + ":delayed", "0", "1"},
         {"EXISTS", q + ":paused"},
+        {"SET", detail::live_key(q, group, "c"), "x"},
+        {"CLIENT", "LIST", "ID", "1"},
         {"EVALSHA", "0000000000000000000000000000000000000000", "1", q},
         {"TIME"}}},
       {"stats",

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: MIT
 // A worker process for the reliability tests, which kill it with SIGKILL and start it again.
 // Usage: streamq_test_worker <url> <stream> <consumer-name> [key=value ...]
+//   (exits with status 3 when run() throws ConfigError, e.g. for a consumer name in use)
 //        streamq_test_worker <url> <stream> enqueue <type> <payload> [delay_ms]
 //   (the second form enqueues one task, prints its id and exits: a producer in a process of its
 //   own, e.g. under faketime)
+//        streamq_test_worker <url> <stream> produce <tasks-per-second> <seconds>
+//   (the third enqueues "mark" tasks numbered 0, 1, ... at that steady rate, retrying a refused
+//   or failed enqueue, until SIGTERM or the time is up; prints "produced <count>": the soak's
+//   producer)
 //   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries, grace_ms,
 //   backoff_base_ms (retry backoff, default 0: at once), backoff_cap_ms
 // Task types:
@@ -12,8 +17,12 @@
 //              record like work
 //   fail_once  sleep "ms", throw on the first attempt (retry_count 0), record like work
 //   crash      HINCRBY <stream>:attempts <task_id> 1, then abort() the process
+//   mark       SETBIT <stream>:seen <payload "n"> 1, and INCR <stream>:again when the bit was set
+//              already (a task run twice)
 // Records go through the test's own Redis connection (one per handler thread).
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -29,7 +38,8 @@ namespace {
 
 std::string g_url;
 
-void record(const std::string& key, const std::string& task_id) {
+/// This handler thread's own connection for its records.
+streamq::detail::Connection& recorder() {
   thread_local std::unique_ptr<streamq::detail::Connection> conn;
   if (!conn) {
     streamq::ConnectionOptions o;
@@ -37,7 +47,44 @@ void record(const std::string& key, const std::string& task_id) {
     conn =
         std::make_unique<streamq::detail::Connection>(streamq::detail::make_connection_config(o, "recorder"));
   }
-  conn->command(streamq::detail::Argv{"HINCRBY", key, task_id, "1"}).view().check();
+  return *conn;
+}
+
+void record(const std::string& key, const std::string& task_id) {
+  recorder().command(streamq::detail::Argv{"HINCRBY", key, task_id, "1"}).view().check();
+}
+
+std::atomic<bool> g_stop{false};
+
+/// The soak's producer: "mark" tasks 0, 1, ... at `rate` per second for `seconds`.
+int produce(const std::string& stream, long rate, long seconds) {
+  std::signal(SIGTERM, [](int) { g_stop = true; });
+  std::signal(SIGINT, [](int) { g_stop = true; });
+  streamq::Producer producer({.connection = {.url = g_url}, .stream = stream, .max_len = 1000000});
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::seconds(seconds);
+  long n = 0;
+  long refused = 0;
+  while (!g_stop && std::chrono::steady_clock::now() < end) {
+    // Due by now: n tasks at `rate` per second since the start.
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    const long due =
+        static_cast<long>(std::chrono::duration<double>(elapsed).count() * static_cast<double>(rate));
+    for (; n < due && !g_stop; ++n) {
+      while (!g_stop) {
+        try {
+          producer.enqueue("mark", "{\"n\":" + std::to_string(n) + "}");
+          break;
+        } catch (const streamq::Error& e) {  // a restart of Redis, a full queue: try again
+          if (++refused % 100 == 1) std::cerr << "produce: " << e.what() << "\n";
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::cout << "produced " << n << std::endl;
+  return 0;
 }
 
 }  // namespace
@@ -49,6 +96,13 @@ int main(int argc, char** argv) {
   }
   g_url = argv[1];
   const std::string stream = argv[2];
+  if (std::string(argv[3]) == "produce") {
+    if (argc != 6) {
+      std::cerr << "usage: streamq_test_worker <url> <stream> produce <tasks-per-second> <seconds>\n";
+      return 2;
+    }
+    return produce(stream, std::stol(argv[4]), std::stol(argv[5]));
+  }
   if (std::string(argv[3]) == "enqueue") {
     streamq::Producer producer({.connection = {.url = g_url}, .stream = stream});
     streamq::EnqueueOptions eo;
@@ -94,10 +148,22 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(ms(task.json().value("ms", 0)));
     record(stream + ":done", task.id());
   });
+  consumer.on("mark", [&](const streamq::Task& task) {
+    const std::string n = std::to_string(task.json().at("n").get<long>());
+    const streamq::detail::Reply was =
+        recorder().command(streamq::detail::Argv{"SETBIT", stream + ":seen", n, "1"});
+    if (was.view().check().integer() == 1)
+      recorder().command(streamq::detail::Argv{"INCR", stream + ":again"}).view().check();
+  });
   consumer.on("crash", [&](const streamq::Task& task) {
     record(stream + ":attempts", task.id());
     std::abort();
   });
-  consumer.run();
+  try {
+    consumer.run();
+  } catch (const streamq::ConfigError& e) {  // e.g. its consumer name is in use (R15)
+    std::cerr << "streamq_test_worker: " << e.what() << "\n";
+    return 3;
+  }
   return 0;
 }
