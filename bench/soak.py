@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """Soak test (R13 of the reliability research): producers and workers at a steady rate for a
 long time, with a worker killed (SIGKILL) and restarted under the same name every so often.
@@ -18,6 +18,8 @@ figures of what must stay flat. Exit status 1 when a task was lost.
 
   bench/soak.py [--build build] [--minutes 30] [--rate 500] [--workers 3]
                 [--kill-every 60] [--sample-every 60]
+
+(Debian's python3 with python3-redis, which scripts/install-deps.sh installs.)
 """
 import argparse
 import os

@@ -64,11 +64,13 @@ bool is_ip_address(const std::string& host) {
 
 std::shared_ptr<const TlsContext> make_tls_context(const TlsOptions& options) {
   if (options.cert_file.empty() != options.key_file.empty()) {
-    throw ConfigError("connection.tls.cert_file and connection.tls.key_file go together: set both or neither");
+    throw ConfigError(
+        "connection.tls.cert_file and connection.tls.key_file go together: set both or neither");
   }
   ERR_clear_error();
   SSL_CTX* raw = SSL_CTX_new(TLS_client_method());
-  if (raw == nullptr) throw ConfigError("connection.tls: cannot create an OpenSSL context: " + openssl_errors());
+  if (raw == nullptr)
+    throw ConfigError("connection.tls: cannot create an OpenSSL context: " + openssl_errors());
   auto tls = std::make_shared<const TlsContext>(raw, options);
   // Redis 6+ speaks TLS 1.2 and 1.3; nothing older is offered.
   SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
@@ -153,7 +155,9 @@ std::shared_ptr<const TlsContext> make_tls_context(const TlsOptions&) {
       "OpenSSL; this build has no TLS (see the README: \"TLS\")");
 }
 
-std::string start_tls(redisContext*, const TlsContext&, const std::string&) { return "this build has no TLS"; }
+std::string start_tls(redisContext*, const TlsContext&, const std::string&) {
+  return "this build has no TLS";
+}
 
 #endif
 

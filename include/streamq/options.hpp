@@ -39,9 +39,9 @@ struct ConnectionOptions {
   /// be percent-encoded. Default port 6379, default db 0.
   ///
   /// `rediss://...` (same form as `redis://`): TLS, configured by `tls` below. Needs a streamq
-  /// built against hiredis >= 1.0 with hiredis_ssl and OpenSSL (streamq::tls_supported);
-  /// any other build refuses the URL with a ConfigError. TLS to Redis Cluster or through
-  /// Sentinel is not supported (a ConfigError).
+  /// built with TLS (streamq::tls_supported; the README's "TLS" says how); any other build
+  /// refuses the URL with a ConfigError. TLS to Redis Cluster or through Sentinel is not
+  /// supported (a ConfigError).
   ///
   /// `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name[/db]`
   /// (query `sentinel_user=` and `sentinel_password=` for the sentinels' own AUTH; the user

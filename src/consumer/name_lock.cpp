@@ -59,8 +59,8 @@ std::string NameLock::call(ScriptRunner& scripts, const char* mode, const std::s
 
 void NameLock::claim(Connection& conn) {
   ScriptRunner scripts(conn);
-  const std::string who = "consumer_name \"" + s_.opt.consumer_name + "\" (group " + s_.opt.group + " of " +
-                          s_.queue + ")";
+  const std::string who =
+      "consumer_name \"" + s_.opt.consumer_name + "\" (group " + s_.opt.group + " of " + s_.queue + ")";
   for (int attempt = 0; attempt < 5; ++attempt) {
     std::string holder;
     try {

@@ -33,6 +33,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else if (!e.is_unix()) {
       require(!e.host.empty() && valid_port(e.port));
     }
+    // TLS settings come only with rediss://, which names one server.
+    const streamq::TlsOptions& t = e.tls_options;
+    if (!e.tls) {
+      require(t.ca_file.empty() && t.ca_dir.empty() && t.cert_file.empty() && t.key_file.empty() &&
+              t.server_name.empty() && t.verify);
+    } else {
+      require(!e.is_unix() && !e.is_sentinel() && !e.is_cluster());
+    }
     require(!e.describe().empty());
   } catch (const streamq::ConfigError&) {
     // refused, with a message: what bad input must get

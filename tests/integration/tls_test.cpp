@@ -40,11 +40,14 @@ std::string what_of(const std::function<void()>& f) {
 
 TEST(TlsSettings, AreConfigErrorsWhenTheyCannotWork) {
   // TLS settings without a rediss:// URL, in the options or the URL's query.
-  EXPECT_THROW(Producer({.connection = {.url = "redis://127.0.0.1:1", .tls = {.ca_file = "/x"}}}), ConfigError);
-  EXPECT_THROW(Producer({.connection = {.url = "redis://127.0.0.1:1", .tls = {.verify = false}}}), ConfigError);
+  EXPECT_THROW(Producer({.connection = {.url = "redis://127.0.0.1:1", .tls = {.ca_file = "/x"}}}),
+               ConfigError);
+  EXPECT_THROW(Producer({.connection = {.url = "redis://127.0.0.1:1", .tls = {.verify = false}}}),
+               ConfigError);
   EXPECT_THROW(Producer({.connection = {.url = "redis://127.0.0.1:1?tls_ca_file=/x"}}), ConfigError);
   // TLS to a cluster or through sentinels is not offered.
-  EXPECT_THROW(Producer({.connection = {.url = "rediss+cluster://127.0.0.1:1"}, .stream = "{q}"}), ConfigError);
+  EXPECT_THROW(Producer({.connection = {.url = "rediss+cluster://127.0.0.1:1"}, .stream = "{q}"}),
+               ConfigError);
   EXPECT_THROW(Producer({.connection = {.url = "rediss+sentinel://127.0.0.1:1/m"}}), ConfigError);
   EXPECT_THROW(Producer({.connection = {.url = "rediss://127.0.0.1:1?tls_verify=maybe"}}), ConfigError);
   EXPECT_THROW(Producer({.connection = {.url = "rediss://127.0.0.1:1?tls_ca_file="}}), ConfigError);
@@ -71,14 +74,16 @@ class Tls : public ::testing::Test {
     const std::string key = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     std::ofstream(d + "/server.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
     std::ofstream(d + "/client.ext") << "extendedKeyUsage=clientAuth\n";
-    run("cd " + d + " && openssl req -x509" + key + " -days 2 -subj /CN=streamq-test-ca -keyout ca.key -out ca.crt");
+    run("cd " + d + " && openssl req -x509" + key +
+        " -days 2 -subj /CN=streamq-test-ca -keyout ca.key -out ca.crt");
     run("cd " + d + " && openssl req -x509" + key +
         " -days 2 -subj /CN=another-ca -keyout other-ca.key -out other-ca.crt");
     for (const std::string who : {"server", "client"}) {
       run("cd " + d + " && openssl req" + key + " -subj /CN=" + who + " -keyout " + who + ".key -out " + who +
           ".csr");
-      run("cd " + d + " && openssl x509 -req -in " + who + ".csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2" +
-          " -extfile " + who + ".ext -out " + who + ".crt");
+      run("cd " + d + " && openssl x509 -req -in " + who +
+          ".csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2" + " -extfile " + who + ".ext -out " + who +
+          ".crt");
     }
   }
   static void TearDownTestSuite() {
@@ -133,24 +138,25 @@ TEST_F(Tls, AProducerAndAWorkerRunTasksOverTls) {
   StatsReader stats({.connection = {.url = server.tls_url(), .tls = trusting()}, .stream = "q"});
   EXPECT_EQ(stats.read().total_length, 0);
   // With the host's name instead of its address, checked against the certificate's DNS name.
-  Producer by_name({.connection = {.url = "rediss://localhost:" + std::to_string(server.tls_port()),
-                                   .tls = trusting()},
-                    .stream = "q"});
+  Producer by_name(
+      {.connection = {.url = "rediss://localhost:" + std::to_string(server.tls_port()), .tls = trusting()},
+       .stream = "q"});
   by_name.enqueue("t", "{}");
   EXPECT_EQ(client.integer({"XLEN", "q"}), 1);
 }
 
 TEST_F(Tls, AServerCertificateFromAnotherCaIsRefused) {
   RedisServer server({.tls_dir = *dir_});
-  Producer p({.connection = {.url = server.tls_url(), .tls = {.ca_file = file("other-ca.crt")}}, .stream = "q"});
+  Producer p(
+      {.connection = {.url = server.tls_url(), .tls = {.ca_file = file("other-ca.crt")}}, .stream = "q"});
   const std::string why = what_of([&] { p.enqueue("t", "{}"); });
   EXPECT_NE(why.find("TLS handshake: the server's certificate is not accepted"), std::string::npos) << why;
   EXPECT_NE(why.find("connection.tls.ca_file/ca_dir"), std::string::npos) << why;
   EXPECT_THROW(p.enqueue("t", "{}"), ConnectionError);
   // With verification off, the same settings connect (encryption without authentication).
-  Producer unchecked({.connection = {.url = server.tls_url() + "?tls_verify=no",
-                                     .tls = {.ca_file = file("other-ca.crt")}},
-                      .stream = "q"});
+  Producer unchecked(
+      {.connection = {.url = server.tls_url() + "?tls_verify=no", .tls = {.ca_file = file("other-ca.crt")}},
+       .stream = "q"});
   unchecked.enqueue("t", "{}");
   EXPECT_EQ(Client(server.url()).integer({"XLEN", "q"}), 1);
 }
@@ -180,7 +186,8 @@ TEST_F(Tls, AServerThatWantsAClientCertificateGetsOne) {
   Producer p({.connection = {.url = server.tls_url(), .tls = with}, .stream = "q"});
   p.enqueue("t", "{}");
   std::atomic<int> done{0};
-  RunningConsumer w(worker(server.tls_url(), with), [&](Consumer& c) { c.on("t", [&](const Task&) { ++done; }); });
+  RunningConsumer w(worker(server.tls_url(), with),
+                    [&](Consumer& c) { c.on("t", [&](const Task&) { ++done; }); });
   ASSERT_TRUE(wait_until([&] { return done.load() == 1; }));
 }
 
@@ -217,7 +224,8 @@ TEST_F(Tls, UnreadableOrMismatchedFilesAreConfigErrorsAtConstruction) {
   EXPECT_NE(refused({.ca_file = file("missing.crt")}).find("connection.tls.ca_file"), std::string::npos);
   EXPECT_NE(refused({.ca_dir = file("missing")}).find("connection.tls.ca_dir"), std::string::npos);
   EXPECT_NE(refused({.cert_file = file("client.crt")}).find("set both or neither"), std::string::npos);
-  EXPECT_NE(refused({.cert_file = file("missing.crt"), .key_file = file("client.key")}).find("connection.tls.cert_file"),
+  EXPECT_NE(refused({.cert_file = file("missing.crt"), .key_file = file("client.key")})
+                .find("connection.tls.cert_file"),
             std::string::npos);
   EXPECT_NE(refused({.cert_file = file("client.crt"), .key_file = file("server.key")})
                 .find("cannot load it as the key of connection.tls.cert_file"),
@@ -225,10 +233,12 @@ TEST_F(Tls, UnreadableOrMismatchedFilesAreConfigErrorsAtConstruction) {
   EXPECT_NE(refused({.ca_file = file("ca.crt")}, "rediss://127.0.0.1:1?tls_ca_file=" + file("other-ca.crt"))
                 .find("differ"),
             std::string::npos);
-  EXPECT_THROW(Producer({.connection = {.url = "rediss://127.0.0.1:1", .tls = {.ca_file = file("missing.crt")}}}),
-               ConfigError);
+  EXPECT_THROW(
+      Producer({.connection = {.url = "rediss://127.0.0.1:1", .tls = {.ca_file = file("missing.crt")}}}),
+      ConfigError);
   // The same setting given twice alike is fine.
-  Producer same({.connection = {.url = "rediss://127.0.0.1:1?tls_ca_file=" + file("ca.crt"), .tls = trusting()}});
+  Producer same(
+      {.connection = {.url = "rediss://127.0.0.1:1?tls_ca_file=" + file("ca.crt"), .tls = trusting()}});
 }
 
 #else
@@ -236,7 +246,8 @@ TEST_F(Tls, UnreadableOrMismatchedFilesAreConfigErrorsAtConstruction) {
 TEST(TlsSettings, ABuildWithoutTlsRefusesRedissUrls) {
   static_assert(!tls_supported);
   const std::string why = what_of([] { Producer({.connection = {.url = "rediss://127.0.0.1:6379"}}); });
-  EXPECT_NE(why.find("needs a streamq built against hiredis >= 1.0 with hiredis_ssl and OpenSSL"), std::string::npos)
+  EXPECT_NE(why.find("needs a streamq built against hiredis >= 1.0 with hiredis_ssl and OpenSSL"),
+            std::string::npos)
       << why;
   EXPECT_THROW(Consumer({.connection = {.url = "rediss://127.0.0.1:6379"}}), ConfigError);
 }

@@ -166,14 +166,18 @@ INSTANTIATE_TEST_SUITE_P(
     Mistakes, UrlRefused,
     ::testing::Values(
         BadUrl{"http://localhost:6379", "scheme"}, BadUrl{"localhost:6379", "scheme"}, BadUrl{"", "scheme"},
-        BadUrl{"rediss://localhost:6380", "TLS"}, BadUrl{"redis://", "host"}, BadUrl{"redis://:6379", "host"},
-        BadUrl{"redis://user:pw@:6379/0", "host"}, BadUrl{"redis://localhost:0", "port"},
-        BadUrl{"redis://localhost:70000", "port"}, BadUrl{"redis://localhost:abc", "port"},
-        BadUrl{"redis://localhost:", "port"}, BadUrl{"redis://localhost:-1", "port"},
-        BadUrl{"redis://[::1]:0", "port"}, BadUrl{"redis://[::1", "IPv6"},
-        BadUrl{"redis://localhost/abc", "db"}, BadUrl{"redis://localhost/-1", "db"},
-        BadUrl{"redis://localhost/1x", "db"}, BadUrl{"unix:///tmp/r.sock?db=x", "db"},
-        BadUrl{"redis://user:p%zzss@localhost", "percent"},
+        BadUrl{"rediss+cluster://localhost:6380", "TLS"}, BadUrl{"rediss+sentinel://s1/m", "TLS"},
+        BadUrl{"redis://localhost?tls_ca_file=/ca", "rediss://"},
+        BadUrl{"unix:///tmp/r.sock?tls_verify=no", "rediss://"},
+        BadUrl{"rediss://localhost?tls_verify=maybe", "yes or no"},
+        BadUrl{"rediss://localhost?tls_server_name=", "empty"}, BadUrl{"redis://", "host"},
+        BadUrl{"redis://:6379", "host"}, BadUrl{"redis://user:pw@:6379/0", "host"},
+        BadUrl{"redis://localhost:0", "port"}, BadUrl{"redis://localhost:70000", "port"},
+        BadUrl{"redis://localhost:abc", "port"}, BadUrl{"redis://localhost:", "port"},
+        BadUrl{"redis://localhost:-1", "port"}, BadUrl{"redis://[::1]:0", "port"},
+        BadUrl{"redis://[::1", "IPv6"}, BadUrl{"redis://localhost/abc", "db"},
+        BadUrl{"redis://localhost/-1", "db"}, BadUrl{"redis://localhost/1x", "db"},
+        BadUrl{"unix:///tmp/r.sock?db=x", "db"}, BadUrl{"redis://user:p%zzss@localhost", "percent"},
         BadUrl{"redis://user:pass%4@localhost", "percent"}, BadUrl{"redis://user:pass%@localhost", "percent"},
         BadUrl{"unix://tmp/r.sock", "absolute"}, BadUrl{"unix://", "absolute"},
         BadUrl{"unix:///tmp/r.sock?timeout=5", "timeout"}, BadUrl{"redis://localhost?foo=bar", "foo"},
@@ -184,6 +188,28 @@ INSTANTIATE_TEST_SUITE_P(
         BadUrl{"redis+sentinel://s1/my%20master", "letters"}, BadUrl{"redis+sentinel://s1/mymaster/x", "db"},
         BadUrl{"redis://localhost?sentinel_password=x", "sentinel_password"},
         BadUrl{"redis+sentinel://s1/m?sentinel_user", "="}));
+
+TEST(Url, RedissCarriesTheTlsSettingsOfItsQuery) {
+  const Endpoint plain = parse_url("rediss://app:pw@cache.internal:6380/3");
+  EXPECT_TRUE(plain.tls);
+  EXPECT_EQ(plain.host, "cache.internal");
+  EXPECT_EQ(plain.port, 6380);
+  EXPECT_EQ(plain.db, 3);
+  EXPECT_EQ(plain.user, "app");
+  EXPECT_TRUE(plain.tls_options.verify);
+  EXPECT_TRUE(plain.tls_options.ca_file.empty());
+  const Endpoint ep = parse_url(
+      "rediss://h?tls_ca_file=%2Fetc%2Fca.crt&tls_ca_dir=/etc/cas&tls_cert_file=c.pem&tls_key_file=k.pem"
+      "&tls_server_name=redis.example&tls_verify=no");
+  EXPECT_EQ(ep.tls_options.ca_file, "/etc/ca.crt");
+  EXPECT_EQ(ep.tls_options.ca_dir, "/etc/cas");
+  EXPECT_EQ(ep.tls_options.cert_file, "c.pem");
+  EXPECT_EQ(ep.tls_options.key_file, "k.pem");
+  EXPECT_EQ(ep.tls_options.server_name, "redis.example");
+  EXPECT_FALSE(ep.tls_options.verify);
+  EXPECT_TRUE(parse_url("rediss://h?tls_verify=yes").tls_options.verify);
+  EXPECT_FALSE(parse_url("redis://h").tls);
+}
 
 TEST(Url, ClusterNodesAndCredentials) {
   const Endpoint ep = parse_url("redis+cluster://app:s%40cret@10.0.0.1:7000,node-b,[::1]:7002/");
