@@ -10,11 +10,12 @@ must stay flat), and prints one row per interval:
 
   seconds, tasks enqueued (XINFO STREAM entries-added), tasks run (distinct), tasks run again,
   backlog (XLEN), pending, Redis clients and used memory, RSS and open fds of worker 1 and of
-  the producer.
+  the producer. Needs redis-server >= 7.0 (BITCOUNT ... BIT, XINFO STREAM entries-added).
 
 At the end the producer stops, the workers drain the queue, and it prints lost (enqueued but
 never run: must be 0), run again (at-least-once after the kills), and the first and last
-figures of what must stay flat. Exit status 1 when a task was lost.
+figures of what must stay flat. Exit status 1 when a task was lost, or a worker ended without
+being killed.
 
   bench/soak.py [--build build] [--minutes 30] [--rate 500] [--workers 3]
                 [--kill-every 60] [--sample-every 60]
@@ -124,9 +125,15 @@ def main():
     next_kill = start + args.kill_every
     next_sample = start
     victim = 2
+    exits = []  # workers that ended without being killed
     try:
         while producer.poll() is None:
             now = time.monotonic()
+            for i, w in workers.items():  # a worker must never end on its own
+                if w.poll() is not None:
+                    exits.append(f"w{i} exited with status {w.returncode} at {int(now - start)} s")
+                    print(f"soak: {exits[-1]}; restarting it", flush=True)
+                    workers[i] = start_worker(i)
             if now >= next_sample:
                 row = sample(int(now - start))
                 rows.append(row)
@@ -141,6 +148,9 @@ def main():
                 next_kill += args.kill_every
             time.sleep(0.2)
         out, _ = producer.communicate()
+        if producer.returncode != 0 or not out.split():
+            print(f"soak: the producer failed (status {producer.returncode}); see {workdir}")
+            return 1
         produced = int(out.split()[-1])
         deadline = time.monotonic() + 120
         while r.bitcount(f"{stream}:seen") < produced and time.monotonic() < deadline:
@@ -157,9 +167,12 @@ def main():
               f"{r.xlen(stream + ':dlq')}")
         settled = rows[1:] if len(rows) > 2 else rows  # the first row is before any work
         for c in ["clients", "used_memory", "w1_rss_kb", "w1_fds", "producer_rss_kb", "producer_fds"]:
-            values = [x[c] for x in settled]
+            values = [x[c] for x in settled if x[c] >= 0]  # -1: the producer had exited
+            if not values:
+                continue
             print(f"soak: {c:>16}: first {values[0]}, last {values[-1]}, min {min(values)}, max {max(values)}")
-        ok = lost == 0 and beyond == 0
+        print(f"soak: workers that ended on their own: {len(exits)}" + "".join(f"\n  {e}" for e in exits))
+        ok = lost == 0 and beyond == 0 and not exits
         if ok:
             shutil.rmtree(workdir, ignore_errors=True)
         else:

@@ -134,8 +134,11 @@ std::shared_ptr<const TlsContext> tls_config(Endpoint& ep, const TlsOptions& opt
   }
   merged.verify = ep.tls_options.verify && options.verify;
   if (!ep.tls) {
-    if (any) throw ConfigError("connection.tls is set, but connection.url is not a rediss:// URL");
-    return nullptr;
+    if (!any) return nullptr;
+    if (ep.is_cluster() || ep.is_sentinel() || ep.is_unix()) {
+      throw ConfigError("connection.tls is set, but TLS is supported with one server (rediss://) only");
+    }
+    throw ConfigError("connection.tls is set, but connection.url is not a rediss:// URL");
   }
   ep.tls_options = merged;
   return make_tls_context(merged);
@@ -344,6 +347,9 @@ void Connection::fail(const char* during) {
     message += ": ";
     message += timeout ? "timed out" : (ctx_->errstr[0] != '\0' ? ctx_->errstr : "I/O error");
   }
+  if (config_.tls) {
+    if (const std::string tls = tls_failure_detail(*config_.tls); !tls.empty()) message += " (" + tls + ")";
+  }
   disconnect();
   if (timeout) throw TimeoutError(message);
   throw ConnectionError(message);
@@ -367,9 +373,15 @@ void Connection::connect() {
   // The handshake is bounded by the connect timeout; commands by the socket timeout.
   set_timeout(config_.connect_timeout);
   if (config_.tls) {
-    const std::string why = start_tls(ctx_, *config_.tls, ep.host);
+    bool timed_out = false;
+    std::string why;
+    {
+      SigpipeGuard guard;  // the handshake writes too
+      why = start_tls(ctx_, *config_.tls, ep.host, timed_out);
+    }
     if (!why.empty()) {
       disconnect();
+      if (timed_out) throw TimeoutError("redis " + describe() + ": " + why);
       throw ConnectionError("redis " + describe() + ": " + why);
     }
   }
@@ -399,11 +411,20 @@ void Connection::connect() {
   } catch (const TimeoutError&) {
     throw;
   } catch (const ConnectionError& e) {
-    // A TLS port closes a plain-text connection at its first command (or answers it with a
-    // TLS alert, which is no RESP).
-    if (config_.tls || ep.is_unix()) throw;
+    if (ep.is_unix()) throw;
+    if (!config_.tls) {
+      // A TLS port closes a plain-text connection at its first command (or answers it with a
+      // TLS alert, which is no RESP).
+      throw ConnectionError(std::string(e.what()) +
+                            " (if this port serves TLS only, the URL must be rediss://)");
+    }
+    // With TLS 1.3 the client's handshake ends before the server checks the client's
+    // certificate: a server that wants one and got none ends the connection at the first
+    // reply (with an alert, or a reset when the alert was not read).
+    if (!ep.tls_options.cert_file.empty()) throw;
     throw ConnectionError(std::string(e.what()) +
-                          " (if this port serves TLS only, the URL must be rediss://)");
+                          " (if the server wants a client certificate, tls-auth-clients yes: set "
+                          "connection.tls.cert_file and key_file)");
   }
   for (std::size_t i = 0; i < replies.size(); ++i) {
     const ReplyView v = replies[i].view();

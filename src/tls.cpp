@@ -72,6 +72,8 @@ std::shared_ptr<const TlsContext> make_tls_context(const TlsOptions& options) {
   if (raw == nullptr)
     throw ConfigError("connection.tls: cannot create an OpenSSL context: " + openssl_errors());
   auto tls = std::make_shared<const TlsContext>(raw, options);
+  // No passphrase prompt on the terminal for an encrypted key: it is refused instead.
+  SSL_CTX_set_default_passwd_cb(raw, [](char*, int, int, void*) { return 0; });
   // Redis 6+ speaks TLS 1.2 and 1.3; nothing older is offered.
   SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
   SSL_CTX_set_verify(raw, options.verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, nullptr);
@@ -95,7 +97,8 @@ std::shared_ptr<const TlsContext> make_tls_context(const TlsOptions& options) {
       refuse("cert_file", options.cert_file, "cannot load the client certificate");
     }
     if (SSL_CTX_use_PrivateKey_file(raw, options.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-      refuse("key_file", options.key_file, "cannot load it as the key of connection.tls.cert_file");
+      refuse("key_file", options.key_file,
+             "cannot load it as the key of connection.tls.cert_file (PEM, without a passphrase)");
     }
     if (SSL_CTX_check_private_key(raw) != 1) {
       refuse("key_file", options.key_file, "is not the key of connection.tls.cert_file");
@@ -104,7 +107,8 @@ std::shared_ptr<const TlsContext> make_tls_context(const TlsOptions& options) {
   return tls;
 }
 
-std::string start_tls(redisContext* ctx, const TlsContext& tls, const std::string& host) {
+std::string start_tls(redisContext* ctx, const TlsContext& tls, const std::string& host, bool& timed_out) {
+  timed_out = false;
   const TlsOptions& o = tls.options();
   const std::string& name = o.server_name.empty() ? host : o.server_name;
   ERR_clear_error();
@@ -134,6 +138,7 @@ std::string start_tls(redisContext* ctx, const TlsContext& tls, const std::strin
                                                  : "connection.tls.ca_file/ca_dir") +
           " and the name \"" + name + "\")";
   } else if (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK) {
+    timed_out = true;
     why = "no TLS handshake within the connect timeout: does this port serve TLS?";
   } else {
     why = std::string(ctx->errstr[0] != '\0' ? ctx->errstr : "TLS handshake failed") +
@@ -143,6 +148,12 @@ std::string start_tls(redisContext* ctx, const TlsContext& tls, const std::strin
   SSL_free(ssl);
   ERR_clear_error();
   return "TLS handshake: " + why;
+}
+
+std::string tls_failure_detail(const TlsContext& tls) {
+  if (ERR_peek_error() == 0) return {};
+  (void)tls;
+  return "TLS: " + openssl_errors();
 }
 
 #else  // no TLS in this build
@@ -155,9 +166,12 @@ std::shared_ptr<const TlsContext> make_tls_context(const TlsOptions&) {
       "OpenSSL; this build has no TLS (see the README: \"TLS\")");
 }
 
-std::string start_tls(redisContext*, const TlsContext&, const std::string&) {
+std::string start_tls(redisContext*, const TlsContext&, const std::string&, bool& timed_out) {
+  timed_out = false;
   return "this build has no TLS";
 }
+
+std::string tls_failure_detail(const TlsContext&) { return {}; }
 
 #endif
 

@@ -24,8 +24,13 @@ std::shared_ptr<const TlsContext> make_tls_context(const TlsOptions& options);
 
 /// The TLS handshake on `ctx`, a connected TCP context whose socket timeout bounds it, checking
 /// the certificate against `host` (or TlsOptions::server_name). On failure returns a message
-/// that says why (certificate checks, a timeout: "does this port serve TLS?") and leaves the
-/// context for the caller to free; returns an empty string on success.
-std::string start_tls(redisContext* ctx, const TlsContext& tls, const std::string& host);
+/// that says why (certificate checks, a timeout: "does this port serve TLS?"; `timed_out` is
+/// then set) and leaves the context for the caller to free; returns an empty string on success.
+std::string start_tls(redisContext* ctx, const TlsContext& tls, const std::string& host, bool& timed_out);
+
+/// After an I/O error on a TLS connection, on the thread that saw it: the reasons OpenSSL
+/// queued (a TLS alert of the server, e.g. "certificate required" when it wants a client
+/// certificate, which TLS 1.3 reports only at the first read); "" when none.
+std::string tls_failure_detail(const TlsContext& tls);
 
 }  // namespace streamq::detail

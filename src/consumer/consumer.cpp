@@ -235,7 +235,8 @@ struct Consumer::Impl {
         return;
       }
     }
-    engines[0]->scheduler.add(name_lock);
+    // First: after a stop (SIGSTOP) the name is checked before the leases are renewed.
+    engines[0]->scheduler.add(name_lock, true);
     try {
       for (const auto& e : engines) e->start();
       const detail::Shared& s = *parts[0];

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "name_lock.hpp"
 
+#include <charconv>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -22,9 +23,6 @@ std::string random_token() {
   return text;
 }
 
-/// The client id of a "<client id> <token>" value ("" when it has none).
-std::string holder_id(const std::string& value) { return value.substr(0, value.find(' ')); }
-
 /// The `key=` field of a CLIENT LIST line ("" when absent).
 std::string client_field(std::string_view line, std::string_view key) {
   const std::string spaced = " " + std::string(line);
@@ -43,18 +41,16 @@ NameLock::NameLock(Shared& shared, std::function<void()> on_lost)
       token_(random_token()),
       on_lost_(std::move(on_lost)) {}
 
-std::string NameLock::value_for(const Connection& conn) const {
-  return std::to_string(conn.client_id()) + " " + token_;
-}
-
-std::string NameLock::call(ScriptRunner& scripts, const char* mode, const std::string& value,
-                           const std::string& found) {
+std::optional<NameLock::Holder> NameLock::call(ScriptRunner& scripts, const char* mode,
+                                               const std::string& found) {
   Argv argv = scripts.begin(ScriptId::name, 1);
+  const std::string id = std::to_string(scripts.connection().client_id());
   const std::string ttl = std::to_string(s_.opt.claim_min_idle.count());
-  argv.add(key_).add(mode).add(token_).add(value).add(ttl).add(found);
+  argv.add(key_).add(mode).add(token_).add(id).add(ttl).add(found);
   const Reply reply = scripts.call(ScriptId::name, argv);
   const ReplyView v = reply.view().check();
-  return v.is_nil() ? std::string() : std::string(v.str());
+  if (v.is_nil()) return std::nullopt;
+  return Holder{std::string(v[0].str()), v[1].integer()};
 }
 
 void NameLock::claim(Connection& conn) {
@@ -62,9 +58,9 @@ void NameLock::claim(Connection& conn) {
   const std::string who =
       "consumer_name \"" + s_.opt.consumer_name + "\" (group " + s_.opt.group + " of " + s_.queue + ")";
   for (int attempt = 0; attempt < 5; ++attempt) {
-    std::string holder;
+    std::optional<Holder> holder;
     try {
-      holder = call(scripts, "hold", value_for(conn));
+      holder = call(scripts, "hold");
     } catch (const ReplyError& e) {
       if (error_code(e.what()) != "NOPERM") throw;
       log(LogLevel::warning, "cannot hold " + who + " in " + key_ + " (" + e.what() +
@@ -73,43 +69,62 @@ void NameLock::claim(Connection& conn) {
                                  s_.keys().stream + ":live:* and +client|list");
       return;
     }
-    if (holder.empty()) {
+    if (!holder) {
       held_ = true;
       return;
     }
-    const std::string id = holder_id(holder);
-    // A process killed a moment ago may still be listed: the server sees its connection close
-    // in the same event loop turn as this one's command, maybe after it. A live holder is
-    // still there after kLiveChecks looks.
-    std::string line;
-    for (int look = 0; look < kLiveChecks; ++look) {
-      if (look > 0) std::this_thread::sleep_for(kLiveCheckPause);
-      const Reply listed = conn.command(Argv{"CLIENT", "LIST", "ID", id});
-      const ReplyView v = listed.view();
-      if (v.is_error()) {
-        throw ConfigError(who + " is held by client " + id + ", which this user cannot look up (" +
-                          std::string(v.error()) +
-                          "): grant it +client|list, or wait until the name is free (claim_min_idle after "
-                          "the holder's last renewal)");
+    // "<client id> <token> <ms written>"
+    const std::string id = holder->value.substr(0, holder->value.find(' '));
+    std::int64_t written = 0;
+    const std::string_view tail = std::string_view(holder->value).substr(holder->value.rfind(' ') + 1);
+    std::from_chars(tail.data(), tail.data() + tail.size(), written);
+    const std::int64_t since_written = holder->now_ms - written;
+    if (!holder_is_live(conn, id, since_written, who)) {
+      // Its process crashed or was killed (the server closed its connection): a restart takes
+      // the name at once, if nobody else took it meanwhile.
+      if (!call(scripts, "take", holder->value)) {
+        log(LogLevel::info, who + ": the process that held it (client " + id + ") is gone; taking it over");
+        held_ = true;
+        return;
       }
-      line = v.is_string() ? std::string(v.str()) : std::string();
-      if (line.find("id=") == std::string::npos) break;
+      continue;
     }
-    if (line.find("id=") != std::string::npos) {
-      throw ConfigError(who + " is in use by a live process (client " + id + " from " +
-                        client_field(line, "addr") + ", named " + client_field(line, "name") +
-                        "): give every worker process a name of its own, or leave consumer_name empty "
-                        "for a unique one");
-    }
-    // The holder's connection is gone: its process crashed or was killed. A restart takes the
-    // name at once, if nobody else took it meanwhile.
-    if (call(scripts, "take", value_for(conn), holder).empty()) {
-      log(LogLevel::info, who + ": the process that held it (client " + id + ") is gone; taking it over");
-      held_ = true;
-      return;
-    }
+    throw ConfigError(who + " is in use by a live process (" + live_client_ +
+                      "): give every worker process a name of its own, or leave consumer_name empty for a "
+                      "unique one");
   }
   throw ConfigError(who + " is being claimed by other processes at the same time");
+}
+
+bool NameLock::holder_is_live(Connection& conn, const std::string& id, std::int64_t since_written,
+                              const std::string& who) {
+  // A process killed a moment ago may still be listed: the server sees its connection close in
+  // the same event loop turn as this one's command, maybe after it. A live holder is still
+  // there after kLiveChecks looks.
+  for (int look = 0; look < kLiveChecks; ++look) {
+    if (look > 0) std::this_thread::sleep_for(kLiveCheckPause);
+    const Reply listed = conn.command(Argv{"CLIENT", "LIST", "ID", id});
+    const ReplyView v = listed.view();
+    if (v.is_error()) {
+      if (error_code(v.error()) != "NOPERM") v.check();
+      log(LogLevel::warning, who + " is held by client " + id + ", which this user may not look up (" +
+                                 std::string(v.error()) +
+                                 "): taking the name without knowing whether that process still runs; grant "
+                                 "the consumer's ACL user +client|list");
+      return false;
+    }
+    const std::string line = v.is_string() ? std::string(v.str()) : std::string();
+    if (line.find("id=") == std::string::npos) return false;
+    // Client ids start again from 1 when Redis restarts: a client connected after the
+    // holder's last write is not the holder (the holder was connected when it wrote).
+    std::int64_t age_s = 0;
+    const std::string age = client_field(line, "age");
+    std::from_chars(age.data(), age.data() + age.size(), age_s);
+    if (age_s * 1000 + 1000 < since_written) return false;
+    live_client_ =
+        "client " + id + " from " + client_field(line, "addr") + ", named " + client_field(line, "name");
+  }
+  return true;
 }
 
 void NameLock::tick(ScriptRunner& scripts, Clock::time_point now) {
@@ -117,9 +132,9 @@ void NameLock::tick(ScriptRunner& scripts, Clock::time_point now) {
   if (!held_ || lost_.load()) return;
   Connection& conn = scripts.connection();
   if (!conn.connected()) conn.connect();
-  const std::string holder = call(scripts, "hold", value_for(conn));
-  if (holder.empty()) return;
-  taken_by_ = holder_id(holder);
+  const std::optional<Holder> holder = call(scripts, "hold");
+  if (!holder) return;
+  taken_by_ = holder->value.substr(0, holder->value.find(' '));
   lost_.store(true);
   log(LogLevel::error, lost_message() + "; stopping");
   on_lost_();
@@ -136,7 +151,7 @@ void NameLock::release(Connection& conn) noexcept {
   try {
     if (!conn.connected()) conn.connect();
     ScriptRunner scripts(conn);
-    call(scripts, "drop", "");
+    call(scripts, "drop");
   } catch (const std::exception& e) {
     log(LogLevel::warning, std::string("stop: cannot free the consumer name (") + e.what() +
                                "); a restart under it still works at once, this process being gone");

@@ -3,22 +3,26 @@
 // consumer_name would share one pending entries list, each taking the other's entries for its
 // own after a restart, without a word. So a consumer holds its name in a key of the queue,
 // live_key() (`<stream>:live:<group length>:<group>:<consumer>`), holding "<client id>
-// <token>": the Redis client id of the connection that renews it and a token of this run. It
-// is written at start, renewed with the leases (every heartbeat_interval), lives for
-// claim_min_idle after its last renewal, and is deleted at a clean stop.
+// <token> <ms>": the Redis client id of the connection that renews it, a token of this run and
+// the server's time of the write. It is written at start, renewed every heartbeat_interval
+// (the scheduler's first duty), lives for claim_min_idle after its last renewal, and is
+// deleted at a clean stop.
 // - A start that finds the name held by a live client (CLIENT LIST ID) throws ConfigError.
 // - A start that finds it held by a client that is gone (its process crashed or was killed:
-//   the server closed its connection) takes the name at once.
+//   the server closed its connection), or by one that connected after the name was last
+//   written (client ids start again from 1 after a server restart), takes the name at once.
 // - A holder that finds, when renewing, that another process took its name (it was stopped or
 //   cut off for longer than claim_min_idle) stops its consumer, whose run() then throws
 //   ConfigError: two processes never go on sharing a name.
-// - A user whose ACL does not reach the key (set up before it existed) runs without the
-//   check, with a warning that says what to grant.
+// - A user whose ACL does not reach the key, or may not run CLIENT LIST (set up before this
+//   existed), runs without the check, with a warning that says what to grant.
 // A duty of partition 0's scheduler (during shutdown too). Talks to: Redis only.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "scheduler.hpp"
@@ -46,10 +50,18 @@ class NameLock final : public Duty {
   bool during_shutdown() const noexcept override { return true; }
 
  private:
-  /// Runs the name script; returns the holder's value, or "" when done.
-  std::string call(ScriptRunner& scripts, const char* mode, const std::string& value,
-                   const std::string& found = {});
-  std::string value_for(const Connection& conn) const;
+  /// Another process's hold of the name: its value ("<client id> <token> <ms written>") and
+  /// the server's time.
+  struct Holder {
+    std::string value;
+    std::int64_t now_ms = 0;
+  };
+  /// Runs the name script with this connection's client id; nullopt when done.
+  std::optional<Holder> call(ScriptRunner& scripts, const char* mode, const std::string& found = {});
+  /// Whether client `id` is connected and could be the one that wrote the name
+  /// `since_written` ms ago (CLIENT LIST ID); sets live_client_ when it is.
+  bool holder_is_live(Connection& conn, const std::string& id, std::int64_t since_written,
+                      const std::string& who);
 
   Shared& s_;
   const std::string key_;
@@ -58,7 +70,8 @@ class NameLock final : public Duty {
   Clock::time_point next_{};
   bool held_ = false;  // claimed (false: not yet, or the ACL user cannot reach the key)
   std::atomic<bool> lost_{false};
-  std::string taken_by_;  // written before lost_ is set
+  std::string taken_by_;     // written before lost_ is set
+  std::string live_client_;  // the live holder found by claim(), for its message
 };
 
 }  // namespace streamq::detail

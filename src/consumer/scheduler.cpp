@@ -12,7 +12,13 @@ Scheduler::Scheduler(Shared& shared) : s_(shared), conn_(shared.connection), scr
 
 Scheduler::~Scheduler() { stop(); }
 
-void Scheduler::add(Duty& duty) { duties_.push_back(&duty); }
+void Scheduler::add(Duty& duty, bool first) {
+  if (first) {
+    duties_.insert(duties_.begin(), &duty);
+  } else {
+    duties_.push_back(&duty);
+  }
+}
 
 void Scheduler::start() {
   thread_ = std::jthread([this](const std::stop_token& stop) { main(stop); });

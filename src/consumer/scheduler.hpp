@@ -39,7 +39,9 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  void add(Duty& duty);
+  /// Adds a duty, last or (`first`) before the others: each round runs them in this order, and
+  /// a failing one ends the round.
+  void add(Duty& duty, bool first = false);
   void start();
   /// Re-reads every duty's next(): call when one became due earlier than it said.
   void wake();

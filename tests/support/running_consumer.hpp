@@ -6,6 +6,8 @@
 #include <functional>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include <streamq/consumer.hpp>
 
 namespace streamq::test {
@@ -24,7 +26,15 @@ class RunningConsumer {
       finished_ = true;
     });
   }
-  ~RunningConsumer() { stop(); }
+  // What run() threw fails the test here too, rather than ending the test program (a destructor
+  // must not throw).
+  ~RunningConsumer() {
+    try {
+      stop();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "Consumer::run() threw: " << e.what();
+    }
+  }
   RunningConsumer(const RunningConsumer&) = delete;
   RunningConsumer& operator=(const RunningConsumer&) = delete;
 
