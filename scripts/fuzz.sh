@@ -6,13 +6,13 @@
 # prints per target: executions, executions per second, coverage (edges, features), corpus
 # size, peak memory, and the crashes it left (crash-*, leak-*, timeout-*, oom-* in
 # build-fuzz/tests/fuzz/). Exits 1 when any target found something.
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: url resp json task)
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: url resp json task stats)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=${1:-600}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(url resp json task)
+((${#targets[@]})) || targets=(url resp json task stats)
 
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMQ_BUILD_FUZZERS=ON \
   -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_TOOLS=OFF -DSTREAMQ_INSTALL=OFF >/dev/null

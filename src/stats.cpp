@@ -115,9 +115,24 @@ std::int64_t id_millis(std::string_view id) {
   return ms;
 }
 
-std::optional<std::int64_t> optional_int(detail::ReplyView v) {
+/// Largest count or duration (ms) a reply may carry: far above any real queue, and low enough
+/// that sums over levels, groups and 1,024 partitions cannot overflow.
+constexpr std::int64_t kMostCount = 1'000'000'000'000'000;
+
+/// A count, length or idle time the server sent: an integer in [0, kMostCount], else
+/// streamq::Error (a protocol error: no server sends it).
+std::int64_t count_of(detail::ReplyView v, const char* what) {
+  const std::int64_t n = v.as_int();
+  if (n < 0 || n > kMostCount) {
+    throw Error(std::string("protocol: unexpected reply from Redis (") + what + " " + std::to_string(n) +
+                ")");
+  }
+  return n;
+}
+
+std::optional<std::int64_t> optional_count(detail::ReplyView v, const char* what) {
   if (v.is_nil()) return std::nullopt;
-  return v.as_int();
+  return count_of(v, what);
 }
 
 // Prometheus label values escape backslash, double quote and newline.
@@ -360,7 +375,7 @@ class StatsQuery {
   /// One level from its EXISTS, XINFO STREAM and XINFO GROUPS replies.
   LevelStats read_level(Priority p, const std::string& stream, const detail::Reply& exists,
                         const detail::Reply& info_reply, const detail::Reply& groups_reply,
-                        std::int64_t now_ms) {
+                        std::int64_t now_ms) const {
     LevelStats l;
     l.priority = p;
     l.level = p == Priority::high ? "high" : p == Priority::low ? "low" : "normal";
@@ -368,8 +383,9 @@ class StatsQuery {
     l.exists = exists.view().integer() == 1;
     if (!l.exists) return l;
     const detail::ReplyView info = info_reply.view().check();
-    l.length = info.field("length").as_int();
-    if (auto added = info.field("entries-added"); !added.is_nil()) l.entries_added = added.as_int();
+    l.length = count_of(info.field("length"), "length");
+    if (auto added = info.field("entries-added"); !added.is_nil())
+      l.entries_added = count_of(added, "entries-added");
     if (auto first_entry = info.field("first-entry"); !first_entry.is_nil()) {
       l.oldest_entry_age_ms = std::max<std::int64_t>(0, now_ms - id_millis(first_entry[0].str()));
     }
@@ -381,8 +397,8 @@ class StatsQuery {
       const detail::ReplyView g = groups[i];
       if (!options.group.empty() && g.field("name").str() != options.group) continue;
       ++matched;
-      l.pending += g.field("pending").as_int();
-      const std::optional<std::int64_t> group_lag = optional_int(g.field("lag"));
+      l.pending += count_of(g.field("pending"), "pending");
+      const std::optional<std::int64_t> group_lag = optional_count(g.field("lag"), "lag");
       lag_known = lag_known && group_lag.has_value();
       lag += group_lag.value_or(0);
     }
@@ -390,11 +406,10 @@ class StatsQuery {
     return l;
   }
 
-  QueueStats read(detail::Connection& conn) {
+  /// The first pipeline: the clock, every level's EXISTS, XINFO STREAM and XINFO GROUPS, the
+  /// dead letters and the delayed set. (The views point into `keys`.)
+  std::vector<detail::Argv> first_commands() const {
     using detail::Argv;
-    QueueStats st;
-    st.stream = options.stream;
-
     std::vector<Argv> first;
     first.push_back(Argv{"TIME"});
     first.push_back(Argv{"EXISTS", keys.stream});
@@ -411,19 +426,40 @@ class StatsQuery {
       first.push_back(Argv{"XINFO", "STREAM", *level});
       first.push_back(Argv{"XINFO", "GROUPS", *level});
     }
-    const auto r = conn.pipeline(first);
+    return first;
+  }
+
+  /// The snapshot from the first pipeline's replies; groups without their consumers yet.
+  QueueStats parse_first(const std::vector<detail::Reply>& r) const {
+    if (r.size() != kFirstReplies) throw Error("protocol: unexpected reply from Redis (reply count)");
+    QueueStats st;
+    st.stream = options.stream;
     const detail::ReplyView time = r[0].view().check();
-    const std::int64_t now_ms = time[0].as_int() * 1000 + time[1].as_int() / 1000;
+    const std::int64_t seconds = time[0].as_int();
+    const std::int64_t micros = time[1].as_int();
+    if (seconds < 0 || seconds > kMostCount / 1000 || micros < 0 || micros >= 1'000'000) {
+      throw Error("protocol: unexpected reply from Redis (TIME)");
+    }
+    const std::int64_t now_ms = seconds * 1000 + micros / 1000;
     st.exists = r[1].view().integer() == 1;
-    st.dlq_length = r[2].view().integer();
-    st.delayed = r[3].view().integer();
+    st.dlq_length = count_of(r[2].view(), "XLEN");
+    st.delayed = count_of(r[3].view(), "ZCARD");
     if (const detail::ReplyView next = r[6].view().check(); next.size() == 2) {
       // Scores are due times in whole ms, sent back as decimal text.
-      st.next_delayed_due_ms = static_cast<std::int64_t>(std::stod(std::string(next[1].str())));
+      const std::string_view score = next[1].str();
+      double due = -1;
+      const auto [end, ec] = std::from_chars(score.data(), score.data() + score.size(), due);
+      if (ec != std::errc() || end != score.data() + score.size() || !(due >= 0 && due <= kMostCount)) {
+        throw Error("protocol: unexpected reply from Redis (a delayed task's due time \"" +
+                    std::string(score) + "\")");
+      }
+      st.next_delayed_due_ms = static_cast<std::int64_t>(due);
       st.next_delayed_due_in_ms = *st.next_delayed_due_ms - now_ms;
     }
     if (const detail::ReplyView dlq = r[7].view(); !dlq.is_error()) {
-      if (auto added = dlq.field("entries-added"); !added.is_nil()) st.dlq_entries_added = added.as_int();
+      if (auto added = dlq.field("entries-added"); !added.is_nil()) {
+        st.dlq_entries_added = count_of(added, "entries-added");
+      }
     }
     LevelStats high = read_level(Priority::high, keys.high, r[8], r[9], r[10], now_ms);
     LevelStats low = read_level(Priority::low, keys.low, r[11], r[12], r[13], now_ms);
@@ -434,8 +470,9 @@ class StatsQuery {
     if (!st.exists) return st;  // XINFO answered "no such key"; nothing else to read
 
     const detail::ReplyView info = r[4].view().check();
-    st.length = info.field("length").as_int();
-    if (auto added = info.field("entries-added"); !added.is_nil()) st.entries_added = added.as_int();
+    st.length = count_of(info.field("length"), "length");
+    if (auto added = info.field("entries-added"); !added.is_nil())
+      st.entries_added = count_of(added, "entries-added");
     if (auto first_entry = info.field("first-entry"); !first_entry.is_nil()) {
       st.oldest_entry_id = std::string(first_entry[0].str());
       st.oldest_entry_age_ms = std::max<std::int64_t>(0, now_ms - id_millis(st.oldest_entry_id));
@@ -447,32 +484,49 @@ class StatsQuery {
       GroupInfo gi;
       gi.name = std::string(g.field("name").str());
       if (!options.group.empty() && gi.name != options.group) continue;
-      gi.pending = g.field("pending").as_int();
+      gi.pending = count_of(g.field("pending"), "pending");
       gi.last_delivered_id = std::string(g.field("last-delivered-id").str());
-      gi.lag = optional_int(g.field("lag"));
+      gi.lag = optional_count(g.field("lag"), "lag");
       st.pending_total += gi.pending;
       st.groups.push_back(std::move(gi));
     }
+    return st;
+  }
 
-    std::vector<Argv> per_group;
+  /// The second pipeline: each group's consumers and its oldest pending entry. (The views
+  /// point into `st`.)
+  std::vector<detail::Argv> group_commands(const QueueStats& st) const {
+    std::vector<detail::Argv> per_group;
     for (const GroupInfo& g : st.groups) {
-      per_group.push_back(Argv{"XINFO", "CONSUMERS", keys.stream, g.name});
-      per_group.push_back(Argv{"XPENDING", keys.stream, g.name, "-", "+", "1"});
+      per_group.push_back(detail::Argv{"XINFO", "CONSUMERS", keys.stream, g.name});
+      per_group.push_back(detail::Argv{"XPENDING", keys.stream, g.name, "-", "+", "1"});
     }
-    const auto gr = conn.pipeline(per_group);
+    return per_group;
+  }
+
+  void parse_groups(QueueStats& st, const std::vector<detail::Reply>& gr) const {
+    if (gr.size() != 2 * st.groups.size()) throw Error("protocol: unexpected reply from Redis (reply count)");
     for (std::size_t i = 0; i < st.groups.size(); ++i) {
       GroupInfo& g = st.groups[i];
       const detail::ReplyView consumers = gr[2 * i].view().check();
       for (std::size_t c = 0; c < consumers.size(); ++c) {
         const detail::ReplyView ci = consumers[c];
-        g.consumers.push_back(ConsumerInfo{std::string(ci.field("name").str()), ci.field("pending").as_int(),
-                                           ci.field("idle").as_int()});
+        g.consumers.push_back(ConsumerInfo{std::string(ci.field("name").str()),
+                                           count_of(ci.field("pending"), "pending"),
+                                           count_of(ci.field("idle"), "idle")});
       }
       const detail::ReplyView oldest = gr[2 * i + 1].view().check();
-      if (oldest.size() > 0) g.oldest_pending_idle_ms = oldest[0][2].as_int();
+      if (oldest.size() > 0) g.oldest_pending_idle_ms = count_of(oldest[0][2], "idle");
     }
+  }
+
+  QueueStats read(detail::Connection& conn) const {
+    QueueStats st = parse_first(conn.pipeline(first_commands()));
+    if (st.exists) parse_groups(st, conn.pipeline(group_commands(st)));
     return st;
   }
+
+  static constexpr std::size_t kFirstReplies = 14;
 
   const StatsOptions& options;
   detail::QueueKeys keys;
@@ -484,6 +538,14 @@ namespace detail {
 
 QueueStats read_queue_stats(Connection& conn, const StatsOptions& options) {
   return StatsQuery(options).read(conn);
+}
+
+QueueStats parse_queue_stats(const StatsOptions& options, const std::vector<Reply>& first,
+                             const std::vector<Reply>& per_group) {
+  const StatsQuery query(options);
+  QueueStats st = query.parse_first(first);
+  if (st.exists) query.parse_groups(st, per_group);
+  return st;
 }
 
 }  // namespace detail

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "error_code.hpp"
 #include "log.hpp"
@@ -54,6 +55,19 @@ std::optional<NameLock::Holder> NameLock::call(ScriptRunner& scripts, const char
 }
 
 void NameLock::claim(Connection& conn) {
+  try {
+    try_claim(conn);
+  } catch (const ReplyError& e) {
+    // A full server (OOM) refuses the write; a queue must still drain then, so the consumer
+    // starts, and takes its name once the server takes writes again.
+    if (!is_transient_error(e.what())) throw;
+    claim_pending_ = true;
+    log(LogLevel::warning, "cannot hold consumer_name \"" + s_.opt.consumer_name + "\" now (" + e.what() +
+                               "): starting without it, and taking it when the server allows");
+  }
+}
+
+void NameLock::try_claim(Connection& conn) {
   ScriptRunner scripts(conn);
   const std::string who =
       "consumer_name \"" + s_.opt.consumer_name + "\" (group " + s_.opt.group + " of " + s_.queue + ")";
@@ -129,21 +143,41 @@ bool NameLock::holder_is_live(Connection& conn, const std::string& id, std::int6
 
 void NameLock::tick(ScriptRunner& scripts, Clock::time_point now) {
   next_ = now + s_.opt.heartbeat_interval;
-  if (!held_ || lost_.load()) return;
+  if (lost_.load() || (!held_ && !claim_pending_)) return;
   Connection& conn = scripts.connection();
   if (!conn.connected()) conn.connect();
-  const std::optional<Holder> holder = call(scripts, "hold");
-  if (!holder) return;
-  taken_by_ = holder->value.substr(0, holder->value.find(' '));
-  lost_.store(true);
-  log(LogLevel::error, lost_message() + "; stopping");
-  on_lost_();
+  try {
+    if (claim_pending_) {
+      try_claim(conn);  // ConfigError when a live process has the name by now
+      claim_pending_ = false;
+      if (held_) log(LogLevel::info, "consumer_name \"" + s_.opt.consumer_name + "\" held now");
+      return;
+    }
+    const std::optional<Holder> holder = call(scripts, "hold");
+    if (!holder) {
+      full_logged_ = false;
+      return;
+    }
+    lose("consumer_name \"" + s_.opt.consumer_name + "\" (group " + s_.opt.group + " of " + s_.queue +
+         ") was taken by another process (client " + holder->value.substr(0, holder->value.find(' ')) +
+         ") while this one could not renew it for claim_min_idle (stopped, or cut off from Redis)");
+  } catch (const ConfigError& e) {
+    lose(e.what());
+  } catch (const ReplyError& e) {
+    // A full server refuses the renewal: never a reason to stop renewing the leases (the duties
+    // after this one), nor to stop this consumer, which frees memory by acknowledging.
+    if (!is_transient_error(e.what())) throw;
+    if (!std::exchange(full_logged_, true)) {
+      log(LogLevel::warning, std::string("cannot renew the consumer name (") + e.what() + "); trying again");
+    }
+  }
 }
 
-std::string NameLock::lost_message() const {
-  return "consumer_name \"" + s_.opt.consumer_name + "\" (group " + s_.opt.group + " of " + s_.queue +
-         ") was taken by another process (client " + taken_by_ +
-         ") while this one could not renew it for claim_min_idle (stopped, or cut off from Redis)";
+void NameLock::lose(std::string why) {
+  lost_reason_ = std::move(why);
+  lost_.store(true);
+  log(LogLevel::error, lost_reason_ + "; stopping");
+  on_lost_();
 }
 
 void NameLock::release(Connection& conn) noexcept {

@@ -35,14 +35,15 @@ class NameLock final : public Duty {
   NameLock(Shared& shared, std::function<void()> on_lost);
 
   /// At start, on a connected `conn`: takes the name, or throws ConfigError when a live
-  /// process holds it.
+  /// process holds it. When the server refuses the write for now (OOM: a full server), the
+  /// consumer starts anyway and the scheduler takes the name once it can.
   void claim(Connection& conn);
   /// At the end of a clean stop: deletes the key if it is still this run's. Never throws.
   void release(Connection& conn) noexcept;
   /// Whether another process took the name while this one ran.
   bool lost() const noexcept { return lost_.load(); }
   /// The message run() throws when lost().
-  std::string lost_message() const;
+  const std::string& lost_message() const noexcept { return lost_reason_; }
 
   std::string_view name() const noexcept override { return "name lock"; }
   Clock::time_point next() const override { return next_; }
@@ -58,6 +59,9 @@ class NameLock final : public Duty {
   };
   /// Runs the name script with this connection's client id; nullopt when done.
   std::optional<Holder> call(ScriptRunner& scripts, const char* mode, const std::string& found = {});
+  void try_claim(Connection& conn);
+  /// Marks the name lost (`why` is what run() throws) and stops the consumer.
+  void lose(std::string why);
   /// Whether client `id` is connected and could be the one that wrote the name
   /// `since_written` ms ago (CLIENT LIST ID); sets live_client_ when it is.
   bool holder_is_live(Connection& conn, const std::string& id, std::int64_t since_written,
@@ -68,9 +72,11 @@ class NameLock final : public Duty {
   const std::string token_;
   std::function<void()> on_lost_;
   Clock::time_point next_{};
-  bool held_ = false;  // claimed (false: not yet, or the ACL user cannot reach the key)
+  bool held_ = false;           // claimed (false: not yet, or the ACL user cannot reach the key)
+  bool claim_pending_ = false;  // the start could not write it (a full server): tick() claims it
+  bool full_logged_ = false;    // a refused renewal was logged
   std::atomic<bool> lost_{false};
-  std::string taken_by_;     // written before lost_ is set
+  std::string lost_reason_;  // written before lost_ is set
   std::string live_client_;  // the live holder found by claim(), for its message
 };
 

@@ -522,6 +522,12 @@ TEST(Reliability, AStoppedWorkersTasksAreReclaimedAndItsLateCompletionsChangeNot
   EXPECT_LE(runs - static_cast<std::int64_t>(ids.size()), 1 + 8);
 }
 
+/// The run token of a consumer name's value "<client id> <token> <ms written>".
+std::string run_token(std::string_view value) {
+  const std::size_t from = value.find(' ') + 1;
+  return std::string(value.substr(from, value.find(' ', from) - from));
+}
+
 // Name collision (R15): while a consumer runs, it holds its name in
 // <stream>:live:<group length>:<group>:<name> with its client id. A second live process with
 // the same name is refused (ConfigError: streamq_test_worker exits with status 3), and a
@@ -543,10 +549,9 @@ TEST(Reliability, ASecondLiveProcessWithTheSameConsumerNameIsRefused) {
                             ") is in use by a live process (client "),
             std::string::npos)
       << slurp(log);
-  // "<client id> <token>": the id may change (the renewals come from the scheduler's connection),
-  // the token of the first process's run must not.
-  const auto token = [](std::string_view value) { return std::string(value.substr(value.find(' '))); };
-  EXPECT_EQ(token(client.cmd({"GET", key}).view().str()), token(held_by))
+  // The client id may change (the renewals come from the scheduler's connection), and the time
+  // of the write does; the token of the first process's run must not.
+  EXPECT_EQ(run_token(client.cmd({"GET", key}).view().str()), run_token(held_by))
       << "the refused process took the name";
   // The first goes on, and another name runs beside it.
   Producer producer({.connection = {.url = server.url()}, .stream = stream});
@@ -591,7 +596,7 @@ TEST(Reliability, ARestartAfterAKillTakesTheConsumerNameAtOnce) {
   ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":started").at(held) == 2; }, 10s))
       << "the restart did not run its own pending entry: " << slurp(log);
   const std::string after(client.cmd({"GET", key}).view().str());
-  EXPECT_NE(after.substr(after.find(' ')), before.substr(before.find(' '))) << "another run's token";
+  EXPECT_NE(run_token(after), run_token(before)) << "another run's token";
   EXPECT_NE(slurp(log).find("is gone; taking it over"), std::string::npos) << slurp(log);
   EXPECT_FALSE(again.died());
 }
@@ -635,7 +640,7 @@ TEST(Reliability, AConsumerWhoseNameWasTakenWhileItWasStoppedStops) {
   EXPECT_EQ(WEXITSTATUS(status), 3);
   EXPECT_NE(slurp(log).find("was taken by another process (client "), std::string::npos) << slurp(log);
   const std::string now_held(client.cmd({"GET", key}).view().str());
-  EXPECT_EQ(now_held.substr(now_held.find(' ')), holder.substr(holder.find(' ')))
+  EXPECT_EQ(run_token(now_held), run_token(holder))
       << "the old process's stop freed or took the new one's name";
   Producer producer({.connection = {.url = server.url()}, .stream = stream});
   producer.enqueue("work", "{}");
