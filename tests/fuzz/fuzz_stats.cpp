@@ -50,7 +50,8 @@ std::vector<detail::Reply> replies_of(std::string_view bytes) {
 bool has_huge_aggregate(std::string_view s) {
   for (std::size_t at = s.find('*'); at != std::string_view::npos; at = s.find('*', at + 1)) {
     std::size_t digits = 0;
-    while (at + 1 + digits < s.size() && std::isdigit(static_cast<unsigned char>(s[at + 1 + digits])) != 0) ++digits;
+    while (at + 1 + digits < s.size() && std::isdigit(static_cast<unsigned char>(s[at + 1 + digits])) != 0)
+      ++digits;
     if (digits >= 7) return true;
   }
   return false;

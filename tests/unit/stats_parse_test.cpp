@@ -49,9 +49,9 @@ std::string first_pipeline(const std::string& time = arr({bulk("1796215373"), bu
   const std::string stream_info =
       arr({bulk("length"), num(length), bulk("entries-added"), num(7), bulk("first-entry"),
            arr({bulk("1796215370000-0"), arr({bulk("task_id"), bulk("t0")})})});
-  const std::string groups = arr({arr({bulk("name"), bulk("workers"), bulk("consumers"), num(1), bulk("pending"),
-                                       num(2), bulk("last-delivered-id"), bulk("1796215371000-0"), bulk("lag"),
-                                       num(3)})});
+  const std::string groups =
+      arr({arr({bulk("name"), bulk("workers"), bulk("consumers"), num(1), bulk("pending"), num(2),
+                bulk("last-delivered-id"), bulk("1796215371000-0"), bulk("lag"), num(3)})});
   return time + num(1) + num(1) + num(1) + stream_info + groups + arr({bulk("m"), bulk(score)}) +
          arr({bulk("entries-added"), num(1)}) + num(0) + kNoKey + kNoKey + num(0) + kNoKey + kNoKey;
 }
@@ -100,7 +100,8 @@ TEST(StatsParse, RefusesNumbersNoServerSends) {
   // A due time that is not a number of ms (std::stod threw std::invalid_argument here, and a
   // cast of 1e300 to an integer was undefined).
   for (const char* score : {"nan", "inf", "1e300", "-1", "12abc", ""}) {
-    EXPECT_THROW(parse(first_pipeline(arr({bulk("1796215373"), bulk("0")}), 5, score), group_pipeline()), Error)
+    EXPECT_THROW(parse(first_pipeline(arr({bulk("1796215373"), bulk("0")}), 5, score), group_pipeline()),
+                 Error)
         << score;
   }
   // Replies missing.
