@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // redis+cluster:// URLs on a private Redis Cluster: routing by slot, refusing a queue whose keys
-// would span slots, MOVED/ASK while a queue's slot migrates, and a master's kill -9.
+// would span slots, MOVED/ASK while a queue's (or one partition's) slot migrates, a master's
+// kill -9 under a one-stream queue and under a partitioned queue over every master.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -168,11 +170,11 @@ struct RunLog {
 /// TRYAGAIN, CLUSTERDOWN, a lost connection, too few replicas) is sent again with the same id.
 class SteadyProducer {
  public:
-  SteadyProducer(ProducerOptions options) {
-    thread_ = std::jthread([this, options](const std::stop_token& stop) {
+  explicit SteadyProducer(ProducerOptions options, std::string id_prefix = "n") {
+    thread_ = std::jthread([this, options, id_prefix](const std::stop_token& stop) {
       Producer producer(options);
       for (int i = 0; !stop.stop_requested(); ++i) {
-        const std::string id = "n" + std::to_string(i);
+        const std::string id = id_prefix + std::to_string(i);
         for (;;) {
           try {
             producer.enqueue("n", "{}", {.task_id = id});
@@ -225,20 +227,44 @@ class SteadyProducer {
   std::jthread thread_;
 };
 
-// The queue's slot moves to another master while a producer and two workers use it, key by
+/// A partitioned queue's base name whose partition 0 master `owner` of `t` serves.
+std::string partition_zero_on(ClusterTopology& t, int owner, int partitions) {
+  std::string base = unique_key();
+  std::erase(base, '{');
+  std::erase(base, '}');
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = base + "-" + std::to_string(i);
+    if (t.owner_of(detail::key_slot(detail::partition_stream(name, partitions, 0))) == owner) return name;
+  }
+  throw std::runtime_error("no name found for the node");
+}
+
+// A slot of the queue moves to another master while a producer and two workers use it, key by
 // key as redis-cli --cluster reshard moves it (ASK and TRYAGAIN while its keys are split
-// between the two, MOVED after): every acknowledged task runs, and nothing stays behind.
-TEST(Cluster, TheQueuesSlotMigratesWhileItIsInUse) {
+// between the two, MOVED after): every acknowledged task runs, and nothing stays behind. With
+// partitions > 1 it is partition 0's slot, while the other partitions stay where they are.
+void migrate_while_in_use(int partitions) {
   ClusterTopology t(3);
-  const std::string stream = stream_on(t, 0, unique_key());
-  const int slot = detail::key_slot(stream);
+  const std::string queue =
+      partitions == 1 ? stream_on(t, 0, unique_key()) : partition_zero_on(t, 0, partitions);
+  std::vector<std::string> streams;
+  for (int i = 0; i < partitions; ++i) {
+    streams.push_back(partitions == 1 ? queue : detail::partition_stream(queue, partitions, i));
+  }
+  const int slot = detail::key_slot(streams[0]);
   const std::string url = t.url({2});
   RunLog log;
   const auto handler = [&](Consumer& c) { c.on("n", [&](const Task& task) { log.add(task.id()); }); };
-  RunningConsumer w1(worker_options(url, stream, "w1"), handler);
-  RunningConsumer w2(worker_options(url, stream, "w2"), handler);
-  SteadyProducer producer(
-      {.connection = {.url = url, .backoff_max = 200ms}, .stream = stream, .max_len = 1'000'000});
+  auto o1 = worker_options(url, queue, "w1");
+  auto o2 = worker_options(url, queue, "w2");
+  o1.partitions = o2.partitions = partitions;
+  o1.concurrency = o2.concurrency = std::max(o1.concurrency, partitions);
+  RunningConsumer w1(o1, handler);
+  RunningConsumer w2(o2, handler);
+  SteadyProducer producer({.connection = {.url = url, .backoff_max = 200ms},
+                           .stream = queue,
+                           .max_len = 1'000'000,
+                           .partitions = partitions});
   std::this_thread::sleep_for(500ms);
   // One key at a time, 100 ms apart: the queue's keys are split between the two masters for
   // a while (the stream, its levels, the dead letters and delayed sets, ...).
@@ -249,37 +275,66 @@ TEST(Cluster, TheQueuesSlotMigratesWhileItIsInUse) {
       << "the producer did not follow the slot: " << producer.last_refusal();
   producer.stop();
 
-  Client moved_to(t.node(1).url());
   const auto left = [&] {
-    const detail::Reply pel = moved_to.cmd({"XPENDING", stream, "workers"});
-    return moved_to.integer({"XLEN", stream}) + pel.view()[0].integer();
+    std::int64_t n = 0;
+    for (const std::string& stream : streams) {
+      Client master(t.node(t.owner_of(detail::key_slot(stream))).url());
+      const detail::Reply pel = master.cmd({"XPENDING", stream, "workers"});
+      n += master.integer({"XLEN", stream}) + pel.view()[0].integer();
+    }
+    return n;
   };
   ASSERT_TRUE(wait_until([&] { return left() == 0; }, 30s)) << left() << " tasks left behind";
   w1.stop();
   w2.stop();
   const auto [lost, duplicated] = log.lost_and_duplicated(producer.acknowledged());
-  std::cout << "slot migration: acknowledged " << producer.acknowledged().size() << ", lost " << lost
-            << ", run twice " << duplicated << ", refused attempts " << producer.refusals() << "\n";
+  std::cout << "slot migration, " << partitions << " partition(s): acknowledged "
+            << producer.acknowledged().size() << ", lost " << lost << ", run twice " << duplicated
+            << ", refused attempts " << producer.refusals() << "\n";
   EXPECT_EQ(lost, 0u);
   // Nothing of the queue stayed on the old master (a key written there after the move would
   // be out of reach).
   Client moved_from(t.node(0).url());
   EXPECT_EQ(moved_from.integer({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), 0);
-  EXPECT_EQ(moved_to.integer({"XLEN", stream + ":dlq"}), 0);
+  Client moved_to(t.node(1).url());
+  EXPECT_EQ(moved_to.integer({"XLEN", streams[0] + ":dlq"}), 0);
 }
 
-// What a kill -9 of the queue's master costs, with and without min_replicas_acked = 1, when
-// its replica has been cut off for the last 300 ms and the workers were stuck meanwhile (as
-// the sentinel test does it). The replica takes over (cluster-node-timeout 1 s); the killed
-// master comes back empty and the cluster makes it a replica of the new master.
+TEST(Cluster, TheQueuesSlotMigratesWhileItIsInUse) { migrate_while_in_use(1); }
+
+TEST(Cluster, APartitionsSlotMigratesWhileTheQueueIsInUse) { migrate_while_in_use(3); }
+
+// What a kill -9 of a master costs, with and without min_replicas_acked = 1, when its replica
+// has been cut off for the last 300 ms and the workers were stuck meanwhile (as the sentinel
+// test does it). The replica takes over (cluster-node-timeout 1 s); the killed master comes
+// back empty and the cluster makes it a replica of the new master.
 class ClusterFailover : public ::testing::TestWithParam<int> {};
 
-TEST_P(ClusterFailover, KillOfTheQueuesMasterMidRun) {
-  const int acks = GetParam();
-  ClusterTopology t(3, 1);  // nodes 0-2 masters, 3-5 their replicas
-  const std::string stream = stream_on(t, 0, unique_key());
-  const int slot = detail::key_slot(stream);
+struct KillSetup {
+  std::string queue;   // the stream, or a partitioned queue's base name
+  int partitions = 1;  // 1: `queue` is one stream, served by master 0
+  int workers = 2;
+  int producers = 1;
+  int acks = 0;  // min_replicas_acked
+};
+
+/// The streams of `s`'s queue.
+std::vector<std::string> streams_of(const KillSetup& s) {
+  if (s.partitions == 1) return {s.queue};
+  std::vector<std::string> out;
+  for (int i = 0; i < s.partitions; ++i) out.push_back(detail::partition_stream(s.queue, s.partitions, i));
+  return out;
+}
+
+/// Runs `s` on `t` (3 masters, a replica each: node 3 is master 0's) and kills master 0 mid-run.
+void kill_master_zero_mid_run(ClusterTopology& t, const KillSetup& s) {
   const std::string url = t.url();
+  const std::vector<std::string> streams = streams_of(s);
+  std::vector<int> slots_of_zero;  // the queue's slots that master 0 serves
+  for (const std::string& stream : streams) {
+    if (t.owner_of(detail::key_slot(stream)) == 0) slots_of_zero.push_back(detail::key_slot(stream));
+  }
+  ASSERT_FALSE(slots_of_zero.empty()) << "no stream of the queue is on master 0";
 
   RunLog log;
   std::atomic<bool> hold{false};  // the workers are stuck (in a slow task, say)
@@ -289,20 +344,28 @@ TEST_P(ClusterFailover, KillOfTheQueuesMasterMidRun) {
       log.add(task.id());
     });
   };
-  auto o1 = worker_options(url, stream, "w1");
-  auto o2 = worker_options(url, stream, "w2");
-  o1.concurrency = o2.concurrency = 1;
-  o1.prefetch = o2.prefetch = 1;
-  RunningConsumer w1(o1, handler);
-  RunningConsumer w2(o2, handler);
+  std::vector<std::unique_ptr<RunningConsumer>> workers;
+  for (int i = 0; i < s.workers; ++i) {
+    auto o = worker_options(url, s.queue, "w" + std::to_string(i + 1));
+    o.partitions = s.partitions;
+    o.concurrency = o.prefetch = s.partitions;  // one handler thread per partition
+    workers.push_back(std::make_unique<RunningConsumer>(o, handler));
+  }
   ProducerOptions po{.connection = {.url = url, .socket_timeout = 3s, .backoff_max = 300ms},
-                     .stream = stream};
+                     .stream = s.queue,
+                     .partitions = s.partitions};
   po.max_len = 1'000'000;
-  if (acks > 0) {
-    po.min_replicas_acked = acks;
+  if (s.acks > 0) {
+    po.min_replicas_acked = s.acks;
     po.replicas_ack_timeout = 500ms;
   }
-  SteadyProducer producer(po);
+  std::vector<std::unique_ptr<SteadyProducer>> producers;
+  for (int i = 0; i < s.producers; ++i) {
+    producers.push_back(std::make_unique<SteadyProducer>(po, "p" + std::to_string(i) + "-"));
+  }
+  const auto each_producer = [&](const auto& f) {
+    for (const auto& p : producers) f(*p);
+  };
 
   std::this_thread::sleep_for(700ms);
   hold = true;
@@ -315,41 +378,96 @@ TEST_P(ClusterFailover, KillOfTheQueuesMasterMidRun) {
   t.node(0).kill9();
   hold = false;
   const auto killed_at = std::chrono::steady_clock::now();
-  ASSERT_TRUE(wait_until([&] { return t.owner_of(slot) == 3; }, 30s)) << "no failover";
-  ASSERT_TRUE(t.wait_until_ok(slot));
+  for (const int slot : slots_of_zero) {
+    ASSERT_TRUE(wait_until([&] { return t.owner_of(slot) == 3; }, 30s)) << "no failover";
+    ASSERT_TRUE(t.wait_until_ok(slot));
+  }
   const auto failover_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - killed_at)
           .count();
-  producer.mark();
+  each_producer([](SteadyProducer& p) { p.mark(); });
   // Empty, as a host that lost its disk: the cluster makes it a replica of the new master.
   t.node(0).restart();
-  const bool followed = wait_until([&] { return producer.after_mark() >= 200; }, 30s);
-  producer.stop();
+  const bool followed = wait_until(
+      [&] {
+        bool all = true;
+        each_producer([&](SteadyProducer& p) { all = all && p.after_mark() >= 200; });
+        return all;
+      },
+      30s);
+  each_producer([](SteadyProducer& p) { p.stop(); });
 
-  Client master(t.node(3).url());
+  // Nothing left queued or pending in any of the queue's streams, wherever they are now.
   const auto left = [&] {
-    const detail::Reply pel = master.cmd({"XPENDING", stream, "workers"});
-    return master.integer({"XLEN", stream}) + pel.view()[0].integer();
+    std::int64_t n = 0;
+    for (const std::string& stream : streams) {
+      Client master(t.node(t.owner_of(detail::key_slot(stream))).url());
+      const detail::Reply pel = master.cmd({"XPENDING", stream, "workers"});
+      n += master.integer({"XLEN", stream}) + pel.view()[0].integer();
+    }
+    return n;
   };
   ASSERT_TRUE(wait_until([&] { return left() == 0; }, 30s)) << left() << " tasks left behind";
-  w1.stop();
-  w2.stop();
+  for (auto& w : workers) w->stop();
 
-  const auto [lost, duplicated] = log.lost_and_duplicated(producer.acknowledged());
-  const auto [lost_after, unused] = log.lost_and_duplicated(producer.acknowledged_after_mark());
-  std::cout << "cluster failover, min_replicas_acked=" << acks << ": acknowledged "
-            << producer.acknowledged().size() << ", lost " << lost << ", run twice " << duplicated
-            << ", left 0, refused attempts " << producer.refusals() << ", failover " << failover_ms
-            << " ms\n";
-  RecordProperty("lost", static_cast<int>(lost));
-  RecordProperty("duplicated", static_cast<int>(duplicated));
-  EXPECT_TRUE(followed) << "the producer did not follow the new master: " << producer.last_refusal();
+  std::set<std::string> acknowledged;
+  std::set<std::string> after_mark;
+  std::int64_t refusals = 0;
+  std::string last_refusal;
+  each_producer([&](SteadyProducer& p) {
+    acknowledged.insert(p.acknowledged().begin(), p.acknowledged().end());
+    after_mark.insert(p.acknowledged_after_mark().begin(), p.acknowledged_after_mark().end());
+    refusals += p.refusals();
+    if (!p.last_refusal().empty()) last_refusal = p.last_refusal();
+  });
+  const auto [lost, duplicated] = log.lost_and_duplicated(acknowledged);
+  const auto [lost_after, unused] = log.lost_and_duplicated(after_mark);
+  std::cout << "cluster failover, " << s.partitions << " partition(s), " << s.workers << " workers, "
+            << s.producers << " producer(s), min_replicas_acked=" << s.acks << ": acknowledged "
+            << acknowledged.size() << ", lost " << lost << ", run twice " << duplicated
+            << ", left 0, refused attempts " << refusals << ", failover " << failover_ms << " ms\n";
+  ::testing::Test::RecordProperty("lost", static_cast<int>(lost));
+  ::testing::Test::RecordProperty("duplicated", static_cast<int>(duplicated));
+  EXPECT_TRUE(followed) << "the producers did not follow the new master: " << last_refusal;
   EXPECT_EQ(lost_after, 0u);  // written to the new master: never lost
-  if (acks > 0) {
+  if (s.acks > 0) {
     EXPECT_EQ(lost, 0u);  // acknowledged by the replica that took over
   } else {
     EXPECT_GT(lost, 0u) << "the master acknowledged nothing while its replica was cut off";
   }
+}
+
+// One queue (one stream) on master 0, one producer, two workers with one handler thread each.
+TEST_P(ClusterFailover, KillOfTheQueuesMasterMidRun) {
+  ClusterTopology t(3, 1);  // nodes 0-2 masters, 3-5 their replicas
+  kill_master_zero_mid_run(t, {.queue = stream_on(t, 0, unique_key()), .acks = GetParam()});
+}
+
+/// A base name whose `partitions` partitions are spread over every master of `t` (`masters`).
+std::string partitioned_over_every_master(ClusterTopology& t, int masters, int partitions) {
+  std::string base = unique_key();
+  std::erase(base, '{');
+  std::erase(base, '}');
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = base + "-" + std::to_string(i);
+    std::set<int> owners;
+    for (int k = 0; k < partitions; ++k) {
+      owners.insert(t.owner_of(detail::key_slot(detail::partition_stream(name, partitions, k))));
+    }
+    if (static_cast<int>(owners.size()) == masters) return name;
+  }
+  throw std::runtime_error("no name found whose partitions cover every master");
+}
+
+// One queue of 6 partitions over the 3 masters, two producers, four workers: the kill of
+// master 0 hits the partitions it serves; the others run on.
+TEST_P(ClusterFailover, KillOfAMasterUnderAPartitionedQueue) {
+  ClusterTopology t(3, 1);
+  kill_master_zero_mid_run(t, {.queue = partitioned_over_every_master(t, 3, 6),
+                               .partitions = 6,
+                               .workers = 4,
+                               .producers = 2,
+                               .acks = GetParam()});
 }
 
 /// unique_key() without its braces: the base name of a partitioned queue.
