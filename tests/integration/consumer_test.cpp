@@ -17,6 +17,7 @@
 #include "consumer_fixture.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
+#include "typed_payload.hpp"
 
 namespace streamq::test {
 namespace {
@@ -91,13 +92,6 @@ TEST_F(ConsumerTest, PermanentErrorDeadLettersAtOnce) {
   EXPECT_EQ(Client::get(e, "reason"), "permanent");
   EXPECT_EQ(Client::get(e, "error"), "card declined");
 }
-
-struct Resize {
-  std::string image;
-  int width = 0;
-  bool operator==(const Resize&) const = default;
-};
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Resize, image, width)
 
 TEST_F(ConsumerTest, TypedHandlerGetsTheTypedPayload) {
   auto p = producer();

@@ -12,6 +12,7 @@
 
 #include "codec.hpp"
 #include "redis_server.hpp"
+#include "typed_payload.hpp"
 
 namespace streamq::test {
 namespace {
@@ -71,12 +72,6 @@ TEST_F(ProducerTest, CallerIdMaxRetriesAndExtraFieldsRoundTrip) {
   EXPECT_THROW(producer.enqueue("", "{}"), ConfigError);
   EXPECT_THROW(producer.enqueue("t", "{}", {.max_retries = -1}), ConfigError);
 }
-
-struct Resize {
-  std::string image;
-  int width = 0;
-};
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Resize, image, width)
 
 struct NoJson {};
 void to_json(nlohmann::json&, const NoJson&) { throw std::runtime_error("cannot"); }

@@ -11,6 +11,7 @@
 
 #include "cluster.hpp"
 #include "connection.hpp"
+#include "resp.hpp"
 #include "streamq/errors.hpp"
 
 namespace {
@@ -23,22 +24,8 @@ using streamq::detail::key_slot;
 using streamq::detail::parse_redirect;
 using streamq::detail::Reply;
 
-struct ReaderDeleter {
-  void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
-};
-
-Reply parse(std::string_view resp) {
-  std::unique_ptr<redisReader, ReaderDeleter> reader(redisReaderCreate());
-  EXPECT_EQ(redisReaderFeed(reader.get(), resp.data(), resp.size()), REDIS_OK);
-  void* out = nullptr;
-  EXPECT_EQ(redisReaderGetReply(reader.get(), &out), REDIS_OK);
-  EXPECT_NE(out, nullptr) << "incomplete RESP in the test: " << resp;
-  return Reply(static_cast<redisReply*>(out));
-}
-
-std::string bulk(std::string_view s) {
-  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
-}
+using streamq::test::bulk;
+Reply parse(std::string_view resp) { return streamq::test::parse_reply(resp); }
 
 TEST(ClusterSlots, KeySlotIsCrc16OfTheKeyOrItsHashTag) {
   // Values from the Redis Cluster specification and CLUSTER KEYSLOT.

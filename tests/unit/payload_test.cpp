@@ -12,16 +12,14 @@
 
 #include <streamq/streamq.hpp>
 
+#include "typed_payload.hpp"
+
 namespace {
 
 using streamq::Payload;
 using streamq::TaskSpec;
 
-struct Resize {
-  std::string image;
-  int width = 0;
-};
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Resize, image, width)
+using streamq::test::Resize;
 
 struct Unconvertible {};
 void to_json(nlohmann::json&, const Unconvertible&) { throw std::runtime_error("no JSON for this"); }

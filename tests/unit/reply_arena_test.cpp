@@ -13,15 +13,14 @@
 
 #include "connection.hpp"
 #include "reply_arena.hpp"
+#include "resp.hpp"
 
 namespace {
 
 using namespace streamq::detail;
 
-struct ReaderDeleter {
-  void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
-};
-using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
+using streamq::test::bulk;
+using streamq::test::ReaderPtr;
 
 /// Feeds `resp` to `reader` `step` bytes at a time and returns every complete reply.
 std::vector<redisReply*> read_all(redisReader* reader, std::string_view resp, std::size_t step) {
@@ -69,10 +68,6 @@ void expect_same_trees(std::string_view resp, std::size_t step) {
     freeReplyObject(want[i]);
     free_arena_reply(got[i]);
   }
-}
-
-std::string bulk(std::string_view s) {
-  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
 }
 
 /// An XREADGROUP reply with `n` entries of `fields` fields each.

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "reply.hpp"
+#include "resp.hpp"
 #include "streamq/errors.hpp"
 
 namespace {
@@ -19,20 +20,7 @@ using streamq::detail::Reply;
 using streamq::detail::ReplyView;
 using namespace std::string_view_literals;
 
-struct ReaderDeleter {
-  void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
-};
-
-// Parses exactly one complete RESP reply.
-Reply parse(std::string_view resp) {
-  std::unique_ptr<redisReader, ReaderDeleter> reader(redisReaderCreate());
-  EXPECT_NE(reader, nullptr);
-  EXPECT_EQ(redisReaderFeed(reader.get(), resp.data(), resp.size()), REDIS_OK);
-  void* out = nullptr;
-  EXPECT_EQ(redisReaderGetReply(reader.get(), &out), REDIS_OK);
-  EXPECT_NE(out, nullptr) << "incomplete RESP in the test: " << resp;
-  return Reply(static_cast<redisReply*>(out));
-}
+Reply parse(std::string_view resp) { return streamq::test::parse_reply(resp); }
 
 // Runs `f`, which must fail with a protocol error (a plain streamq::Error, not a server error).
 void expect_protocol_error(const std::function<void()>& f, const char* what) {

@@ -14,13 +14,14 @@
 #include <gtest/gtest.h>
 
 #include "reply.hpp"
+#include "resp.hpp"
 #include "stats_read.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq::detail {
 namespace {
 
-std::string bulk(const std::string& s) { return "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n"; }
+using test::bulk;
 std::string num(std::int64_t n) { return ":" + std::to_string(n) + "\r\n"; }
 std::string arr(std::initializer_list<std::string> items) {
   std::string out = "*" + std::to_string(items.size()) + "\r\n";
