@@ -348,7 +348,7 @@ void Connection::fail(const char* during) {
     message += timeout ? "timed out" : (ctx_->errstr[0] != '\0' ? ctx_->errstr : "I/O error");
   }
   if (config_.tls) {
-    if (const std::string tls = tls_failure_detail(*config_.tls); !tls.empty()) message += " (" + tls + ")";
+    if (const std::string tls = tls_failure_detail(); !tls.empty()) message += " (" + tls + ")";
   }
   disconnect();
   if (timeout) throw TimeoutError(message);

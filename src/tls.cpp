@@ -150,9 +150,8 @@ std::string start_tls(redisContext* ctx, const TlsContext& tls, const std::strin
   return "TLS handshake: " + why;
 }
 
-std::string tls_failure_detail(const TlsContext& tls) {
+std::string tls_failure_detail() {
   if (ERR_peek_error() == 0) return {};
-  (void)tls;
   return "TLS: " + openssl_errors();
 }
 
@@ -171,7 +170,7 @@ std::string start_tls(redisContext*, const TlsContext&, const std::string&, bool
   return "this build has no TLS";
 }
 
-std::string tls_failure_detail(const TlsContext&) { return {}; }
+std::string tls_failure_detail() { return {}; }
 
 #endif
 

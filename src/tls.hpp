@@ -31,6 +31,6 @@ std::string start_tls(redisContext* ctx, const TlsContext& tls, const std::strin
 /// After an I/O error on a TLS connection, on the thread that saw it: the reasons OpenSSL
 /// queued (a TLS alert of the server, e.g. "certificate required" when it wants a client
 /// certificate, which TLS 1.3 reports only at the first read); "" when none.
-std::string tls_failure_detail(const TlsContext& tls);
+std::string tls_failure_detail();
 
 }  // namespace streamq::detail
