@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -148,6 +149,43 @@ TEST(Cluster, AServerThatIsNotAClusterNodeIsAConfigurationMistake) {
 }
 
 /// Runs of each task id, recorded by the handlers of a test's workers.
+/// unique_key() without its braces: the base name of a partitioned queue.
+std::string plain_key(std::string_view suffix = "q") {
+  std::string k = unique_key(suffix);
+  std::erase(k, '{');
+  std::erase(k, '}');
+  return k;
+}
+
+/// A partitioned queue's base name for which `fits(name)` holds.
+std::string partitioned_name(const std::function<bool(const std::string&)>& fits) {
+  const std::string base = plain_key();
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = base + "-" + std::to_string(i);
+    if (fits(name)) return name;
+  }
+  throw std::runtime_error("no partitioned queue name fits");
+}
+
+/// The streams of queue `queue` of `partitions` partitions (the queue itself when 1).
+std::vector<std::string> queue_streams(const std::string& queue, int partitions) {
+  if (partitions == 1) return {queue};
+  std::vector<std::string> out;
+  for (int i = 0; i < partitions; ++i) out.push_back(detail::partition_stream(queue, partitions, i));
+  return out;
+}
+
+/// Tasks queued or pending (group "workers") in `streams`, each read on the master serving it now.
+std::int64_t left_in(ClusterTopology& t, const std::vector<std::string>& streams) {
+  std::int64_t n = 0;
+  for (const std::string& stream : streams) {
+    Client master(t.node(t.owner_of(detail::key_slot(stream))).url());
+    const detail::Reply pel = master.cmd({"XPENDING", stream, "workers"});
+    n += master.integer({"XLEN", stream}) + pel.view()[0].integer();
+  }
+  return n;
+}
+
 struct RunLog {
   std::mutex m;
   std::map<std::string, int> runs;
@@ -227,18 +265,6 @@ class SteadyProducer {
   std::jthread thread_;
 };
 
-/// A partitioned queue's base name whose partition 0 master `owner` of `t` serves.
-std::string partition_zero_on(ClusterTopology& t, int owner, int partitions) {
-  std::string base = unique_key();
-  std::erase(base, '{');
-  std::erase(base, '}');
-  for (int i = 0; i < 1000; ++i) {
-    const std::string name = base + "-" + std::to_string(i);
-    if (t.owner_of(detail::key_slot(detail::partition_stream(name, partitions, 0))) == owner) return name;
-  }
-  throw std::runtime_error("no name found for the node");
-}
-
 // A slot of the queue moves to another master while a producer and two workers use it, key by
 // key as redis-cli --cluster reshard moves it (ASK and TRYAGAIN while its keys are split
 // between the two, MOVED after): every acknowledged task runs, and nothing stays behind. With
@@ -246,11 +272,10 @@ std::string partition_zero_on(ClusterTopology& t, int owner, int partitions) {
 void migrate_while_in_use(int partitions) {
   ClusterTopology t(3);
   const std::string queue =
-      partitions == 1 ? stream_on(t, 0, unique_key()) : partition_zero_on(t, 0, partitions);
-  std::vector<std::string> streams;
-  for (int i = 0; i < partitions; ++i) {
-    streams.push_back(partitions == 1 ? queue : detail::partition_stream(queue, partitions, i));
-  }
+      partitions == 1 ? stream_on(t, 0, unique_key()) : partitioned_name([&](const std::string& n) {
+        return t.owner_of(detail::key_slot(detail::partition_stream(n, partitions, 0))) == 0;
+      });
+  const std::vector<std::string> streams = queue_streams(queue, partitions);
   const int slot = detail::key_slot(streams[0]);
   const std::string url = t.url({2});
   RunLog log;
@@ -275,15 +300,7 @@ void migrate_while_in_use(int partitions) {
       << "the producer did not follow the slot: " << producer.last_refusal();
   producer.stop();
 
-  const auto left = [&] {
-    std::int64_t n = 0;
-    for (const std::string& stream : streams) {
-      Client master(t.node(t.owner_of(detail::key_slot(stream))).url());
-      const detail::Reply pel = master.cmd({"XPENDING", stream, "workers"});
-      n += master.integer({"XLEN", stream}) + pel.view()[0].integer();
-    }
-    return n;
-  };
+  const auto left = [&] { return left_in(t, streams); };
   ASSERT_TRUE(wait_until([&] { return left() == 0; }, 30s)) << left() << " tasks left behind";
   w1.stop();
   w2.stop();
@@ -318,18 +335,10 @@ struct KillSetup {
   int acks = 0;  // min_replicas_acked
 };
 
-/// The streams of `s`'s queue.
-std::vector<std::string> streams_of(const KillSetup& s) {
-  if (s.partitions == 1) return {s.queue};
-  std::vector<std::string> out;
-  for (int i = 0; i < s.partitions; ++i) out.push_back(detail::partition_stream(s.queue, s.partitions, i));
-  return out;
-}
-
 /// Runs `s` on `t` (3 masters, a replica each: node 3 is master 0's) and kills master 0 mid-run.
 void kill_master_zero_mid_run(ClusterTopology& t, const KillSetup& s) {
   const std::string url = t.url();
-  const std::vector<std::string> streams = streams_of(s);
+  const std::vector<std::string> streams = queue_streams(s.queue, s.partitions);
   std::vector<int> slots_of_zero;  // the queue's slots that master 0 serves
   for (const std::string& stream : streams) {
     if (t.owner_of(detail::key_slot(stream)) == 0) slots_of_zero.push_back(detail::key_slot(stream));
@@ -397,16 +406,7 @@ void kill_master_zero_mid_run(ClusterTopology& t, const KillSetup& s) {
       30s);
   each_producer([](SteadyProducer& p) { p.stop(); });
 
-  // Nothing left queued or pending in any of the queue's streams, wherever they are now.
-  const auto left = [&] {
-    std::int64_t n = 0;
-    for (const std::string& stream : streams) {
-      Client master(t.node(t.owner_of(detail::key_slot(stream))).url());
-      const detail::Reply pel = master.cmd({"XPENDING", stream, "workers"});
-      n += master.integer({"XLEN", stream}) + pel.view()[0].integer();
-    }
-    return n;
-  };
+  const auto left = [&] { return left_in(t, streams); };
   ASSERT_TRUE(wait_until([&] { return left() == 0; }, 30s)) << left() << " tasks left behind";
   for (auto& w : workers) w->stop();
 
@@ -443,39 +443,18 @@ TEST_P(ClusterFailover, KillOfTheQueuesMasterMidRun) {
   kill_master_zero_mid_run(t, {.queue = stream_on(t, 0, unique_key()), .acks = GetParam()});
 }
 
-/// A base name whose `partitions` partitions are spread over every master of `t` (`masters`).
-std::string partitioned_over_every_master(ClusterTopology& t, int masters, int partitions) {
-  std::string base = unique_key();
-  std::erase(base, '{');
-  std::erase(base, '}');
-  for (int i = 0; i < 1000; ++i) {
-    const std::string name = base + "-" + std::to_string(i);
-    std::set<int> owners;
-    for (int k = 0; k < partitions; ++k) {
-      owners.insert(t.owner_of(detail::key_slot(detail::partition_stream(name, partitions, k))));
-    }
-    if (static_cast<int>(owners.size()) == masters) return name;
-  }
-  throw std::runtime_error("no name found whose partitions cover every master");
-}
-
 // One queue of 6 partitions over the 3 masters, two producers, four workers: the kill of
 // master 0 hits the partitions it serves; the others run on.
 TEST_P(ClusterFailover, KillOfAMasterUnderAPartitionedQueue) {
   ClusterTopology t(3, 1);
-  kill_master_zero_mid_run(t, {.queue = partitioned_over_every_master(t, 3, 6),
-                               .partitions = 6,
-                               .workers = 4,
-                               .producers = 2,
-                               .acks = GetParam()});
-}
-
-/// unique_key() without its braces: the base name of a partitioned queue.
-std::string plain_key(std::string_view suffix = "q") {
-  std::string k = unique_key(suffix);
-  std::erase(k, '{');
-  std::erase(k, '}');
-  return k;
+  const std::string queue = partitioned_name([&](const std::string& name) {
+    std::set<int> masters;
+    for (const std::string& stream : queue_streams(name, 6))
+      masters.insert(t.owner_of(detail::key_slot(stream)));
+    return masters.size() == 3;
+  });
+  kill_master_zero_mid_run(
+      t, {.queue = queue, .partitions = 6, .workers = 4, .producers = 2, .acks = GetParam()});
 }
 
 // One queue in 6 partitions over 3 masters: producers spread the tasks (in turn, or by a
