@@ -64,25 +64,20 @@ std::int64_t epoch_ms(TimePoint t) {
 
 }  // namespace
 
-namespace detail {
-
-/// One add()ed schedule of a Scheduler (outside the anonymous namespace: Scheduler::Impl holds
-/// them).
-struct ScheduleEntry {
-  std::string name;
-  Schedule schedule;
-  std::string task_type;
-  std::string payload;
-  int max_retries = 3;
-  std::vector<std::pair<std::string, std::string>> extra_fields;
-  QueueKeys keys;                    // of the partition its ticks go to
-  std::string key;                   // <stream>:sched:<name>, in that partition
-  std::optional<TimePoint> handled;  // newest tick this instance got an answer for
-};
-
-}  // namespace detail
-
 struct Scheduler::Impl {
+  /// One add()ed schedule.
+  struct Entry {
+    std::string name;
+    Schedule schedule;
+    std::string task_type;
+    std::string payload;
+    int max_retries = 3;
+    std::vector<std::pair<std::string, std::string>> extra_fields;
+    detail::QueueKeys keys;            // of the partition its ticks go to
+    std::string key;                   // <stream>:sched:<name>, in that partition
+    std::optional<TimePoint> handled;  // newest tick this instance got an answer for
+  };
+
   explicit Impl(SchedulerOptions o)
       : options(validated(std::move(o))),
         connection(
@@ -93,7 +88,7 @@ struct Scheduler::Impl {
   void main();
   /// Hands `e`'s most recent tick at `now` to the script, unless this instance already did.
   /// Throws ConnectionError / ReplyError.
-  void handle(detail::ScheduleEntry& e, TimePoint now, detail::ScriptRunner& scripts);
+  void handle(Entry& e, TimePoint now, detail::ScriptRunner& scripts);
   void count(std::atomic<std::uint64_t>& counter) noexcept {
     counter.fetch_add(1, std::memory_order_relaxed);
   }
@@ -101,7 +96,7 @@ struct Scheduler::Impl {
   SchedulerOptions options;
   detail::ConnectionConfig connection;
   std::string max_len_text;
-  std::vector<detail::ScheduleEntry> entries;
+  std::vector<Entry> entries;
 
   std::mutex mutex;
   std::condition_variable_any cv;
@@ -117,7 +112,7 @@ struct Scheduler::Impl {
   std::atomic<std::uint64_t> reconnects{0};
 };
 
-void Scheduler::Impl::handle(detail::ScheduleEntry& e, TimePoint now, detail::ScriptRunner& scripts) {
+void Scheduler::Impl::handle(Entry& e, TimePoint now, detail::ScriptRunner& scripts) {
   const TimePoint due = e.schedule.latest_at_or_before(now);
   if (due == TimePoint::min() || (e.handled && due <= *e.handled)) return;
   const milliseconds lateness = std::chrono::duration_cast<milliseconds>(now - due);
@@ -192,7 +187,7 @@ void Scheduler::Impl::main() {
       const TimePoint now = options.clock ? options.clock() : server_time(conn);
       TimePoint next = TimePoint::max();
       bool failed = false;
-      for (detail::ScheduleEntry& e : entries) {
+      for (Entry& e : entries) {
         try {
           handle(e, now, scripts);
         } catch (const ConnectionError&) {
@@ -251,7 +246,7 @@ void Scheduler::add(std::string name, Schedule schedule, std::string task_type, 
   Impl& im = *impl_;
   if (im.started.load()) throw ConfigError("add() must be called before run() or start()");
   if (name.empty()) throw ConfigError("schedule name must not be empty");
-  for (const detail::ScheduleEntry& e : im.entries) {
+  for (const Impl::Entry& e : im.entries) {
     if (e.name == name) throw ConfigError("schedule name \"" + name + "\" is already taken");
   }
   if (task_type.empty()) throw ConfigError("task_type of schedule \"" + name + "\" must not be empty");
@@ -277,10 +272,10 @@ void Scheduler::add(std::string name, Schedule schedule, std::string task_type, 
   const int partition = n == 1 ? 0 : static_cast<int>(detail::crc16(name) % static_cast<unsigned>(n));
   detail::QueueKeys keys = detail::queue_keys(detail::partition_stream(im.options.stream, n, partition));
   std::string key = detail::schedule_key(keys.stream, name);
-  im.entries.push_back(
-      detail::ScheduleEntry{std::move(name), std::move(schedule), std::move(task_type), payload.text(),
-                            options.max_retries.value_or(im.options.default_max_retries),
-                            std::move(options.extra_fields), std::move(keys), std::move(key), std::nullopt});
+  im.entries.push_back(Impl::Entry{std::move(name), std::move(schedule), std::move(task_type), payload.text(),
+                                   options.max_retries.value_or(im.options.default_max_retries),
+                                   std::move(options.extra_fields), std::move(keys), std::move(key),
+                                   std::nullopt});
 }
 
 void Scheduler::run() {

@@ -25,7 +25,7 @@ using streamq::detail::parse_redirect;
 using streamq::detail::Reply;
 
 using streamq::test::bulk;
-Reply parse(std::string_view resp) { return streamq::test::parse_reply(resp); }
+using streamq::test::parse_reply;
 
 TEST(ClusterSlots, KeySlotIsCrc16OfTheKeyOrItsHashTag) {
   // Values from the Redis Cluster specification and CLUSTER KEYSLOT.
@@ -110,7 +110,7 @@ TEST(ClusterSlots, SlotMapFromClusterShards) {
       bulk("nodes") + "*2\r\n" + node("10.0.0.3", "10.0.0.3", 7002, "master", "failed") +
       node("10.0.0.4", "10.0.0.4", 7003, "replica", "online") + "*4\r\n" + bulk("slots") + "*0\r\n" +
       bulk("nodes") + "*1\r\n" + node("10.0.0.5", "10.0.0.5", 7004, "master", "online");
-  const Reply r = parse(resp);
+  const Reply r = parse_reply(resp);
   const auto map = streamq::detail::parse_cluster_shards(r.view(), HostPort{"asked.example", 7000});
   ASSERT_EQ(map.masters.size(), 1u);
   EXPECT_EQ(*map.master_of(0), (HostPort{"10.0.0.1", 7000}));  // its ip: the endpoint was "?"
@@ -127,7 +127,7 @@ TEST(ClusterSlots, SlotMapFromClusterSlots) {
       "*4\r\n:0\r\n:8191\r\n*3\r\n" +
       bulk("") + ":7000\r\n" + bulk("id0") + "*3\r\n" + bulk("10.0.0.9") + ":7003\r\n" + bulk("id3") +
       "*3\r\n:8192\r\n:16383\r\n*3\r\n" + bulk("10.0.0.2") + ":7001\r\n" + bulk("id1");
-  const Reply r = parse(resp);
+  const Reply r = parse_reply(resp);
   auto map = streamq::detail::parse_cluster_slots(r.view(), HostPort{"seed", 7000});
   EXPECT_EQ(*map.master_of(0), (HostPort{"seed", 7000}));  // an empty host: where we asked
   EXPECT_EQ(*map.master_of(16383), (HostPort{"10.0.0.2", 7001}));
@@ -135,7 +135,7 @@ TEST(ClusterSlots, SlotMapFromClusterSlots) {
   EXPECT_EQ(*map.master_of(5), (HostPort{"10.0.0.2", 7001}));
   EXPECT_EQ(map.masters.size(), 2u);
   // A range outside the slots is a protocol error, not a crash.
-  const Reply bad = parse("*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n" + bulk("h") + ":1\r\n");
+  const Reply bad = parse_reply("*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n" + bulk("h") + ":1\r\n");
   EXPECT_THROW(streamq::detail::parse_cluster_slots(bad.view(), HostPort{"seed", 1}), streamq::Error);
 }
 

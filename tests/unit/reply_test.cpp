@@ -20,7 +20,7 @@ using streamq::detail::Reply;
 using streamq::detail::ReplyView;
 using namespace std::string_view_literals;
 
-Reply parse(std::string_view resp) { return streamq::test::parse_reply(resp); }
+using streamq::test::parse_reply;
 
 // Runs `f`, which must fail with a protocol error (a plain streamq::Error, not a server error).
 void expect_protocol_error(const std::function<void()>& f, const char* what) {
@@ -36,7 +36,7 @@ void expect_protocol_error(const std::function<void()>& f, const char* what) {
 }
 
 TEST(Reply, StatusReply) {
-  const Reply r = parse("+OK\r\n");
+  const Reply r = parse_reply("+OK\r\n");
   ASSERT_TRUE(r);
   const ReplyView v = *r;
   EXPECT_TRUE(v.is_string());
@@ -46,40 +46,40 @@ TEST(Reply, StatusReply) {
 }
 
 TEST(Reply, BulkStringKeepsBinaryBytes) {
-  const Reply r = parse("$5\r\na\0b\r\n\r\n"sv);
+  const Reply r = parse_reply("$5\r\na\0b\r\n\r\n"sv);
   EXPECT_EQ(r.view().str(), "a\0b\r\n"sv);
   EXPECT_EQ(r.view().str().size(), 5u);
 }
 
 TEST(Reply, EmptyBulkStringIsNotNil) {
-  const Reply r = parse("$0\r\n\r\n");
+  const Reply r = parse_reply("$0\r\n\r\n");
   EXPECT_FALSE(r.view().is_nil());
   EXPECT_EQ(r.view().str(), "");
 }
 
 TEST(Reply, Integers) {
-  EXPECT_EQ(parse(":42\r\n").view().integer(), 42);
-  EXPECT_EQ(parse(":-7\r\n").view().integer(), -7);
-  EXPECT_EQ(parse(":9007199254740993\r\n").view().integer(), 9007199254740993LL);
-  EXPECT_EQ(parse(":42\r\n").view().as_int(), 42);
-  EXPECT_TRUE(parse(":0\r\n").view().is_integer());
+  EXPECT_EQ(parse_reply(":42\r\n").view().integer(), 42);
+  EXPECT_EQ(parse_reply(":-7\r\n").view().integer(), -7);
+  EXPECT_EQ(parse_reply(":9007199254740993\r\n").view().integer(), 9007199254740993LL);
+  EXPECT_EQ(parse_reply(":42\r\n").view().as_int(), 42);
+  EXPECT_TRUE(parse_reply(":0\r\n").view().is_integer());
 }
 
 TEST(Reply, AsIntAcceptsIntegerStrings) {
-  EXPECT_EQ(parse("$2\r\n17\r\n").view().as_int(), 17);
-  EXPECT_EQ(parse("$3\r\n-17\r\n").view().as_int(), -17);
-  EXPECT_EQ(parse("+1234567890123\r\n").view().as_int(), 1234567890123LL);
+  EXPECT_EQ(parse_reply("$2\r\n17\r\n").view().as_int(), 17);
+  EXPECT_EQ(parse_reply("$3\r\n-17\r\n").view().as_int(), -17);
+  EXPECT_EQ(parse_reply("+1234567890123\r\n").view().as_int(), 1234567890123LL);
 }
 
 TEST(Reply, AsIntRefusesNonNumericStrings) {
-  expect_protocol_error([] { parse("$3\r\n1x2\r\n").view().as_int(); }, "1x2");
-  expect_protocol_error([] { parse("$0\r\n\r\n").view().as_int(); }, "empty");
-  expect_protocol_error([] { parse("$3\r\n 12\r\n").view().as_int(); }, "leading space");
-  expect_protocol_error([] { parse("*0\r\n").view().as_int(); }, "array");
+  expect_protocol_error([] { parse_reply("$3\r\n1x2\r\n").view().as_int(); }, "1x2");
+  expect_protocol_error([] { parse_reply("$0\r\n\r\n").view().as_int(); }, "empty");
+  expect_protocol_error([] { parse_reply("$3\r\n 12\r\n").view().as_int(); }, "leading space");
+  expect_protocol_error([] { parse_reply("*0\r\n").view().as_int(); }, "array");
 }
 
 TEST(Reply, ArrayIndexing) {
-  const Reply r = parse("*3\r\n$1\r\na\r\n:2\r\n*1\r\n$1\r\nb\r\n");
+  const Reply r = parse_reply("*3\r\n$1\r\na\r\n:2\r\n*1\r\n$1\r\nb\r\n");
   const ReplyView v = *r;
   EXPECT_TRUE(v.is_array());
   ASSERT_EQ(v.size(), 3u);
@@ -90,25 +90,25 @@ TEST(Reply, ArrayIndexing) {
 }
 
 TEST(Reply, OutOfRangeIndexThrows) {
-  const Reply r = parse("*2\r\n:1\r\n:2\r\n");
+  const Reply r = parse_reply("*2\r\n:1\r\n:2\r\n");
   expect_protocol_error([&] { (void)(*r)[2]; }, "index 2 of 2");
   expect_protocol_error([&] { (void)(*r)[1000]; }, "index 1000");
-  expect_protocol_error([] { (void)parse("*0\r\n").view()[0]; }, "index into empty array");
-  expect_protocol_error([] { (void)parse("*-1\r\n").view()[0]; }, "index into nil array");
+  expect_protocol_error([] { (void)parse_reply("*0\r\n").view()[0]; }, "index into empty array");
+  expect_protocol_error([] { (void)parse_reply("*-1\r\n").view()[0]; }, "index into nil array");
 }
 
 TEST(Reply, NilBulkAndNilArray) {
-  const Reply bulk = parse("$-1\r\n");
+  const Reply bulk = parse_reply("$-1\r\n");
   EXPECT_TRUE(bulk.view().is_nil());
   EXPECT_FALSE(bulk.view().is_string());
   EXPECT_EQ(bulk.view().size(), 0u);
 
-  const Reply array = parse("*-1\r\n");
+  const Reply array = parse_reply("*-1\r\n");
   EXPECT_TRUE(array.view().is_nil());
   EXPECT_FALSE(array.view().is_array());
   EXPECT_EQ(array.view().size(), 0u);
 
-  const Reply empty = parse("*0\r\n");
+  const Reply empty = parse_reply("*0\r\n");
   EXPECT_FALSE(empty.view().is_nil());
   EXPECT_TRUE(empty.view().is_array());
   EXPECT_EQ(empty.view().size(), 0u);
@@ -116,7 +116,7 @@ TEST(Reply, NilBulkAndNilArray) {
 
 TEST(Reply, NilInsideAnArray) {
   // XREADGROUP/XCLAIM report a deleted entry's body as nil.
-  const Reply r = parse("*2\r\n$3\r\n1-0\r\n$-1\r\n");
+  const Reply r = parse_reply("*2\r\n$3\r\n1-0\r\n$-1\r\n");
   EXPECT_FALSE(r.view()[0].is_nil());
   EXPECT_TRUE(r.view()[1].is_nil());
 }
@@ -136,20 +136,20 @@ TEST(Reply, EmptyAndNullViews) {
 }
 
 TEST(Reply, TypeMismatchesAreProtocolErrors) {
-  expect_protocol_error([] { (void)parse(":1\r\n").view().str(); }, "str of integer");
-  expect_protocol_error([] { (void)parse("*0\r\n").view().str(); }, "str of array");
-  expect_protocol_error([] { (void)parse("$-1\r\n").view().str(); }, "str of nil");
-  expect_protocol_error([] { (void)parse("$1\r\n5\r\n").view().integer(); }, "integer of string");
-  expect_protocol_error([] { (void)parse("*0\r\n").view().integer(); }, "integer of array");
-  expect_protocol_error([] { (void)parse("$1\r\nx\r\n").view().size(); }, "size of string");
-  expect_protocol_error([] { (void)parse(":3\r\n").view().size(); }, "size of integer");
-  expect_protocol_error([] { (void)parse(":3\r\n").view()[0]; }, "index into integer");
-  expect_protocol_error([] { (void)parse("+OK\r\n").view().error(); }, "error of status");
+  expect_protocol_error([] { (void)parse_reply(":1\r\n").view().str(); }, "str of integer");
+  expect_protocol_error([] { (void)parse_reply("*0\r\n").view().str(); }, "str of array");
+  expect_protocol_error([] { (void)parse_reply("$-1\r\n").view().str(); }, "str of nil");
+  expect_protocol_error([] { (void)parse_reply("$1\r\n5\r\n").view().integer(); }, "integer of string");
+  expect_protocol_error([] { (void)parse_reply("*0\r\n").view().integer(); }, "integer of array");
+  expect_protocol_error([] { (void)parse_reply("$1\r\nx\r\n").view().size(); }, "size of string");
+  expect_protocol_error([] { (void)parse_reply(":3\r\n").view().size(); }, "size of integer");
+  expect_protocol_error([] { (void)parse_reply(":3\r\n").view()[0]; }, "index into integer");
+  expect_protocol_error([] { (void)parse_reply("+OK\r\n").view().error(); }, "error of status");
 }
 
 TEST(Reply, FieldLookupInFlatArray) {
   // XINFO GROUPS-style entry: name, consumers, pending, lag (nil on 7.0 after deletions).
-  const Reply r = parse(
+  const Reply r = parse_reply(
       "*10\r\n"
       "$4\r\nname\r\n$7\r\nworkers\r\n"
       "$9\r\nconsumers\r\n:2\r\n"
@@ -168,25 +168,25 @@ TEST(Reply, FieldLookupInFlatArray) {
 
 TEST(Reply, FieldMatchesKeysNotValues) {
   // "name" appears as a value first; only the key at an even position counts.
-  const Reply r = parse("*4\r\n$5\r\nalias\r\n$4\r\nname\r\n$4\r\nname\r\n$1\r\nx\r\n");
+  const Reply r = parse_reply("*4\r\n$5\r\nalias\r\n$4\r\nname\r\n$4\r\nname\r\n$1\r\nx\r\n");
   EXPECT_EQ(r.view().field("name").str(), "x");
   EXPECT_EQ(r.view().field("alias").str(), "name");
   EXPECT_TRUE(r.view().field("x").is_nil());
 }
 
 TEST(Reply, FieldIgnoresATrailingKeyWithoutValue) {
-  const Reply r = parse("*3\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n");
+  const Reply r = parse_reply("*3\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n");
   EXPECT_EQ(r.view().field("a").integer(), 1);
   EXPECT_TRUE(r.view().field("b").is_nil());
 }
 
 TEST(Reply, FieldOfNilIsNilAndOfScalarIsAProtocolError) {
-  EXPECT_TRUE(parse("*-1\r\n").view().field("name").is_nil());
-  expect_protocol_error([] { (void)parse("$4\r\nname\r\n").view().field("name"); }, "field of string");
+  EXPECT_TRUE(parse_reply("*-1\r\n").view().field("name").is_nil());
+  expect_protocol_error([] { (void)parse_reply("$4\r\nname\r\n").view().field("name"); }, "field of string");
 }
 
 TEST(Reply, CheckThrowsReplyErrorWithServerPrefix) {
-  const Reply r = parse("-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
+  const Reply r = parse_reply("-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
   EXPECT_TRUE(r.view().is_error());
   EXPECT_FALSE(r.view().is_string());
   EXPECT_EQ(r.view().error(), "WRONGTYPE Operation against a key holding the wrong kind of value");
@@ -201,7 +201,7 @@ TEST(Reply, CheckThrowsReplyErrorWithServerPrefix) {
 
 TEST(Reply, AccessorsOnAnErrorReplySurfaceTheServerError) {
   // A caller that skips check() still gets the server's error, not a misleading type error.
-  const Reply r = parse("-NOPERM this user has no permissions to run the 'xadd' command\r\n");
+  const Reply r = parse_reply("-NOPERM this user has no permissions to run the 'xadd' command\r\n");
   EXPECT_THROW((void)r.view().str(), streamq::ReplyError);
   EXPECT_THROW((void)r.view().integer(), streamq::ReplyError);
   EXPECT_THROW((void)r.view().as_int(), streamq::ReplyError);
@@ -215,7 +215,7 @@ TEST(Reply, AccessorsOnAnErrorReplySurfaceTheServerError) {
 
 TEST(Reply, ErrorNestedInAnArray) {
   // Pipelined/EXEC replies carry per-command errors inside the array.
-  const Reply r = parse("*2\r\n:1\r\n-NOGROUP No such key 'q' or consumer group 'g'\r\n");
+  const Reply r = parse_reply("*2\r\n:1\r\n-NOGROUP No such key 'q' or consumer group 'g'\r\n");
   EXPECT_NO_THROW(r.view().check());
   EXPECT_EQ(r.view()[0].integer(), 1);
   EXPECT_TRUE(r.view()[1].is_error());
@@ -228,7 +228,7 @@ TEST(Reply, ErrorNestedInAnArray) {
 }
 
 TEST(Reply, CheckReturnsTheSameViewForChaining) {
-  const Reply r = parse(":5\r\n");
+  const Reply r = parse_reply(":5\r\n");
   EXPECT_EQ(r.view().check().integer(), 5);
   EXPECT_EQ(r.view().check().raw(), r.view().raw());
 }
