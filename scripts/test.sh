@@ -103,9 +103,10 @@ unity=(-DCMAKE_UNITY_BUILD=ON)
 # Tests in parallel: most of an integration test's time is spent waiting (for a server, a
 # block, a lease), so more tests than cores run at once. Measured here, the integration tests
 # of a plain build use 0.6 of a core at -j2 and 1.1 at -j4 (94 s and 57 s); ASan's all tests
-# 1.4 cores at -j2 and 1.9 at -j4 (194 s, 154 s); TSan's 1.2 cores at -j2 (148 s, against 267 s
-# at -j1). Each stage runs at the most that leaves the two cores some room: the tests' deadlines
-# must not compete for CPU. (The package tests that compile the library count as two tests.)
+# 1.4 cores at -j2 and 1.9 at -j4 (194 s, 154 s; it stays at -j2); TSan's 1.2 cores at -j2
+# (148 s, against 267 s at -j1). Each stage runs at the most that leaves the two cores some room:
+# the tests' deadlines must not compete for CPU. (The package tests that compile the library
+# count as two tests.)
 
 ctest_prefix=()
 if wanted werror; then
@@ -122,7 +123,7 @@ sanitizer_opt=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG -Wno-maybe-uni
 # Inspector paging over 100,000 entries (werror and hiredis14 run it; smaller paging tests run here).
 ctest_exclude='^InspectorTest[.]PagesOverOneHundredThousandEntries'
 if wanted asan; then
-  stage "asan+ubsan" build-asan 3 -DCMAKE_BUILD_TYPE=RelWithDebInfo "${sanitizer_opt[@]}" "${unity[@]}" \
+  stage "asan+ubsan" build-asan 2 -DCMAKE_BUILD_TYPE=RelWithDebInfo "${sanitizer_opt[@]}" "${unity[@]}" \
     -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_TOOLS=OFF -DSTREAMQ_BUILD_BENCH=OFF -DSTREAMQ_TEST_BUILDS=OFF \
     "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 fi

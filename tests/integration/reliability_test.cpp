@@ -214,12 +214,16 @@ TEST(Reliability, DelayedTasksForwardedWhileWorkersAreKilledRunAndAreForwardedOn
   const std::string stream = unique_key();
   Producer producer({.connection = {.url = server.url()}, .stream = stream, .max_len = 100000});
   std::vector<TaskSpec> batch;
-  const auto start = std::chrono::system_clock::now() + 300ms;
+  const auto start = std::chrono::system_clock::now() + 1s;
   for (int i = 0; i < 3000; ++i) {
     batch.push_back({.task_type = "work", .payload = "{}", .options = {.run_at = start + i * 700us}});
   }
   const auto ids = producer.enqueue_batch(batch);
-  ASSERT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 3000);
+  // A task already due when its chunk is written goes to the stream at once (a loaded machine
+  // can take that long over the batch): every task is in one of the two.
+  const std::int64_t delayed = client.integer({"ZCARD", stream + ":delayed"});
+  ASSERT_EQ(delayed + client.integer({"XLEN", stream}), 3000);
+  ASSERT_GT(delayed, 0);
   EXPECT_GT(run_chaos(server, client, stream, ids, 3, 8, 20, 120ms), 5);
   if (const std::int64_t added = entries_added(client, stream); added >= 0) {
     EXPECT_EQ(added, 3000);
