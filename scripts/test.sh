@@ -104,7 +104,9 @@ unity=(-DCMAKE_UNITY_BUILD=ON)
 # block, a lease), so more tests than cores run at once. Measured here, the integration tests
 # of a plain build use 0.6 of a core at -j2 and 1.1 at -j4 (94 s and 57 s); ASan's all tests
 # 1.4 cores at -j2 and 1.9 at -j4 (194 s, 154 s; it stays at -j2); TSan's 1.2 cores at -j2
-# (148 s, against 267 s at -j1). Each stage runs at the most that leaves the two cores some room:
+# (148 s, against 267 s at -j1). hiredis14, redis62 and valkey8 stay at -j2: at -j4 two cluster
+# topologies started at once on valkey8 collided on ports. Each stage runs at the most that
+# leaves the two cores some room:
 # the tests' deadlines must not compete for CPU. (The package tests that compile the library
 # count as two tests.)
 
@@ -256,7 +258,7 @@ integration_on() {
   # without TLS; hiredis14 ran them on Debian's.)
   STREAMQ_REDIS_SERVER=$server_binary ctest --test-dir build-hiredis14 -L integration \
     -E '^package[.]|Package[.]|^cli[.]|^Tls[.]' \
-    --output-on-failure --no-tests=error -j4 --timeout 300
+    --output-on-failure --no-tests=error -j2 --timeout 300
   end
 }
 
@@ -265,7 +267,7 @@ if wanted hiredis14; then
   hiredis14_build
   # (Not the dashboard's browser test: what the browser sees does not depend on hiredis, and the
   # werror stage ran it; the streamq command's other tests run here, on the installed binary.)
-  ctest --test-dir build-hiredis14 --output-on-failure --no-tests=error -j4 --timeout 300 -E '^cli[.]dashboard$'
+  ctest --test-dir build-hiredis14 --output-on-failure --no-tests=error -j2 --timeout 300 -E '^cli[.]dashboard$'
   loads_hiredis14 build-hiredis14/tests/package-installed/streamq_package_app  # built by the package test
   end
 fi
