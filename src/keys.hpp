@@ -15,7 +15,6 @@ struct QueueKeys {
   std::string stream;     // the task stream itself: normal priority, as the seed uses it
   std::string dlq;        // dead-letter stream
   std::string delayed;    // sorted set of delayed tasks (score = due time in ms, member = the task)
-  std::string orphans;    // hash: entry id -> its provisional dead-letter record (body deleted while held)
   std::string high;       // the high-priority sibling stream
   std::string low;        // the low-priority sibling stream
   std::string forwarder;  // the forwarder lease: which consumer polls the delayed set often
@@ -41,6 +40,15 @@ inline std::string live_key(std::string_view stream, std::string_view group, std
          std::string(consumer);
 }
 
+/// The note of the dead-letter record written for entry `id` of `level_stream` (one priority
+/// level's stream) when its body was deleted while a consumer held it (src/lua/orphan.lua):
+/// holds the record's id, and expires after claim_min_idle unless the holder, still running
+/// the task, renews it (its own completion then replaces the record). Keyed by the level's
+/// stream and the id, because entry ids are unique only within one stream.
+inline std::string orphan_key(std::string_view level_stream, std::string_view id) {
+  return std::string(level_stream) + ":orphan:" + std::string(id);
+}
+
 /// The sliding window of one task type's rate limit (HandlerOptions::rate).
 inline std::string rate_key(std::string_view stream, std::string_view task_type) {
   return std::string(stream) + ":rate:" + std::string(task_type);
@@ -56,7 +64,6 @@ inline QueueKeys queue_keys(std::string_view stream) {
   return QueueKeys{s,
                    s + ":dlq",
                    s + ":delayed",
-                   s + ":orphans",
                    s + ":p:high",
                    s + ":p:low",
                    s + ":forwarder",

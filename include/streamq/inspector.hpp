@@ -143,7 +143,8 @@ struct ActionResult {
   /// Tasks replayed, deleted, ...
   std::int64_t done = 0;
   /// Matching entries left alone: gone meanwhile (another operator, a worker), or not tasks
-  /// (a replay skips dead letters without task_type or payload, e.g. malformed delayed members).
+  /// (a replay skips dead letters without task_type or payload, e.g. malformed delayed members),
+  /// or, for a replay, the provisional record of a task whose handler still runs (see replay()).
   std::int64_t skipped = 0;
   /// False when the progress callback stopped the action early.
   bool finished = true;
@@ -230,9 +231,14 @@ class Inspector {
   /// Puts dead-lettered tasks back into the queue (see ReplayOptions): each with retry_count 0,
   /// replay_count raised, replayed_from, replayed_at and last_error set; its dead letter is
   /// deleted in the same script. Only the dead letters there when it started are looked at, so
-  /// tasks that fail again during a long replay are not replayed twice.
+  /// tasks that fail again during a long replay are not replayed twice. A `body_lost` record
+  /// written while the task's handler still runs (its entry was deleted under it) is skipped:
+  /// the task's own completion replaces it; it can be replayed once it is final (the handler
+  /// ended without a completion, e.g. its worker died, and claim_min_idle passed).
   ActionResult replay(const std::string& queue, const ReplayOptions& options = {});
-  /// Deletes dead letters (XDEL in batches) that match `filter`.
+  /// Deletes dead letters (XDEL in batches) that match `filter`. Deleting (or purging) the
+  /// provisional record of a task whose handler still runs does not end the task: its own
+  /// completion (a retry, a dead letter) is written all the same.
   ActionResult delete_dead(const std::string& queue, const DeadLetterFilter& filter,
                            const ProgressCallback& progress = {});
   /// Deletes the whole dead-letter stream (UNLINK: freed in the background). Returns how many

@@ -55,11 +55,11 @@ AckSpan append_acks(std::vector<Argv>& argvs, const Shared& s, std::uint16_t str
   }
   if (!orphans.records.empty()) {
     Argv del{"XDEL", keys.dlq};
-    Argv unindex{"HDEL", keys.orphans};
+    Argv unnote{"DEL"};
     for (std::string_view id : orphans.records) del.add(id);
-    for (std::string_view id : orphans.entries) unindex.add(id);
+    for (std::string_view id : orphans.entries) unnote.add_copy(orphan_key(keys.stream, id));
     argvs.push_back(std::move(del));
-    argvs.push_back(std::move(unindex));
+    argvs.push_back(std::move(unnote));
   }
   if (!locks.empty()) {
     Argv release{"EVAL", script_source(ScriptId::release)};
@@ -235,12 +235,14 @@ void Completer::flush(std::vector<Completion>& batch) {
     if (c.outcome == Outcome::orphan) {
       id = ScriptId::orphan;
       argv = scripts_.begin(id, 3);
-      argv.add(keys.stream).add(keys.dlq).add(keys.orphans).add(group).add(me).add(c.key.id);
+      argv.add(keys.stream).add(keys.dlq).add_copy(orphan_key(keys.stream, c.key.id));
+      argv.add(group).add(me).add(c.key.id).add(static_cast<std::int64_t>(s_.opt.claim_min_idle.count()));
       plan.write[i] = Write::orphan;
     } else if (replace) {
       id = ScriptId::replace;
       argv = scripts_.begin(id, 3);
-      argv.add(keys.dlq).add(dest).add(keys.orphans).add(fate[i].orphan_id).add(c.key.id).add(me);
+      argv.add(keys.dlq).add(dest).add_copy(orphan_key(keys.stream, c.key.id));
+      argv.add(fate[i].orphan_id).add(c.key.id).add(me);
       plan.write[i] = Write::replace;
     } else {
       id = ScriptId::move;
@@ -321,7 +323,7 @@ void Completer::flush(std::vector<Completion>& batch) {
       Metrics::add(s_.metrics.stale, 1);
       log(LogLevel::warning,
           "entry " + c.key.id +
-              (plan.write[i] == Write::replace ? "'s dead-letter record was replayed or deleted"
+              (plan.write[i] == Write::replace ? "'s dead-letter record was replayed"
                : v.integer() == move_not_owner ? " was reclaimed by another consumer"
                                                : " is no longer pending") +
               "; its " + (c.outcome == Outcome::retry ? "retry" : "dead letter") + " was not written");

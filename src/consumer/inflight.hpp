@@ -198,6 +198,10 @@ class InFlight {
   /// and orphaned ones.
   std::vector<std::string> due_for_lease(std::uint16_t stream, Clock::time_point due);
   void renewed(std::uint16_t stream, const std::vector<std::string>& ids, Clock::time_point at);
+  /// Held entries of `stream` with a provisional dead-letter record (their handler runs, or its
+  /// completion is still to be written): the notes naming those records are renewed with the
+  /// leases, so they outlive the holder by claim_min_idle at most.
+  std::vector<std::string> noted(std::uint16_t stream);
   /// Another consumer owns these now, or they are no longer pending: not ours to run.
   /// Returns how many were newly marked.
   std::size_t lost(std::uint16_t stream, const std::vector<std::string>& ids);

@@ -126,6 +126,15 @@ void InFlight::renewed(std::uint16_t stream, const std::vector<std::string>& ids
   }
 }
 
+std::vector<std::string> InFlight::noted(std::uint16_t stream) {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> ids;
+  for (const auto& [key, h] : held_) {
+    if (key.stream == stream && !h.orphan_id.empty()) ids.push_back(key.id);
+  }
+  return ids;
+}
+
 std::size_t InFlight::lost(std::uint16_t stream, const std::vector<std::string>& ids) {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;

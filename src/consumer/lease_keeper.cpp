@@ -43,6 +43,24 @@ void lease(Shared& s, ScriptRunner& scripts, std::uint16_t stream, const std::ve
   }
 }
 
+/// Renews the notes of this consumer's provisional dead-letter records of `stream` (see
+/// orphan.lua): while the handler runs, its completion must still find the note. A note that
+/// expired meanwhile (the server was out of reach for claim_min_idle) is not written again: the
+/// record counted as final in that time, and replace.lua copes with either.
+void renew_notes(Shared& s, Connection& conn, std::uint16_t stream) {
+  const std::vector<std::string> ids = s.inflight.noted(stream);
+  if (ids.empty()) return;
+  const std::string ttl = std::to_string(s.opt.claim_min_idle.count());
+  std::vector<Argv> argvs;
+  argvs.reserve(ids.size());
+  for (const std::string& id : ids) {
+    Argv a{"PEXPIRE"};
+    a.add_copy(orphan_key(s.keys(stream).stream, id)).add(ttl);
+    argvs.push_back(std::move(a));
+  }
+  for (const Reply& r : conn.pipeline(argvs)) r.view().check();
+}
+
 }  // namespace
 
 void report_gone(Shared& s, std::uint16_t stream, const std::vector<std::string>& ids) {
@@ -72,6 +90,7 @@ void LeaseKeeper::tick(ScriptRunner& scripts, Clock::time_point now) {
   for (std::uint16_t stream = 0; stream < s_.stream_count(); ++stream) {
     lease(s_, scripts, stream, s_.inflight.due_for_lease(stream, now - s_.opt.heartbeat_interval / 2), "0",
           "-1");
+    renew_notes(s_, scripts.connection(), stream);
   }
   next_ = now + s_.opt.heartbeat_interval;
 }

@@ -169,8 +169,9 @@ ActionResult Inspector::Impl::replay_one(const detail::QueueKeys& keys, const Re
   const std::string replayed_at = detail::format_timestamp(std::chrono::system_clock::now());
   return each_dead(keys, options.filter, options.progress,
                    [&](const std::vector<std::string>& ids, ActionResult& result) {
-                     Argv argv = scripts.begin(detail::ScriptId::replay, 2);
-                     argv.add(keys.dlq).add(dest).add(replayed_at);
+                     Argv argv = scripts.begin(detail::ScriptId::replay, 5);
+                     argv.add(keys.dlq).add(dest).add(keys.high).add(keys.stream).add(keys.low);
+                     argv.add(replayed_at);
                      argv.add(options.filter.task_type).add(options.filter.reason);
                      for (const std::string& id : ids) argv.add(id);
                      connected();

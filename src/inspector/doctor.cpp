@@ -68,6 +68,7 @@ std::vector<RoleCheck> role_checks(const std::string& q, const std::string& grou
         {"ZRANGEBYSCORE", q + ":delayed", "0", "1"},
         {"EXISTS", q + ":paused"},
         {"SET", detail::live_key(q, group, "c"), "x"},
+        {"PEXPIRE", detail::orphan_key(q, "0-1"), "1000"},
         {"CLIENT", "LIST", "ID", "1"},
         {"EVALSHA", "0000000000000000000000000000000000000000", "1", q},
         {"TIME"}}},

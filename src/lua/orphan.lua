@@ -1,25 +1,30 @@
 -- orphan: the entry's body was deleted while this consumer held it. The fields it had read go
--- to the dead-letter stream as a provisional record (replaced by the entry's own completion,
--- see replace.lua), and the entry leaves the pending list, so no reclaimer dead-letters it
--- a second time.
--- KEYS[1] = stream, KEYS[2] = dead-letter stream, KEYS[3] = orphans (hash: entry id -> record id)
--- ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id, ARGV[4..] = the record, a
---           'dead_letter' fate as write_fate() in lib/fate.lua takes it.
+-- to the dead-letter stream as a record (provisional while its handler runs: replaced by the
+-- entry's own completion, see replace.lua), and the entry leaves the pending list, so no
+-- reclaimer dead-letters it a second time.
+-- KEYS[1] = stream (the entry's priority level), KEYS[2] = dead-letter stream, KEYS[3] = the
+--           entry's note (orphan_key() in keys.hpp: <level stream>:orphan:<entry id>)
+-- ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id, ARGV[4] = how long the note lives
+--           in ms (claim_min_idle; a holder whose handler runs renews it), ARGV[5..] = the
+--           record, a 'dead_letter' fate as write_fate() in lib/fate.lua takes it.
 -- Returns the record's id, also when an earlier call wrote it (a retry after a lost reply
--- gets the same answer, not a second record); 0 when the entry is no longer pending; -1 when
--- another consumer owns it.
--- One script: the record, the XACK and the note in the orphans hash stand or fall together.
+-- gets the same answer from the note, not a second record); 0 when the entry is no longer
+-- pending; -1 when another consumer owns it.
+-- The note names the record by the level's stream and the entry id: ids are unique only
+-- within one stream, and the high and normal levels routinely hold the same id. It expires
+-- on its own, so nothing accumulates when bodies are trimmed (Overflow::trim_oldest).
+-- One script: the record, the XACK and the note stand or fall together.
 -- @include lib/owner.lua
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/unique.lua
 -- @include lib/fate.lua
-local known = redis.call('HGET', KEYS[3], ARGV[3])
+local known = redis.call('GET', KEYS[3])
 if known then return known end
 local owner = pending_owner(KEYS[1], ARGV[1], ARGV[3])
 if owner == nil then return 0 end
 if owner ~= ARGV[2] then return -1 end
-local id = write_fate(KEYS[2], 4, ARGV[3], ARGV[2])
+local id = write_fate(KEYS[2], 5, ARGV[3], ARGV[2])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[3], id)
+redis.call('SET', KEYS[3], id, 'PX', ARGV[4])
 return id

@@ -2,20 +2,24 @@
 -- place of its provisional record.
 -- KEYS[1] = dead-letter stream (holds the record), KEYS[2] = destination (the stream for a
 --           retry copy, the delayed set for a delayed one, the dead-letter stream for a
---           dead letter), KEYS[3] = orphans
+--           dead letter), KEYS[3] = the entry's note (orphan_key() in keys.hpp)
 -- ARGV[1] = record id, ARGV[2] = entry id, ARGV[3] = consumer, ARGV[4..] = the fate, as
 --           write_fate() in lib/fate.lua takes it.
--- Returns the new entry's id ('delayed' for a delayed retry), or 0 when the record is gone:
--- someone (an operator's replay or delete) already acted on it, so it is no longer this
--- consumer's to decide.
+-- Returns the new entry's id ('delayed' for a delayed retry), or 0 when neither the record
+-- nor its note is left: the fate was decided already (by an earlier call whose reply was
+-- lost, or by an operator's replay, which deletes the note and puts the task back itself).
+-- A record deleted, purged or trimmed while its note still names it was taken for final
+-- although the task ran: the task's own fate is written all the same, or it would be lost.
 -- One script: the new entry and the deletion of the record it replaces must happen together,
 -- or the task would end in two places, or in none.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/unique.lua
 -- @include lib/fate.lua
-redis.call('HDEL', KEYS[3], ARGV[2])
-if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end
+local noted = redis.call('GET', KEYS[3]) == ARGV[1]
+local kept = #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) > 0
+if not noted and not kept then return 0 end
 local id = write_fate(KEYS[2], 4, ARGV[2], ARGV[3])
-redis.call('XDEL', KEYS[1], ARGV[1])
+if kept then redis.call('XDEL', KEYS[1], ARGV[1]) end
+if noted then redis.call('DEL', KEYS[3]) end
 return id

@@ -34,7 +34,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-ConsumerOptions worker_options(const std::string& url, const std::string& stream, const std::string& name) {
+ConsumerOptions cluster_worker_options(const std::string& url, const std::string& stream, const std::string& name) {
   return failover_worker_options(url, stream, name, 2s);
 }
 
@@ -74,7 +74,7 @@ TEST(Cluster, AQueueRunsOnTheMasterOfItsSlotWhicheverNodeTheUrlNames) {
   std::mutex m;
   std::set<std::string> ran;
   {
-    RunningConsumer rc(worker_options(url, stream, "w1"), [&](Consumer& c) {
+    RunningConsumer rc(cluster_worker_options(url, stream, "w1"), [&](Consumer& c) {
       c.on("t", [&](const Task& task) {
         std::lock_guard lock(m);
         ran.insert(task.id());
@@ -286,8 +286,8 @@ void migrate_while_in_use(int partitions) {
   const std::string url = t.url({2});
   RunLog log;
   const auto handler = [&](Consumer& c) { c.on("n", [&](const Task& task) { log.add(task.id()); }); };
-  auto o1 = worker_options(url, queue, "w1");
-  auto o2 = worker_options(url, queue, "w2");
+  auto o1 = cluster_worker_options(url, queue, "w1");
+  auto o2 = cluster_worker_options(url, queue, "w2");
   o1.partitions = o2.partitions = partitions;
   o1.concurrency = o2.concurrency = std::max(o1.concurrency, partitions);
   RunningConsumer w1(o1, handler);
@@ -361,7 +361,7 @@ void kill_master_zero_mid_run(ClusterTopology& t, const KillSetup& s) {
   };
   std::vector<std::unique_ptr<RunningConsumer>> workers;
   for (int i = 0; i < s.workers; ++i) {
-    auto o = worker_options(url, s.queue, "w" + std::to_string(i + 1));
+    auto o = cluster_worker_options(url, s.queue, "w" + std::to_string(i + 1));
     o.partitions = s.partitions;
     o.concurrency = o.prefetch = s.partitions;  // one handler thread per partition
     workers.push_back(std::make_unique<RunningConsumer>(o, handler));
@@ -545,8 +545,8 @@ TEST(Cluster, APartitionedQueueSpreadsOverTheMasters) {
     c.on("fails", [](const Task&) { throw std::runtime_error("no"); });
   };
   std::map<std::string, std::uint64_t> done_by;  // tasks each worker ran
-  auto o1 = worker_options(url, queue, "w1");
-  auto o2 = worker_options(url, queue, "w2");
+  auto o1 = cluster_worker_options(url, queue, "w1");
+  auto o2 = cluster_worker_options(url, queue, "w2");
   o1.partitions = o2.partitions = kPartitions;
   o1.concurrency = o2.concurrency = kPartitions;
   {
@@ -675,7 +675,7 @@ TEST(Partitions, TheCountOfALiveQueueChangesWithoutLosingATask) {
     });
   };
   const auto workers = [&](int partitions, const std::string& name) {
-    auto o = worker_options(server.url(), queue, name);
+    auto o = cluster_worker_options(server.url(), queue, name);
     o.partitions = partitions;
     o.concurrency = partitions;
     o.retry_backoff = {.base = 300ms, .cap = 300ms};
@@ -751,7 +751,7 @@ TEST(Partitions, ASchedulesTicksGoToThePartitionItsNamePicks) {
     EXPECT_EQ(node.integer({"EXISTS", stream + ":sched:often"}), i == picked ? 1 : 0) << stream;
   }
   RunLog log;
-  auto o = worker_options(url, queue, "w1");
+  auto o = cluster_worker_options(url, queue, "w1");
   o.partitions = o.concurrency = kPartitions;
   RunningConsumer worker(o,
                          [&](Consumer& c) { c.on("tick", [&](const Task& task) { log.add(task.id()); }); });

@@ -3,7 +3,6 @@
 // one place (done, a retry copy, or one dead-letter entry), whatever the order of events.
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <string>
@@ -13,54 +12,13 @@
 #include <streamq/streamq.hpp>
 
 #include "consumer_fixture.hpp"
+#include "gate.hpp"
 #include "running_consumer.hpp"
 
 namespace streamq::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-/// A handler gate: handlers wait in pass() until open(); the test waits in arrived().
-/// Declare `const auto release = gate.opens_on_exit();` after the consumers whose handlers
-/// pass it: a failed ASSERT then opens the gate before those consumers stop, instead of their
-/// stop() waiting on a handler that never returns until the test times out.
-class Gate {
- public:
-  class Opener {
-   public:
-    explicit Opener(Gate& gate) : gate_(gate) {}
-    ~Opener() { gate_.open(); }
-    Opener(const Opener&) = delete;
-    Opener& operator=(const Opener&) = delete;
-
-   private:
-    Gate& gate_;
-  };
-  [[nodiscard]] Opener opens_on_exit() { return Opener(*this); }
-
-  void pass(const std::string& entry_id) {
-    std::unique_lock lock(m_);
-    entry_ids_.push_back(entry_id);
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return open_; });
-  }
-  std::string arrived(std::size_t n = 1) {
-    std::unique_lock lock(m_);
-    if (!cv_.wait_for(lock, 20s, [&] { return entry_ids_.size() >= n; })) return "";
-    return entry_ids_[n - 1];
-  }
-  void open() {
-    std::lock_guard lock(m_);
-    open_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::vector<std::string> entry_ids_;
-  bool open_ = false;
-};
 
 TEST_F(ConsumerTest, EntryDeletedWhileQueuedIsDeadLetteredOnceAndNeverRun) {
   auto p = producer();

@@ -36,7 +36,7 @@ void s0_acl(SentinelTopology& t) {
       .check();
 }
 
-ConsumerOptions worker_options(const std::string& url, const std::string& stream, const std::string& name) {
+ConsumerOptions sentinel_worker_options(const std::string& url, const std::string& stream, const std::string& name) {
   return failover_worker_options(url, stream, name, 1s);
 }
 
@@ -53,7 +53,7 @@ TEST(Sentinel, ProducersAndWorkersFindTheMasterAndRefuseWhatIsNotOne) {
 
   std::atomic<int> ran{0};
   {
-    RunningConsumer rc(worker_options(url, stream, "w1"),
+    RunningConsumer rc(sentinel_worker_options(url, stream, "w1"),
                        [&](Consumer& c) { c.on("t", [&](const Task&) { ++ran; }); });
     ASSERT_TRUE(wait_until([&] { return ran == 1 && master.integer({"XLEN", stream}) == 0; }));
     rc.stop();
@@ -128,7 +128,7 @@ TEST(Sentinel, AFailoverWithoutADeathMovesProducersAndWorkers) {
   const std::string stream = unique_key();
   Producer producer({.connection = {.url = t.url(), .backoff_max = 200ms}, .stream = stream});
   std::atomic<int> ran{0};
-  RunningConsumer rc(worker_options(t.url(), stream, "w1"),
+  RunningConsumer rc(sentinel_worker_options(t.url(), stream, "w1"),
                      [&](Consumer& c) { c.on("t", [&](const Task&) { ++ran; }); });
   producer.enqueue("t", "{}", {.task_id = "before"});
   ASSERT_TRUE(wait_until([&] { return ran == 1; }));
@@ -230,8 +230,8 @@ TEST_P(SentinelFailover, KillOfTheMasterMidRun) {
       ++runs[task.id()];
     });
   };
-  auto o1 = worker_options(url, stream, "w1");
-  auto o2 = worker_options(url, stream, "w2");
+  auto o1 = sentinel_worker_options(url, stream, "w1");
+  auto o2 = sentinel_worker_options(url, stream, "w2");
   // One task at a time and none held ahead: while they are stuck, the backlog stays in the
   // stream, where a master's death can take it.
   o1.concurrency = o2.concurrency = 1;

@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: MIT
+// A task whose entry is deleted (trimmed) while a worker holds it ends in exactly one place,
+// whatever else shares its entry id and whatever an operator does to its dead-letter record
+// meanwhile; the notes that make this so expire on their own.
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "consumer_fixture.hpp"
+#include "gate.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class BodyLostTest : public ConsumerTest {
+ protected:
+  std::string high = stream + ":p:high";
+
+  std::int64_t pending_on(const std::string& key) {
+    const detail::Reply r = client.cmd({"XPENDING", key, "workers"});
+    return r.view().is_error() ? 0 : r.view()[0].integer();
+  }
+  /// The note orphan.lua keeps for entry `id` of `level_stream`.
+  static std::string note(const std::string& level_stream, const std::string& id) {
+    return level_stream + ":orphan:" + id;
+  }
+  Inspector inspector() const { return Inspector({.connection = {.url = server.url()}}); }
+};
+
+// Entry ids are unique only within one stream: two XADDs in one millisecond (a mixed-priority
+// enqueue_batch) give a high and a normal task the same id. Both deleted under one worker, the
+// queued high one must keep its record when the running normal one succeeds.
+TEST_F(BodyLostTest, EntriesOfOneIdOnTwoLevelsEachEndInTheirOwnPlace) {
+  const std::string normal_task = producer().enqueue("long", "{}");
+  Gate gate;
+  std::atomic<int> work_runs{0};
+  auto o = options();
+  o.concurrency = 1;  // the high task waits behind the running normal one
+  o.prefetch = 4;
+  o.heartbeat_interval = 300ms;
+  o.claim_min_idle = 3000ms;
+  RunningConsumer rc(o, [&](Consumer& c) {
+    c.on("long", [&](const Task& t) { gate.pass(t.entry_id()); });
+    c.on("work", [&](const Task&) { ++work_runs; });
+  });
+  const auto release = gate.opens_on_exit();
+  const std::string id = gate.arrived();
+  ASSERT_FALSE(id.empty());
+  client
+      .cmd({"XADD", high, id, "task_id", "high-task", "task_type", "work", "payload", "{}", "created_at",
+            "2026-12-03T00:00:00.000000", "max_retries", "3", "retry_count", "0"})
+      .view()
+      .check();
+  ASSERT_TRUE(wait_until([&] { return pending_on(high) == 1; }));  // delivered, queued in the worker
+  client.cmd({"XDEL", high, id}).view().check();
+  client.cmd({"XDEL", stream, id}).view().check();
+  // One record each: the high task's is final (it never started), the normal one's provisional.
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2 && pending() == 0 && pending_on(high) == 0; }));
+  // Both notes expire on their own; nothing is kept without a time to live.
+  EXPECT_GT(client.integer({"PTTL", note(high, id)}), 0);
+  EXPECT_GT(client.integer({"PTTL", note(stream, id)}), 0);
+  EXPECT_EQ(client.integer({"EXISTS", stream + ":orphans"}), 0);
+  gate.open();
+  // The normal task succeeded: its own record goes, the high task's stays.
+  ASSERT_TRUE(wait_until([&] { return rc.consumer().metrics().done == 1 && xlen(dlq) == 1; }));
+  rc.stop();
+  const auto dead = client.xrange(dlq);
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(Client::get(dead[0].second, "task_id"), "high-task");
+  EXPECT_EQ(Client::get(dead[0].second, "reason"), "body_lost");
+  EXPECT_EQ(Client::get(dead[0].second, "original_id"), id);
+  EXPECT_EQ(work_runs, 0);
+  EXPECT_EQ(client.integer({"EXISTS", note(stream, id)}), 0);  // deleted with the record it named
+}
+
+enum class Act { purge, remove, replay };
+
+class ProvisionalRecord : public BodyLostTest, public ::testing::WithParamInterface<Act> {};
+
+// The record written while the handler runs is not the task's fate yet: an operator who
+// purges or deletes it does not end the task (its retry is still written), and a replay
+// leaves it alone (the task would run twice at once).
+TEST_P(ProvisionalRecord, AnOperatorsActionKeepsTheRunningTasksOwnOutcome) {
+  const Act act = GetParam();
+  producer().enqueue("long", R"({"k":"v"})", {.max_retries = 1});
+  Gate gate;
+  std::atomic<int> first_runs{0}, retry_runs{0};
+  auto o = options();
+  o.heartbeat_interval = 200ms;
+  o.claim_min_idle = 1000ms;
+  RunningConsumer rc(o, [&](Consumer& c) {
+    c.on("long", [&](const Task& t) {
+      if (t.retry_count() > 0) {
+        ++retry_runs;
+        return;
+      }
+      ++first_runs;
+      gate.pass(t.entry_id());
+      throw std::runtime_error("failed after the body went");
+    });
+  });
+  const auto release = gate.opens_on_exit();
+  const std::string id = gate.arrived();
+  ASSERT_FALSE(id.empty());
+  client.cmd({"XDEL", stream, id}).view().check();
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1 && pending() == 0; }));
+  const std::string record = client.xrange(dlq).at(0).first;
+  Inspector ins = inspector();
+  switch (act) {
+    case Act::purge: EXPECT_EQ(ins.purge_dead(stream), 1); break;
+    case Act::remove: EXPECT_EQ(ins.delete_dead(stream, {.ids = {record}}).done, 1); break;
+    case Act::replay: {
+      const ActionResult r = ins.replay(stream);
+      EXPECT_EQ(r.done, 0);
+      EXPECT_EQ(r.skipped, 1);
+      EXPECT_EQ(xlen(dlq), 1);
+      EXPECT_EQ(xlen(stream), 0);
+      break;
+    }
+  }
+  gate.open();
+  // The handler's failure is written as the task's fate: a retry copy, which runs.
+  ASSERT_TRUE(wait_until([&] { return retry_runs == 1 && xlen(stream) == 0 && pending() == 0; }));
+  rc.stop();
+  EXPECT_EQ(first_runs, 1);
+  EXPECT_EQ(xlen(dlq), 0);
+  EXPECT_EQ(rc.consumer().metrics().retried, 1u);
+  EXPECT_EQ(client.integer({"EXISTS", note(stream, id)}), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Acts, ProvisionalRecord, ::testing::Values(Act::purge, Act::remove, Act::replay),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Act::purge: return std::string("Purge");
+                             case Act::remove: return std::string("Delete");
+                             case Act::replay: return std::string("Replay");
+                           }
+                           return std::string("unknown");
+                         });
+
+// The note lives as long as its holder renews it: while the handler runs, past
+// claim_min_idle; once the holder is gone (here it stopped with its handler still running), it
+// expires, and the record is final: a replay takes it.
+TEST_F(BodyLostTest, ANoteOutlivesItsHolderByClaimMinIdleAtMost) {
+  producer().enqueue("long", "{}");
+  Gate gate;
+  std::atomic<int> left{0};
+  auto o = options();
+  o.heartbeat_interval = 100ms;
+  o.claim_min_idle = 500ms;
+  o.shutdown_grace = 100ms;
+  RunningConsumer rc(o, [&](Consumer& c) {
+    c.on("long", [&](const Task& t) {
+      gate.pass(t.entry_id());
+      ++left;
+    });
+  });
+  const auto release = gate.opens_on_exit();
+  const std::string id = gate.arrived();
+  ASSERT_FALSE(id.empty());
+  client.cmd({"XDEL", stream, id}).view().check();
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1 && pending() == 0; }));
+  const std::string key = note(stream, id);
+  const std::int64_t first_ttl = client.integer({"PTTL", key});
+  EXPECT_GT(first_ttl, 0);
+  EXPECT_LE(first_ttl, 500);  // claim_min_idle
+  // Renewed with the leases: its time to live goes up again, six times (at least five
+  // heartbeats, so it lives on past claim_min_idle while the handler runs).
+  std::int64_t last = first_ttl;
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(wait_until([&] {
+      const std::int64_t ttl = client.integer({"PTTL", key});
+      const bool rose = ttl > last;  // it only falls between renewals
+      last = ttl;
+      return rose;
+    }));
+  }
+  rc.stop();  // returns after shutdown_grace with the handler still in the gate
+  ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", key}) == 0; }, 5s));
+  EXPECT_EQ(inspector().replay(stream).done, 1);
+  gate.open();
+  ASSERT_TRUE(wait_until([&] { return left == 1; }));
+}
+
+}  // namespace
+}  // namespace streamq::test
