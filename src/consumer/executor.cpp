@@ -96,13 +96,15 @@ Completion put_back(const Work& w, Millis delay) {
 /// How long a start of `type` must wait for its rate limit (0: it may start now, and is
 /// counted). One script: the sliding window's check and the count of this start together, so
 /// the workers of a group never exceed the limit in any window. Throws what Redis throws.
-Millis rate_wait(const Shared& s, const Work& w, std::string_view type, const RateLimit& rate,
+Millis rate_wait(const Shared& s, std::string_view type, const RateLimit& rate,
                  std::unique_ptr<Channel>& ch) {
   if (!ch) ch = std::make_unique<Channel>(s.connection);
   const std::string key = rate_key(s.queue, type);  // one window for every partition
   Argv argv = ch->scripts.begin(ScriptId::rate, 1);
   argv.add(key).add(rate.limit).add(static_cast<std::int64_t>(rate.per.count()));
-  argv.add_copy(s.opt.consumer_name + "/" + w.key.id + "/" + std::to_string(w.deliveries));
+  // A name of this start alone: the window is the queue's, shared by every partition and
+  // level, whose streams repeat entry ids, and partitions share the consumer's name.
+  argv.add_copy(new_uuid_v4());
   const Reply r = ch->scripts.call(ScriptId::rate, argv);
   return Millis(r.view().check().integer());
 }
@@ -137,7 +139,7 @@ Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) 
   if (options != nullptr && options->rate.limit > 0) {
     Millis wait{0};
     try {
-      wait = rate_wait(s, w, task.type(), options->rate, channel);
+      wait = rate_wait(s, task.type(), options->rate, channel);
     } catch (const std::exception& e) {
       // Running it unchecked could break the limit: put it back for a second instead (the
       // completer writes that once Redis answers again).

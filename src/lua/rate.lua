@@ -2,7 +2,8 @@
 -- the last `per` ms, shared by every worker of the group, by the server's clock.
 -- KEYS[1] = the type's window (rate_key() in keys.hpp): a sorted set of starts by time
 -- ARGV[1] = limit (starts per window), ARGV[2] = per (the window in ms), ARGV[3] = a name for
---           this start, unique to it (consumer, entry id, delivery)
+--           this start, unique to it (a random UUID: entry ids repeat across the partitions and
+--           levels that share the window, and a member added twice would count once)
 -- Returns 0 when it may start (and the start is recorded), else the ms until the window has
 -- room again (>= 1).
 -- One script: the check and the record must not interleave with other workers', or two of
