@@ -250,6 +250,8 @@ class Inspector {
   std::optional<std::string> run_now(const std::string& queue, const std::string& task_id);
   /// Cancels a queued task (by entry id or task_id) or a delayed one (by task_id). A task a
   /// consumer holds is not interrupted: the answer is `running` and nothing changes.
+  /// ConfigError when a stream of the queue has consumer groups but not InspectorOptions::group
+  /// (whether the task was delivered cannot be told): nothing changes.
   CancelOutcome cancel(const std::string& queue, const std::string& id);
 
   /// Pauses the queue: sets `<queue>:paused` (SET, no expiry). Consumers stop reading and

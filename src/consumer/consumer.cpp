@@ -178,8 +178,14 @@ struct Consumer::Impl {
       std::string problem;
       try {
         conn.connect();
+        bool checked = true;
         for (const detail::QueueKeys& level : s.streams)
-          detail::ensure_group(conn, level.stream, s.opt.group);
+          checked = detail::ensure_only_group(conn, level.stream, s.opt.group) && checked;
+        if (!checked && name_lock != nullptr) {
+          detail::log(LogLevel::warning, "the ACL user may not run XINFO GROUPS: not checked that group " +
+                                             s.opt.group + " is the only one on " + s.queue +
+                                             " (streamq runs one group per queue)");
+        }
         detail::check_paused(s, conn);  // a consumer started on a paused queue reads nothing
         if (name_lock != nullptr) {
           name_lock->claim(conn);  // ConfigError when a live process has the name
@@ -230,7 +236,14 @@ struct Consumer::Impl {
     std::vector<std::unique_ptr<Engine>> engines;
     for (const auto& s : parts) {
       engines.push_back(std::make_unique<Engine>(s));
-      if (!set_up(*s, engines.back()->control, engines.size() == 1 ? &name_lock : nullptr)) {
+      bool ready = false;
+      try {
+        ready = set_up(*s, engines.back()->control, engines.size() == 1 ? &name_lock : nullptr);
+      } catch (...) {
+        name_lock.release(engines[0]->control);  // a later partition refused: the name is free again
+        throw;
+      }
+      if (!ready) {
         name_lock.release(engines[0]->control);
         return;
       }

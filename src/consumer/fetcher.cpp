@@ -30,6 +30,31 @@ void ensure_group(Connection& conn, const std::string& stream, const std::string
   r.view().check();
 }
 
+bool ensure_only_group(Connection& conn, const std::string& stream, const std::string& group) {
+  ScriptRunner scripts(conn);
+  Argv argv = scripts.begin(ScriptId::group, 1);
+  argv.add(stream).add(group);
+  const Reply r = scripts.call(ScriptId::group, argv);
+  const ReplyView v = r.view();
+  if (v.is_error()) {
+    // As in ensure_group: a full server refuses the write, and an existing group will do.
+    if (error_code(v.error()) == "OOM" && conn.command(Argv{"XPENDING", stream, group}).view().is_array()) {
+      return true;
+    }
+    v.check();
+  }
+  const std::string_view what = v.check()[0].str();
+  if (what == "other") {
+    const std::string other(v[1].str());
+    throw ConfigError("stream \"" + stream + "\" has consumer group \"" + other + "\" besides \"" + group +
+                      "\": streamq runs one group per queue (a success deletes its entry, so a second group "
+                      "would never see the tasks the first finished); use one group, or remove the other "
+                      "(XGROUP DESTROY " +
+                      stream + " " + other + ")");
+  }
+  return what != "unchecked";
+}
+
 Fetcher::Fetcher(Shared& shared, std::function<void()> on_first_replay)
     : s_(shared),
       on_first_replay_(std::move(on_first_replay)),

@@ -29,6 +29,11 @@ namespace streamq::detail {
 /// XGROUP CREATE <stream> <group> 0 MKSTREAM; an existing group is fine (also when a full
 /// server refuses the command with OOM before it sees the group exists).
 void ensure_group(Connection& conn, const std::string& stream, const std::string& group);
+/// ensure_group() for a consumer's start: creates `group` on `stream` only if no other group
+/// is there (one script), and throws ConfigError naming the other group otherwise (streamq
+/// runs one group per queue: a success deletes its entry). False when the user may not run
+/// XINFO GROUPS, so that nothing was checked (the group is created all the same).
+bool ensure_only_group(Connection& conn, const std::string& stream, const std::string& group);
 
 class Fetcher {
  public:

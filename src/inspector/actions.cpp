@@ -294,7 +294,14 @@ CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const s
     argv.add(stream).add(options.group).add(entry_id).add(keys.stream);
     connected();
     const Reply r = scripts.call(detail::ScriptId::cancel, argv);
-    const std::string_view what = r.view().check()[0].str();
+    const ReplyView v = r.view().check();
+    const std::string_view what = v[0].str();
+    if (what == "nogroup") {
+      std::string groups;
+      for (std::size_t i = 1; i < v.size(); ++i) groups += (i > 1 ? ", " : "") + std::string(v[i].str());
+      throw ConfigError("stream \"" + stream + "\" has no consumer group \"" + options.group + "\" (its groups: " +
+                        groups + "): cancel must know the group's deliveries; nothing was changed");
+    }
     return what == "cancelled" ? CancelOutcome::cancelled
            : what == "pending" ? CancelOutcome::running
                                : CancelOutcome::missing;

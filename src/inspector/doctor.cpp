@@ -64,6 +64,7 @@ std::vector<RoleCheck> role_checks(const std::string& q, const std::string& grou
         {"XDEL", q, "0-1"},
         {"XCLAIM", q, group, "c", "0", "0-1"},
         {"XPENDING", q, group},
+        {"XINFO", "GROUPS", q},
         {"XADD", q + ":dlq", "*", "task_id", "x"},
         {"ZRANGEBYSCORE", q + ":delayed", "0", "1"},
         {"EXISTS", q + ":paused"},

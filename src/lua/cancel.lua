@@ -2,9 +2,12 @@
 -- KEYS[1] = the stream (one priority level of the queue)
 -- ARGV[1] = the consumer group, ARGV[2] = the entry id, ARGV[3] = the queue's stream name
 --           (whose uniqueness lock to release)
--- Returns {'cancelled'}, {'missing'} (no such entry: done, cancelled or never there), or
+-- Returns {'cancelled'}, {'missing'} (no such entry: done, cancelled or never there),
 -- {'pending', consumer, idle ms, deliveries}: delivered to that consumer and not finished, so
--- it may be running; it is left alone (a running handler is never interrupted).
+-- it may be running; it is left alone (a running handler is never interrupted), or
+-- {'nogroup', group...}: the stream has groups, but not ARGV[1]; nothing is changed (whether
+-- the entry was delivered cannot be told without its group). A stream without any group has
+-- delivered nothing: its entries are cancelled.
 -- One script: the pending check and the XDEL do not interleave with a consumer's read.
 -- A cancelled task is finished: its uniqueness lock (unique_key) is released while it still
 -- holds this task's id, as a dead letter does (lib/unique.lua).
@@ -12,7 +15,16 @@
 local found = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
 if #found == 0 then return {'missing'} end
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
-if type(p) == 'table' and not p.err and #p > 0 then
+if type(p) == 'table' and p.err then
+  if not string.find(p.err, 'NOGROUP', 1, true) then return redis.error_reply(p.err) end
+  local others = {'nogroup'}
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then others[#others + 1] = g[i + 1] end
+    end
+  end
+  if #others > 1 then return others end
+elseif #p > 0 then
   return {'pending', p[1][2], p[1][3], p[1][4]}
 end
 redis.call('XDEL', KEYS[1], ARGV[2])

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -128,19 +129,46 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
   p.enqueue("ok", R"({})", {.unique_for = 1min, .unique_key = "u"});
   p.enqueue("ok", R"({})", {.delay = 300ms});
   p.enqueue("flaky", R"({})", {.max_retries = 1});
-  std::atomic<int> done{0}, flaky{0};
+  p.enqueue("long", R"({})");
+  std::atomic<int> done{0}, flaky{0}, long_done{0};
+  std::atomic<bool> go{false};
+  std::string long_entry;
+  std::mutex m;
   ConsumerOptions o{.connection = {.url = url("worker")}, .stream = queue};
   o.retry_backoff = {.base = 50ms, .cap = 50ms};
   o.forward_interval = 50ms;
+  o.heartbeat_interval = 100ms;
+  o.claim_min_idle = 1000ms;
   RunningConsumer w(o, [&](Consumer& c) {
     c.on("ok", [&](const Task&) { ++done; });
     c.on("flaky", [&](const Task&) {
       ++flaky;
       throw std::runtime_error("down");
     });
+    c.on("long", [&](const Task& t) {
+      {
+        std::lock_guard lock(m);
+        long_entry = t.entry_id();
+      }
+      EXPECT_TRUE(wait_until([&] { return go.load(); }));
+      ++long_done;
+    });
   });
-  ASSERT_TRUE(wait_until([&] { return done.load() == 2 && admin.integer({"XLEN", queue + ":dlq"}) == 1; }));
+  // A body deleted under its running handler: the record, its note, the note's renewal and
+  // deletion are the worker's to write.
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(m);
+    return !long_entry.empty();
+  }));
+  admin.cmd({"XDEL", queue, long_entry}).view().check();
+  ASSERT_TRUE(wait_until([&] { return admin.integer({"EXISTS", queue + ":orphan:" + long_entry}) == 1; }));
+  go = true;
+  ASSERT_TRUE(wait_until([&] {
+    return done.load() == 2 && long_done.load() == 1 && admin.integer({"XLEN", queue + ":dlq"}) == 1 &&
+           admin.integer({"EXISTS", queue + ":orphan:" + long_entry}) == 0;
+  }));
   w.stop();
+  EXPECT_EQ(w.consumer().metrics().done, 3u);
   EXPECT_EQ(flaky.load(), 2) << "the first attempt and its retry";
   EXPECT_EQ(admin.integer({"XLEN", queue}), 0);
   EXPECT_EQ(admin.integer({"EXISTS", queue + ":unique:u"}), 0) << "the lock was released";
