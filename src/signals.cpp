@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <map>
 #include <mutex>
@@ -16,17 +17,23 @@
 namespace streamq::detail {
 namespace {
 
-int g_pipe_write = -1;  // read by the signal handler; set before handlers are installed
+// Read by the signal handler (a lock-free atomic is safe there); set before the handlers are
+// installed, reset after the previous ones are restored.
+std::atomic<int> g_pipe_write{-1};
 
 extern "C" void on_stop_signal(int) {
   const int saved = errno;
   const char byte = 's';
-  [[maybe_unused]] const auto n = write(g_pipe_write, &byte, 1);
+  [[maybe_unused]] const auto n = write(g_pipe_write.load(), &byte, 1);
   errno = saved;
 }
 
 struct Hub {
-  std::mutex mutex;
+  // Held by a registration's whole set-up or teardown (the teardown joins the watcher), so a
+  // registration on another thread never meets a half torn-down hub: it waits, then sets up
+  // afresh. Never taken by the watcher, which may be waiting for `mutex` meanwhile.
+  std::mutex lifecycle;
+  std::mutex mutex;  // the callbacks, between registrations and the watcher
   std::map<int, std::function<void()>> callbacks;
   int next_slot = 0;
   int fds[2] = {-1, -1};
@@ -55,6 +62,7 @@ Hub& hub() {
 
 SignalRegistration::SignalRegistration(std::function<void()> on_signal) {
   Hub& h = hub();
+  std::lock_guard life(h.lifecycle);
   std::lock_guard lock(h.mutex);
   if (h.callbacks.empty()) {
     if (pipe2(h.fds, O_CLOEXEC) != 0) throw Error("cannot create the signal pipe");
@@ -73,16 +81,17 @@ SignalRegistration::SignalRegistration(std::function<void()> on_signal) {
 
 SignalRegistration::~SignalRegistration() {
   Hub& h = hub();
-  std::unique_lock lock(h.mutex);
-  h.callbacks.erase(slot_);
-  if (!h.callbacks.empty()) return;
+  std::lock_guard life(h.lifecycle);
+  {
+    std::lock_guard lock(h.mutex);
+    h.callbacks.erase(slot_);
+    if (!h.callbacks.empty()) return;
+  }
   sigaction(SIGINT, &h.old_int, nullptr);
   sigaction(SIGTERM, &h.old_term, nullptr);
   const char quit = 'q';
   [[maybe_unused]] const auto n = write(h.fds[1], &quit, 1);
-  lock.unlock();  // the watcher may be waiting for the mutex to run callbacks
-  h.watcher.join();
-  lock.lock();
+  h.watcher.join();  // without `mutex`: the watcher may be waiting for it to run callbacks
   close(h.fds[0]);
   close(h.fds[1]);
   h.fds[0] = h.fds[1] = -1;
