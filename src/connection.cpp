@@ -13,6 +13,7 @@
 
 #include "cluster.hpp"
 #include "cluster_connection.hpp"
+#include "durations.hpp"
 #include "error_code.hpp"
 #include "hiredis_compat.hpp"
 #include "reply_arena.hpp"
@@ -153,9 +154,10 @@ ConnectionConfig make_connection_config(const ConnectionOptions& options, std::s
   c.tls = tls_config(c.endpoint, options.tls);
   if (c.endpoint.is_cluster() && !stream.empty()) check_cluster_stream(stream, "stream");
   c.route_key = std::string(stream);
-  if (options.connect_timeout.count() <= 0) throw ConfigError("connection.connect_timeout must be > 0");
-  if (options.socket_timeout.count() <= 0) throw ConfigError("connection.socket_timeout must be > 0");
-  if (options.backoff_base.count() <= 0) throw ConfigError("connection.backoff_base must be > 0");
+  check_duration(options.connect_timeout, Millis(1), "connection.connect_timeout");
+  check_duration(options.socket_timeout, Millis(1), "connection.socket_timeout");
+  check_duration(options.backoff_base, Millis(1), "connection.backoff_base");
+  check_duration(options.backoff_max, Millis(0), "connection.backoff_max");
   // 0 = the role's default: a Producer's or StatsReader's caller waits for the reconnect; a
   // Consumer has nobody waiting, and a wrong host should not be hammered.
   const Millis backoff_max =

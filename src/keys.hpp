@@ -21,8 +21,9 @@ struct QueueKeys {
   std::string paused;     // the pause flag (Inspector::pause): workers take no new tasks while it exists
 };
 
-/// The refusal mark of one multi-chunk enqueue_batch (see the enqueue script): `token` is
-/// unique per batch. Short-lived: it expires a minute after its last use.
+/// The mark of one multi-chunk enqueue_batch (see the enqueue script): 'refused', or the place
+/// of the last chunk written, so no chunk writes after one that was refused or not run.
+/// `token` is unique per batch. Short-lived: it expires a minute after its last use.
 inline std::string batch_refused_key(std::string_view stream, std::string_view token) {
   return std::string(stream) + ":batch:" + std::string(token) + ":refused";
 }
@@ -61,13 +62,8 @@ inline std::string schedule_key(std::string_view stream, std::string_view name) 
 
 inline QueueKeys queue_keys(std::string_view stream) {
   const std::string s(stream);
-  return QueueKeys{s,
-                   s + ":dlq",
-                   s + ":delayed",
-                   s + ":p:high",
-                   s + ":p:low",
-                   s + ":forwarder",
-                   s + ":paused"};
+  return QueueKeys{
+      s, s + ":dlq", s + ":delayed", s + ":p:high", s + ":p:low", s + ":forwarder", s + ":paused"};
 }
 
 /// Most partitions a queue may have (ProducerOptions::partitions, ...).

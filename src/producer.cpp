@@ -8,6 +8,7 @@
 #include "cluster.hpp"
 #include "codec.hpp"
 #include "connection.hpp"
+#include "durations.hpp"
 #include "keys.hpp"
 #include "scripts.hpp"
 #include "streamq/errors.hpp"
@@ -15,6 +16,8 @@
 namespace streamq {
 namespace {
 
+// The enqueue script's reply for a chunk not run because an earlier chunk of its batch was not.
+constexpr std::int64_t kBehindUnrun = -1;
 constexpr std::size_t kChunk = 64;  // tasks per enqueue script call: small enough that Redis runs one
                                     // chunk while the next is formatted (measured: 64 beats 16-256)
 
@@ -28,8 +31,8 @@ ProducerOptions validated(ProducerOptions o) {
   if (o.max_payload_depth < 1) throw ConfigError("max_payload_depth must be >= 1");
   if (o.default_max_retries < 0) throw ConfigError("default_max_retries must be >= 0");
   if (o.min_replicas_acked < 0) throw ConfigError("min_replicas_acked must be >= 0");
-  if (o.min_replicas_acked > 0 && o.replicas_ack_timeout.count() <= 0) {
-    throw ConfigError("replicas_ack_timeout must be > 0 when min_replicas_acked is set");
+  if (o.min_replicas_acked > 0) {
+    detail::check_duration(o.replicas_ack_timeout, std::chrono::milliseconds(1), "replicas_ack_timeout");
   }
   detail::check_partitions(o.partitions, o.stream);
   if (o.min_replicas_acked > 0 &&
@@ -185,9 +188,10 @@ struct Producer::Impl {
         throw ConfigError("extra field name \"" + name + "\" is empty or reserved");
       }
     }
-    if (eo.delay.count() < 0) throw ConfigError("delay must be >= 0");
+    detail::check_duration(eo.delay, std::chrono::milliseconds(0), "delay");
     if (eo.delay.count() > 0 && eo.run_at) throw ConfigError("delay and run_at: set one of them, not both");
-    if (eo.unique_for.count() < 0) throw ConfigError("unique_for must be >= 0");
+    // Checked before anything is written: the lock's SET PX comes after the XADD, in one script.
+    detail::check_duration(eo.unique_for, std::chrono::milliseconds(0), "unique_for");
     if (!eo.unique_key.empty() && eo.unique_for.count() == 0) {
       throw ConfigError("unique_key needs unique_for > 0");
     }
@@ -240,8 +244,10 @@ struct Producer::Impl {
 
   /// One enqueue script call for tasks [first, last), all of one partition; `refusal_mark` (the
   /// batch's in that partition, see the enqueue script) is empty for a call that is a whole batch.
+  /// `refusal_mark` (with `position`, the chunk's 1-based place among its partition's chunks):
+  /// the batch's mark, for a partition sent in more than one chunk (see the enqueue script).
   detail::Argv script_argv(const std::vector<Prepared>& tasks, std::size_t first, std::size_t last,
-                           const std::string& refusal_mark = {}) const {
+                           const std::string& refusal_mark = {}, std::int64_t position = 0) const {
     std::size_t locks = 0;
     for (std::size_t i = first; i < last; ++i) locks += tasks[i].lock_key.empty() ? 0 : 1;
     const int numkeys = static_cast<int>(4 + locks + (refusal_mark.empty() ? 0 : 1));
@@ -253,7 +259,7 @@ struct Producer::Impl {
     }
     if (!refusal_mark.empty()) argv.add(refusal_mark);
     argv.add(options.overflow == Overflow::reject ? "reject" : "trim").add(max_len_text);
-    argv.add(refusal_mark.empty() ? "0" : "1").add(static_cast<std::int64_t>(last - first));
+    argv.add(refusal_mark.empty() ? 0 : position).add(static_cast<std::int64_t>(last - first));
     const bool plain = std::none_of(tasks.begin() + static_cast<std::ptrdiff_t>(first),
                                     tasks.begin() + static_cast<std::ptrdiff_t>(last), needs_script);
     argv.add(plain ? "plain" : "full");
@@ -454,24 +460,42 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
   // next one is being formatted.
   std::vector<detail::Argv> argvs;
   std::vector<detail::ScriptId> script_ids;
+  std::vector<std::int64_t> position(per_partition.size(), 0);
   for (const Chunk& c : chunks) {
     const auto p = static_cast<std::size_t>(grouped[c.first].partition);
-    argvs.push_back(im.script_argv(grouped, c.first, c.last, marks[p]));
+    argvs.push_back(im.script_argv(grouped, c.first, c.last, marks[p], ++position[p]));
     script_ids.push_back(detail::ScriptId::enqueue);
     im.conn.append(argvs.back());
     im.conn.flush();
   }
-  std::vector<detail::Reply> replies = im.scripts.collect(script_ids, argvs);
-  // A chunk sent where its slot no longer is (MOVED, ASK, TRYAGAIN) was not run: again, on its
-  // own, in order (the chunks of one partition share a slot, so they all met the same).
+  std::vector<detail::Reply> replies = im.scripts.collect(script_ids, argvs, false);
+  // A chunk that was not run (sent where its slot no longer is: MOVED, ASK, TRYAGAIN; a
+  // script cache emptied by a failover or SCRIPT FLUSH: NOSCRIPT), and the chunks of its
+  // partition behind it (the enqueue script writes nothing while an earlier chunk of its batch
+  // has not run), go again, on their own, in order: what is written stays a prefix in order.
+  std::vector<bool> stuck(per_partition.size(), false);  // a chunk of it stays unwritten
+  std::vector<bool> left(replies.size(), false);         // not run: behind an unwritten chunk
   for (std::size_t c = 0; c < replies.size(); ++c) {
-    if (sent_to_wrong_place(replies[c])) replies[c] = im.scripts.call(detail::ScriptId::enqueue, argvs[c]);
+    const auto p = static_cast<std::size_t>(grouped[chunks[c].first].partition);
+    const bool not_run = sent_to_wrong_place(replies[c]) || detail::ScriptRunner::is_noscript(replies[c]) ||
+                         (replies[c].view().is_integer() && replies[c].view().integer() == kBehindUnrun);
+    if (not_run && stuck[p]) {
+      left[c] = true;
+      continue;
+    }
+    if (not_run) replies[c] = im.scripts.call(detail::ScriptId::enqueue, argvs[c]);
+    const detail::ReplyView v = replies[c].view();
+    if (v.is_error() || v.integer() <= 0) stuck[p] = true;
   }
   std::string server_message;
   std::string failure;  // another error reply: that chunk was not written
   std::optional<Duplicate> duplicate;
   std::size_t duplicate_index = 0;
   for (std::size_t c = 0; c < replies.size(); ++c) {
+    if (left[c]) {
+      for (std::size_t k = chunks[c].first; k < chunks[c].last; ++k) ids[order[k]].clear();
+      continue;
+    }
     const bool full = is_queue_full(replies[c]);
     auto dup = full ? std::nullopt : parse_duplicate(replies[c]);
     if ((full || dup) && server_message.empty()) {

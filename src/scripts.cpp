@@ -80,13 +80,15 @@ std::vector<Reply> ScriptRunner::call_pipelined(const std::vector<ScriptId>& ids
   return collect(ids, argvs);
 }
 
-std::vector<Reply> ScriptRunner::collect(const std::vector<ScriptId>& ids, std::vector<Argv>& argvs) {
+std::vector<Reply> ScriptRunner::collect(const std::vector<ScriptId>& ids, std::vector<Argv>& argvs,
+                                         bool rerun_noscript) {
   std::vector<Reply> replies;
   replies.reserve(argvs.size());
   const std::uint64_t generation = conn_.generation();
   for (std::size_t i = 0; i < argvs.size(); ++i) replies.push_back(conn_.read_reply());
   for (std::size_t i = 0; i < replies.size(); ++i) {
     if (ids[i] == not_a_script) continue;
+    if (!rerun_noscript && is_noscript(replies[i])) continue;
     // Not re-run on another connection than the one that read the pipeline (a reply there
     // said the server stopped being the master): what comes after a refused script must not
     // be written where the refused one was not. The NOSCRIPT reply stands.

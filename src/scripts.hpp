@@ -64,18 +64,22 @@ class ScriptRunner {
   Argv begin(ScriptId id, int numkeys) const;
   /// Runs one script call built with begin(). Returns the reply (errors included).
   Reply call(ScriptId id, Argv& argv);
+  /// Whether the server did not know the script (EVALSHA answered NOSCRIPT).
+  static bool is_noscript(const Reply& r);
   /// Sends many commands in one pipeline; script calls (ids[i] != not_a_script) answered
   /// NOSCRIPT are re-run one by one with EVAL.
   std::vector<Reply> call_pipelined(const std::vector<ScriptId>& ids, std::vector<Argv>& argvs);
   /// The same in two halves, so the caller can build and flush commands while earlier ones
   /// run: append each command with Connection::append, then collect() reads the replies of
   /// all of them (argvs must still hold them, for NOSCRIPT re-runs).
-  std::vector<Reply> collect(const std::vector<ScriptId>& ids, std::vector<Argv>& argvs);
+  /// Without `rerun_noscript`, a NOSCRIPT reply is returned as it is, for a caller whose
+  /// pipelined calls depend on their order (the commands behind a refused one have run).
+  std::vector<Reply> collect(const std::vector<ScriptId>& ids, std::vector<Argv>& argvs,
+                             bool rerun_noscript = true);
 
  private:
   bool known(ScriptId id) const;
   void mark_known(ScriptId id);
-  static bool is_noscript(const Reply& r);
   static void use_eval(ScriptId id, Argv& argv);
 
   Connection& conn_;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <random>
 
+#include "durations.hpp"
 #include "keys.hpp"
 #include "streamq/errors.hpp"
 
@@ -42,36 +43,38 @@ ConsumerOptions validated(ConsumerOptions o) {
       if (w < 1 || w > 1000) throw ConfigError("priority_weights must each be 1 to 1000");
     }
   }
-  if (o.block.count() < 1) throw ConfigError("block must be >= 1 ms");
+  check_duration(o.block, milliseconds(1), "block");
   if (o.connection.socket_timeout < o.block + milliseconds(1000)) {
     // A socket timeout shorter than BLOCK fails the read while the server keeps the client
     // blocked: an entry added then is delivered to a reader that is gone ("phantom delivery").
     throw ConfigError("connection.socket_timeout must be >= block + 1000 ms");
   }
-  if (o.heartbeat_interval.count() < 1) throw ConfigError("heartbeat_interval must be >= 1 ms");
+  check_duration(o.heartbeat_interval, milliseconds(1), "heartbeat_interval");
+  check_duration(o.claim_min_idle, milliseconds(0), "claim_min_idle");
   if (o.claim_min_idle < 3 * o.heartbeat_interval) {
     throw ConfigError("claim_min_idle must be >= 3 * heartbeat_interval");
   }
-  if (o.reclaim_interval.count() < 1) throw ConfigError("reclaim_interval must be >= 1 ms");
+  check_duration(o.reclaim_interval, milliseconds(1), "reclaim_interval");
   // 2 at least: every entry a crashed worker held is charged its one delivery, started or not.
   if (o.max_deliveries < 2) throw ConfigError("max_deliveries must be >= 2");
-  if (o.shutdown_grace.count() < 0) throw ConfigError("shutdown_grace must be >= 0");
+  check_duration(o.shutdown_grace, milliseconds(0), "shutdown_grace");
   if (o.max_payload_bytes == 0) throw ConfigError("max_payload_bytes must be > 0");
   if (o.max_payload_depth < 1) throw ConfigError("max_payload_depth must be >= 1");
   if (o.default_max_retries < 0) throw ConfigError("default_max_retries must be >= 0");
-  if (o.idle_consumer_timeout.count() < 0) throw ConfigError("idle_consumer_timeout must be >= 0");
+  check_duration(o.idle_consumer_timeout, milliseconds(0), "idle_consumer_timeout");
   if (o.idle_consumer_timeout.count() > 0 && o.idle_consumer_timeout < o.claim_min_idle) {
     // A consumer idle for less than claim_min_idle may be a live one between two reads.
     throw ConfigError("idle_consumer_timeout must be 0 (off) or >= claim_min_idle");
   }
   check_backoff(o.retry_backoff, "retry_backoff");
-  if (o.forward_interval.count() < 1) throw ConfigError("forward_interval must be >= 1 ms");
-  if (o.pause_check_interval.count() < 1) throw ConfigError("pause_check_interval must be >= 1 ms");
+  check_duration(o.forward_interval, milliseconds(1), "forward_interval");
+  check_duration(o.pause_check_interval, milliseconds(1), "pause_check_interval");
   return o;
 }
 
 void check_backoff(const RetryBackoff& b, const std::string& name) {
-  if (b.base.count() < 0) throw ConfigError(name + ".base must be >= 0");
+  check_duration(b.base, std::chrono::milliseconds(0), name + ".base");
+  check_duration(b.cap, std::chrono::milliseconds(0), name + ".cap");
   if (b.cap < b.base) throw ConfigError(name + ".cap must be >= " + name + ".base");
   if (!(b.factor >= 1.0) || !std::isfinite(b.factor))
     throw ConfigError(name + ".factor must be >= 1 and finite");
@@ -80,7 +83,7 @@ void check_backoff(const RetryBackoff& b, const std::string& name) {
 void check_handler_options(const HandlerOptions& h) {
   if (h.retry_backoff) check_backoff(*h.retry_backoff, "retry_backoff");
   if (h.rate.limit < 0) throw ConfigError("rate.limit must be >= 0");
-  if (h.rate.limit > 0 && h.rate.per.count() < 1) throw ConfigError("rate.per must be >= 1 ms");
+  if (h.rate.limit > 0) check_duration(h.rate.per, std::chrono::milliseconds(1), "rate.per");
 }
 
 }  // namespace streamq::detail

@@ -2,11 +2,12 @@
 -- the backlog would exceed max_len.
 -- KEYS[1] = stream (normal priority), KEYS[2] = high stream, KEYS[3] = low stream,
 -- KEYS[4] = delayed set, then the unique locks the tasks name (unique_lock_key() in
--- keys.hpp), then, when ARGV[3] is 1, the batch's refusal mark (batch_refused_key()),
--- passed by enqueue_batch when it sends more than one chunk.
+-- keys.hpp), then, when ARGV[3] > 0, the batch's mark (batch_refused_key()), passed by
+-- enqueue_batch when it sends more than one chunk of a partition.
 -- ARGV[1] = 'reject' (the backlog gate: Overflow::reject) or 'trim' (no gate; immediate
 --           entries are added with MAXLEN ~ max_len, as the seed does), ARGV[2] = max_len,
--- ARGV[3] = 1 when the last key is the refusal mark, else 0, ARGV[4] = n (tasks),
+-- ARGV[3] = this chunk's place (1, 2, ...) among its batch's chunks when the last key is the
+--           mark, else 0, ARGV[4] = n (tasks),
 -- ARGV[5] = the tasks' layout, then the tasks:
 --   'full':  per task dest (1-3: the KEYS index of its stream), at (absolute due time in ms,
 --            0 = none), delay (ms from the server's now, 0 = none), lock (KEYS index of its
@@ -16,8 +17,9 @@
 --            the m strings (the common case: a third fewer arguments to send and parse).
 -- Returns n, or an error with nothing written: "QUEUEFULL ..." or
 -- "DUPLICATE <index in this call> <length of the id> <task id holding the lock> ...", or
--- "WRONGTYPE ..." (a lock key holds something else; the batch is marked refused too), or 0
--- with nothing written when an earlier chunk of the same batch was refused. Callers know
+-- "WRONGTYPE ..." (a lock key holds something else; the batch is marked refused too), 0
+-- with nothing written when an earlier chunk of the same batch was refused, or -1 with
+-- nothing written when the chunk before this one has not run (yet). Callers know
 -- their tasks by task_id, so entry ids are not sent back (building that reply costs ~10%).
 -- One script: the checks and the writes must not interleave with other producers'.
 -- The backlog is every priority's stream plus the delayed set (streamq deletes finished
@@ -25,23 +27,36 @@
 -- no XADD here needs MAXLEN, so no unread task is ever trimmed.
 -- A task due by the server's clock (no delay, or a due time already past) goes straight to
 -- its stream; a later one to the delayed set, whole (lib/delayed.lua), for the forwarder.
--- The chunks of one batch are pipelined: a refused chunk sets the mark, so the chunks behind
--- it write nothing even if room appears (a smaller last chunk, a consumer's XDEL), and what
--- a batch wrote is always a prefix of it. The mark expires a minute after its last use.
+-- The chunks of one batch are pipelined: a refused chunk sets the mark to 'refused', so the
+-- chunks behind it write nothing even if room appears (a smaller last chunk, a consumer's
+-- XDEL); a written one sets it to its place, so a chunk whose predecessor was not run (a
+-- NOSCRIPT after a failover or SCRIPT FLUSH, while another client's EVAL cached the script
+-- again for the ones behind it) writes nothing either, and the producer sends them again in
+-- order: what a batch wrote is always a prefix of it, in order. The mark expires a minute
+-- after its last use.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 local gate = ARGV[1] == 'reject'
 local max_len = tonumber(ARGV[2])
 local mark = nil
-if ARGV[3] == '1' then mark = KEYS[#KEYS] end
+local place = tonumber(ARGV[3])
+if place > 0 then mark = KEYS[#KEYS] end
 local n = tonumber(ARGV[4])
-if mark and redis.call('EXISTS', mark) == 1 then
-  redis.call('PEXPIRE', mark, 60000)
-  return 0
+if mark then
+  local state = redis.call('GET', mark)
+  if state == 'refused' then
+    redis.call('PEXPIRE', mark, 60000)
+    return 0
+  end
+  if (tonumber(state) or 0) ~= place - 1 then return -1 end
 end
 local function refuse(message)
-  if mark then redis.call('SET', mark, '1', 'PX', 60000) end
+  if mark then redis.call('SET', mark, 'refused', 'PX', 60000) end
   return redis.error_reply(message)
+end
+local function written()
+  if mark then redis.call('SET', mark, place, 'PX', 60000) end
+  return n
 end
 if gate then
   local len = redis.call('XLEN', KEYS[1]) + redis.call('XLEN', KEYS[2]) + redis.call('XLEN', KEYS[3]) +
@@ -62,7 +77,7 @@ if ARGV[5] == 'plain' then
     end
     i = last + 1
   end
-  return n
+  return written()
 end
 -- Each task's header: dest, at, delay, lock, lock_ms, nonce, m; its strings follow.
 -- Every lock is checked before anything is written, so a refused call writes nothing; the
@@ -107,4 +122,4 @@ for _ = 1, n do
   if lock > 0 then redis.call('SET', KEYS[lock], ARGV[first + 1], 'PX', ARGV[i + 4]) end
   i = last + 1
 end
-return n
+return written()

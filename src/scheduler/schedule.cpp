@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <variant>
 
+#include "durations.hpp"
 #include "scheduler/cron.hpp"
 #include "streamq/errors.hpp"
 #include "streamq/scheduler.hpp"
@@ -45,7 +46,7 @@ Schedule Schedule::cron(std::string_view expression, std::chrono::minutes utc_of
 }
 
 Schedule Schedule::every(milliseconds interval) {
-  if (interval < milliseconds(1)) throw ConfigError("interval must be at least 1 ms");
+  detail::check_duration(interval, milliseconds(1), "interval");
   return Schedule(
       std::make_shared<const Rule>(Rule{interval, "every " + std::to_string(interval.count()) + "ms"}));
 }

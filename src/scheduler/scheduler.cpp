@@ -14,6 +14,7 @@
 #include "cluster.hpp"
 #include "codec.hpp"
 #include "connection.hpp"
+#include "durations.hpp"
 #include "keys.hpp"
 #include "log.hpp"
 #include "scheduler/cron.hpp"
@@ -43,8 +44,8 @@ SchedulerOptions validated(SchedulerOptions o) {
   if (o.missed != MissedTicks::enqueue_once && o.missed != MissedTicks::skip) {
     throw ConfigError("missed must be MissedTicks::enqueue_once or MissedTicks::skip");
   }
-  if (o.misfire_grace < milliseconds(0)) throw ConfigError("misfire_grace must be >= 0");
-  if (o.max_wait <= milliseconds(0)) throw ConfigError("max_wait must be > 0");
+  detail::check_duration(o.misfire_grace, milliseconds(0), "misfire_grace");
+  detail::check_duration(o.max_wait, milliseconds(1), "max_wait");
   if (o.default_max_retries < 0) throw ConfigError("default_max_retries must be >= 0");
   if (o.max_payload_bytes == 0) throw ConfigError("max_payload_bytes must be > 0");
   if (o.max_payload_depth < 1) throw ConfigError("max_payload_depth must be >= 1");

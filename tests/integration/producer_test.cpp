@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
+#include <atomic>
 #include <chrono>
 #include <regex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@
 
 #include "codec.hpp"
 #include "redis_server.hpp"
+#include "scripts.hpp"
 #include "typed_payload.hpp"
 
 namespace streamq::test {
@@ -286,6 +289,46 @@ TEST_F(ProducerTest, SurvivesScriptCacheFlush) {
   EXPECT_NO_THROW(producer.enqueue("t", "{}"));
   EXPECT_NO_THROW(producer.enqueue_batch({{"t", "{}"}, {"t", "{}"}}));
   EXPECT_EQ(client.integer({"XLEN", stream}), 4);
+}
+
+// A script cache emptied under a batch (a failover, SCRIPT FLUSH) while another client caches
+// the script again can refuse a chunk (NOSCRIPT) and run the ones behind it: they must not be
+// written before it. Here a second client flushes and reloads the cache in a loop under
+// batches of four chunks; the stream must hold every batch whole, in order.
+TEST_F(ProducerTest, ABatchStaysInOrderWhenTheScriptCacheEmptiesUnderIt) {
+  std::atomic<bool> done{false};
+  std::thread flusher([&] {
+    Client c(server.url());
+    const std::string source(detail::script_source(detail::ScriptId::enqueue));
+    while (!done) {
+      c.cmd({"SCRIPT", "FLUSH"});
+      c.cmd({"SCRIPT", "LOAD", source});
+    }
+  });
+  auto o = options();
+  o.max_len = 1000000;
+  Producer producer(o);
+  std::vector<std::string> sent;
+  std::string error;
+  try {
+    for (int b = 0; b < 100; ++b) {
+      std::vector<TaskSpec> batch;
+      for (int i = 0; i < 4 * 64; ++i) batch.push_back({"n", "{}"});
+      const auto ids = producer.enqueue_batch(batch);
+      sent.insert(sent.end(), ids.begin(), ids.end());
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  done = true;
+  flusher.join();
+  ASSERT_EQ(error, "");
+  const auto entries = client.xrange(stream);
+  ASSERT_EQ(entries.size(), sent.size());
+  std::size_t out_of_order = 0;
+  for (std::size_t i = 0; i < sent.size(); ++i)
+    out_of_order += Client::get(entries[i].second, "task_id") != sent[i];
+  EXPECT_EQ(out_of_order, 0u);
 }
 
 }  // namespace

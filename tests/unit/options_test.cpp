@@ -205,6 +205,53 @@ TEST(ConsumerOptions, BoundaryValuesAreAccepted) {
   EXPECT_NO_THROW(Consumer({.idle_consumer_timeout = 0ms}));  // off
 }
 
+// A duration past about ten years would overflow what it goes into (now + shutdown_grace on the
+// steady clock, 3 * heartbeat_interval, block + 1000 ms, a PX): a ConfigError, not a deadline
+// that wraps into the past (milliseconds::max() as "forever" detached handlers at once).
+TEST(Durations, ValuesThatWouldOverflowAreConfigErrors) {
+  constexpr auto forever = std::chrono::milliseconds::max();
+  const std::vector<ConsumerMistake> mistakes = {
+      {"shutdown_grace", [&](ConsumerOptions& o) { o.shutdown_grace = forever; }},
+      {"block",
+       [&](ConsumerOptions& o) {
+         o.block = forever;
+         o.connection.socket_timeout = forever;
+       }},
+      {"heartbeat_interval",
+       [&](ConsumerOptions& o) {
+         o.heartbeat_interval = forever;
+         o.claim_min_idle = forever;
+       }},
+      {"claim_min_idle", [&](ConsumerOptions& o) { o.claim_min_idle = forever; }},
+      {"reclaim_interval", [&](ConsumerOptions& o) { o.reclaim_interval = forever; }},
+      {"idle_consumer_timeout", [&](ConsumerOptions& o) { o.idle_consumer_timeout = forever; }},
+      {"forward_interval", [&](ConsumerOptions& o) { o.forward_interval = forever; }},
+      {"pause_check_interval", [&](ConsumerOptions& o) { o.pause_check_interval = forever; }},
+      {"retry_backoff.cap", [&](ConsumerOptions& o) { o.retry_backoff.cap = forever; }},
+      {"connection.socket_timeout", [&](ConsumerOptions& o) { o.connection.socket_timeout = forever; }},
+      {"connection.connect_timeout", [&](ConsumerOptions& o) { o.connection.connect_timeout = forever; }},
+      {"connection.backoff_max", [&](ConsumerOptions& o) { o.connection.backoff_max = forever; }},
+  };
+  for (const auto& m : mistakes) {
+    ConsumerOptions o;
+    m.apply(o);
+    expect_refused<Consumer>(std::move(o), m.field);
+  }
+  Consumer c;
+  EXPECT_THROW(c.on("t", [](const streamq::Task&) {}, {.rate = {.limit = 1, .per = forever}}), ConfigError);
+  ProducerOptions p{.min_replicas_acked = 1, .replicas_ack_timeout = forever};
+  p.connection.socket_timeout = forever;
+  expect_refused<Producer>(p, "replicas_ack_timeout");
+  expect_refused<streamq::Scheduler>(streamq::SchedulerOptions{.misfire_grace = forever}, "misfire_grace");
+  EXPECT_THROW(streamq::Schedule::every(forever), ConfigError);
+  // Refused before anything is sent (nothing listens on port 1: a write would be a ConnectionError).
+  Producer producer({.connection = {.url = "redis://127.0.0.1:1"}});
+  EXPECT_THROW(producer.enqueue("t", "{}", {.unique_for = forever}), ConfigError);
+  EXPECT_THROW(producer.enqueue("t", "{}", {.delay = forever}), ConfigError);
+  // Ten years is the bound, and taken.
+  EXPECT_NO_THROW(Consumer({.shutdown_grace = std::chrono::hours(24 * 365 * 10)}));
+}
+
 TEST(ConsumerName, DefaultIsHostPidAndRandomSuffix) {
   char host[256] = {};
   ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
