@@ -38,16 +38,19 @@ bool strip_location(std::string_view& s, bool spaced) noexcept {
 
 }  // namespace
 
-std::string_view error_code(std::string_view message) noexcept {
-  if (!message.starts_with(kScriptWrapper)) return first_word(message);
+std::string_view unwrap_script_error(std::string_view message) noexcept {
+  if (!message.starts_with(kScriptWrapper)) return message;
   std::string_view inner = message.substr(kScriptWrapper.size());
   const std::size_t end = inner.find("): ");
-  if (end == std::string_view::npos) return first_word(message);
+  if (end == std::string_view::npos) return message;
   inner.remove_prefix(end + 3);
   strip_location(inner, false);
   if (strip_location(inner, true) && inner.starts_with('-')) inner.remove_prefix(1);
-  const std::string_view code = first_word(inner);
-  return is_code(code) ? code : first_word(message);
+  return is_code(first_word(inner)) ? inner : message;
+}
+
+std::string_view error_code(std::string_view message) noexcept {
+  return first_word(unwrap_script_error(message));
 }
 
 }  // namespace streamq::detail

@@ -14,5 +14,9 @@ namespace streamq::detail {
 /// code is taken from <error>, as Redis 7.0 reports it. A Lua runtime error there
 /// (`user_script:3: attempt to ...`) has no code of its own: "ERR".
 std::string_view error_code(std::string_view message) noexcept;
+/// The error a Redis 6.2 script error wraps (`WRONGTYPE Operation against ...` out of
+/// `ERR Error running script (call to f_<sha>): @user_script:12: WRONGTYPE Operation ...`),
+/// so that an error reads the same on every server version; any other text as it is.
+std::string_view unwrap_script_error(std::string_view message) noexcept;
 
 }  // namespace streamq::detail

@@ -6,6 +6,7 @@
 namespace streamq {
 
 ReplyError::ReplyError(const std::string& server_message)
-    : Error(server_message), prefix_(detail::error_code(server_message)) {}
+    : Error(std::string(detail::unwrap_script_error(server_message))),
+      prefix_(detail::error_code(server_message)) {}
 
 }  // namespace streamq

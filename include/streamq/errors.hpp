@@ -40,6 +40,9 @@ class TimeoutError : public ConnectionError {
 /// The connection stays usable.
 class ReplyError : public Error {
  public:
+  /// what() is the server's message; an error raised inside a script, which Redis 6.2 wraps
+  /// (`ERR Error running script (call to f_<sha>): @user_script:<line>: <error>`), is
+  /// unwrapped to <error>, as Redis 7 reports it.
   explicit ReplyError(const std::string& server_message);
   /// The server's error code ("WRONGTYPE", "OOM", ...): the first word of its message, or
   /// of the error a Redis 6.2 script error wraps.
