@@ -321,12 +321,12 @@ void Completer::flush(std::vector<Completion>& batch) {
       // Not pending any more, another consumer owns it, or its provisional record was acted
       // on: its fate is not ours to decide.
       Metrics::add(s_.metrics.stale, 1);
-      log(LogLevel::warning,
-          "entry " + c.key.id +
-              (plan.write[i] == Write::replace ? "'s dead-letter record was replayed"
-               : v.integer() == move_not_owner ? " was reclaimed by another consumer"
-                                               : " is no longer pending") +
-              "; its " + (c.outcome == Outcome::retry ? "retry" : "dead letter") + " was not written");
+      log(LogLevel::warning, "entry " + c.key.id +
+                                 (plan.write[i] == Write::replace ? "'s dead-letter record was replayed"
+                                  : v.integer() == move_not_owner ? " was reclaimed by another consumer"
+                                                                  : " is no longer pending") +
+                                 "; its " + (c.outcome == Outcome::retry ? "retry" : "dead letter") +
+                                 " was not written");
       finished.push_back(c.key);
     } else if (plan.write[i] == Write::orphan) {
       // The record is the task's fate unless its handler runs: then its completion decides

@@ -299,8 +299,9 @@ CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const s
     if (what == "nogroup") {
       std::string groups;
       for (std::size_t i = 1; i < v.size(); ++i) groups += (i > 1 ? ", " : "") + std::string(v[i].str());
-      throw ConfigError("stream \"" + stream + "\" has no consumer group \"" + options.group + "\" (its groups: " +
-                        groups + "): cancel must know the group's deliveries; nothing was changed");
+      throw ConfigError("stream \"" + stream + "\" has no consumer group \"" + options.group +
+                        "\" (its groups: " + groups +
+                        "): cancel must know the group's deliveries; nothing was changed");
     }
     return what == "cancelled" ? CancelOutcome::cancelled
            : what == "pending" ? CancelOutcome::running

@@ -34,7 +34,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-ConsumerOptions cluster_worker_options(const std::string& url, const std::string& stream, const std::string& name) {
+ConsumerOptions cluster_worker_options(const std::string& url, const std::string& stream,
+                                       const std::string& name) {
   return failover_worker_options(url, stream, name, 2s);
 }
 

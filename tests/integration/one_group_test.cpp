@@ -24,14 +24,16 @@ class OneGroupTest : public ConsumerTest {
   std::string refusal(const std::string& group) {
     auto o = options();
     o.group = group;
-    Consumer c(o);
-    c.on("t", [](const Task&) { ADD_FAILURE() << "a refused consumer ran a task"; });
+    RunningConsumer c(o, [](Consumer& c) {
+      c.on("t", [](const Task&) { ADD_FAILURE() << "a refused consumer ran a task"; });
+    });
+    const bool ended = wait_until([&] { return c.finished(); }, 5s);
     try {
-      c.run();
+      c.stop();
     } catch (const ConfigError& e) {
       return e.what();
     }
-    return "run() returned";
+    return ended ? "run() returned" : "run() went on";
   }
   std::int64_t groups(const std::string& key) {
     return static_cast<std::int64_t>(client.cmd({"XINFO", "GROUPS", key}).view().check().size());
@@ -46,7 +48,8 @@ TEST_F(OneGroupTest, AConsumerOfASecondGroupIsRefusedAtStartAndCreatesNothing) {
   const std::string why = refusal("audit");
   EXPECT_NE(why.find("has consumer group \"workers\" besides \"audit\""), std::string::npos) << why;
   EXPECT_NE(why.find("XGROUP DESTROY"), std::string::npos) << why;
-  for (const std::string& level : {stream + ":p:high", stream, stream + ":p:low"}) EXPECT_EQ(groups(level), 1);
+  for (const std::string& level : {stream + ":p:high", stream, stream + ":p:low"})
+    EXPECT_EQ(groups(level), 1);
   // The first group's consumer goes on as before.
   producer().enqueue("t", "{}");
   ASSERT_TRUE(wait_until([&] { return ran == 2 && pending() == 0; }));
@@ -101,7 +104,8 @@ TEST_F(OneGroupTest, CancelRefusesAGroupTheQueueDoesNotHave) {
     wrong.cancel(stream, task);
     ADD_FAILURE() << "cancel with an unknown group went through";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("no consumer group \"wrong\" (its groups: workers)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("no consumer group \"wrong\" (its groups: workers)"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_EQ(xlen(stream), 1);  // nothing changed

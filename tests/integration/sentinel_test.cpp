@@ -36,7 +36,8 @@ void s0_acl(SentinelTopology& t) {
       .check();
 }
 
-ConsumerOptions sentinel_worker_options(const std::string& url, const std::string& stream, const std::string& name) {
+ConsumerOptions sentinel_worker_options(const std::string& url, const std::string& stream,
+                                        const std::string& name) {
   return failover_worker_options(url, stream, name, 1s);
 }
 
