@@ -38,7 +38,7 @@ class Screenshot(RedisTestCase):
             return p
         self.addCleanup(lambda: [(p.terminate(), p.wait(10)) for p in procs])
         port = free_port()
-        start([CLI, "dashboard", "--listen", "127.0.0.1:%d" % port, "--sample-interval", "1"])
+        start([CLI, "dashboard", "--listen", "127.0.0.1:%d" % port, "--no-auth", "--sample-interval", "1"])
         start([os.environ["STREAMQ_WORKER"], "--url", self.url, "--stream", q, "--concurrency", "2",
                "--retry-base-ms", "300"])
         started = time.monotonic()

@@ -131,23 +131,27 @@ if ((doctor_status != 4)) || ! grep -q 'appendonly is off' "$redis_dir/doctor.ou
        "always_fail did not run again and come back with replay_count 1 (got '${replayed}')" >&2
   exit 1
 fi
-# The dashboard, on a free loopback port, asked for the queue's numbers as its page is.
+# The dashboard, on a free loopback port, asked for the queue's numbers as its page is, with the
+# token it made up and printed (in the URL that logs a browser in).
 board_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
 # Started directly (not through the sq function, whose subshell would get the pid), and with
 # its output away from this script's, so nothing keeps a pipe of the caller open.
 build-demo/prefix/bin/streamq --url "$url" dashboard --listen "127.0.0.1:$board_port" \
   >/dev/null 2>"$redis_dir/dashboard.err" &
 dashboard_pid=$!
-board_dead=$(python3 - "$board_port" "$stream" <<'PY'
+board_dead=$(python3 - "$board_port" "$stream" "$redis_dir/dashboard.err" <<'PY'
 import json, sys, time, urllib.parse, urllib.request
-port, queue = sys.argv[1], sys.argv[2]
+port, queue, log = sys.argv[1], sys.argv[2], sys.argv[3]
 for _ in range(100):
     try:
+        with open(log) as f:
+            token = f.read().split("?token=", 1)[1].split()[0]
         url = "http://127.0.0.1:%s/api/queue?name=%s" % (port, urllib.parse.quote(queue))
-        with urllib.request.urlopen(url, timeout=5) as r:
+        req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+        with urllib.request.urlopen(req, timeout=5) as r:
             print(json.load(r)["stats"]["dlq_length"])
             break
-    except OSError:
+    except (OSError, IndexError):
         time.sleep(0.1)
 PY
 )

@@ -5,6 +5,7 @@ the exporter's /metrics read by the Prometheus text parser. Each test class star
 redis-server on a free loopback port and stops only that process.
 
 Run by ctest with STREAMQ_CLI (bin/streamq) and STREAMQ_WORKER (the example worker) set."""
+import http.client
 import json
 import os
 import re
@@ -222,6 +223,14 @@ class CliTest(RedisTestCase):
             used = set(re.findall(r"streamq_[a-z_]+", " ".join(exprs)))
             self.assertGreaterEqual(len(used), 8)
             self.assertEqual(used - served, set())
+            # On a loopback address only its loopback names are answered: a page whose name was
+            # made to resolve to 127.0.0.1 (DNS rebinding) cannot read the metrics.
+            for host, expected in (("evil.example:%d" % port, 403), ("localhost:%d" % port, 200),
+                                   ("127.0.0.1:%d" % (port + 1), 403)):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/metrics", headers={"Host": host})
+                self.assertEqual(conn.getresponse().status, expected, host)
+                conn.close()
         finally:
             exporter.send_signal(signal.SIGTERM)
             self.assertEqual(exporter.wait(10), 0, exporter.stderr.read())

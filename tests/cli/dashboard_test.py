@@ -44,11 +44,20 @@ def http(url, method="GET", body=None, headers=None):
 
 class DashboardTest(RedisTestCase):
     def start_dashboard(self, *args):
+        """Starts a dashboard (on a free loopback port, with --no-auth, unless told otherwise);
+        returns its base URL."""
+        if not args:
+            args = ("--no-auth",)
+        return self.start_dashboard_logged(*args)[0]
+
+    def start_dashboard_logged(self, *args):
+        """start_dashboard(args as given), and the path of its log (its stderr)."""
         port = free_port()
         env = dict(os.environ, STREAMQ_URL=self.url)
         listen = args[0] if args and not args[0].startswith("--") else "127.0.0.1:%d" % port
         rest = args[1:] if args and not args[0].startswith("--") else args
-        log = open(os.path.join(self.dir, "dashboard-%d.log" % port), "w")
+        log_path = os.path.join(self.dir, "dashboard-%d.log" % port)
+        log = open(log_path, "w")
         p = subprocess.Popen([CLI, "dashboard", "--listen", listen, "--sample-interval", "0.5", *rest], env=env,
                              stdout=subprocess.DEVNULL, stderr=log)
         self.addCleanup(lambda: (p.terminate(), p.wait(10), log.close()))
@@ -61,7 +70,7 @@ class DashboardTest(RedisTestCase):
             except OSError:
                 return False
         wait_for(up, what="the dashboard")
-        return base
+        return base, log_path
 
     def stats(self, queue):
         return json.loads(self.cli("stats", queue, "--format", "json").stdout)[0]
@@ -110,11 +119,16 @@ class DashboardTest(RedisTestCase):
         self.assertEqual((status, json.loads(text)["done"]), (200, 2))
         # A name that resolved to 127.0.0.1 (DNS rebinding) is not this dashboard's host.
         self.assertEqual(http(base + "/api/queues", headers={"Host": "evil.example:80"})[0], 403)
+        # An error that quotes bytes that are not UTF-8 is still a 400 with a JSON body.
+        status, _, text = http(base + "/api/tasks?name=" + q + "&state=queued&cursor=%FF")
+        self.assertEqual(status, 400, text)
+        self.assertIn("error", json.loads(text))
 
-        # Any other address needs a token; a short one is refused.
+        # Any other address needs a token (--no-auth is for loopback); a short one is refused.
         env = dict(os.environ, STREAMQ_URL=self.url)
-        for host, extra, message in (("0.0.0.0", [], "not a loopback address"),
-                                     ("127.0.0.1.example.com", [], "not a loopback address"),
+        for host, extra, message in (("0.0.0.0", ["--no-auth"], "not a loopback address"),
+                                     ("127.0.0.1.example.com", ["--no-auth"], "not a loopback address"),
+                                     ("127.0.0.1", ["--no-auth", "--token", "t0ken-" + "z" * 20], "not both"),
                                      ("0.0.0.0", ["--token", "short"], "16 to 256 characters")):
             p = subprocess.run([CLI, "dashboard", "--listen", "%s:%d" % (host, free_port()), *extra], env=env,
                                capture_output=True, text=True, timeout=30)
@@ -157,6 +171,30 @@ class DashboardTest(RedisTestCase):
             self.assertEqual(http(base + "/api/queues", headers={"Cookie": name + "=" + "0" * 64})[0], 401)
             # The token replaces the Host check: any name reaches it, but only with the token.
             self.assertEqual(http(base + "/api/queues", headers={"Host": "queue-box:1", "Cookie": cookie})[0], 200)
+
+    def test_a_token_of_its_own_by_default(self):
+        # Without --token or --no-auth a dashboard makes up a token and prints it once, in the
+        # URL that logs in: another local process cannot use it without reading that.
+        base, log_path = self.start_dashboard_logged("127.0.0.1:%d" % free_port())
+        with open(log_path) as f:
+            printed = f.read()
+        url = printed.split("serving ", 1)[1].split()[0]
+        self.assertTrue(url.startswith(base + "/?token="), printed)
+        token = url.split("?token=", 1)[1]
+        self.assertRegex(token, "^[0-9a-f]{32}$")
+        self.assertEqual(http(base + "/api/queues")[0], 401)
+        self.assertEqual(http(base + "/")[1]["Location"], "/login")
+        self.assertEqual(http(base + "/?token=" + "0" * 32)[1]["Location"], "/login")
+        status, headers, _ = http(url)
+        self.assertEqual((status, headers["Location"]), (303, "/"))  # the token leaves the address bar
+        cookie = headers["Set-Cookie"].split(";")[0]
+        self.assertNotIn(token, cookie)
+        self.assertEqual(http(base + "/api/queues", headers={"Cookie": cookie})[0], 200)
+        self.assertEqual(http(base + "/api/queues", headers={"Authorization": "Bearer " + token})[0], 200)
+        # A second dashboard makes up another token.
+        _, second_log = self.start_dashboard_logged("127.0.0.1:%d" % free_port())
+        with open(second_log) as f:
+            self.assertNotIn(token, f.read())
 
     def test_throughput_series(self):
         # The rates between samples add up to what happened: 6 tasks done, 2 dead-lettered.

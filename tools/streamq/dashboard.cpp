@@ -8,9 +8,7 @@
 // one, only a loopback Host header is accepted (a DNS-rebound name is refused). Every action is a
 // POST that must carry the page's CSRF token in X-CSRF-Token, as JSON, from this origin; no
 // action answers a GET.
-#include <arpa/inet.h>
 #include <httplib.h>
-#include <netinet/in.h>
 
 #include <algorithm>
 #include <chrono>
@@ -255,16 +253,6 @@ std::string random_hex(std::size_t bytes) {
   return out;
 }
 
-/// A loopback address written as one (127.0.0.0/8, ::1) or "localhost"; a name is not resolved
-/// (127.0.0.1.example.com is not loopback).
-bool is_loopback(const std::string& host) {
-  if (host == "localhost") return true;
-  in_addr v4{};
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6{};
-  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
-}
-
 /// The token rules (README): 16 to 256 characters a cookie can carry as they are.
 std::optional<std::string> token_problem(const std::string& token) {
   if (token.size() < 16 || token.size() > 256) return "the token must be 16 to 256 characters long";
@@ -306,14 +294,8 @@ class Access {
   Access(std::string token, const std::string& host, int port)
       : token_(std::move(token)),
         csrf_(random_hex(32)),
-        cookie_(std::string(cookie_prefix) + std::to_string(port)) {
-    const std::string listening = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-    for (const std::string& name :
-         {listening, std::string("127.0.0.1"), std::string("localhost"), std::string("[::1]")}) {
-      hosts_.push_back(name + ":" + std::to_string(port));
-      if (port == 80) hosts_.push_back(name);
-    }
-  }
+        cookie_(std::string(cookie_prefix) + std::to_string(port)),
+        hosts_(host, port) {}
 
   const std::string& csrf() const { return csrf_; }
   bool has_token() const { return !token_.empty(); }
@@ -330,20 +312,28 @@ class Access {
   }
 
   /// The check every request passes first; answers the request itself when it fails.
-  bool admit(const httplib::Request& req, httplib::Response& res) const {
+  bool admit(const httplib::Request& req, httplib::Response& res) {
     if (!has_token()) {
-      // Loopback without a token: a page of another site that got its name to resolve to
-      // 127.0.0.1 still sends its own Host; refuse it.
-      const std::string host = req.get_header_value("Host");
-      if (std::find(hosts_.begin(), hosts_.end(), host) == hosts_.end()) {
-        refuse(res, 403,
-               "without a token this dashboard answers only to its loopback address, localhost or [::1], "
-               "with its port");
+      // Loopback without a token (--no-auth): a page of another site that got its name to
+      // resolve to 127.0.0.1 still sends its own Host; refuse it.
+      if (!hosts_.allows(req.get_header_value("Host"))) {
+        refuse(res, 403, std::string("without a token, ") + LoopbackHosts::why());
         return false;
       }
       return true;
     }
     if (req.path == "/login" || req.path.rfind("/static/", 0) == 0) return true;
+    // The URL printed at start carries the token once: a page opened with it logs in (a
+    // session cookie) and is sent on without it, so it leaves no trace in the address bar.
+    if (req.method == "GET" && req.path.rfind("/api/", 0) != 0 && req.has_param("token")) {
+      if (!token_matches(req.get_param_value("token"))) {
+        res.set_redirect("/login", 303);
+        return false;
+      }
+      res.set_header("Set-Cookie", open_session());
+      res.set_redirect(req.path, 303);
+      return false;
+    }
     const std::string auth = req.get_header_value("Authorization");
     if ((auth.rfind("Bearer ", 0) == 0 && token_matches(std::string_view(auth).substr(7))) ||
         has_session(req)) {
@@ -386,7 +376,10 @@ class Access {
 
   static void refuse(httplib::Response& res, int status, const std::string& why) {
     res.status = status;
-    res.set_content(json{{"error", why}}.dump(), "application/json");
+    // The text may quote what the request held (a queue name), in any bytes: not valid UTF-8
+    // must not turn a refusal into a failure of the refusal itself.
+    res.set_content(json{{"error", why}}.dump(-1, ' ', false, json::error_handler_t::replace),
+                    "application/json");
   }
 
  private:
@@ -404,7 +397,7 @@ class Access {
   std::string token_;
   std::string csrf_;
   std::string cookie_;  // streamq_dashboard_<port>: dashboards on other ports keep their own
-  std::vector<std::string> hosts_;
+  LoopbackHosts hosts_;
   mutable std::mutex mutex_;
   std::vector<std::string> sessions_;
 };
@@ -483,6 +476,10 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
     std::cerr << "streamq dashboard: give --token or --token-file, not both\n";
     return usage;
   }
+  if (options.no_auth && (!options.token.empty() || !options.token_file.empty())) {
+    std::cerr << "streamq dashboard: --no-auth serves without a token: give it, or a token, not both\n";
+    return usage;
+  }
   std::string token = options.token;
   if (!options.token_file.empty()) {
     std::ifstream file(options.token_file);
@@ -502,12 +499,17 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
       std::cerr << "streamq dashboard: " << *problem << "\n";
       return usage;
     }
-  } else if (!is_loopback(host)) {
+  } else if (options.no_auth && !is_loopback(host)) {
     std::cerr << "streamq dashboard: " << host
               << " is not a loopback address; anyone who can reach it could replay and delete tasks. "
-                 "Give --token or --token-file (or listen on 127.0.0.1)\n";
+                 "--no-auth is for loopback only: give --token or --token-file\n";
     return usage;
   }
+  // Neither a token nor --no-auth: a token of this run's own, shown once in the URL printed
+  // below (any local process could use a dashboard without one: every page holds its CSRF
+  // token). A token given on the command line is visible to other users in `ps`.
+  const bool generated = token.empty() && !options.no_auth;
+  if (generated) token = random_hex(16);
   if (!(options.sample_interval >= 0.1 && options.sample_interval <= 600)) {
     std::cerr << "streamq dashboard: --sample-interval must be 0.1 to 600 seconds\n";
     return usage;
@@ -693,9 +695,14 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
   });
 
   const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  const std::string url = "http://" + shown + ":" + std::to_string(port) + "/";
   return serve_until_interrupted(server, host, port, "dashboard",
-                                 "http://" + shown + ":" + std::to_string(port) + "/" +
-                                     (access.has_token() ? " (log in with the token on /login)" : ""));
+                                 generated
+                                     ? url + "?token=" + token +
+                                           " (a token of this run: open this URL to log in; --token-file "
+                                           "keeps one across runs)"
+                                 : access.has_token() ? url + " (log in with the token on /login)"
+                                                      : url + " (--no-auth: no token)");
 }
 
 }  // namespace streamq::cli

@@ -21,6 +21,19 @@ int serve_exporter(const InspectorOptions& inspector_options, const ServeOptions
   Inspector inspector(inspector_options);
   std::mutex mutex;  // one Inspector, one connection: scrapes take turns
   httplib::Server server;
+  if (is_loopback(host)) {
+    // On a loopback address a browser on this machine can reach it: a web page whose name was
+    // made to resolve to 127.0.0.1 would read /metrics (queue names, counts). Its requests
+    // carry its own name as Host: answered only to this server's loopback names.
+    server.set_pre_routing_handler(
+        [hosts = LoopbackHosts(host, port)](const httplib::Request& req, httplib::Response& res) {
+          if (hosts.allows(req.get_header_value("Host"))) return httplib::Server::HandlerResponse::Unhandled;
+          res.status = 403;
+          res.set_content(std::string("streamq exporter: ") + LoopbackHosts::why() + "\n",
+                          "text/plain; charset=utf-8");
+          return httplib::Server::HandlerResponse::Handled;
+        });
+  }
   server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lock(mutex);
     const auto start = std::chrono::steady_clock::now();

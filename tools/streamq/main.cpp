@@ -477,7 +477,10 @@ int run(int argc, char** argv) {
   dashboard->add_option("--listen", board.listen, "host:port (any but a loopback host needs a token)")
       ->capture_default_str();
   dashboard->add_option("--token", board.token,
-                        "access token (16-256 characters), asked for on every request");
+                        "access token (16-256 characters), asked for on every request (other users see "
+                        "it in ps: prefer --token-file)");
+  dashboard->add_flag("--no-auth", board.no_auth,
+                      "serve without a token (loopback only; the default is a random token printed once)");
   dashboard->add_option("--token-file", board.token_file, "file whose first line is the access token")
       ->check(CLI::ExistingFile);
   dashboard->add_option("--sample-interval", board.sample_interval, "seconds between the charts' samples")
