@@ -18,7 +18,8 @@ namespace streamq::detail {
 inline constexpr std::chrono::milliseconds kMaxDuration = std::chrono::hours(24 * 365 * 10);
 
 /// ConfigError unless `least` <= `d` <= kMaxDuration. `name` is the option's name.
-inline void check_duration(std::chrono::milliseconds d, std::chrono::milliseconds least, std::string_view name) {
+inline void check_duration(std::chrono::milliseconds d, std::chrono::milliseconds least,
+                           std::string_view name) {
   if (d < least) {
     throw ConfigError(std::string(name) + " must be >= " + std::to_string(least.count()) + " ms");
   }
