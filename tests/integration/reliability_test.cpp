@@ -570,12 +570,12 @@ TEST(Reliability, ASecondLiveProcessWithTheSameConsumerNameIsRefused) {
     other.stop();
     EXPECT_EQ(client.integer({"EXISTS", other_key}), 0) << "a clean stop frees the name";
   }
-  // The same name in another group is another consumer.
+  // The same name on another queue is another consumer.
   o.consumer_name = "slot-0";
-  o.group = "others";
+  o.stream = stream + "-other";
   RunningConsumer elsewhere(o, [](Consumer& c) { c.on("work", [](const Task&) {}); });
   ASSERT_TRUE(wait_until([&] {
-    return client.integer({"EXISTS", detail::live_key(stream, "others", "slot-0")}) == 1;
+    return client.integer({"EXISTS", detail::live_key(o.stream, "workers", "slot-0")}) == 1;
   }));
   EXPECT_FALSE(elsewhere.finished());
 }
