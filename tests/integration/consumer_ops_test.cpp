@@ -136,8 +136,8 @@ TEST_F(ConsumerTest, AnOrphanRecordIsWrittenOnceHoweverOftenItsWriteIsRepeated) 
   const std::string_view source = detail::script_source(detail::ScriptId::orphan);
   auto write = [&] {
     return client.cmd({"EVAL", source, "3", stream, dlq, stream + ":orphan:" + ids[0], "workers", "holder",
-                       ids[0], "30000", "dead_letter", "body_lost", "gone", "2026-12-01T00:00:00.000000", "1000",
-                       stream, "task_id", "t"});
+                       ids[0], "30000", "dead_letter", "body_lost", "gone", "2026-12-01T00:00:00.000000",
+                       "1000", stream, "task_id", "t"});
   };
   const detail::Reply first = write();
   ASSERT_TRUE(first.view().is_string()) << (first.view().is_error() ? first.view().error() : "");

@@ -192,7 +192,8 @@ TEST_F(InteropTest, TheSeedPythonCodeWorksOnOnePartition) {
   ASSERT_EQ(expected.size(), 7u);
   std::mutex m;
   std::set<std::string> seen;
-  ConsumerOptions o{.connection = {.url = server.url()}, .stream = stream, .group = "seed-workers", .block = 200ms};
+  ConsumerOptions o{
+      .connection = {.url = server.url()}, .stream = stream, .group = "seed-workers", .block = 200ms};
   o.concurrency = kParts;
   o.partitions = kParts;
   RunningConsumer rc(o, [&](Consumer& c) {
