@@ -26,16 +26,24 @@ if type(groups) == 'table' and groups.err then
   end
   groups = {}
 end
+local ours = false
 for _, g in ipairs(groups) do
   local name
   for i = 1, #g, 2 do
     if g[i] == 'name' then name = g[i + 1] end
   end
   if name ~= ARGV[1] then return {'other', name} end
+  ours = true
 end
-local created = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
-if type(created) == 'table' and created.err and not string.find(created.err, 'BUSYGROUP', 1, true) then
-  return redis.error_reply(as_refusal(created.err) or created.err)
+if not ours then
+  -- Unchecked, the group may exist: BUSYGROUP is fine then. Any other refusal (OOM on a full
+  -- server, NOPERM) is raised as it is, so the caller sees the server's own error.
+  local created = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+  if type(created) == 'table' and created.err and not string.find(created.err, 'BUSYGROUP', 1, true) then
+    local refusal = as_refusal(created.err)
+    if refusal then return redis.error_reply(refusal) end
+    redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+  end
 end
 if unchecked then return {'unchecked', unchecked} end
 return {'ok'}
