@@ -159,6 +159,7 @@ std::size_t append_new_task(Argv& argv, const NewTask& task) {
   argv.add(field::max_retries).add(static_cast<std::int64_t>(task.max_retries));
   argv.add(field::retry_count).add("0");
   if (!task.unique_key.empty()) argv.add(field::unique_key).add(task.unique_key);
+  if (!task.retention.empty()) argv.add(field::retention).add(task.retention);
   if (task.extra_fields != nullptr) {
     for (const auto& [name, value] : *task.extra_fields) argv.add(name).add(value);
   }
@@ -172,7 +173,7 @@ bool is_reserved_field(std::string_view name) noexcept {
   for (std::string_view r : dead_letter_fields) {
     if (name == r) return true;
   }
-  return name == field::unique_key;
+  return name == field::unique_key || name == field::retention;
 }
 
 Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> shared, std::int64_t deliveries,

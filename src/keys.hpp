@@ -50,6 +50,14 @@ inline std::string orphan_key(std::string_view level_stream, std::string_view id
   return std::string(level_stream) + ":orphan:" + std::string(id);
 }
 
+/// The state record of tracked task `task_id` (lib/track.lua): a hash in the queue's slot.
+inline std::string task_key(std::string_view stream, std::string_view task_id) {
+  return std::string(stream) + ":task:" + std::string(task_id);
+}
+
+/// The queue's events stream (the changes of its tracked tasks, capped at about 10,000).
+inline std::string events_key(std::string_view stream) { return std::string(stream) + ":events"; }
+
 /// The sliding window of one task type's rate limit (HandlerOptions::rate).
 inline std::string rate_key(std::string_view stream, std::string_view task_type) {
   return std::string(stream) + ":rate:" + std::string(task_type);

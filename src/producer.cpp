@@ -12,6 +12,7 @@
 #include "keys.hpp"
 #include "scripts.hpp"
 #include "streamq/errors.hpp"
+#include "waiter.hpp"
 
 namespace streamq {
 namespace {
@@ -26,6 +27,11 @@ ProducerOptions validated(ProducerOptions o) {
   if (o.max_len <= 0) throw ConfigError("max_len must be > 0");
   if (o.overflow != Overflow::reject && o.overflow != Overflow::trim_oldest) {
     throw ConfigError("overflow must be Overflow::reject or Overflow::trim_oldest");
+  }
+  if (o.retention) {
+    detail::check_duration(o.retention->done, std::chrono::milliseconds(0), "retention.done");
+    if (o.retention->dead)
+      detail::check_duration(*o.retention->dead, std::chrono::milliseconds(0), "retention.dead");
   }
   if (o.max_payload_bytes == 0) throw ConfigError("max_payload_bytes must be > 0");
   if (o.max_payload_depth < 1) throw ConfigError("max_payload_depth must be >= 1");
@@ -103,6 +109,16 @@ struct Prepared {
   std::string lock_key;       // its uniqueness lock, or empty
   std::int64_t lock_ms = 0;
   int partition = 0;  // ProducerOptions::partitions
+  // A tracked task's retention field ("<done ms> <dead ms>"), or empty. Not viewed by `task`
+  // (a Prepared moves, and a short string with it): written_task() points at it.
+  std::string retention;
+
+  /// The task to write, with its retention.
+  detail::NewTask written_task() const {
+    detail::NewTask t = task;
+    t.retention = retention;
+    return t;
+  }
 };
 
 /// A DUPLICATE refusal of the enqueue script: "DUPLICATE <index> <id length> <id> holds <key>".
@@ -140,6 +156,14 @@ bool sent_to_wrong_place(const detail::Reply& r) {
   if (!r.view().is_error()) return false;
   const std::string_view e = r.view().error();
   return e.starts_with("MOVED ") || e.starts_with("ASK ") || e.starts_with("TRYAGAIN");
+}
+
+/// The retention field of a tracked task: "<done ms> <dead ms>" (dead -1: as long as its dead
+/// letter). @throws ConfigError for a negative or overlong duration.
+std::string retention_field(const Retention& r) {
+  detail::check_duration(r.done, std::chrono::milliseconds(0), "retention.done");
+  if (r.dead) detail::check_duration(*r.dead, std::chrono::milliseconds(0), "retention.dead");
+  return std::to_string(r.done.count()) + " " + std::to_string(r.dead ? r.dead->count() : -1);
 }
 
 std::string duplicate_message(const Duplicate& d) {
@@ -225,6 +249,9 @@ struct Producer::Impl {
       p.task.unique_key =
           eo.unique_key.empty() ? std::string_view(id_storage) : std::string_view(eo.unique_key);
     }
+    if (const std::optional<Retention>& r = eo.retention ? eo.retention : options.retention) {
+      p.retention = retention_field(*r);
+    }
     p.partition = partition_of(eo, p.task.unique_key);
     if (eo.unique_for.count() > 0) {
       p.lock_key =
@@ -238,7 +265,7 @@ struct Producer::Impl {
   detail::Argv trim_argv(const Prepared& p) const {
     detail::Argv argv{"XADD", keys[static_cast<std::size_t>(p.partition)].stream, "MAXLEN", "~", max_len_text,
                       "*"};
-    detail::append_new_task(argv, p.task);
+    detail::append_new_task(argv, p.written_task());
     return argv;
   }
 
@@ -266,7 +293,7 @@ struct Producer::Impl {
     if (plain) {
       for (std::size_t i = first; i < last; ++i) {
         argv.add(static_cast<std::int64_t>(detail::new_task_string_count(tasks[i].task)));
-        detail::append_new_task(argv, tasks[i].task);
+        detail::append_new_task(argv, tasks[i].task);  // plain: no retention
       }
       return argv;
     }
@@ -275,8 +302,9 @@ struct Producer::Impl {
       const Prepared& t = tasks[i];
       argv.add(t.dest).add(t.at_ms).add(t.delay_ms);
       argv.add(t.lock_key.empty() ? 0 : ++lock_index).add(t.lock_ms).add(t.nonce);
-      argv.add(static_cast<std::int64_t>(detail::new_task_string_count(t.task)));
-      detail::append_new_task(argv, t.task);
+      const detail::NewTask written = t.written_task();
+      argv.add(static_cast<std::int64_t>(detail::new_task_string_count(written)));
+      detail::append_new_task(argv, written);
     }
     return argv;
   }
@@ -284,7 +312,7 @@ struct Producer::Impl {
   /// Whether a task needs the enqueue script even with Overflow::trim_oldest, and the
   /// script's 'full' layout (see enqueue.lua).
   static bool needs_script(const Prepared& t) {
-    return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty();
+    return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty() || !t.retention.empty();
   }
 
   /// WAIT for min_replicas_acked replicas to have what this connection wrote (with a cluster
@@ -350,8 +378,33 @@ struct Producer::Impl {
   detail::Connection conn;
   detail::ScriptRunner scripts;
   std::vector<detail::QueueKeys> keys;  // one per partition
+  /// The waits' follower of the queue's events, made on the first wait.
+  detail::Waiter& waiter() {
+    std::lock_guard lock(waiter_mutex);
+    if (!waiter_) {
+      std::vector<std::string> streams;
+      for (const auto& k : keys) streams.push_back(k.stream);
+      waiter_ = std::make_unique<detail::Waiter>(conn.config(), std::move(streams));
+    }
+    return *waiter_;
+  }
+
+  /// A wait's outcome. The waiter settles it by its deadline while it can reach Redis; when it
+  /// cannot, the caller is not kept much longer.
+  static TaskRecord get(std::future<TaskRecord> f, const std::string& task_id,
+                        std::chrono::milliseconds timeout) {
+    if (f.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready) {
+      throw WaitTimeoutError(
+          "task " + task_id + " did not finish in time (its queue's events could not be read)", std::nullopt);
+    }
+    return f.get();
+  }
+
   std::string max_len_text;
-  int next_partition = 0;  // the partition of the next task without a key (the first: at random)
+  int next_partition = 0;          // the partition of the next task without a key (the first: at random)
+  std::size_t last_partition = 0;  // of the last task enqueue() wrote
+  std::mutex waiter_mutex;
+  std::unique_ptr<detail::Waiter> waiter_;
 };
 
 Producer::Producer(ProducerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -361,12 +414,32 @@ Producer& Producer::operator=(Producer&&) noexcept = default;
 
 const ProducerOptions& Producer::options() const noexcept { return impl_->options; }
 
+std::future<TaskRecord> Producer::wait_async(const std::string& task_id, std::chrono::milliseconds timeout) {
+  return impl_->waiter().wait(task_id, timeout, std::nullopt);
+}
+
+TaskRecord Producer::wait(const std::string& task_id, std::chrono::milliseconds timeout) {
+  return Impl::get(impl_->waiter().wait(task_id, timeout, std::nullopt), task_id, timeout);
+}
+
+TaskRecord Producer::enqueue_and_wait(std::string_view task_type, const Payload& payload,
+                                      EnqueueOptions options, std::chrono::milliseconds timeout) {
+  detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
+  if (!options.retention && !impl_->options.retention) {
+    options.retention =
+        Retention{.done = std::max<std::chrono::milliseconds>(timeout, std::chrono::minutes(1))};
+  }
+  const std::string id = enqueue(task_type, std::string_view(payload.text()), options);
+  return Impl::get(impl_->waiter().wait(id, timeout, impl_->last_partition), id, timeout);
+}
+
 std::string Producer::enqueue(std::string_view task_type, std::string_view payload_json,
                               const EnqueueOptions& options) {
   Impl& im = *impl_;
   std::string id;
   const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
   std::vector<Prepared> one{im.prepare(task_type, payload_json, options, id, created_at)};
+  im.last_partition = static_cast<std::size_t>(one[0].partition);
   im.conn.connect_with_backoff();
   detail::Reply reply;
   if (im.options.overflow == Overflow::trim_oldest && !Impl::needs_script(one[0])) {

@@ -13,14 +13,18 @@ std::string_view script_source(ScriptId id) noexcept { return embedded(id).sourc
 std::string_view script_sha(ScriptId id) noexcept { return embedded(id).sha1; }
 std::string_view script_name(ScriptId id) noexcept { return embedded(id).name; }
 
-void append_retry(Argv& argv, const Fields& copy) {
-  argv.add("retry");
+void append_retry(Argv& argv, std::string_view queue, const Fields& copy) {
+  argv.add("retry").add(queue);
   for (const auto& [k, v] : copy) argv.add(k).add(v);
 }
 
 void append_delayed_retry(Argv& argv, Millis delay, std::string nonce, std::string_view stream,
-                          const Fields& copy) {
-  argv.add("delay").add(static_cast<std::int64_t>(delay.count())).add_copy(std::move(nonce)).add(stream);
+                          std::string_view queue, const Fields& copy, bool attempted) {
+  argv.add(attempted ? "delay" : "hold")
+      .add(static_cast<std::int64_t>(delay.count()))
+      .add_copy(std::move(nonce))
+      .add(stream);
+  argv.add(queue);
   for (const auto& [k, v] : copy) argv.add(k).add(v);
 }
 

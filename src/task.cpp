@@ -55,7 +55,8 @@ Task::Task(const Task& o)
       created_at_(o.created_at_),
       retry_count_(o.retry_count_),
       max_retries_(o.max_retries_),
-      stop_(o.stop_) {
+      stop_(o.stop_),
+      reports_(o.reports_) {
   // A payload another thread is parsing right now is parsed again by the copy when needed.
   if (o.json_state_.load(std::memory_order_acquire) == json_ready) {
     payload_ = o.payload_;
@@ -82,7 +83,8 @@ Task::Task(Task&& o) noexcept
       created_at_(o.created_at_),
       retry_count_(o.retry_count_),
       max_retries_(o.max_retries_),
-      stop_(std::move(o.stop_)) {}
+      stop_(std::move(o.stop_)),
+      reports_(std::move(o.reports_)) {}
 
 Task& Task::operator=(Task&& o) noexcept {
   entry_id_ = std::move(o.entry_id_);
@@ -98,6 +100,7 @@ Task& Task::operator=(Task&& o) noexcept {
   retry_count_ = o.retry_count_;
   max_retries_ = o.max_retries_;
   stop_ = std::move(o.stop_);
+  reports_ = std::move(o.reports_);
   return *this;
 }
 

@@ -234,6 +234,9 @@ class Consumer {
   /// runs. A payload that does not convert is dead-lettered at once with reason `bad_payload`
   /// and the conversion error (see BadPayloadError), not retried; the handler does not run.
   /// What the handler throws is treated as in on(). Pair it with Producer::enqueue(type, T).
+  /// A handler that returns a value (`R`, anything nlohmann's to_json converts) sets it as the
+  /// task's result (Task::set_result of its JSON): the record of a tracked task keeps it, and
+  /// Producer::wait returns it.
   /// @throws as on().
   ///
   /// @code
@@ -254,10 +257,18 @@ class Consumer {
                                                  HandlerOptions options = {}) {
     on(std::move(task_type), Handler([h = std::move(handler)](const Task& task) mutable {
          const T value = streamq::payload_as<T>(task);
-         if constexpr (std::invocable<F&, const T&, const Task&>) {
-           h(value, task);
+         const auto call = [&]() -> decltype(auto) {
+           if constexpr (std::invocable<F&, const T&, const Task&>) {
+             return h(value, task);
+           } else {
+             return h(value);
+           }
+         };
+         if constexpr (std::is_void_v<decltype(call())>) {
+           call();
          } else {
-           h(value);
+           task.set_result(
+               nlohmann::json(call()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
          }
        }),
        std::move(options));

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "streamq/options.hpp"
+#include "streamq/record.hpp"
 #include "streamq/stats.hpp"
 #include "streamq/task.hpp"
 
@@ -227,6 +229,21 @@ class Inspector {
   /// that is not an entry id: every key of the queue is scanned in pages of 1,000, O(queue size) round trips
   /// but bounded memory).
   std::optional<TaskInfo> task(const std::string& queue, const std::string& id);
+  /// The record of tracked task `task_id` (EnqueueOptions::retention): its state, attempts,
+  /// times, worker, error, result and progress; nullopt when there is none (not tracked, or
+  /// its retention passed). HGETALL on each partition. `<partition>/<task id>` names one.
+  std::optional<TaskRecord> record(const std::string& queue, const std::string& task_id);
+  /// The events of the queue's tracked tasks after `after` ("" = from the oldest kept; "$" =
+  /// only new ones), at most `count` per partition, waiting up to `block` for one when none is
+  /// there yet (0: no wait). In a partitioned queue, `after` holds one id per partition,
+  /// space-separated (what QueueEvents::next holds). XREAD.
+  struct QueueEvents {
+    std::vector<QueueEvent> events;
+    /// Where to read on from.
+    std::string next;
+  };
+  QueueEvents events(const std::string& queue, const std::string& after, std::size_t count = 100,
+                     std::chrono::milliseconds block = std::chrono::milliseconds(0));
 
   /// Puts dead-lettered tasks back into the queue (see ReplayOptions): each with retry_count 0,
   /// replay_count raised, replayed_from, replayed_at and last_error set; its dead letter is
@@ -241,8 +258,8 @@ class Inspector {
   /// completion (a retry, a dead letter) is written all the same.
   ActionResult delete_dead(const std::string& queue, const DeadLetterFilter& filter,
                            const ProgressCallback& progress = {});
-  /// Deletes the whole dead-letter stream (UNLINK: freed in the background). Returns how many
-  /// entries it held. Dead letters written after it are kept.
+  /// Deletes every dead letter (XDEL in batches of 500, with the records of their tracked
+  /// tasks). Returns how many were deleted. Dead letters written meanwhile are kept.
   std::int64_t purge_dead(const std::string& queue);
 
   /// Moves a delayed task (by task_id) to its stream now. Returns the new entry id, or nullopt

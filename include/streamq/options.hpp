@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace streamq {
@@ -90,6 +91,20 @@ enum class Overflow {
   trim_oldest,
 };
 
+/// How long a finished task's record (state, attempts, times, error, result) stays, by Redis
+/// TTL. Setting one (EnqueueOptions::retention, or ProducerOptions::retention for every task)
+/// makes a task tracked: it gets a record `<stream>:task:<task_id>` and its changes of state
+/// are events of `<stream>:events` (see TaskRecord, Producer::wait). An untracked task costs
+/// nothing of this.
+struct Retention {
+  /// After the task succeeded (or was cancelled). 0 = the record goes at once (the 'done'
+  /// event still says the task is done, but its result is not kept: Producer::wait needs more).
+  std::chrono::milliseconds done{0};
+  /// After it was dead-lettered. Unset = as long as its dead letter: the record goes when an
+  /// Inspector deletes or purges the dead letter, and starts again when it is replayed.
+  std::optional<std::chrono::milliseconds> dead{};
+};
+
 /// Producer configuration. Validated by the Producer constructor (ConfigError names the field).
 struct ProducerOptions {
   ConnectionOptions connection{};
@@ -121,6 +136,9 @@ struct ProducerOptions {
   /// Consumers, StatsReaders and Schedulers must say the same count (see "Running on Redis Cluster" in the
   /// README for changing it). At most 1024.
   int partitions = 1;
+  /// Track every task this producer enqueues (see Retention), unless its EnqueueOptions say
+  /// otherwise. Unset (the default): only tasks whose EnqueueOptions::retention is set.
+  std::optional<Retention> retention{};
 };
 
 /// StatsReader configuration.

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <exception>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "streamq/errors.hpp"
 #include "streamq/options.hpp"
+#include "streamq/record.hpp"
 
 namespace streamq {
 
@@ -60,6 +62,12 @@ struct EnqueueOptions {
   /// key's lock lives in its task's partition: two tasks with one unique key but different
   /// partition keys can both be enqueued.)
   std::string partition_key{};
+  /// Track this task (see Retention, TaskRecord): its record `<stream>:task:<task_id>` (written
+  /// by the enqueue script) says where it is, what became of it and what it returned, for this
+  /// long once it finished; every change is an event of `<stream>:events`; Producer::wait
+  /// returns its result. Unset = ProducerOptions::retention. @throws ConfigError (enqueue) for a
+  /// negative duration or one over ten years.
+  std::optional<Retention> retention{};
 };
 
 namespace detail {
@@ -227,6 +235,25 @@ class Producer {
   /// call throws that ReplyError, whose message also says which tasks were written, if any.
   /// @throws as enqueue.
   std::vector<std::string> enqueue_batch(const std::vector<TaskSpec>& tasks);
+
+  /// Waits until tracked task `task_id` (enqueued with a Retention, by any producer of this
+  /// queue) has finished, and returns its record: TaskRecord::result is what its handler
+  /// returned. A task that finished before the call is answered from its record at once (while
+  /// its retention keeps it: with Retention::done = 0 it is gone). Otherwise a thread of this
+  /// Producer follows the queue's events stream (`XREAD BLOCK`, one connection for every wait,
+  /// and one more for the reads a wait starts with), so a thousand waits cost one read loop.
+  /// Thread-safe (unlike enqueue): any number of threads may wait at once.
+  /// @throws TaskFailedError (it ended dead or cancelled: what() says why, record() is its
+  ///   record), WaitTimeoutError (not finished within `timeout`, or no record of it was found:
+  ///   not tracked, expired, another queue's), ConnectionError (the first read failed).
+  TaskRecord wait(const std::string& task_id, std::chrono::milliseconds timeout);
+  /// wait() without blocking: the future holds the record or those exceptions.
+  std::future<TaskRecord> wait_async(const std::string& task_id, std::chrono::milliseconds timeout);
+  /// Enqueues a task (as enqueue) and waits for it (as wait). It is tracked whatever the options
+  /// say: with their retention, else ProducerOptions::retention, else one that keeps the record
+  /// for max(timeout, 1 min) once done. @throws as enqueue and wait.
+  TaskRecord enqueue_and_wait(std::string_view task_type, const Payload& payload, EnqueueOptions options,
+                              std::chrono::milliseconds timeout);
 
   /// The options this producer runs with.
   const ProducerOptions& options() const noexcept;

@@ -8,6 +8,7 @@
 #include "streamq/log.hpp"
 #include "streamq/options.hpp"
 #include "streamq/producer.hpp"
+#include "streamq/record.hpp"
 #include "streamq/scheduler.hpp"
 #include "streamq/stats.hpp"
 #include "streamq/task.hpp"

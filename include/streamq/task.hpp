@@ -29,6 +29,9 @@ inline constexpr std::string_view last_error = "last_error";
 /// The unique key of a task enqueued with EnqueueOptions::unique_for (its lock is
 /// `<stream>:unique:<unique_key>`), so the consumer can release it.
 inline constexpr std::string_view unique_key = "unique_key";
+/// The retention of a tracked task (EnqueueOptions::retention): "<done ms> <dead ms>", dead -1
+/// for "as long as its dead letter". Its presence makes the task tracked (TaskRecord).
+inline constexpr std::string_view retention = "retention";
 // Added to dead-lettered entries.
 inline constexpr std::string_view error = "error";
 inline constexpr std::string_view failed_at = "failed_at";
@@ -39,6 +42,11 @@ inline constexpr std::string_view reason = "reason";
 
 /// Ordered field/value pairs of one stream entry, bytes as stored.
 using Fields = std::vector<std::pair<std::string, std::string>>;
+
+namespace detail {
+class TaskReports;  // where a running tracked task's result and progress go (src/consumer)
+struct TaskAccess;  // lets the consumer attach them
+}  // namespace detail
 
 /// A task as a handler sees it: decoded and validated before the handler runs.
 ///
@@ -95,6 +103,26 @@ class Task {
   /// std::stop_callback.
   const std::stop_token& stop_token() const noexcept { return stop_; }
 
+  /// Whether the task is tracked (enqueued with EnqueueOptions::retention): only then do the
+  /// calls below keep anything. Untracked, they do nothing.
+  bool tracked() const noexcept;
+  /// The result this attempt ends with when the handler returns (bytes: JSON text, or any
+  /// other): written with the task's completion, in the same script, to its record
+  /// (TaskRecord::result, what Producer::wait returns). No round trip of its own; the last call
+  /// wins. A typed handler that returns a value (Consumer::on<T>) sets its JSON.
+  /// Thread-safe.
+  void set_result(std::string bytes) const;
+  /// Writes `bytes` to the record now, as the result so far (visible to Inspector::record and
+  /// `streamq task` while the task runs), and as the result it ends with unless set_result or
+  /// another call replaces it. One round trip (the report script, only while the record says
+  /// running). False when nothing was written (untracked, finished, or Redis could not be
+  /// reached: logged). Thread-safe; not after the handler returned.
+  bool write_partial_result(std::string bytes) const;
+  /// Reports progress (a number, or any JSON): written to the record's `progress` and as a
+  /// `progress` event of the queue's events stream. One round trip, cheap enough to call every
+  /// second. Returns as write_partial_result. Thread-safe; not after the handler returned.
+  bool set_progress(const nlohmann::json& progress) const;
+
   Task(const Task& other);
   Task& operator=(const Task& other);
   Task(Task&& other) noexcept;
@@ -119,6 +147,8 @@ class Task {
   int retry_count_ = 0;
   int max_retries_ = 3;
   std::stop_token stop_;
+  std::shared_ptr<detail::TaskReports> reports_;  // set by the consumer for a tracked task
+  friend struct detail::TaskAccess;
 };
 
 }  // namespace streamq

@@ -14,7 +14,7 @@ namespace {
 constexpr Millis kRetryMax{2000};  // longest wait before a refused write is tried again
 
 /// How one completion is written.
-enum class Write { ack, move, replace, orphan, none };
+enum class Write { ack, done, move, replace, orphan, none };
 
 /// The pipeline of one flush and where each completion's reply is.
 struct Plan {
@@ -194,7 +194,7 @@ void Completer::flush(std::vector<Completion>& batch) {
     std::vector<const UniqueLock*> locks;
     std::vector<std::size_t> members;
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i].outcome != Outcome::ack || batch[i].key.stream != stream) continue;
+      if (batch[i].outcome != Outcome::ack || batch[i].tracked || batch[i].key.stream != stream) continue;
       if (fate[i].orphan_id.empty()) {
         ids.push_back(batch[i].key.id);
       } else {
@@ -217,8 +217,20 @@ void Completer::flush(std::vector<Completion>& batch) {
   // Everything else: one script call each.
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const Completion& c = batch[i];
-    if (c.outcome == Outcome::ack) continue;
+    if (c.outcome == Outcome::ack && !c.tracked) continue;
     const QueueKeys& keys = s_.keys(c.key.stream);
+    if (c.outcome == Outcome::ack) {
+      // A tracked task's success: the ack, its record and its event in one script.
+      Argv argv = scripts_.begin(ScriptId::done, 2);
+      argv.add(keys.stream).add(keys.dlq).add(group).add(c.key.id).add(s_.opt.stream);
+      argv.add(c.result ? "1" : "0").add(c.result ? std::string_view(*c.result) : std::string_view());
+      argv.add(fate[i].orphan_id).add(c.unique.key);
+      for (const auto& [k, v] : c.fields) argv.add(k).add(v);
+      plan.write[i] = Write::done;
+      plan.reply[i] = plan.argvs.size();
+      plan.add(std::move(argv), ScriptId::done);
+      continue;
+    }
     if (c.outcome == Outcome::orphan) {
       // Moot once the entry is no longer held, or when its own completion is in this batch.
       const bool moot = !fate[i].held || std::any_of(batch.begin(), batch.end(), [&](const Completion& o) {
@@ -252,9 +264,9 @@ void Completer::flush(std::vector<Completion>& batch) {
     }
     if (c.outcome == Outcome::retry && c.delay.count() > 0) {
       // Due by the server's clock; it goes back to the stream it came from (its priority).
-      append_delayed_retry(argv, c.delay, new_uuid_v4(), keys.stream, c.fields);
+      append_delayed_retry(argv, c.delay, new_uuid_v4(), keys.stream, s_.opt.stream, c.fields, c.attempted);
     } else if (c.outcome == Outcome::retry) {
-      append_retry(argv, c.fields);
+      append_retry(argv, s_.opt.stream, c.fields);
     } else {
       // A dead letter releases the task's unique lock (lib/fate.lua), except a provisional
       // record of an entry whose handler runs: its own completion decides (a retry keeps the
@@ -314,7 +326,7 @@ void Completer::flush(std::vector<Completion>& batch) {
       continue;
     }
     const ReplyView v = replies[plan.reply[i]].view();
-    if (plan.write[i] == Write::ack) {
+    if (plan.write[i] == Write::ack || plan.write[i] == Write::done) {
       ++done;
       finished.push_back(c.key);
     } else if (v.is_integer()) {

@@ -12,6 +12,7 @@
 #include "retry_policy.hpp"
 #include "scripts.hpp"
 #include "streamq/errors.hpp"
+#include "task_reports.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -109,6 +110,29 @@ Millis rate_wait(const Shared& s, std::string_view type, const RateLimit& rate,
   return Millis(r.view().check().integer());
 }
 
+/// What the tracking scripts need of a task's fields: its id, type and retention.
+Fields tracking_fields(const Task& task, std::string_view retention) {
+  return {{std::string(field::task_id), task.id()},
+          {std::string(field::task_type), task.type()},
+          {std::string(field::retention), std::string(retention)}};
+}
+
+/// A tracked task starts: its record says running (running.lua). A failure to write that is
+/// logged, not fatal: the task runs, and its completion writes its fate all the same.
+void mark_running(const Shared& s, const Work& w, const Fields& tracking, std::unique_ptr<Channel>& ch) {
+  try {
+    if (!ch) ch = std::make_unique<Channel>(s.connection);
+    Argv argv = ch->scripts.begin(ScriptId::running, 1);
+    argv.add(s.keys(w.key.stream).stream).add(s.opt.group).add(s.opt.consumer_name).add(w.key.id);
+    argv.add(s.opt.stream);
+    for (const auto& [k, v] : tracking) argv.add(k).add(v);
+    ch->scripts.call(ScriptId::running, argv).view().check();
+  } catch (const std::exception& e) {
+    ch.reset();
+    log(LogLevel::warning, "entry " + w.key.id + ": its record could not be marked running: " + e.what());
+  }
+}
+
 }  // namespace
 
 Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) {
@@ -125,7 +149,7 @@ Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) 
   if (auto* why = std::get_if<std::string>(&decoded)) {
     return dead_letter(s, w.key, w.fields, reason::malformed, std::move(*why));
   }
-  const Task& task = std::get<Task>(decoded);
+  Task& task = std::get<Task>(decoded);
   const Handler* handler = &s.fallback;
   const HandlerOptions* options = nullptr;
   if (auto it = s.handlers.find(task.type()); it != s.handlers.end()) {
@@ -150,6 +174,14 @@ Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) 
     }
     if (wait.count() > 0) return put_back(w, wait);
   }
+  std::shared_ptr<TaskReports> reports;
+  Fields tracking;
+  if (const auto retention = task.field(field::retention)) {
+    tracking = tracking_fields(task, *retention);
+    mark_running(s, w, tracking, channel);
+    reports = std::make_shared<TaskReports>(s, channel, s.opt.stream, task.id());
+    TaskAccess::attach(task, reports);
+  }
   Attempt attempt{AttemptResult::succeeded, task.retry_count(), task.max_retries()};
   std::string error;
   std::optional<Millis> retry_after;
@@ -173,12 +205,18 @@ Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) 
     attempt.result = AttemptResult::failed;
     error = "unknown exception";
   }
+  std::optional<std::string> result = reports ? reports->close() : std::nullopt;
   const Decision d = decide(attempt);
   switch (d.verdict) {
     case Verdict::ack: {
       Completion done{w.key, Outcome::ack, {}};
       if (const auto unique = task.field(field::unique_key); unique && !unique->empty()) {
         done.unique = UniqueLock{unique_lock_key(s.opt.stream, *unique), task.id()};
+      }
+      if (reports) {
+        done.tracked = true;
+        done.fields = std::move(tracking);
+        done.result = std::move(result);
       }
       return done;
     }

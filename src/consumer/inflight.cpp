@@ -241,7 +241,7 @@ std::optional<Work> InFlight::finish_and_take(Completion c, bool suspect) {
     it->second.state = State::finished;
     it->second.fields.reset();  // no orphan record from now on; freed on this thread, not the fetcher's
   }
-  if (c.outcome == Outcome::ack && c.unique.key.empty()) {
+  if (c.outcome == Outcome::ack && c.unique.key.empty() && !c.tracked) {
     if (acks_.empty()) acks_since_ = Clock::now();
     acks_.push_back(std::move(c.key));
     if (unacked() == low_water_) room_cv_.notify_all();  // the fetcher may read (and ack) now

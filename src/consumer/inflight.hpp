@@ -84,7 +84,7 @@ struct UniqueLock {
 struct Completion {
   EntryKey key;
   Outcome outcome = Outcome::ack;
-  Fields fields{};  // retry: the copy to write
+  Fields fields{};  // retry: the copy to write; a tracked ack: its tracking fields (below)
   // dead_letter, orphan: what the dead-letter entry records (src/lua/lib/fate.lua builds it,
   // and releases a unique lock named by the fields read)
   std::shared_ptr<const Fields> read{};  // the fields read (null: none, the body was gone)
@@ -98,6 +98,10 @@ struct Completion {
   // ack: the lock to release with it. Such successes go to the completer, not the fetcher,
   // so the fetcher's acks (the plain path) carry nothing but their keys.
   UniqueLock unique{};
+  // ack of a tracked task (EnqueueOptions::retention): `fields` holds its task_id, task_type
+  // and retention, `result` what it ended with; the completer writes it with the done script.
+  bool tracked = false;
+  std::optional<std::string> result{};
 };
 
 /// An unstarted entry to hand back at shutdown.

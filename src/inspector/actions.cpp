@@ -218,12 +218,18 @@ ActionResult Inspector::Impl::delete_one(const detail::QueueKeys& keys, const De
       chosen = ids;
     }
     if (chosen.empty()) return;
-    Argv argv{"XDEL", keys.dlq};
-    for (const std::string& id : chosen) argv.add(id);
-    const std::int64_t n = run(argv).view().check().integer();
+    const std::int64_t n = forget(keys, chosen);
     result.done += n;
     result.skipped += static_cast<std::int64_t>(chosen.size()) - n;
   });
+}
+
+std::int64_t Inspector::Impl::forget(const detail::QueueKeys& keys, const std::vector<std::string>& ids) {
+  Argv argv = scripts.begin(detail::ScriptId::forget, 1);
+  argv.add(keys.dlq).add(keys.stream);
+  for (const std::string& id : ids) argv.add(id);
+  connected();
+  return scripts.call(detail::ScriptId::forget, argv).view().check().integer();
 }
 
 std::int64_t Inspector::purge_dead(const std::string& queue) {
@@ -234,17 +240,13 @@ std::int64_t Inspector::purge_dead(const std::string& queue) {
 }
 
 std::int64_t Inspector::Impl::purge_one(const detail::QueueKeys& keys) {
-  std::vector<Argv> argvs;
-  argvs.push_back(Argv{"MULTI"});
-  argvs.push_back(Argv{"XLEN", keys.dlq});
-  argvs.push_back(Argv{"UNLINK", keys.dlq});
-  argvs.push_back(Argv{"EXEC"});
-  const auto r = connected().pipeline(argvs);
-  // A command refused while queueing (NOPERM, say) is the reason, not EXEC's EXECABORT.
-  for (std::size_t i = 0; i < 3; ++i) r[i].view().check();
-  const ReplyView exec = r[3].view().check();
-  if (exec.is_nil() || exec.size() != 2) throw Error("purge: the transaction was not executed");
-  return exec[0].check().integer();
+  // Every dead letter there now, in batches of 500, each with its tracked task's record (see
+  // forget): a record kept "as long as its dead letter" goes with it.
+  return each_dead(keys, {}, {},
+                   [&](const std::vector<std::string>& ids, ActionResult& result) {
+                     result.done += forget(keys, ids);
+                   })
+      .done;
 }
 
 std::optional<std::string> Inspector::run_now(const std::string& queue, const std::string& task_id) {

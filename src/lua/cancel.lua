@@ -11,7 +11,10 @@
 -- One script: the pending check and the XDEL do not interleave with a consumer's read.
 -- A cancelled task is finished: its uniqueness lock (unique_key) is released while it still
 -- holds this task's id, as a dead letter does (lib/unique.lua).
+-- A tracked task's record says cancelled (lib/track.lua).
+-- @include lib/clock.lua
 -- @include lib/unique.lua
+-- @include lib/track.lua
 local found = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
 if #found == 0 then return {'missing'} end
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
@@ -29,4 +32,5 @@ elseif #p > 0 then
 end
 redis.call('XDEL', KEYS[1], ARGV[2])
 release_unique(ARGV[3], found[1][2], 1)
+track_state(ARGV[3], found[1][2], 1, 'cancelled', 'cancelled')
 return {'cancelled'}

@@ -34,8 +34,11 @@
 -- again for the ones behind it) writes nothing either, and the producer sends them again in
 -- order: what a batch wrote is always a prefix of it, in order. The mark expires a minute
 -- after its last use.
+-- A tracked task (its fields hold `retention`, lib/track.lua) gets its record and an
+-- 'enqueued' event in the same call; such tasks come in the 'full' layout.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/track.lua
 local gate = ARGV[1] == 'reject'
 local max_len = tonumber(ARGV[2])
 local mark = nil
@@ -120,6 +123,7 @@ for _ = 1, n do
     redis.call('XADD', dest, 'MAXLEN', '~', max_len, '*', unpack(ARGV, first, last))
   end
   if lock > 0 then redis.call('SET', KEYS[lock], ARGV[first + 1], 'PX', ARGV[i + 4]) end
+  track_new(KEYS[1], ARGV, first, last, due > 0 and 'delayed' or 'queued', due)
   i = last + 1
 end
 return written()

@@ -24,6 +24,7 @@
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/unique.lua
+-- @include lib/track.lua
 -- @include lib/fate.lua
 local stream, dlq, group, me, mode = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local want, min_idle, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])

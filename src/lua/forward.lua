@@ -18,6 +18,7 @@
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/unique.lua
+-- @include lib/track.lua
 -- @include lib/fate.lua
 local now = now_ms()
 local most = tonumber(ARGV[1])
@@ -48,6 +49,7 @@ for i = 1, count do
       failure = r.err
       break
     end
+    track_due(KEYS[4], parts, 4)
   else
     local ok, e = pcall(dead_letter, KEYS[2], {'member', member}, 1, tonumber(ARGV[5]), 'malformed',
                         'a member of ' .. KEYS[1] .. ' that is not a streamq task', ARGV[4], '', ARGV[2],

@@ -12,6 +12,7 @@
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/unique.lua
+-- @include lib/track.lua
 -- @include lib/fate.lua
 local owner = pending_owner(KEYS[1], ARGV[1], ARGV[3])
 if owner == nil then return 0 end

@@ -18,6 +18,7 @@
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/unique.lua
+-- @include lib/track.lua
 -- @include lib/fate.lua
 local known = redis.call('GET', KEYS[3])
 if known then return known end

@@ -15,6 +15,7 @@
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/unique.lua
+-- @include lib/track.lua
 -- @include lib/fate.lua
 local noted = redis.call('GET', KEYS[3]) == ARGV[1]
 local kept = #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) > 0

@@ -6,7 +6,9 @@
 -- and a forwarder moved it, or it was cancelled). One script: the member leaves the set and
 -- its task enters the stream together, so it cannot be moved twice or lost. A member's stream
 -- must be one of the queue's own; one naming another goes to the normal stream, as in forward.
+-- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/track.lua
 local parts = delayed_parts(ARGV[1])
 if not parts or #parts < 5 then
   return redis.error_reply('ERR this member of ' .. KEYS[1] .. ' is not a streamq task; the forwarder dead-letters it')
@@ -16,4 +18,6 @@ local dest = KEYS[2]
 for k = 2, #KEYS do
   if KEYS[k] == parts[3] then dest = parts[3] end
 end
-return redis.call('XADD', dest, '*', unpack(parts, 4))
+local id = redis.call('XADD', dest, '*', unpack(parts, 4))
+track_due(KEYS[2], parts, 4)
+return id

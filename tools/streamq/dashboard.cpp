@@ -640,6 +640,10 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
                            {"sample_interval_s", options.sample_interval},
                            {"sampler_error", sampler.last_error()}};
              }));
+  server.Get("/api/record", read([&](const httplib::Request& req) {
+               const auto r = inspector.record(required_param(req, "name"), required_param(req, "id"));
+               return json{{"record", r ? json::parse(r->to_json()) : json(nullptr)}};
+             }));
   server.Get("/api/tasks", read([&](const httplib::Request& req) {
                const std::string name = required_param(req, "name");
                const auto state = parse_task_state(required_param(req, "state"));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <mutex>
 
 #include "output.hpp"
@@ -11,6 +12,57 @@
 #include "streamq/errors.hpp"
 
 namespace streamq::cli {
+namespace {
+
+/// A Prometheus label value: backslash, double quote and newline escaped.
+std::string prometheus_label(std::string_view v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+/// The events of every queue's tracked tasks since this exporter started, by type: read on
+/// from where the last scrape stopped (at most 10 pages of 10,000 per queue and scrape; a
+/// backlog beyond that is read by the next scrapes).
+class EventCounter {
+ public:
+  void read(Inspector& in, const std::string& queue) {
+    auto [it, fresh] = next_.try_emplace(queue, "$");
+    for (int page = 0; page < 10; ++page) {
+      const Inspector::QueueEvents batch = in.events(queue, it->second, 10000);
+      for (const QueueEvent& e : batch.events) ++counts_[queue][e.event];
+      it->second = batch.next;
+      if (batch.events.size() < 10000) break;
+    }
+    (void)fresh;
+  }
+  /// streamq_events_total{stream, event}: a counter (it starts again with the exporter).
+  std::string exposition() const {
+    std::string text =
+        "# HELP streamq_events_total Events of tracked tasks (EnqueueOptions::retention) since the exporter "
+        "started, by type.\n# TYPE streamq_events_total counter\n";
+    for (const auto& [queue, counts] : counts_) {
+      for (const auto& [event, n] : counts) {
+        text += "streamq_events_total{stream=\"" + prometheus_label(queue) + "\",event=\"" +
+                prometheus_label(event) + "\"} " + std::to_string(n) + "\n";
+      }
+    }
+    return text;
+  }
+
+ private:
+  std::map<std::string, std::string> next_;  // per queue: where to read on
+  std::map<std::string, std::map<std::string, std::uint64_t>> counts_;
+};
+
+}  // namespace
 
 int serve_exporter(const InspectorOptions& inspector_options, const ServeOptions& options) {
   const auto [host, port] = split_listen(options.listen);
@@ -20,6 +72,7 @@ int serve_exporter(const InspectorOptions& inspector_options, const ServeOptions
   }
   Inspector inspector(inspector_options);
   std::mutex mutex;  // one Inspector, one connection: scrapes take turns
+  EventCounter events;
   httplib::Server server;
   if (is_loopback(host)) {
     // On a loopback address a browser on this machine can reach it: a web page whose name was
@@ -41,8 +94,11 @@ int serve_exporter(const InspectorOptions& inspector_options, const ServeOptions
     int up = 1;
     try {
       std::vector<QueueStats> all;
-      for (const QueueInfo& q : inspector.queues()) all.push_back(inspector.stats(q.name));
-      text = to_prometheus(all);
+      for (const QueueInfo& q : inspector.queues()) {
+        all.push_back(inspector.stats(q.name));
+        events.read(inspector, q.name);
+      }
+      text = to_prometheus(all) + events.exposition();
     } catch (const Error& e) {
       up = 0;
       text.clear();

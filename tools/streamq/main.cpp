@@ -162,20 +162,49 @@ int cmd_tasks(const Global& g, const std::string& queue, TaskQuery q, bool all) 
   }
 }
 
+/// A record's rows: state, attempts, times, worker, error, result, progress.
+void add_record_rows(Table& table, const TaskRecord& r) {
+  const auto time = [](const std::optional<std::chrono::system_clock::time_point>& t) {
+    return t ? std::to_string(
+                   std::chrono::duration_cast<std::chrono::milliseconds>(t->time_since_epoch()).count())
+             : std::string("-");
+  };
+  table.add({"record.state", std::string(to_string(r.state))});
+  table.add({"record.attempts", std::to_string(r.attempts)});
+  table.add({"record.enqueued_at_ms", time(r.enqueued_at)});
+  table.add({"record.started_at_ms", time(r.started_at)});
+  table.add({"record.finished_at_ms", time(r.finished_at)});
+  if (r.due_at) table.add({"record.due_at_ms", time(r.due_at)});
+  if (!r.worker.empty()) table.add({"record.worker", cell(r.worker, 200)});
+  if (!r.error.empty()) table.add({"record.error", cell(r.error, 200)});
+  if (!r.reason.empty()) table.add({"record.reason", cell(r.reason, 200)});
+  if (r.progress) table.add({"record.progress", cell(*r.progress, 200)});
+  if (r.result) table.add({"record.result", cell(*r.result, 200)});
+}
+
 int cmd_task(const Global& g, const std::string& queue, const std::string& id) {
   Inspector in(g.inspector());
   const auto t = in.task(queue, id);
-  if (!t) {
+  // A tracked task's record, by its task id (also once it finished and left every stream).
+  const std::string task_id = t && !t->task_id().empty() ? std::string(t->task_id()) : id;
+  const auto record = in.record(queue, task_id);
+  if (!t && !record) {
     std::cerr << "streamq: no task " << id << " in " << queue << "\n";
     return not_found;
   }
   if (g.json()) {
-    std::cout
-        << nlohmann::json::parse(t->to_json()).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-        << "\n";
+    nlohmann::json doc = t ? nlohmann::json::parse(t->to_json()) : nlohmann::json::object();
+    if (record) doc["record"] = nlohmann::json::parse(record->to_json());
+    std::cout << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return ok;
   }
   Table table({"FIELD", "VALUE"});
+  if (!t) {
+    table.add({"state", "finished (in no stream of the queue)"});
+    add_record_rows(table, *record);
+    std::cout << table.str();
+    return ok;
+  }
   table.add({"state", std::string(to_string(t->state))});
   table.add({"level", std::string(to_string(t->level))});
   table.add({"key", cell(t->key, 200)});
@@ -187,8 +216,39 @@ int cmd_task(const Global& g, const std::string& queue, const std::string& id) {
   }
   if (t->state == TaskState::delayed) table.add({"due_ms", std::to_string(t->due_ms)});
   for (const auto& [k, v] : t->fields) table.add({cell(k, 40), cell(v, 200)});
+  if (record) add_record_rows(table, *record);
   std::cout << table.str();
   return ok;
+}
+
+/// streamq events: the queue's events from `from` ("$": new ones), followed until Ctrl-C, or
+/// until `count` were printed (> 0).
+int cmd_events(const Global& g, const std::string& queue, const std::string& from, long count) {
+  Inspector in(g.inspector());
+  std::string after = from;
+  long printed = 0;
+  while (!interrupted.load()) {
+    const Inspector::QueueEvents batch = in.events(queue, after, 100, std::chrono::milliseconds(500));
+    for (const QueueEvent& e : batch.events) {
+      if (g.json()) {
+        nlohmann::ordered_json j = {
+            {"id", e.id},
+            {"event", e.event},
+            {"task_id", e.task_id},
+            {"at_ms",
+             std::chrono::duration_cast<std::chrono::milliseconds>(e.at.time_since_epoch()).count()}};
+        for (const auto& [k, v] : e.fields) j[k] = v;
+        std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
+      } else {
+        std::string line = e.id + " " + e.event + " " + cell(e.task_id, 64);
+        for (const auto& [k, v] : e.fields) line += " " + cell(k, 40) + "=" + cell(v, 80);
+        std::cout << line << std::endl;
+      }
+      if (count > 0 && ++printed >= count) return ok;
+    }
+    after = batch.next;
+  }
+  return aborted;
 }
 
 int report_action(const Global& g, const char* verb, const ActionResult& r) {
@@ -367,7 +427,8 @@ int run(int argc, char** argv) {
   tasks->add_option("--cursor", cursor, "continue where the previous page ended");
   tasks->add_flag("--all", all_pages, "every page, printed as they come");
 
-  auto* task = app.add_subcommand("task", "one task by entry id or task_id");
+  auto* task =
+      app.add_subcommand("task", "one task by entry id or task_id, with its record if it is tracked");
   task->add_option("queue", queue, "the queue")->required();
   task->add_option("id", id,
                    "entry id (<ms>-<seq>; <partition>/<ms>-<seq> in a partitioned queue) or task_id")
@@ -448,6 +509,16 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   enqueue->add_option("--partition-key", eo.partition_key, "tasks with one key go to one partition");
 
+  std::string events_from = "$";
+  long events_count = 0;
+  auto* events = app.add_subcommand("events", "follow the events of the queue's tracked tasks (Ctrl-C ends)");
+  events->add_option("queue", queue, "the queue")->required();
+  events
+      ->add_option("--from", events_from, "start after this event id (0: from the oldest kept; $: new ones)")
+      ->capture_default_str();
+  events->add_option("--count", events_count, "stop after this many events (0: follow until Ctrl-C)")
+      ->check(CLI::NonNegativeNumber);
+
   auto* pause =
       app.add_subcommand("pause", "workers stop taking new tasks of the queue (running ones finish)");
   pause->add_option("queue", queue, "the queue")->required();
@@ -503,6 +574,7 @@ int run(int argc, char** argv) {
       return cmd_tasks(g, queue, q, all_pages);
     }
     if (*task) return cmd_task(g, queue, id);
+    if (*events) return cmd_events(g, queue, events_from == "0" ? "0-0" : events_from, events_count);
     if (*dlq_list) {
       Inspector in(g.inspector());
       const TaskPage page = in.tasks(

@@ -7,7 +7,9 @@
 -- recorded in `fields_dropped` (unpack() cannot pass the ~8,000 values one XADD of more
 -- would take). Then come error, failed_at, original_id, consumer and reason.
 -- A dead-lettered task is finished: its uniqueness lock is released (release_unique() of
--- lib/unique.lua, which a script includes before this file; queue '' leaves it alone).
+-- lib/unique.lua, which a script includes before this file; queue '' leaves it alone), and a
+-- tracked one's record says dead (lib/track.lua, included before this file too; queue ''
+-- leaves it alone: a provisional record, whose task still runs).
 local function dead_letter(dlq, fields, first, max_fields, reason, err, failed_at, original_id, consumer, queue)
   local meta = {'error', err, 'failed_at', failed_at, 'original_id', original_id,
                 'consumer', consumer, 'reason', reason}
@@ -32,25 +34,44 @@ local function dead_letter(dlq, fields, first, max_fields, reason, err, failed_a
   for _, v in ipairs(meta) do args[#args + 1] = v end
   local id = redis.call('XADD', dlq, '*', unpack(args))
   release_unique(queue, fields, first)
+  track_state(queue, fields, first, 'dead', 'dead', {'error', err, 'reason', reason})
   return id
+end
+
+-- fate_error(fields, first): a retry copy's last_error.
+local function fate_error(fields, first)
+  for i = first, #fields - 1, 2 do
+    if fields[i] == 'last_error' then return fields[i + 1] end
+  end
+  return ''
 end
 
 -- write_fate(dest, first, original_id, consumer) writes the fate that ARGV[first..] describes
 -- and returns the new entry's id, or 'delayed':
---   'retry', then the retry copy's fields: XADD to dest (the stream);
---   'delay', the delay in ms, a nonce, the stream to go to when due, then the retry copy's
---   fields: a member of dest (the delayed set) due that long from the server's now (the
---   script must include lib/clock.lua and lib/delayed.lua before this library);
+--   'retry', queue, then the retry copy's fields: XADD to dest (the stream);
+--   'delay', the delay in ms, a nonce, the stream to go to when due, queue, then the retry
+--   copy's fields: a member of dest (the delayed set) due that long from the server's now
+--   (the script must include lib/clock.lua and lib/delayed.lua before this library);
+--   'hold', as 'delay', for a task put back unrun (a rate limit): no retry, no failure;
 --   'dead_letter', reason, error, failed_at, max_fields, queue (the stream name whose unique
 --   lock to release, '' for none), then the fields read: a dead-letter entry in dest (the
 --   dead-letter stream), built by dead_letter() above.
+-- `queue` is the queue's stream: a tracked task's record there says what became of it.
 local function write_fate(dest, first, original_id, consumer)
   if ARGV[first] == 'retry' then
-    return redis.call('XADD', dest, '*', unpack(ARGV, first + 1))
+    local id = redis.call('XADD', dest, '*', unpack(ARGV, first + 2))
+    track_state(ARGV[first + 1], ARGV, first + 2, 'retrying', 'retry', {'error', fate_error(ARGV, first + 2)})
+    return id
   end
-  if ARGV[first] == 'delay' then
+  if ARGV[first] == 'delay' or ARGV[first] == 'hold' then
     local due = now_ms() + tonumber(ARGV[first + 1])
-    redis.call('ZADD', dest, due, delayed_member(ARGV[first + 2], ARGV[first + 3], ARGV, first + 4, #ARGV))
+    redis.call('ZADD', dest, due, delayed_member(ARGV[first + 2], ARGV[first + 3], ARGV, first + 5, #ARGV))
+    if ARGV[first] == 'hold' then
+      track_state(ARGV[first + 4], ARGV, first + 5, 'delayed', nil, {'due_at', due})
+    else
+      track_state(ARGV[first + 4], ARGV, first + 5, 'retrying', 'retry',
+                  {'error', fate_error(ARGV, first + 5), 'due_at', due})
+    end
     return 'delayed'
   end
   return dead_letter(dest, ARGV, first + 6, tonumber(ARGV[first + 4]), ARGV[first + 1],

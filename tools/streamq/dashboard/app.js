@@ -201,12 +201,38 @@ async function act(action, body, question) {
   return done;
 }
 
-function showDetail(task) {
-  setText('detail-title', task.id);
-  setText('detail', JSON.stringify(task, null, 2));
+function showDetail(title, value) {
+  setText('detail-title', title);
+  setText('detail', JSON.stringify(value, null, 2));
   const box = document.getElementById('detail-box');
   box.hidden = false;
   box.scrollIntoView();
+}
+
+/** A task's entry, and the record of a tracked one (its state, attempts, progress, result). */
+async function showTask(task) {
+  const f = task.fields || {};
+  if (!f.retention || !f.task_id) return showDetail(task.id, task);
+  try {
+    const r = await get(`/api/record?name=${encodeURIComponent(queue)}&id=${encodeURIComponent(f.task_id)}`);
+    showDetail(task.id, Object.assign({}, task, {record: r.record}));
+  } catch (e) {
+    showDetail(task.id, Object.assign({}, task, {record_error: e.message}));
+  }
+}
+
+/** The record of a tracked task by its task id (also once it finished and left the queue). */
+async function lookUp(event) {
+  event.preventDefault();
+  const id = document.getElementById('lookup-id').value.trim();
+  if (!id) return;
+  try {
+    const r = await get(`/api/record?name=${encodeURIComponent(queue)}&id=${encodeURIComponent(id)}`);
+    if (!r.record) return notice(`no record of task ${id} (not tracked, or its retention passed)`, true);
+    showDetail(id, r.record);
+  } catch (e) {
+    notice(`look up: ${e.message}`, true);
+  }
 }
 
 // State -> its own columns: [heading, value of a task].
@@ -232,7 +258,7 @@ function taskRow(table, task) {
     box.onchange = () => (box.checked ? table.selected.add(ref) : table.selected.delete(ref));
     cells.push(el('td', {}, box));
   }
-  const open = button(task.id, () => showDetail(task), 'link');
+  const open = button(task.id, () => showTask(task), 'link');
   open.dataset.entry = task.id;
   cells.push(
     el('td', {}, open),
@@ -304,6 +330,7 @@ function startQueue() {
   document.getElementById('replay-all').onclick = () =>
     act('replay', {all: true}, `Replay all ${document.getElementById('stat-dead').textContent} dead letters of ${queue}?`);
   document.getElementById('detail-close').onclick = () => { document.getElementById('detail-box').hidden = true; };
+  document.getElementById('lookup').onsubmit = lookUp;
   for (const section of document.querySelectorAll('section.tasks')) tables.push(taskTable(section));
   const dead = tables.find((t) => t.state === 'dead');
   const selected = () => [...dead.selected];

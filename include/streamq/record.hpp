@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+// What happens to a task after a worker takes it: its state record (kept for tasks enqueued
+// with a Retention) and the events of its queue.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "streamq/errors.hpp"
+#include "streamq/options.hpp"
+
+namespace streamq {
+
+/// The state record of a tracked task (Producer::wait, Inspector::record).
+struct TaskRecord {
+  enum class State {
+    queued,     ///< in its stream, not started yet
+    delayed,    ///< in the delayed set, waiting for its due time
+    running,    ///< a worker started it (if that worker died, until another reclaims it)
+    retrying,   ///< an attempt failed; the retry waits (in the delayed set or its stream)
+    done,       ///< its handler returned
+    dead,       ///< dead-lettered
+    cancelled,  ///< cancelled before it ran
+  };
+  std::string task_id;
+  std::string task_type;
+  State state = State::queued;
+  /// Handler starts so far (each attempt, and each run again after a worker died).
+  std::int64_t attempts = 0;
+  /// The server's clock.
+  std::optional<std::chrono::system_clock::time_point> enqueued_at{};
+  std::optional<std::chrono::system_clock::time_point> started_at{};
+  std::optional<std::chrono::system_clock::time_point> finished_at{};
+  /// Retrying, delayed: when it is due.
+  std::optional<std::chrono::system_clock::time_point> due_at{};
+  /// The consumer that started it last.
+  std::string worker;
+  /// The last failure's error (retrying, dead), and a dead task's reason (max_retries, ...).
+  std::string error;
+  std::string reason;
+  /// What the handler returned (Task::set_result), or last wrote while it ran
+  /// (Task::write_partial_result); unset when nothing was.
+  std::optional<std::string> result{};
+  /// What it reported last (Task::set_progress), as JSON text.
+  std::optional<std::string> progress{};
+  /// The stream whose record it is (a partition's, in a partitioned queue).
+  std::string queue;
+
+  /// Whether it is done, dead or cancelled.
+  bool finished() const noexcept {
+    return state == State::done || state == State::dead || state == State::cancelled;
+  }
+  /// The result parsed as JSON. @throws nlohmann::json::parse_error when it is not JSON,
+  ///   std::out_of_range when there is none.
+  nlohmann::json result_json() const;
+  /// A JSON object of every field (times as ms since the Unix epoch; bytes that are not UTF-8
+  /// replaced).
+  std::string to_json() const;
+};
+
+/// "queued", "delayed", "running", "retrying", "done", "dead" or "cancelled".
+std::string_view to_string(TaskRecord::State s) noexcept;
+std::optional<TaskRecord::State> parse_record_state(std::string_view s) noexcept;
+
+/// One entry of a queue's events stream (`<stream>:events`, about the last 10,000 changes of
+/// its tracked tasks).
+struct QueueEvent {
+  /// The entry's id; pass it back to read on after it.
+  std::string id;
+  /// enqueued, started, progress, retry, done, dead or cancelled.
+  std::string event;
+  std::string task_id;
+  /// When (the server's clock).
+  std::chrono::system_clock::time_point at{};
+  /// The event's other fields, in order (state, attempt, worker, error, reason, progress, ...).
+  std::vector<std::pair<std::string, std::string>> fields;
+  /// The stream it was read from (a partition's, in a partitioned queue).
+  std::string queue;
+};
+
+/// Producer::wait: the task ended dead or cancelled. what() says which, with its last error;
+/// record() is its record.
+class TaskFailedError : public Error {
+ public:
+  TaskFailedError(const std::string& what, TaskRecord record) : Error(what), record_(std::move(record)) {}
+  const TaskRecord& record() const noexcept { return record_; }
+
+ private:
+  TaskRecord record_;
+};
+
+/// Producer::wait: the task did not finish within the time given, or no record of it was found
+/// (it was not enqueued with a Retention, its record expired, or it is another queue's).
+/// record() is its record as last read, when there is one.
+class WaitTimeoutError : public Error {
+ public:
+  WaitTimeoutError(const std::string& what, std::optional<TaskRecord> record)
+      : Error(what), record_(std::move(record)) {}
+  const std::optional<TaskRecord>& record() const noexcept { return record_; }
+
+ private:
+  std::optional<TaskRecord> record_;
+};
+
+}  // namespace streamq

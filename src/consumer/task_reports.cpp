@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: MIT
+#include "task_reports.hpp"
+
+#include "keys.hpp"
+#include "log.hpp"
+#include "scripts.hpp"
+
+namespace streamq {
+
+namespace detail {
+
+TaskReports::TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::string queue,
+                         std::string task_id)
+    : s_(s),
+      channel_(channel),
+      queue_(std::move(queue)),
+      task_id_(std::move(task_id)),
+      key_(task_key(queue_, task_id_)) {}
+
+void TaskReports::set_result(std::string bytes) {
+  std::lock_guard lock(mutex_);
+  if (open_) result_ = std::move(bytes);
+}
+
+bool TaskReports::write(std::string_view what, std::string value) {
+  std::lock_guard lock(mutex_);
+  if (!open_) return false;
+  if (what == "result") result_ = value;
+  try {
+    if (!channel_) channel_ = std::make_unique<Channel>(s_.connection);
+    Argv argv = channel_->scripts.begin(ScriptId::report, 1);
+    argv.add(key_).add(queue_).add(what).add(value).add(task_id_);
+    return channel_->scripts.call(ScriptId::report, argv).view().check().integer() == 1;
+  } catch (const std::exception& e) {
+    channel_.reset();  // rebuilt on the next need
+    log(LogLevel::warning, "task " + task_id_ + ": its " + std::string(what) + " could not be written: " + e.what());
+    return false;
+  }
+}
+
+std::optional<std::string> TaskReports::close() {
+  std::lock_guard lock(mutex_);
+  open_ = false;
+  return std::move(result_);
+}
+
+}  // namespace detail
+
+bool Task::tracked() const noexcept { return reports_ != nullptr; }
+
+void Task::set_result(std::string bytes) const {
+  if (reports_) reports_->set_result(std::move(bytes));
+}
+
+bool Task::write_partial_result(std::string bytes) const {
+  return reports_ && reports_->write("result", std::move(bytes));
+}
+
+bool Task::set_progress(const nlohmann::json& progress) const {
+  return reports_ && reports_->write("progress", progress.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+}  // namespace streamq

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: MIT
+// What a running tracked task sends about itself (Task::set_result, write_partial_result,
+// set_progress): the final result, kept for its completion, and the reports written at once
+// (report.lua) on its handler thread's connection. Closed when the handler returns, so a copy
+// of the Task kept past that writes nothing.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "executor.hpp"
+#include "shared.hpp"
+
+namespace streamq::detail {
+
+class TaskReports {
+ public:
+  /// `channel` is the handler thread's (made on first need); `queue` the partition's stream.
+  TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::string queue, std::string task_id);
+
+  void set_result(std::string bytes);
+  /// Writes `value` as the record's `what` ("progress" or "result") now; see Task.
+  bool write(std::string_view what, std::string value);
+  /// After the handler returned: no more writes; the result it ends with, if one was set.
+  std::optional<std::string> close();
+
+ private:
+  const Shared& s_;
+  std::unique_ptr<Channel>& channel_;
+  const std::string queue_;
+  const std::string task_id_;
+  const std::string key_;
+  std::mutex mutex_;
+  std::optional<std::string> result_;
+  bool open_ = true;
+};
+
+/// Attaches reports to a Task (Task's private member).
+struct TaskAccess {
+  static void attach(Task& task, std::shared_ptr<TaskReports> reports) { task.reports_ = std::move(reports); }
+};
+
+}  // namespace streamq::detail

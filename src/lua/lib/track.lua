@@ -1,0 +1,123 @@
+-- lib/track.lua: the state record and the events of a tracked task (EnqueueOptions::retention).
+-- A task is tracked when its fields hold `retention` ("<done ms> <dead ms>": how long its
+-- record stays once done, or dead; -1 = for as long as its dead letter). Its record is the hash
+-- <queue>:task:<task_id> (queue = the queue's stream, so it shares the queue's hash tag):
+--   state        queued | delayed | running | retrying | done | dead | cancelled
+--   type         task_type
+--   attempts     handler starts so far
+--   enqueued_at, started_at, finished_at   ms since the Unix epoch, the server's clock
+--   worker       the consumer that started it last
+--   error, reason   the last failure's error; a dead task's reason
+--   result       what the handler returned (or wrote while it ran)
+--   progress     what it reported last (Task::set_progress)
+--   done_ms, dead_ms   the retention, as the task carries it
+-- and every change of state is an entry of the capped stream <queue>:events (event, task_id,
+-- at, and per event: attempts, error, reason, result, progress). Both are written by the
+-- script that decides the change, so the record never disagrees with where the task is.
+-- The keys are built here from the queue's name (they are not among the scripts' KEYS): they
+-- share the queue's hash tag, so they are in the script's slot. A script including this file
+-- includes lib/clock.lua before it.
+
+local EVENTS_MAX = 10000 -- <queue>:events keeps about this many (XADD MAXLEN ~)
+local FINAL = {done = true, dead = true, cancelled = true}
+
+-- tracked(fields, first, last): the task's id and its retention (done ms, dead ms) when the
+-- fields fields[first], fields[first + 1], ... up to fields[last] (name, value pairs; last
+-- defaults to the end) hold both; else nil.
+local function tracked(fields, first, last)
+  local id, retention = nil, nil
+  for i = first, (last or #fields) - 1, 2 do
+    if fields[i] == 'task_id' then
+      id = fields[i + 1]
+    elseif fields[i] == 'retention' then
+      retention = fields[i + 1]
+    end
+  end
+  if not id or not retention then return nil end
+  local done_ms, dead_ms = string.match(retention, '^(%-?%d+) (%-?%d+)$')
+  if not done_ms then return nil end
+  return id, tonumber(done_ms), tonumber(dead_ms)
+end
+
+local function task_type_of(fields, first, last)
+  for i = first, (last or #fields) - 1, 2 do
+    if fields[i] == 'task_type' then return fields[i + 1] end
+  end
+  return ''
+end
+
+-- track_event(queue, event, id, now, pairs): one entry of <queue>:events.
+local function track_event(queue, event, id, now, pairs)
+  local args = {queue .. ':events', 'MAXLEN', '~', EVENTS_MAX, '*', 'event', event, 'task_id', id, 'at', now}
+  for _, v in ipairs(pairs or {}) do args[#args + 1] = v end
+  redis.call('XADD', unpack(args))
+end
+
+-- track_ttl(key, ms): the record stays `ms` more (0: it goes now; < 0: it stays).
+local function track_ttl(key, ms)
+  if ms == 0 then
+    redis.call('DEL', key)
+  elseif ms > 0 then
+    redis.call('PEXPIRE', key, ms)
+  else
+    redis.call('PERSIST', key)
+  end
+end
+
+-- track_new(queue, fields, first, last, state, due): a task enters the queue (enqueue, replay):
+-- its record starts afresh, as `state` (queued or delayed, due at `due` ms), and an 'enqueued'
+-- event says so.
+-- A record of the same task id that is not final (a task enqueued again under its id while
+-- the first still runs) keeps its attempts.
+local function track_new(queue, fields, first, last, state, due)
+  local id, done_ms, dead_ms = tracked(fields, first, last)
+  if not id then return end
+  local key = queue .. ':task:' .. id
+  local now = now_ms()
+  local old = redis.call('HGET', key, 'state')
+  if old and FINAL[old] then redis.call('DEL', key) end
+  redis.call('HSET', key, 'state', state, 'type', task_type_of(fields, first, last), 'enqueued_at', now,
+             'done_ms', done_ms, 'dead_ms', dead_ms)
+  redis.call('HSETNX', key, 'attempts', 0)
+  if due and due > 0 then redis.call('HSET', key, 'due_at', due) end
+  redis.call('PERSIST', key)
+  track_event(queue, 'enqueued', id, now, {'state', state})
+end
+
+-- track_due(queue, fields, first): a delayed task went to its stream (due, or run now): its
+-- record says queued, unless it waits as a retry (it stays retrying until it starts).
+local function track_due(queue, fields, first)
+  local id = tracked(fields, first)
+  if not id then return end
+  local key = queue .. ':task:' .. id
+  if redis.call('HGET', key, 'state') == 'delayed' then redis.call('HSET', key, 'state', 'queued') end
+end
+
+-- track_state(queue, fields, first, state, event, pairs, kept): a tracked task moves on: its
+-- record takes `state` and the field/value `pairs`, and `event` (when not nil) is written with
+-- them; `kept` (pairs too) goes to the record only (a result: the events stay small). A final
+-- state starts the record's retention and sets finished_at. Returns the record's key (nil:
+-- not tracked; queue '' is never tracked).
+local function track_state(queue, fields, first, state, event, pairs, kept)
+  if not queue or queue == '' then return nil end
+  local id, done_ms, dead_ms = tracked(fields, first)
+  if not id then return nil end
+  local key = queue .. ':task:' .. id
+  local now = now_ms()
+  local args = {'HSET', key, 'state', state, 'type', task_type_of(fields, first), 'done_ms', done_ms, 'dead_ms',
+                dead_ms}
+  if FINAL[state] then
+    args[#args + 1] = 'finished_at'
+    args[#args + 1] = now
+  end
+  for _, v in ipairs(pairs or {}) do args[#args + 1] = v end
+  for _, v in ipairs(kept or {}) do args[#args + 1] = v end
+  redis.call(unpack(args))
+  if event then track_event(queue, event, id, now, pairs) end
+  if state == 'dead' then
+    track_ttl(key, dead_ms)
+  elseif FINAL[state] then
+    track_ttl(key, done_ms)
+  end
+  return key
+end

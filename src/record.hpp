@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: MIT
+// Reading what lib/track.lua writes: a tracked task's record (a hash) and the entries of a
+// queue's events stream.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "reply.hpp"
+#include "streamq/record.hpp"
+
+namespace streamq::detail {
+
+/// The record held in the hash `v` (an HGETALL reply) of task `task_id` of `queue`; nullopt
+/// when the hash is empty (no such record). Fields it does not know are ignored.
+std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task_id, const std::string& queue);
+
+/// One events stream entry (an element of an XRANGE/XREAD reply: [id, [field, value, ...]]).
+QueueEvent parse_event(const ReplyView& entry, const std::string& queue);
+
+/// Whether an event ends its task (done, dead, cancelled).
+bool is_final_event(std::string_view event) noexcept;
+
+}  // namespace streamq::detail
