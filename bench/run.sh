@@ -47,11 +47,20 @@ batch=" tasks_per_s=$(median "${bat[@]}") peak_rss_mb=$(field peak_rss_mb "$batc
 # Drain against its reference, a bare hiredis loop doing the same Redis work per task
 # (XREADGROUP COUNT 64, XACK + XDEL pipelined with the next read): five interleaved rounds, as
 # both are bound by wake-up latencies that vary more on this machine than throughput does.
-dr=() raw=() lv=()
+dr=() raw=() lv=() tr=()
 for round in 1 2 3 4 5; do
   run preload --stream b:drain --count 200000 >/dev/null
   drain=$(run drain --stream b:drain --count 200000); cli DEL b:drain
   dr+=("$(field tasks_per_s "$drain")")
+  if ((round <= 3)); then
+    # Tracked tasks (EnqueueOptions::retention): a record and events per task. The records
+    # expire a minute after the run: deleted here by pattern, with the events stream.
+    run preload --stream b:tr --count 100000 --tracked 1 >/dev/null
+    tracked=$(run drain --stream b:tr --count 100000 --tracked 1)
+    tr+=("$(field tasks_per_s "$tracked")")
+    redis-cli -p "$port" --scan --pattern 'b:tr:task:*' | xargs -r -n 500 redis-cli -p "$port" DEL >/dev/null
+    cli DEL b:tr b:tr:events
+  fi
   run preload --stream b:raw --count 200000 >/dev/null
   raw+=("$(field tasks_per_s "$(run drain-raw --stream b:raw --count 200000)")"); cli DEL b:raw
   if ((round <= 3)); then
@@ -62,6 +71,9 @@ done
 ref_drain=$(median "${raw[@]}")
 drain=" tasks_per_s=$(median "${dr[@]}") peak_rss_mb=$(field peak_rss_mb "$drain")"
 drain_levels=" tasks_per_s=$(median "${lv[@]}") peak_rss_mb=$(field peak_rss_mb "$levels")"
+drain_tracked=" tasks_per_s=$(median "${tr[@]}") peak_rss_mb=$(field peak_rss_mb "$tracked")"
+wait_rt=$(run wait --stream b:wait --count 2000 --tracked 1); cli DEL b:wait b:wait:events
+progress=$(run progress --stream b:prog --count 20000); cli DEL b:prog b:prog:events
 latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
 retry=$(run retry --stream b:retry --count 50000); cli DEL b:retry
 retry_backoff=$(run retry-backoff --stream b:retryb --count 50000); cli DEL b:retryb b:retryb:delayed
@@ -85,10 +97,14 @@ line enqueue "$enqueue" "$ref_p1"
 line enqueue-batch "$batch" "$ref_p64"
 line drain "$drain" "$ref_drain"
 line drain-3-levels "$drain_levels" "$ref_drain"
+line drain-tracked "$drain_tracked" "$ref_drain"
+line wait-round-trip "$wait_rt" ""
+line set_progress "$progress" ""
 line "latency@5k/s" "$latency" ""
 line retry "$retry" ""
 line retry-backoff "$retry_backoff" ""
 line forward "$forward" ""
 echo
-echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64; drain and drain-3-levels vs drain-raw;"
-echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]})"
+echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64; drain, drain-3-levels and drain-tracked vs drain-raw;"
+echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls (20,000), tasks/s = calls/s;"
+echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]})"

@@ -3,6 +3,7 @@
 //   streamq-bench <scenario> --url URL [--stream S] [--count N] [--batch B] [--rate R]
 //                 [--concurrency C] [--prefetch F]   (consumer scenarios; default: the Consumer's)
 //                 [--partitions P]   (the queue's partitions: producers and consumers alike)
+//                 [--tracked 1]      (tasks enqueued with a Retention: record and events)
 // Scenarios:
 //   enqueue        N single enqueues on one connection
 //   enqueue-batch  N tasks through enqueue_batch in batches of B (default 1000)
@@ -22,6 +23,10 @@
 //                  and is forwarded from there
 //   forward        N delayed tasks all due at one moment: tasks/s the forwarder moves from the
 //                  delayed set to the stream, while the consumer's handlers drain them
+//   wait           N enqueue_and_wait round trips, one after another, with a consumer in the
+//                  same process whose handler returns a result: latency of each round trip
+//   progress       one tracked task whose handler calls Task::set_progress N times: the
+//                  latency of each call
 // Every scenario prints the process's peak RSS (getrusage ru_maxrss).
 #include <sys/resource.h>
 
@@ -58,6 +63,7 @@ struct Args {
   int concurrency = 0;  // 0 = the Consumer's default (at least one thread per partition)
   int prefetch = 0;     // 0 = the Consumer's default
   int partitions = 1;
+  bool tracked = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -82,6 +88,8 @@ Args parse(int argc, char** argv) {
       a.prefetch = std::stoi(v);
     else if (k == "--partitions")
       a.partitions = std::stoi(v);
+    else if (k == "--tracked")
+      a.tracked = v == "1";
     else
       throw std::invalid_argument("unknown flag " + k);
   }
@@ -104,10 +112,13 @@ void report(const Args& a, double seconds, const std::string& extra = "") {
 
 streamq::ProducerOptions producer_options(const Args& a) {
   // max_len above the run's size: the default reject policy stays on, but never refuses here.
-  return {.connection = {.url = a.url},
-          .stream = a.stream,
-          .max_len = std::max(10000L, 2 * a.count),
-          .partitions = a.partitions};
+  streamq::ProducerOptions o{.connection = {.url = a.url},
+                             .stream = a.stream,
+                             .max_len = std::max(10000L, 2 * a.count),
+                             .partitions = a.partitions};
+  // Tracked: a record kept a minute once done (what a caller that waits needs), and events.
+  if (a.tracked) o.retention = streamq::Retention{.done = std::chrono::minutes(1)};
+  return o;
 }
 
 void enqueue_batches(streamq::Producer& p, long count, long batch,
@@ -316,6 +327,44 @@ int scenario_main(const Args& a) {
     run_until(c, finished);
     watch.join();
     report(a, forward_seconds);
+  } else if (a.scenario == "wait") {
+    std::atomic<bool> finished{false};
+    streamq::Consumer c(consumer_options(a));
+    c.on("send_email", [](const streamq::Task& t) { t.set_result(t.payload()); });
+    std::vector<double> latency_us;
+    std::thread caller([&] {
+      streamq::Producer p(producer_options(a));
+      p.enqueue_and_wait("send_email", kPayload, {}, std::chrono::seconds(10));  // warm up
+      for (long i = 0; i < a.count; ++i) {
+        const auto t = Clock::now();
+        p.enqueue_and_wait("send_email", kPayload, {}, std::chrono::seconds(10));
+        latency_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+      }
+      finish(finished);
+    });
+    const auto t = Clock::now();
+    run_until(c, finished);
+    caller.join();
+    report(a, seconds_since(t), percentiles(latency_us));
+  } else if (a.scenario == "progress") {
+    std::atomic<bool> finished{false};
+    streamq::Consumer c(consumer_options(a));
+    std::vector<double> latency_us;
+    double seconds = 0;
+    c.on("send_email", [&](const streamq::Task& task) {
+      const auto start = Clock::now();
+      for (long i = 0; i < a.count; ++i) {
+        const auto t = Clock::now();
+        task.set_progress(i);
+        latency_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+      }
+      seconds = seconds_since(start);
+      finish(finished);
+    });
+    streamq::Producer p(producer_options(a));
+    p.enqueue("send_email", kPayload, {.retention = streamq::Retention{}});
+    run_until(c, finished);
+    report(a, seconds, percentiles(latency_us));
   } else if (a.scenario == "retry" || a.scenario == "retry-backoff") {
     streamq::Producer p(producer_options(a));
     enqueue_batches(p, a.count, a.batch);
@@ -351,8 +400,9 @@ int main(int argc, char** argv) {
     std::cerr
         << "streamq-bench: " << e.what()
         << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|drain-levels|drain-raw|latency|retry"
+        << "|retry-backoff|forward|wait|progress"
         << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C] [--prefetch F]"
-        << " [--partitions P]\n";
+        << " [--partitions P] [--tracked 1]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "streamq-bench: " << e.what() << '\n';

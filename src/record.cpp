@@ -7,8 +7,8 @@
 namespace streamq {
 namespace {
 
-constexpr std::array<std::string_view, 7> kStates = {"queued", "delayed",   "running",  "retrying",
-                                                     "done",   "dead",      "cancelled"};
+constexpr std::array<std::string_view, 7> kStates = {"queued", "delayed", "running",  "retrying",
+                                                     "done",   "dead",    "cancelled"};
 
 std::optional<std::chrono::system_clock::time_point> ms_time(std::string_view text) {
   std::int64_t ms = 0;
@@ -55,7 +55,8 @@ std::string TaskRecord::to_json() const {
 
 namespace detail {
 
-std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task_id, const std::string& queue) {
+std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task_id,
+                                       const std::string& queue) {
   if (!v.is_array() || v.size() == 0) return std::nullopt;
   TaskRecord r;
   r.task_id = std::string(task_id);

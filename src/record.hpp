@@ -16,7 +16,8 @@ namespace streamq::detail {
 
 /// The record held in the hash `v` (an HGETALL reply) of task `task_id` of `queue`; nullopt
 /// when the hash is empty (no such record). Fields it does not know are ignored.
-std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task_id, const std::string& queue);
+std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task_id,
+                                       const std::string& queue);
 
 /// One events stream entry (an element of an XRANGE/XREAD reply: [id, [field, value, ...]]).
 QueueEvent parse_event(const ReplyView& entry, const std::string& queue);

@@ -73,7 +73,8 @@ std::optional<TaskRecord> Waiter::read_record(Connection& conn, const std::strin
   std::vector<std::string> keys;  // the argvs' strings
   keys.reserve(queues.size());
   std::vector<Argv> argvs;
-  for (const std::size_t q : queues) argvs.push_back(Argv{"HGETALL", keys.emplace_back(task_key(queues_[q], task_id))});
+  for (const std::size_t q : queues)
+    argvs.push_back(Argv{"HGETALL", keys.emplace_back(task_key(queues_[q], task_id))});
   const std::vector<Reply> replies = conn.pipeline(argvs);
   for (std::size_t i = 0; i < replies.size(); ++i) {
     if (auto r = parse_record(replies[i].view().check(), task_id, queues_[queues[i]])) {
@@ -84,7 +85,8 @@ std::optional<TaskRecord> Waiter::read_record(Connection& conn, const std::strin
   return std::nullopt;
 }
 
-std::future<TaskRecord> Waiter::wait(const std::string& task_id, Millis timeout, std::optional<std::size_t> partition) {
+std::future<TaskRecord> Waiter::wait(const std::string& task_id, Millis timeout,
+                                     std::optional<std::size_t> partition) {
   auto p = std::make_unique<Pending>();
   p->task_id = task_id;
   p->deadline = Clock::now() + timeout;
@@ -151,7 +153,8 @@ bool Waiter::read_events(Millis block, std::vector<std::pair<QueueEvent, std::si
   return full;
 }
 
-void Waiter::settle(const std::string& task_id, std::size_t queue, const std::optional<TaskRecord>& fallback) {
+void Waiter::settle(const std::string& task_id, std::size_t queue,
+                    const std::optional<TaskRecord>& fallback) {
   {
     std::lock_guard lock(mutex_);
     if (waiting_.count(task_id) == 0) return;
@@ -211,11 +214,12 @@ void Waiter::run(const std::stop_token& stop) {
             continue;
           }
           p.promise.set_exception(std::make_exception_ptr(WaitTimeoutError(
-              p.last ? "task " + p.task_id + " did not finish in time (it is " +
-                           std::string(to_string(p.last->state)) + ")"
-                     : "no record of task " + p.task_id +
-                           " was found: it was not enqueued with a Retention (EnqueueOptions::retention), its "
-                           "record expired, or it is another queue's",
+              p.last
+                  ? "task " + p.task_id + " did not finish in time (it is " +
+                        std::string(to_string(p.last->state)) + ")"
+                  : "no record of task " + p.task_id +
+                        " was found: it was not enqueued with a Retention (EnqueueOptions::retention), its "
+                        "record expired, or it is another queue's",
               p.last)));
           it = waiting_.erase(it);
         }

@@ -36,7 +36,8 @@ class Waiter {
   /// The task's record once it is finished: done, or TaskFailedError (dead, cancelled), or
   /// WaitTimeoutError when `timeout` passes first. Thread-safe. `partition` (an index into
   /// the queues) when the caller knows it; otherwise every partition is asked.
-  std::future<TaskRecord> wait(const std::string& task_id, Millis timeout, std::optional<std::size_t> partition);
+  std::future<TaskRecord> wait(const std::string& task_id, Millis timeout,
+                               std::optional<std::size_t> partition);
 
  private:
   struct Pending {
@@ -69,7 +70,7 @@ class Waiter {
 
   std::mutex mutex_;  // the waits
   std::condition_variable_any cv_;
-  std::vector<std::unique_ptr<Pending>> incoming_;  // registered, not yet checked by the thread
+  std::vector<std::unique_ptr<Pending>> incoming_;                // registered, not yet checked by the thread
   std::multimap<std::string, std::unique_ptr<Pending>> waiting_;  // by task id
   std::jthread thread_;
 };

@@ -259,7 +259,8 @@ class Inspector {
   ActionResult delete_dead(const std::string& queue, const DeadLetterFilter& filter,
                            const ProgressCallback& progress = {});
   /// Deletes every dead letter (XDEL in batches of 500, with the records of their tracked
-  /// tasks). Returns how many were deleted. Dead letters written meanwhile are kept.
+  /// tasks), and the dead-letter stream's key once it is empty. Returns how many were deleted.
+  /// Dead letters written meanwhile are kept.
   std::int64_t purge_dead(const std::string& queue);
 
   /// Moves a delayed task (by task_id) to its stream now. Returns the new entry id, or nullopt

@@ -33,7 +33,8 @@ bool TaskReports::write(std::string_view what, std::string value) {
     return channel_->scripts.call(ScriptId::report, argv).view().check().integer() == 1;
   } catch (const std::exception& e) {
     channel_.reset();  // rebuilt on the next need
-    log(LogLevel::warning, "task " + task_id_ + ": its " + std::string(what) + " could not be written: " + e.what());
+    log(LogLevel::warning,
+        "task " + task_id_ + ": its " + std::string(what) + " could not be written: " + e.what());
     return false;
   }
 }
@@ -57,7 +58,8 @@ bool Task::write_partial_result(std::string bytes) const {
 }
 
 bool Task::set_progress(const nlohmann::json& progress) const {
-  return reports_ && reports_->write("progress", progress.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  return reports_ &&
+         reports_->write("progress", progress.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 }  // namespace streamq

@@ -218,15 +218,16 @@ ActionResult Inspector::Impl::delete_one(const detail::QueueKeys& keys, const De
       chosen = ids;
     }
     if (chosen.empty()) return;
-    const std::int64_t n = forget(keys, chosen);
+    const std::int64_t n = forget(keys, chosen, false);
     result.done += n;
     result.skipped += static_cast<std::int64_t>(chosen.size()) - n;
   });
 }
 
-std::int64_t Inspector::Impl::forget(const detail::QueueKeys& keys, const std::vector<std::string>& ids) {
+std::int64_t Inspector::Impl::forget(const detail::QueueKeys& keys, const std::vector<std::string>& ids,
+                                     bool drop_empty) {
   Argv argv = scripts.begin(detail::ScriptId::forget, 1);
-  argv.add(keys.dlq).add(keys.stream);
+  argv.add(keys.dlq).add(keys.stream).add(drop_empty ? "1" : "0");
   for (const std::string& id : ids) argv.add(id);
   connected();
   return scripts.call(detail::ScriptId::forget, argv).view().check().integer();
@@ -244,7 +245,7 @@ std::int64_t Inspector::Impl::purge_one(const detail::QueueKeys& keys) {
   // forget): a record kept "as long as its dead letter" goes with it.
   return each_dead(keys, {}, {},
                    [&](const std::vector<std::string>& ids, ActionResult& result) {
-                     result.done += forget(keys, ids);
+                     result.done += forget(keys, ids, true);
                    })
       .done;
 }

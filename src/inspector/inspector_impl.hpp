@@ -48,8 +48,8 @@ struct Inspector::Impl {
                           const ProgressCallback& progress);
   std::int64_t purge_one(const detail::QueueKeys& keys);
   /// Deletes these dead letters and the records of their tracked tasks (forget.lua); how many
-  /// were deleted.
-  std::int64_t forget(const detail::QueueKeys& keys, const std::vector<std::string>& ids);
+  /// were deleted. `drop_empty`: the dead-letter stream's key goes too when it is left empty.
+  std::int64_t forget(const detail::QueueKeys& keys, const std::vector<std::string>& ids, bool drop_empty);
   std::optional<std::string> run_now_one(const detail::QueueKeys& keys, const std::string& task_id);
   CancelOutcome cancel_one(const detail::QueueKeys& keys, const std::string& id);
   /// replay_one or delete_one (`act`) on every part of `queue`, dead-letter ids sent to the part

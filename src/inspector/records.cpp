@@ -34,8 +34,8 @@ std::optional<TaskRecord> Inspector::record(const std::string& queue, const std:
   return std::nullopt;
 }
 
-Inspector::QueueEvents Inspector::events(const std::string& queue, const std::string& after, std::size_t count,
-                                         std::chrono::milliseconds block) {
+Inspector::QueueEvents Inspector::events(const std::string& queue, const std::string& after,
+                                         std::size_t count, std::chrono::milliseconds block) {
   detail::check_queue(queue);
   if (count < 1 || count > 10000) throw ConfigError("count must be 1 to 10,000");
   if (block.count() < 0) throw ConfigError("block must be >= 0");
@@ -49,11 +49,12 @@ Inspector::QueueEvents Inspector::events(const std::string& queue, const std::st
   if (from.empty()) from.assign(parts.size(), after.empty() ? "0-0" : after);
   if (from.size() == 1 && parts.size() > 1) from.assign(parts.size(), from[0]);
   if (from.size() != parts.size()) {
-    throw ConfigError("after holds " + std::to_string(from.size()) + " ids for " + std::to_string(parts.size()) +
-                      " partitions");
+    throw ConfigError("after holds " + std::to_string(from.size()) + " ids for " +
+                      std::to_string(parts.size()) + " partitions");
   }
   for (const std::string& id : from) {
-    if (id != "$" && !detail::is_entry_id(id)) throw ConfigError("\"" + id + "\" is not an event id (<ms>-<seq>)");
+    if (id != "$" && !detail::is_entry_id(id))
+      throw ConfigError("\"" + id + "\" is not an event id (<ms>-<seq>)");
   }
   // "$" is this moment's newest event: resolved to its id, so that `next` can be passed back.
   for (std::size_t i = 0; i < parts.size(); ++i) {

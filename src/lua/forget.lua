@@ -2,13 +2,14 @@
 -- ::purge_dead): a dead task's record lives as long as its dead letter when its retention
 -- says so (dead ms -1, lib/track.lua), so it goes with it.
 -- KEYS[1] = dead-letter stream
--- ARGV[1] = the queue's stream (the records' prefix), ARGV[2..] = dead-letter entry ids
+-- ARGV[1] = the queue's stream (the records' prefix), ARGV[2] = '1' to delete the dead-letter
+-- stream's key when this leaves it empty (a purge), ARGV[3..] = dead-letter entry ids
 -- Returns how many dead letters were deleted.
 -- One script: a dead letter and its record go together.
 -- @include lib/clock.lua
 -- @include lib/track.lua
 local deleted = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local found = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
   if #found > 0 then
     local id = tracked(found[1][2], 1)
@@ -19,4 +20,5 @@ for i = 2, #ARGV do
     deleted = deleted + redis.call('XDEL', KEYS[1], ARGV[i])
   end
 end
+if ARGV[2] == '1' and redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) end
 return deleted

@@ -130,6 +130,8 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
   p.enqueue("ok", R"({})", {.delay = 300ms});
   p.enqueue("flaky", R"({})", {.max_retries = 1});
   p.enqueue("long", R"({})");
+  // A tracked task: its record and events are the producer's, then the worker's to write.
+  const std::string tracked = p.enqueue("ok", R"({})", {.retention = Retention{.done = 1min}});
   std::atomic<int> done{0}, flaky{0}, long_done{0};
   std::atomic<bool> go{false};
   std::string long_entry;
@@ -164,11 +166,12 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
   ASSERT_TRUE(wait_until([&] { return admin.integer({"EXISTS", queue + ":orphan:" + long_entry}) == 1; }));
   go = true;
   ASSERT_TRUE(wait_until([&] {
-    return done.load() == 2 && long_done.load() == 1 && admin.integer({"XLEN", queue + ":dlq"}) == 1 &&
+    return done.load() == 3 && long_done.load() == 1 && admin.integer({"XLEN", queue + ":dlq"}) == 1 &&
            admin.integer({"EXISTS", queue + ":orphan:" + long_entry}) == 0;
   }));
   w.stop();
-  EXPECT_EQ(w.consumer().metrics().done, 3u);
+  EXPECT_EQ(w.consumer().metrics().done, 4u);
+  EXPECT_EQ(p.wait(tracked, 5s).state, TaskRecord::State::done);  // the producer reads the record
   EXPECT_EQ(flaky.load(), 2) << "the first attempt and its retry";
   EXPECT_EQ(admin.integer({"XLEN", queue}), 0);
   EXPECT_EQ(admin.integer({"EXISTS", queue + ":unique:u"}), 0) << "the lock was released";

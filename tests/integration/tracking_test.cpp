@@ -33,7 +33,8 @@ class TrackingTest : public ConsumerTest {
   /// The events of the queue so far: (event, task id).
   std::vector<std::pair<std::string, std::string>> events() {
     std::vector<std::pair<std::string, std::string>> out;
-    for (const QueueEvent& e : inspector.events(stream, "", 10000).events) out.emplace_back(e.event, e.task_id);
+    for (const QueueEvent& e : inspector.events(stream, "", 10000).events)
+      out.emplace_back(e.event, e.task_id);
     return out;
   }
   std::vector<std::string> events_of(const std::string& id) {
@@ -119,9 +120,8 @@ TEST_F(TrackingTest, RetriesAndADeadLetterAreRecordedAndTheRecordLivesAsLongAsTh
   EXPECT_EQ(state_of(id), State::cancelled);  // kept as a done one is (Retention::done)
   EXPECT_GT(client.integer({"PTTL", stream + ":task:" + id}), 0);
   const std::string other = producer().enqueue("flaky", "{}", {.max_retries = 0, .retention = Retention{}});
-  RunningConsumer again(options(), [&](Consumer& c) {
-    c.on("flaky", [&](const Task&) { throw PermanentError("no"); });
-  });
+  RunningConsumer again(
+      options(), [&](Consumer& c) { c.on("flaky", [&](const Task&) { throw PermanentError("no"); }); });
   ASSERT_TRUE(wait_until([&] { return state_of(other) == State::dead; }));
   again.stop();
   EXPECT_EQ(record(other)->reason, "permanent");
@@ -130,7 +130,8 @@ TEST_F(TrackingTest, RetriesAndADeadLetterAreRecordedAndTheRecordLivesAsLongAsTh
 }
 
 TEST_F(TrackingTest, ADelayedTaskIsDelayedThenQueuedAndARetentionOfZeroKeepsNothing) {
-  const std::string id = producer().enqueue("work", "{}", {.delay = 300ms, .retention = Retention{.done = 0ms}});
+  const std::string id =
+      producer().enqueue("work", "{}", {.delay = 300ms, .retention = Retention{.done = 0ms}});
   EXPECT_EQ(state_of(id), State::delayed);
   ASSERT_TRUE(record(id)->due_at);
   EXPECT_GT(*record(id)->due_at, *record(id)->enqueued_at);

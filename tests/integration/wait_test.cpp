@@ -111,7 +111,8 @@ TEST_F(WaitTest, AThousandWaitsOnAThousandTasksEachGetTheirOwnResult) {
   for (const std::string& id : ids) waits.push_back(p.wait_async(id, 60s));
   auto worker = adder();
   int right = 0;
-  for (int i = 0; i < kTasks; ++i) right += waits[static_cast<std::size_t>(i)].get().result_json() == i + 1000;
+  for (int i = 0; i < kTasks; ++i)
+    right += waits[static_cast<std::size_t>(i)].get().result_json() == i + 1000;
   EXPECT_EQ(right, kTasks);
 }
 

@@ -75,7 +75,13 @@ local function track_new(queue, fields, first, last, state, due)
   local key = queue .. ':task:' .. id
   local now = now_ms()
   local old = redis.call('HGET', key, 'state')
-  if old and FINAL[old] then redis.call('DEL', key) end
+  if old and FINAL[old] then
+    -- A finished task's id enqueued again: a new task, a fresh record. (HDEL, not DEL: the
+    -- producer's ACL role gets no command that could delete a stream.)
+    redis.call('HDEL', key, 'started_at', 'finished_at', 'due_at', 'worker', 'error', 'reason', 'result',
+               'progress')
+    redis.call('HSET', key, 'attempts', 0)
+  end
   redis.call('HSET', key, 'state', state, 'type', task_type_of(fields, first, last), 'enqueued_at', now,
              'done_ms', done_ms, 'dead_ms', dead_ms)
   redis.call('HSETNX', key, 'attempts', 0)
