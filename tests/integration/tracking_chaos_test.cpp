@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: MIT
+// Tracked tasks under kill -9: a worker killed mid-task leaves its record running until another
+// reclaims the task, and the records always agree with where their tasks really are (a
+// checker over the streams, the pending lists, the delayed set and the dead letters).
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "chaos.hpp"
+#include "redis_server.hpp"
+
+namespace streamq::test {
+namespace {
+
+using State = TaskRecord::State;
+
+/// Where each task of `queue` is now, by task id (the Inspector's pages of every state). A task
+/// found in two places is reported there too (`twice`).
+std::map<std::string, TaskState> whereabouts(Inspector& in, const std::string& queue, std::set<std::string>& twice) {
+  std::map<std::string, TaskState> where;
+  for (const TaskState s : {TaskState::pending, TaskState::queued, TaskState::delayed, TaskState::dead}) {
+    TaskQuery q{.state = s, .count = 1000};
+    for (;;) {
+      const TaskPage page = in.tasks(queue, q);
+      for (const TaskInfo& t : page.tasks) {
+        // (A queued listing also holds what the group has delivered: the pending one counts.)
+        const auto [it, added] = where.emplace(std::string(t.task_id()), s);
+        if (!added && !(it->second == TaskState::pending && s == TaskState::queued)) twice.insert(it->first);
+      }
+      if (page.next_cursor.empty()) break;
+      q.cursor = page.next_cursor;
+    }
+  }
+  return where;
+}
+
+/// How many of `ids` have a record that disagrees with where the task is: pending (delivered)
+/// means queued, retrying or running; in a stream undelivered, queued or retrying; delayed,
+/// delayed or retrying; a dead letter, dead; nowhere, done. Prints each disagreement.
+int disagreements(Inspector& in, const std::string& queue, const std::vector<std::string>& ids) {
+  std::set<std::string> twice;
+  const auto where = whereabouts(in, queue, twice);
+  int bad = 0;
+  std::map<std::string, int> states;  // what the check saw, printed
+  for (const std::string& id : ids) {
+    const auto r = in.record(queue, id);
+    ++states[r ? std::string(to_string(r->state)) : "missing"];
+    const auto w = where.find(id);
+    bool ok = r.has_value() && twice.count(id) == 0;
+    if (ok) {
+      const State s = r->state;
+      if (w == where.end()) {
+        ok = s == State::done;
+      } else {
+        switch (w->second) {
+          case TaskState::pending: ok = s == State::queued || s == State::retrying || s == State::running; break;
+          case TaskState::queued: ok = s == State::queued || s == State::retrying; break;
+          case TaskState::delayed: ok = s == State::delayed || s == State::retrying; break;
+          case TaskState::dead: ok = s == State::dead; break;
+        }
+      }
+    }
+    if (!ok) {
+      ++bad;
+      ADD_FAILURE() << "task " << id << ": record " << (r ? to_string(r->state) : "missing") << ", task "
+                    << (w == where.end() ? "nowhere" : std::string(to_string(w->second)))
+                    << (twice.count(id) ? " (and in two places)" : "");
+    }
+  }
+  std::printf("[ records  ]");
+  for (const auto& [state, n] : states) std::printf(" %s=%d", state.c_str(), n);
+  std::printf(", %d disagree\n", bad);
+  return bad;
+}
+
+std::vector<std::string> worker_args(const RedisServer& server, const std::string& stream, const std::string& name,
+                                     std::vector<std::string> more = {}) {
+  std::vector<std::string> args{STREAMQ_TEST_WORKER, server.url(), stream, name};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(TrackingChaos, AWorkerKilledMidTaskLeavesItRunningUntilAnotherReclaimsIt) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Inspector in({.connection = {.url = server.url()}});
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  const std::string id = producer.enqueue("hang", R"({"ms":1000})", {.retention = Retention{.done = 10min}});
+  WorkerProcess first(worker_args(server, stream, "slot-0", {"min_idle_ms=1500"}));
+  ASSERT_TRUE(wait_until([&] { return client.integer({"HEXISTS", stream + ":started", id}) == 1; }));
+  auto r = in.record(stream, id);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->state, State::running);
+  EXPECT_EQ(r->worker, "slot-0");
+  EXPECT_EQ(r->attempts, 1);
+  first.kill9();
+  // Dead, its task still pending on it: the record says what is known, running on slot-0.
+  r = in.record(stream, id);
+  EXPECT_EQ(r->state, State::running);
+  EXPECT_EQ(r->worker, "slot-0");
+  WorkerProcess second(worker_args(server, stream, "slot-1", {"min_idle_ms=1500"}));
+  ASSERT_TRUE(wait_until([&] {
+    const auto now = in.record(stream, id);
+    return now && now->worker == "slot-1";
+  }));
+  EXPECT_EQ(in.record(stream, id)->attempts, 2);
+  ASSERT_TRUE(wait_until([&] { return in.record(stream, id)->state == State::done; }));
+  EXPECT_EQ(disagreements(in, stream, {id}), 0);
+}
+
+TEST(TrackingChaos, RecordsAgreeWithWhereTasksAreWhileWorkersAreKilled) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Inspector in({.connection = {.url = server.url()}});
+  Producer producer({.connection = {.url = server.url()},
+                     .stream = stream,
+                     .max_len = 100000,
+                     .retention = Retention{.done = std::chrono::minutes(10)}});
+  // Each task fails once (a retry, through the backoff's delayed set), so they go through
+  // every state while workers die.
+  std::vector<TaskSpec> batch(1500, TaskSpec{"fail_once", R"({"ms":2})"});
+  const auto ids = producer.enqueue_batch(batch);
+  {
+    // Mid-run, every worker killed at once: what is left is frozen where it is.
+    std::vector<std::unique_ptr<WorkerProcess>> procs;
+    for (int i = 0; i < 3; ++i) {
+      procs.push_back(std::make_unique<WorkerProcess>(worker_args(
+          server, stream, "slot-" + std::to_string(i), {"backoff_base_ms=5", "backoff_cap_ms=50"})));
+    }
+    ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) >= 300; }, 30s));
+    for (auto& p : procs) p->kill9();
+  }
+  EXPECT_EQ(disagreements(in, stream, ids), 0);
+  // Then the chaos harness's kills until everything is done, and the check again.
+  run_chaos(server, client, stream, ids, 3, 8, 10, 150ms, {"backoff_base_ms=5", "backoff_cap_ms=50"});
+  EXPECT_EQ(disagreements(in, stream, ids), 0);
+  int retried = 0;
+  for (const std::string& id : ids) retried += in.record(stream, id)->attempts >= 2;
+  EXPECT_EQ(retried, static_cast<int>(ids.size()));  // each failed once, then ran again
+}
+
+}  // namespace
+}  // namespace streamq::test
