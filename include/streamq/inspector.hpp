@@ -85,6 +85,9 @@ struct TaskInfo {
   std::int64_t deliveries = 0;
   /// Delayed only: when it is due (ms since the Unix epoch, the server's clock).
   std::int64_t due_ms = 0;
+  /// The record of a tracked task (one with a `retention` field), when Inspector::task found it
+  /// (listings leave it unset).
+  std::optional<TaskRecord> record{};
 
   /// The value of field `name`, or "" when the entry has none.
   std::string_view field(std::string_view name) const noexcept;
@@ -92,8 +95,8 @@ struct TaskInfo {
   std::string_view task_type() const noexcept { return field("task_type"); }
   std::string_view payload() const noexcept { return field("payload"); }
   /// A JSON object: state, level, key, id, fields (an object), and consumer, idle_ms and
-  /// deliveries (pending) or due_ms (delayed), and partition when it is set. Bytes that are not
-  /// UTF-8 are replaced (U+FFFD).
+  /// deliveries (pending) or due_ms (delayed), partition when it is set, and record when there
+  /// is one. Bytes that are not UTF-8 are replaced (U+FFFD).
   std::string to_json() const;
 };
 

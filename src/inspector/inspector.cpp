@@ -142,6 +142,7 @@ std::string TaskInfo::to_json() const {
   }
   if (state == TaskState::delayed) j["due_ms"] = due_ms;
   if (!partition.empty()) j["partition"] = partition;
+  if (record) j["record"] = nlohmann::ordered_json::parse(record->to_json());
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
@@ -735,6 +736,7 @@ std::optional<TaskInfo> Inspector::task(const std::string& queue, const std::str
     if (!t.part.empty() && part != t.part) continue;
     if (auto found = impl_->find(detail::queue_keys(part), t.id)) {
       if (parts.size() > 1) found->partition = part;
+      if (!found->field("retention").empty()) found->record = record(part, std::string(found->task_id()));
       return found;
     }
   }

@@ -85,7 +85,7 @@ class CliTest(RedisTestCase):
         self.assertEqual(self.cli("--url", "redis://127.0.0.1:1", "queues", check=False).returncode, 1)
         self.assertEqual(self.cli("--help").returncode, 0)
         for sub in ("queues", "stats", "tasks", "task", "dlq", "delayed", "enqueue", "pause", "resume",
-                    "consumers", "doctor", "exporter", "cancel"):
+                    "consumers", "doctor", "exporter", "cancel", "events"):
             self.assertIn("--help", self.cli(sub, "--help").stdout, sub)
 
     def test_destructive_commands_need_a_terminal_or_yes(self):
@@ -115,6 +115,27 @@ class CliTest(RedisTestCase):
         self.assertEqual(len(ran), 50, worker.stdout)
         self.assertEqual(self.r.xlen(self.q), 0, "every replayed task ran and was acknowledged")
         self.assertEqual(self.r.xlen(self.q + ":dlq"), 5)
+
+    def test_a_tracked_task_shows_its_record_and_its_events(self):
+        tracked = self.cli("enqueue", self.q, "send_email", '{"to":"a@b.c"}', "--retention-ms", "60000").stdout.strip()
+        untracked = self.cli("enqueue", self.q, "send_email", '{"to":"d@e.f"}').stdout.strip()
+        record = json.loads(self.cli("task", self.q, tracked, "--format", "json").stdout)["record"]
+        self.assertEqual((record["state"], record["attempts"]), ("queued", 0))
+        self.assertNotIn("record", json.loads(self.cli("task", self.q, untracked, "--format", "json").stdout))
+        follower = subprocess.Popen([CLI, "--url", self.url, "events", self.q, "--from", "0", "--count", "3",
+                                     "--format", "json"], stdout=subprocess.PIPE, text=True)
+        worker = subprocess.run([WORKER, "--url", self.url, "--stream", self.q, "--exit-when-idle", "1500"],
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(worker.returncode, 0, worker.stderr)
+        out, _ = follower.communicate(timeout=30)
+        self.assertEqual(follower.returncode, 0)
+        events = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual([(e["event"], e["task_id"]) for e in events],
+                         [("enqueued", tracked), ("started", tracked), ("done", tracked)])
+        # Done, it left the stream: the record still says what became of it.
+        record = json.loads(self.cli("task", self.q, tracked, "--format", "json").stdout)["record"]
+        self.assertEqual((record["state"], record["attempts"]), ("done", 1))
+        self.assertIn("record.state", self.cli("task", self.q, tracked).stdout)
 
     def test_a_partitioned_queue_is_one_queue(self):
         parts = ["{%s:%d}" % (self.q, i) for i in range(3)]
@@ -223,6 +244,17 @@ class CliTest(RedisTestCase):
             used = set(re.findall(r"streamq_[a-z_]+", " ".join(exprs)))
             self.assertGreaterEqual(len(used), 8)
             self.assertEqual(used - served, set())
+            # Events of tracked tasks are counted from the first scrape on.
+            self.cli("enqueue", self.q, "send_email", "{}", "--retention-ms", "1000")
+
+            def enqueued():
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as resp:
+                    fams = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+                if "streamq_events" not in fams:
+                    return False
+                return any(s.labels == {"stream": self.q, "event": "enqueued"} and s.value == 1
+                           for s in fams["streamq_events"].samples)
+            wait_for(enqueued, what="the enqueued event counted")
             # On a loopback address only its loopback names are answered: a page whose name was
             # made to resolve to 127.0.0.1 (DNS rebinding) cannot read the metrics.
             for host, expected in (("evil.example:%d" % port, 403), ("localhost:%d" % port, 200),

@@ -117,6 +117,11 @@ class DashboardTest(RedisTestCase):
         self.assertEqual(self.r.xlen(q + ":dlq"), 2)
         status, _, text = http(base + "/api/replay", "POST", json.dumps({"queue": q, "all": True}), good)
         self.assertEqual((status, json.loads(text)["done"]), (200, 2))
+        # A tracked task's record, by its task id.
+        tracked = self.cli("enqueue", q, "ping", "--retention-ms", "60000").stdout.strip()
+        status, _, text = http(base + "/api/record?name=%s&id=%s" % (q, tracked))
+        self.assertEqual((status, json.loads(text)["record"]["state"]), (200, "queued"))
+        self.assertIsNone(json.loads(http(base + "/api/record?name=%s&id=nothing" % q)[2])["record"])
         # A name that resolved to 127.0.0.1 (DNS rebinding) is not this dashboard's host.
         self.assertEqual(http(base + "/api/queues", headers={"Host": "evil.example:80"})[0], 403)
         # An error that quotes bytes that are not UTF-8 is still a 400 with a JSON body.

@@ -22,7 +22,8 @@ using State = TaskRecord::State;
 
 /// Where each task of `queue` is now, by task id (the Inspector's pages of every state). A task
 /// found in two places is reported there too (`twice`).
-std::map<std::string, TaskState> whereabouts(Inspector& in, const std::string& queue, std::set<std::string>& twice) {
+std::map<std::string, TaskState> whereabouts(Inspector& in, const std::string& queue,
+                                             std::set<std::string>& twice) {
   std::map<std::string, TaskState> where;
   for (const TaskState s : {TaskState::pending, TaskState::queued, TaskState::delayed, TaskState::dead}) {
     TaskQuery q{.state = s, .count = 1000};
@@ -59,7 +60,9 @@ int disagreements(Inspector& in, const std::string& queue, const std::vector<std
         ok = s == State::done;
       } else {
         switch (w->second) {
-          case TaskState::pending: ok = s == State::queued || s == State::retrying || s == State::running; break;
+          case TaskState::pending:
+            ok = s == State::queued || s == State::retrying || s == State::running;
+            break;
           case TaskState::queued: ok = s == State::queued || s == State::retrying; break;
           case TaskState::delayed: ok = s == State::delayed || s == State::retrying; break;
           case TaskState::dead: ok = s == State::dead; break;
@@ -79,8 +82,8 @@ int disagreements(Inspector& in, const std::string& queue, const std::vector<std
   return bad;
 }
 
-std::vector<std::string> worker_args(const RedisServer& server, const std::string& stream, const std::string& name,
-                                     std::vector<std::string> more = {}) {
+std::vector<std::string> worker_args(const RedisServer& server, const std::string& stream,
+                                     const std::string& name, std::vector<std::string> more = {}) {
   std::vector<std::string> args{STREAMQ_TEST_WORKER, server.url(), stream, name};
   args.insert(args.end(), more.begin(), more.end());
   return args;

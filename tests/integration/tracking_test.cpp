@@ -4,6 +4,7 @@
 // progress reach the record, retention expires it, and untracked tasks cost nothing of this.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,12 @@ TEST_F(TrackingTest, ARecordFollowsATaskFromEnqueueThroughProgressToItsResult) {
   EXPECT_EQ(r->result_json()["sum"], 14);
   EXPECT_TRUE(r->finished_at);
   EXPECT_GE(*r->finished_at, *r->started_at);
+  // What one record costs the server (printed for the README's figure).
+  const detail::Reply usage = client.cmd({"MEMORY", "USAGE", stream + ":task:" + id});
+  if (!usage.view().is_error()) {
+    std::printf("[ memory   ] a done record (a %zu-byte result, progress, every field): %lld bytes\n",
+                r->result->size(), static_cast<long long>(usage.view().integer()));
+  }
   const std::int64_t ttl = client.integer({"PTTL", stream + ":task:" + id});
   EXPECT_GT(ttl, 50000);
   EXPECT_LE(ttl, 60000);

@@ -93,8 +93,8 @@ inline std::string slurp(const std::string& path) {
 }
 
 /// Pending entries of the group: id -> (owner, idle ms).
-inline std::map<std::string, std::pair<std::string, std::int64_t>> pending_entries(Client& c,
-                                                                            const std::string& stream) {
+inline std::map<std::string, std::pair<std::string, std::int64_t>> pending_entries(
+    Client& c, const std::string& stream) {
   std::map<std::string, std::pair<std::string, std::int64_t>> out;
   const detail::Reply r = c.cmd({"XPENDING", stream, "workers", "-", "+", "1000"});
   const auto v = r.view().check();
@@ -124,8 +124,8 @@ inline std::int64_t pending(Client& c, const std::string& stream) {
 /// dead-lettered, duplicates within kills x prefetch. Returns the kill count. The workers'
 /// max_deliveries is above what the kills alone can reach.
 inline int run_chaos(const RedisServer& server, Client& client, const std::string& stream,
-              const std::vector<std::string>& ids, int workers, int prefetch, int rounds,
-              std::chrono::milliseconds interval, const std::vector<std::string>& worker_args = {}) {
+                     const std::vector<std::string>& ids, int workers, int prefetch, int rounds,
+                     std::chrono::milliseconds interval, const std::vector<std::string>& worker_args = {}) {
   std::vector<std::unique_ptr<WorkerProcess>> procs;
   for (int i = 0; i < workers; ++i) {
     std::vector<std::string> args{

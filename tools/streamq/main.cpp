@@ -185,16 +185,15 @@ void add_record_rows(Table& table, const TaskRecord& r) {
 int cmd_task(const Global& g, const std::string& queue, const std::string& id) {
   Inspector in(g.inspector());
   const auto t = in.task(queue, id);
-  // A tracked task's record, by its task id (also once it finished and left every stream).
-  const std::string task_id = t && !t->task_id().empty() ? std::string(t->task_id()) : id;
-  const auto record = in.record(queue, task_id);
+  // A tracked task's record (also once it finished and left every stream: by its task id).
+  const auto record = t ? t->record : in.record(queue, id);
   if (!t && !record) {
     std::cerr << "streamq: no task " << id << " in " << queue << "\n";
     return not_found;
   }
   if (g.json()) {
     nlohmann::json doc = t ? nlohmann::json::parse(t->to_json()) : nlohmann::json::object();
-    if (record) doc["record"] = nlohmann::json::parse(record->to_json());
+    if (!t) doc["record"] = nlohmann::json::parse(record->to_json());
     std::cout << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return ok;
   }
@@ -484,6 +483,7 @@ int run(int argc, char** argv) {
   std::string type, payload;
   bool from_stdin = false;
   std::int64_t delay_ms = 0;
+  std::int64_t retention_ms = -1;
   std::int64_t max_len = ProducerOptions{}.max_len;
   EnqueueOptions eo;
   auto* enqueue = app.add_subcommand("enqueue", "enqueue a task, or JSON lines from stdin with --stdin");
@@ -495,6 +495,11 @@ int run(int argc, char** argv) {
       "read JSON lines {\"type\":…, \"payload\":…, \"task_id\"?, \"delay_ms\"?, \"priority\"?}");
   enqueue->add_option("--task-id", eo.task_id, "task id (default: a new UUID)");
   enqueue->add_option("--delay-ms", delay_ms, "run no sooner than this many ms from now")
+      ->check(CLI::NonNegativeNumber);
+  enqueue
+      ->add_option("--retention-ms", retention_ms,
+                   "track the tasks: keep their records this many ms once done (a dead one's as long as "
+                   "its dead letter); see `streamq task` and `streamq events`")
       ->check(CLI::NonNegativeNumber);
   enqueue->add_option("--max-len", max_len, "refuse tasks once the queue holds this many unfinished ones")
       ->check(CLI::PositiveNumber)
@@ -651,6 +656,7 @@ int run(int argc, char** argv) {
         return usage;
       }
       eo.delay = std::chrono::milliseconds(delay_ms);
+      if (retention_ms >= 0) eo.retention = Retention{.done = std::chrono::milliseconds(retention_ms)};
       eo.priority = *parse_priority(priority_name);
       return cmd_enqueue(g, queue, type, payload, from_stdin, eo, max_len, partitions);
     }
