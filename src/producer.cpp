@@ -415,10 +415,12 @@ Producer& Producer::operator=(Producer&&) noexcept = default;
 const ProducerOptions& Producer::options() const noexcept { return impl_->options; }
 
 std::future<TaskRecord> Producer::wait_async(const std::string& task_id, std::chrono::milliseconds timeout) {
+  detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
   return impl_->waiter().wait(task_id, timeout, std::nullopt);
 }
 
 TaskRecord Producer::wait(const std::string& task_id, std::chrono::milliseconds timeout) {
+  detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
   return Impl::get(impl_->waiter().wait(task_id, timeout, std::nullopt), task_id, timeout);
 }
 
@@ -594,6 +596,14 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
     std::string message = partial_batch_message("queue full", ids, server_message) +
                           im.replication_of_written(ids);  // before ids is moved from
     throw QueueFullError(message, std::move(ids));
+  }
+  // Chunks left unwritten without an error of their own (behind one not run, whose mark then
+  // expired or was evicted): the batch is refused all the same, never returned as written.
+  if (failure.empty() &&
+      std::any_of(ids.begin(), ids.end(), [](const std::string& id) { return id.empty(); })) {
+    failure =
+        "ERR a chunk of the batch was not run and the ones behind it were not written (the batch's mark "
+        "expired or was evicted)";
   }
   if (!failure.empty()) im.refuse_batch(ids, failure);
   im.wait_for_replicas(ids);

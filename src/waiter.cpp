@@ -2,6 +2,7 @@
 #include "waiter.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "keys.hpp"
 #include "log.hpp"
@@ -50,7 +51,8 @@ Waiter::~Waiter() {
     cv_.notify_all();
     thread_.join();
   }
-  // Waits still open get an answer rather than a broken promise.
+  // Waits still open get an answer rather than a broken promise. (The thread has ended:
+  // waiting_ is no longer its alone.)
   std::lock_guard lock(mutex_);
   const auto abandon = [](Pending& p) {
     p.promise.set_exception(std::make_exception_ptr(
@@ -96,11 +98,14 @@ std::future<TaskRecord> Waiter::wait(const std::string& task_id, Millis timeout,
     for (std::size_t i = 0; i < queues_.size(); ++i) p->queues.push_back(i);
   }
   std::future<TaskRecord> result = p->promise.get_future();
-  {
+  try {
     // A task that finished before the wait began is answered from its record, here.
     std::lock_guard look(look_mutex_);
     looker_.connect_with_backoff();
     p->last = read_record(looker_, task_id, p->queues);
+  } catch (...) {
+    p->promise.set_exception(std::current_exception());  // the future holds it
+    return result;
   }
   if (p->last && p->last->finished()) {
     complete(*p, *p->last);
@@ -155,26 +160,71 @@ bool Waiter::read_events(Millis block, std::vector<std::pair<QueueEvent, std::si
 
 void Waiter::settle(const std::string& task_id, std::size_t queue,
                     const std::optional<TaskRecord>& fallback) {
-  {
-    std::lock_guard lock(mutex_);
-    if (waiting_.count(task_id) == 0) return;
-  }
+  if (waiting_.count(task_id) == 0) return;
   std::vector<std::size_t> where{queue};
   std::optional<TaskRecord> r = read_record(reader_, task_id, where);
   if (!r || !r->finished()) {
     if (r || !fallback) return;  // enqueued again under its id since: not finished after all
     r = fallback;                // its record went with its end (retention 0)
   }
-  std::lock_guard lock(mutex_);
   const auto [from, to] = waiting_.equal_range(task_id);
   for (auto it = from; it != to; ++it) complete(*it->second, *r);
   waiting_.erase(from, to);
+}
+
+void Waiter::adopt() {
+  std::vector<std::unique_ptr<Pending>> fresh;
+  {
+    std::lock_guard lock(mutex_);
+    fresh.swap(incoming_);
+  }
+  for (auto& p : fresh) waiting_.emplace(p->task_id, std::move(p));
+}
+
+void Waiter::check_records(bool all) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Pending& p = *it->second;
+    if (p.checked && !all) {
+      ++it;
+      continue;
+    }
+    p.last = read_record(reader_, p.task_id, p.queues);
+    p.checked = true;
+    if (p.last && p.last->finished()) {
+      complete(p, *p.last);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Waiter::expire(Clock::time_point now) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Pending& p = *it->second;
+    if (now < p.deadline) {
+      ++it;
+      continue;
+    }
+    p.promise.set_exception(std::make_exception_ptr(WaitTimeoutError(
+        p.last
+            ? "task " + p.task_id + " did not finish in time (it is " +
+                  std::string(to_string(p.last->state)) + ")"
+            : "no record of task " + p.task_id +
+                  " was found: it was not enqueued with a Retention (EnqueueOptions::retention), its record "
+                  "expired, or it is another queue's",
+        p.last)));
+    it = waiting_.erase(it);
+  }
 }
 
 void Waiter::run(const std::stop_token& stop) {
   block_sigpipe_for_this_thread();
   positions_.assign(queues_.size(), "");
   Backoff backoff(reader_.config().backoff_base, reader_.config().backoff_max);
+  // After a failed round every open wait reads its record again: the positions may have moved
+  // past final events that were read but not settled.
+  bool recheck = false;
   while (!stop.stop_requested()) {
     try {
       reader_.connect();
@@ -188,70 +238,33 @@ void Waiter::run(const std::stop_token& stop) {
       }
       // New waits: their records, read after the positions were set, so an end after this read
       // is an event the next read sees.
-      std::vector<std::unique_ptr<Pending>> fresh;
-      {
-        std::lock_guard lock(mutex_);
-        fresh.swap(incoming_);
-      }
-      for (auto& p : fresh) {
-        p->last = read_record(reader_, p->task_id, p->queues);
-        if (p->last && p->last->finished()) {
-          complete(*p, *p->last);
-          p.reset();
-        }
-      }
-      {
+      adopt();
+      check_records(std::exchange(recheck, false));
+      expire(Clock::now());
+      if (waiting_.empty()) {
         std::unique_lock lock(mutex_);
-        for (auto& p : fresh) {
-          if (p) waiting_.emplace(p->task_id, std::move(p));
-        }
-        // Timeouts.
-        const auto now = Clock::now();
-        for (auto it = waiting_.begin(); it != waiting_.end();) {
-          Pending& p = *it->second;
-          if (now < p.deadline) {
-            ++it;
-            continue;
-          }
-          p.promise.set_exception(std::make_exception_ptr(WaitTimeoutError(
-              p.last
-                  ? "task " + p.task_id + " did not finish in time (it is " +
-                        std::string(to_string(p.last->state)) + ")"
-                  : "no record of task " + p.task_id +
-                        " was found: it was not enqueued with a Retention (EnqueueOptions::retention), its "
-                        "record expired, or it is another queue's",
-              p.last)));
-          it = waiting_.erase(it);
-        }
-        if (waiting_.empty() && incoming_.empty()) {
-          cv_.wait(lock, stop, [&] { return !incoming_.empty(); });
-          continue;
-        }
+        cv_.wait(lock, stop, [&] { return !incoming_.empty(); });
+        continue;
       }
       std::vector<std::pair<QueueEvent, std::size_t>> finished;
       const bool full = read_events(kBlock, finished);
+      // Waits that came during the read take part: a final event of theirs that it read counts
+      // (their records are read next round; one that went with the task's end is the event's).
+      adopt();
       for (const auto& [event, q] : finished) settle(event.task_id, q, ended_by(event));
-      if (full) {
-        // Read pages behind: the stream may have been trimmed past events not read. Every
-        // open wait reads its record again.
-        std::vector<std::string> ids;
-        {
-          std::lock_guard lock(mutex_);
-          for (const auto& [id, p] : waiting_) ids.push_back(id);
-        }
-        for (const std::string& id : ids) {
-          for (std::size_t q = 0; q < queues_.size(); ++q) settle(id, q, std::nullopt);
-        }
-      }
+      // A full page: the stream may have been trimmed past events not read.
+      recheck = full;
       backoff.reset();
     } catch (const std::exception& e) {
       reader_.disconnect();
+      recheck = true;
       backoff.fail();
       const Millis delay = backoff.delay();
       log(LogLevel::warning, std::string("waiting for tasks: ") + e.what() + "; retrying in " +
                                  std::to_string(delay.count()) + " ms");
       std::unique_lock lock(mutex_);
       cv_.wait_for(lock, stop, delay, [] { return false; });
+      expire(Clock::now());  // what cannot be read must not keep its callers past their time
     }
   }
 }

@@ -46,6 +46,7 @@ class Waiter {
     Clock::time_point deadline;
     std::promise<TaskRecord> promise;
     std::optional<TaskRecord> last;  // its record as last read
+    bool checked = false;            // the thread has read its record
   };
 
   void run(const std::stop_token& stop);
@@ -57,8 +58,15 @@ class Waiter {
   /// trimmed past events not read).
   bool read_events(Millis block, std::vector<std::pair<QueueEvent, std::size_t>>& finished);
   /// Settles the waits of `task_id` from the record read now (or, when the record is gone,
-  /// from `fallback`, the final event's record). Call without mutex_.
+  /// from `fallback`, the final event's record).
   void settle(const std::string& task_id, std::size_t queue, const std::optional<TaskRecord>& fallback);
+  /// Moves the registered waits into waiting_.
+  void adopt();
+  /// Reads the records of the waits not read yet (`all`: of every wait), completes the
+  /// finished ones.
+  void check_records(bool all);
+  /// Times out the waits whose deadline passed.
+  void expire(Clock::time_point now);
   static void complete(Pending& p, const TaskRecord& r);
 
   const std::vector<std::string> queues_;
@@ -68,10 +76,11 @@ class Waiter {
   std::mutex look_mutex_;
   std::vector<std::string> positions_;  // the thread's: the last event id read of each stream
 
-  std::mutex mutex_;  // the waits
+  std::mutex mutex_;  // incoming_
   std::condition_variable_any cv_;
-  std::vector<std::unique_ptr<Pending>> incoming_;                // registered, not yet checked by the thread
-  std::multimap<std::string, std::unique_ptr<Pending>> waiting_;  // by task id
+  std::vector<std::unique_ptr<Pending>> incoming_;  // registered, not yet taken by the thread
+  // The thread's alone (the destructor's once it has ended): the waits it serves, by task id.
+  std::multimap<std::string, std::unique_ptr<Pending>> waiting_;
   std::jthread thread_;
 };
 

@@ -245,9 +245,11 @@ class Producer {
   /// Thread-safe (unlike enqueue): any number of threads may wait at once.
   /// @throws TaskFailedError (it ended dead or cancelled: what() says why, record() is its
   ///   record), WaitTimeoutError (not finished within `timeout`, or no record of it was found:
-  ///   not tracked, expired, another queue's), ConnectionError (the first read failed).
+  ///   not tracked, expired, another queue's), ConnectionError or ReplyError (the first read,
+  ///   of the record, failed), ConfigError (a negative timeout, or one over ten years).
   TaskRecord wait(const std::string& task_id, std::chrono::milliseconds timeout);
-  /// wait() without blocking: the future holds the record or those exceptions.
+  /// wait() without blocking: the future holds the record or those exceptions (a ConfigError
+  /// for the timeout is thrown at once).
   std::future<TaskRecord> wait_async(const std::string& task_id, std::chrono::milliseconds timeout);
   /// Enqueues a task (as enqueue) and waits for it (as wait). It is tracked whatever the options
   /// say: with their retention, else ProducerOptions::retention, else one that keeps the record

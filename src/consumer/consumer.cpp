@@ -178,9 +178,14 @@ struct Consumer::Impl {
       std::string problem;
       try {
         conn.connect();
+        // The first partition's start looks at every partition before it creates anything.
         bool checked = true;
-        for (const detail::QueueKeys& level : s.streams)
-          checked = detail::ensure_only_group(conn, level.stream, s.opt.group) && checked;
+        if (name_lock != nullptr && parts.size() > 1) {
+          for (const auto& other : parts) {
+            checked = detail::ensure_only_group(conn, other->streams, s.opt.group, false) && checked;
+          }
+        }
+        checked = detail::ensure_only_group(conn, s.streams, s.opt.group, true) && checked;
         if (!checked && name_lock != nullptr) {
           detail::log(LogLevel::warning, "the ACL user may not run XINFO GROUPS: not checked that group " +
                                              s.opt.group + " is the only one on " + s.queue +

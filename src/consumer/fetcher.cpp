@@ -30,15 +30,20 @@ void ensure_group(Connection& conn, const std::string& stream, const std::string
   r.view().check();
 }
 
-bool ensure_only_group(Connection& conn, const std::string& stream, const std::string& group) {
+bool ensure_only_group(Connection& conn, const std::vector<QueueKeys>& streams, const std::string& group,
+                       bool create) {
   ScriptRunner scripts(conn);
-  Argv argv = scripts.begin(ScriptId::group, 1);
-  argv.add(stream).add(group);
+  Argv argv = scripts.begin(ScriptId::group, static_cast<int>(streams.size()));
+  for (const QueueKeys& level : streams) argv.add(level.stream);
+  argv.add(group).add(create ? "create" : "check");
   const Reply r = scripts.call(ScriptId::group, argv);
   const ReplyView v = r.view();
   if (v.is_error()) {
-    // As in ensure_group: a full server refuses the write, and an existing group will do.
-    if (error_code(v.error()) == "OOM" && conn.command(Argv{"XPENDING", stream, group}).view().is_array()) {
+    // As in ensure_group: a full server refuses the write, and existing groups will do.
+    if (error_code(v.error()) == "OOM" &&
+        std::all_of(streams.begin(), streams.end(), [&](const QueueKeys& level) {
+          return conn.command(Argv{"XPENDING", level.stream, group}).view().is_array();
+        })) {
       return true;
     }
     v.check();
@@ -46,6 +51,7 @@ bool ensure_only_group(Connection& conn, const std::string& stream, const std::s
   const std::string_view what = v.check()[0].str();
   if (what == "other") {
     const std::string other(v[1].str());
+    const std::string stream(v[2].str());
     throw ConfigError("stream \"" + stream + "\" has consumer group \"" + other + "\" besides \"" + group +
                       "\": streamq runs one group per queue (a success deletes its entry, so a second group "
                       "would never see the tasks the first finished); use one group, or remove the other "

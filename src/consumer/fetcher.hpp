@@ -29,11 +29,14 @@ namespace streamq::detail {
 /// XGROUP CREATE <stream> <group> 0 MKSTREAM; an existing group is fine (also when a full
 /// server refuses the command with OOM before it sees the group exists).
 void ensure_group(Connection& conn, const std::string& stream, const std::string& group);
-/// ensure_group() for a consumer's start: creates `group` on `stream` only if no other group
-/// is there (one script), and throws ConfigError naming the other group otherwise (streamq
-/// runs one group per queue: a success deletes its entry). False when the user may not run
-/// XINFO GROUPS, so that nothing was checked (the group is created all the same).
-bool ensure_only_group(Connection& conn, const std::string& stream, const std::string& group);
+/// ensure_group() for a consumer's start, on every level stream of a queue (or partition) at
+/// once: throws ConfigError naming the other group when one of `streams` has one (streamq runs
+/// one group per queue: a success deletes its entry), else creates `group` where it is missing
+/// (with `create`; without, it only checks). One script, so a refused start creates nothing.
+/// False when the user may not run XINFO GROUPS, so that nothing was checked (the group is
+/// created all the same).
+bool ensure_only_group(Connection& conn, const std::vector<QueueKeys>& streams, const std::string& group,
+                       bool create);
 
 class Fetcher {
  public:

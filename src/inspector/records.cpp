@@ -2,6 +2,7 @@
 // The Inspector's reads of tracked tasks: a task's record and the queue's events.
 #include <sstream>
 
+#include "durations.hpp"
 #include "inspector_impl.hpp"
 #include "inspector_util.hpp"
 #include "record.hpp"
@@ -38,7 +39,7 @@ Inspector::QueueEvents Inspector::events(const std::string& queue, const std::st
                                          std::size_t count, std::chrono::milliseconds block) {
   detail::check_queue(queue);
   if (count < 1 || count > 10000) throw ConfigError("count must be 1 to 10,000");
-  if (block.count() < 0) throw ConfigError("block must be >= 0");
+  detail::check_duration(block, std::chrono::milliseconds(0), "block");
   if (block + std::chrono::seconds(1) > impl_->conn.config().socket_timeout) {
     throw ConfigError("block must be at least 1 s shorter than connection.socket_timeout");
   }

@@ -9,7 +9,9 @@
 --           record, a 'dead_letter' fate as write_fate() in lib/fate.lua takes it.
 -- Returns the record's id, also when an earlier call wrote it (a retry after a lost reply
 -- gets the same answer from the note, not a second record); 0 when the entry is no longer
--- pending; -1 when another consumer owns it.
+-- pending; -1 when another consumer owns it. The note of a final record (its handler never
+-- started: the fate's queue is not '') holds "final <record id>", so that a replay does not
+-- take it for a running task's.
 -- The note names the record by the level's stream and the entry id: ids are unique only
 -- within one stream, and the high and normal levels routinely hold the same id. It expires
 -- on its own, so nothing accumulates when bodies are trimmed (Overflow::trim_oldest).
@@ -21,11 +23,12 @@
 -- @include lib/track.lua
 -- @include lib/fate.lua
 local known = redis.call('GET', KEYS[3])
-if known then return known end
+if known then return (string.gsub(known, '^final ', '')) end
 local owner = pending_owner(KEYS[1], ARGV[1], ARGV[3])
 if owner == nil then return 0 end
 if owner ~= ARGV[2] then return -1 end
 local id = write_fate(KEYS[2], 5, ARGV[3], ARGV[2])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-redis.call('SET', KEYS[3], id, 'PX', ARGV[4])
+-- ARGV[10]: the dead-letter fate's queue ('' for a provisional record, see lib/fate.lua).
+redis.call('SET', KEYS[3], ARGV[10] == '' and id or ('final ' .. id), 'PX', ARGV[4])
 return id

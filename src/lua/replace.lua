@@ -7,7 +7,8 @@
 --           write_fate() in lib/fate.lua takes it.
 -- Returns the new entry's id ('delayed' for a delayed retry), or 0 when neither the record
 -- nor its note is left: the fate was decided already (by an earlier call whose reply was
--- lost, or by an operator's replay, which deletes the note and puts the task back itself).
+-- lost), or the holder went silent for claim_min_idle, the note expired, and an operator then
+-- acted on the record as final (a replay skips a record while its note stands).
 -- A record deleted, purged or trimmed while its note still names it was taken for final
 -- although the task ran: the task's own fate is written all the same, or it would be lost.
 -- One script: the new entry and the deletion of the record it replaces must happen together,

@@ -1,6 +1,7 @@
 -- running: a handler starts a tracked task (its fields hold `retention`, lib/track.lua): its
 -- record says running, by which worker, from when, and counts the attempt; a 'started' event
--- says so.
+-- says so. What an earlier attempt reported (progress, a partial result) is cleared: the
+-- result is this attempt's.
 -- KEYS[1] = stream (the entry's priority level)
 -- ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = entry id, ARGV[4] = queue (the queue's
 --           stream), ARGV[5..] = the task's fields
@@ -18,6 +19,7 @@ local key = ARGV[4] .. ':task:' .. id
 local state = redis.call('HGET', key, 'state')
 if state and FINAL[state] then return 0 end
 local now = now_ms()
+redis.call('HDEL', key, 'result', 'progress')
 redis.call('HSET', key, 'state', 'running', 'started_at', now, 'worker', ARGV[2], 'type',
            task_type_of(ARGV, 5), 'done_ms', done_ms, 'dead_ms', dead_ms)
 local attempt = redis.call('HINCRBY', key, 'attempts', 1)

@@ -2,6 +2,7 @@
 // streamq runs one consumer group per queue (a success deletes its entry, so a second group
 // would never see what the first finished): a consumer of a second group is refused at start,
 // before it creates anything, and cancel refuses a group the queue does not have.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -21,9 +22,11 @@ using namespace std::chrono_literals;
 class OneGroupTest : public ConsumerTest {
  protected:
   /// What run() of a consumer of `group` throws (it must throw before it runs anything).
-  std::string refusal(const std::string& group) {
+  std::string refusal(const std::string& group, int partitions = 1) {
     auto o = options();
     o.group = group;
+    o.partitions = partitions;
+    o.concurrency = std::max(o.concurrency, partitions);
     RunningConsumer c(o, [](Consumer& c) {
       c.on("t", [](const Task&) { ADD_FAILURE() << "a refused consumer ran a task"; });
     });
@@ -60,7 +63,23 @@ TEST_F(OneGroupTest, AnotherGroupOnOneLevelIsEnough) {
   client.cmd({"XGROUP", "CREATE", stream + ":p:low", "reporting", "0", "MKSTREAM"}).view().check();
   const std::string why = refusal("workers");
   EXPECT_NE(why.find("has consumer group \"reporting\" besides \"workers\""), std::string::npos) << why;
+  // Nothing created: not on the low level, nor on the levels before it.
   EXPECT_EQ(groups(stream + ":p:low"), 1);
+  EXPECT_EQ(client.integer({"EXISTS", stream}), 0);
+  EXPECT_EQ(client.integer({"EXISTS", stream + ":p:high"}), 0);
+}
+
+TEST_F(OneGroupTest, AnotherGroupOnOnePartitionIsRefusedBeforeAnyPartitionIsTouched) {
+  std::string base = stream;
+  std::erase(base, '{');
+  std::erase(base, '}');
+  client.cmd({"XGROUP", "CREATE", "{" + base + ":1}", "audit", "0", "MKSTREAM"}).view().check();
+  const std::string why = refusal("workers", 2);
+  EXPECT_NE(why.find("has consumer group \"audit\" besides \"workers\""), std::string::npos) << why;
+  for (const std::string& level :
+       {"{" + base + ":0}", "{" + base + ":0}:p:high", "{" + base + ":1}:p:high"}) {
+    EXPECT_EQ(client.integer({"EXISTS", level}), 0) << level;
+  }
 }
 
 TEST_F(OneGroupTest, OfTwoGroupsStartingAtOnceOnANewQueueOneRuns) {

@@ -152,6 +152,34 @@ TEST_F(TrackingTest, ADelayedTaskIsDelayedThenQueuedAndARetentionOfZeroKeepsNoth
   EXPECT_EQ(events_of(id), (std::vector<std::string>{"enqueued", "started", "done"}));
 }
 
+TEST_F(TrackingTest, AResultIsTheSucceedingAttemptsAndAKeyOfAnotherTypeIsLeftAlone) {
+  // A partial result of a failed attempt is not the task's result.
+  const std::string id = producer().enqueue("flaky", "{}", {.retention = Retention{.done = 1min}});
+  // A key of another type under a second task's record name: tracking leaves it, nothing else
+  // of the task is disturbed (its retry is written with the original's ack, once).
+  const std::string other_id = "taken-name";
+  client.cmd({"SET", stream + ":task:" + other_id, "someone else's"}).view().check();
+  producer().enqueue("flaky", "{}", {.task_id = other_id, .retention = Retention{.done = 1min}});
+  std::atomic<int> runs{0};
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("flaky", [&](const Task& t) {
+      ++runs;
+      if (t.retry_count() == 0) {
+        t.write_partial_result("half");
+        throw std::runtime_error("first attempt fails");
+      }
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return state_of(id) == State::done && runs == 4 && pending() == 0; }));
+  ASSERT_TRUE(wait_until([&] { return xlen(stream) == 0; }));
+  rc.stop();
+  EXPECT_EQ(runs, 4);  // each task twice: no copy written twice
+  EXPECT_FALSE(record(id)->result);
+  EXPECT_EQ(record(id)->attempts, 2);
+  EXPECT_EQ(client.cmd({"GET", stream + ":task:" + other_id}).view().str(), "someone else's");
+  EXPECT_EQ(xlen(dlq), 0);
+}
+
 TEST_F(TrackingTest, UntrackedTasksHaveNoRecordAndNoEvents) {
   const std::string id = producer().enqueue("work", "{}");
   std::atomic<bool> tracked{true};

@@ -21,6 +21,16 @@
 local EVENTS_MAX = 10000 -- <queue>:events keeps about this many (XADD MAXLEN ~)
 local FINAL = {done = true, dead = true, cancelled = true}
 
+-- state_of(key): the record's state (false when there is none), or nil when `key` holds
+-- another type than a hash (another program's key under a record's name): tracking then leaves
+-- it alone rather than fail the script half-way (Redis does not undo what a script wrote before
+-- an error: a retry copy would stay without its original's ack).
+local function state_of(key)
+  local state = redis.pcall('HGET', key, 'state')
+  if type(state) == 'table' and state.err then return nil end
+  return state
+end
+
 -- tracked(fields, first, last): the task's id and its retention (done ms, dead ms) when the
 -- fields fields[first], fields[first + 1], ... up to fields[last] (name, value pairs; last
 -- defaults to the end) hold both; else nil.
@@ -50,7 +60,7 @@ end
 local function track_event(queue, event, id, now, pairs)
   local args = {queue .. ':events', 'MAXLEN', '~', EVENTS_MAX, '*', 'event', event, 'task_id', id, 'at', now}
   for _, v in ipairs(pairs or {}) do args[#args + 1] = v end
-  redis.call('XADD', unpack(args))
+  redis.pcall('XADD', unpack(args))  -- (a key of another type there: no event, nothing else lost)
 end
 
 -- track_ttl(key, ms): the record stays `ms` more (0: it goes now; < 0: it stays).
@@ -73,8 +83,9 @@ local function track_new(queue, fields, first, last, state, due)
   local id, done_ms, dead_ms = tracked(fields, first, last)
   if not id then return end
   local key = queue .. ':task:' .. id
+  local old = state_of(key)
+  if old == nil then return end
   local now = now_ms()
-  local old = redis.call('HGET', key, 'state')
   if old and FINAL[old] then
     -- A finished task's id enqueued again: a new task, a fresh record. (HDEL, not DEL: the
     -- producer's ACL role gets no command that could delete a stream.)
@@ -96,7 +107,7 @@ local function track_due(queue, fields, first)
   local id = tracked(fields, first)
   if not id then return end
   local key = queue .. ':task:' .. id
-  if redis.call('HGET', key, 'state') == 'delayed' then redis.call('HSET', key, 'state', 'queued') end
+  if state_of(key) == 'delayed' then redis.call('HSET', key, 'state', 'queued') end
 end
 
 -- track_state(queue, fields, first, state, event, pairs, kept): a tracked task moves on: its
@@ -109,6 +120,7 @@ local function track_state(queue, fields, first, state, event, pairs, kept)
   local id, done_ms, dead_ms = tracked(fields, first)
   if not id then return nil end
   local key = queue .. ':task:' .. id
+  if state_of(key) == nil then return nil end
   local now = now_ms()
   local args = {'HSET', key, 'state', state, 'type', task_type_of(fields, first), 'done_ms', done_ms, 'dead_ms',
                 dead_ms}
