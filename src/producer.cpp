@@ -389,15 +389,20 @@ struct Producer::Impl {
     return *waiter_;
   }
 
-  /// A wait's outcome. The waiter settles it by its deadline while it can reach Redis; when it
-  /// cannot, the caller is not kept much longer.
-  static TaskRecord get(std::future<TaskRecord> f, const std::string& task_id,
-                        std::chrono::milliseconds timeout) {
+  /// A wait on this thread: its outcome, turned into the record or an exception here. The waiter
+  /// settles it by its deadline (within its read's block) even while Redis is away; the second
+  /// of slack only bounds the caller should it not.
+  TaskRecord wait_here(const std::string& task_id, std::chrono::milliseconds timeout,
+                       std::optional<std::size_t> partition) {
+    auto promise = std::make_shared<std::promise<detail::WaitOutcome>>();
+    std::future<detail::WaitOutcome> f = promise->get_future();
+    waiter().wait(task_id, timeout, partition,
+                  [promise](detail::WaitOutcome o) { promise->set_value(std::move(o)); });
     if (f.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready) {
       throw WaitTimeoutError(
           "task " + task_id + " did not finish in time (its queue's events could not be read)", std::nullopt);
     }
-    return f.get();
+    return f.get().take();
   }
 
   std::string max_len_text;
@@ -416,12 +421,21 @@ const ProducerOptions& Producer::options() const noexcept { return impl_->option
 
 std::future<TaskRecord> Producer::wait_async(const std::string& task_id, std::chrono::milliseconds timeout) {
   detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
-  return impl_->waiter().wait(task_id, timeout, std::nullopt);
+  auto promise = std::make_shared<std::promise<TaskRecord>>();
+  std::future<TaskRecord> result = promise->get_future();
+  impl_->waiter().wait(task_id, timeout, std::nullopt, [promise](detail::WaitOutcome o) {
+    try {
+      promise->set_value(std::move(o).take());
+    } catch (const Error&) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return result;
 }
 
 TaskRecord Producer::wait(const std::string& task_id, std::chrono::milliseconds timeout) {
   detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
-  return Impl::get(impl_->waiter().wait(task_id, timeout, std::nullopt), task_id, timeout);
+  return impl_->wait_here(task_id, timeout, std::nullopt);
 }
 
 TaskRecord Producer::enqueue_and_wait(std::string_view task_type, const Payload& payload,
@@ -432,7 +446,7 @@ TaskRecord Producer::enqueue_and_wait(std::string_view task_type, const Payload&
         Retention{.done = std::max<std::chrono::milliseconds>(timeout, std::chrono::minutes(1))};
   }
   const std::string id = enqueue(task_type, std::string_view(payload.text()), options);
-  return Impl::get(impl_->waiter().wait(id, timeout, impl_->last_partition), id, timeout);
+  return impl_->wait_here(id, timeout, impl_->last_partition);
 }
 
 std::string Producer::enqueue(std::string_view task_type, std::string_view payload_json,

@@ -55,18 +55,27 @@ Waiter::~Waiter() {
   // waiting_ is no longer its alone.)
   std::lock_guard lock(mutex_);
   const auto abandon = [](Pending& p) {
-    p.promise.set_exception(std::make_exception_ptr(
-        WaitTimeoutError("the Producer waiting for task " + p.task_id + " was destroyed", p.last)));
+    p.deliver({WaitOutcome::Kind::timed_out, p.last,
+               "the Producer waiting for task " + p.task_id + " was destroyed"});
   };
   for (auto& p : incoming_) abandon(*p);
   for (auto& [id, p] : waiting_) abandon(*p);
 }
 
+TaskRecord WaitOutcome::take() && {
+  switch (kind) {
+    case Kind::done: break;
+    case Kind::failed: throw TaskFailedError(message, std::move(*record));
+    case Kind::timed_out: throw WaitTimeoutError(message, std::move(record));
+  }
+  return std::move(*record);
+}
+
 void Waiter::complete(Pending& p, const TaskRecord& r) {
   if (r.state == TaskRecord::State::done) {
-    p.promise.set_value(r);
+    p.deliver({WaitOutcome::Kind::done, r, ""});
   } else {
-    p.promise.set_exception(std::make_exception_ptr(TaskFailedError(describe_failure(r), r)));
+    p.deliver({WaitOutcome::Kind::failed, r, describe_failure(r)});
   }
 }
 
@@ -87,29 +96,26 @@ std::optional<TaskRecord> Waiter::read_record(Connection& conn, const std::strin
   return std::nullopt;
 }
 
-std::future<TaskRecord> Waiter::wait(const std::string& task_id, Millis timeout,
-                                     std::optional<std::size_t> partition) {
+void Waiter::wait(const std::string& task_id, Millis timeout, std::optional<std::size_t> partition,
+                  std::function<void(WaitOutcome)> deliver) {
   auto p = std::make_unique<Pending>();
   p->task_id = task_id;
+  p->deliver = std::move(deliver);
   p->deadline = Clock::now() + timeout;
   if (partition) {
     p->queues = {*partition};
   } else {
     for (std::size_t i = 0; i < queues_.size(); ++i) p->queues.push_back(i);
   }
-  std::future<TaskRecord> result = p->promise.get_future();
-  try {
+  {
     // A task that finished before the wait began is answered from its record, here.
     std::lock_guard look(look_mutex_);
     looker_.connect_with_backoff();
     p->last = read_record(looker_, task_id, p->queues);
-  } catch (...) {
-    p->promise.set_exception(std::current_exception());  // the future holds it
-    return result;
   }
   if (p->last && p->last->finished()) {
     complete(*p, *p->last);
-    return result;
+    return;
   }
   {
     std::lock_guard lock(mutex_);
@@ -117,7 +123,6 @@ std::future<TaskRecord> Waiter::wait(const std::string& task_id, Millis timeout,
     if (!thread_.joinable()) thread_ = std::jthread([this](const std::stop_token& stop) { run(stop); });
   }
   cv_.notify_all();
-  return result;
 }
 
 bool Waiter::read_events(Millis block, std::vector<std::pair<QueueEvent, std::size_t>>& finished) {
@@ -206,14 +211,13 @@ void Waiter::expire(Clock::time_point now) {
       ++it;
       continue;
     }
-    p.promise.set_exception(std::make_exception_ptr(WaitTimeoutError(
-        p.last
-            ? "task " + p.task_id + " did not finish in time (it is " +
-                  std::string(to_string(p.last->state)) + ")"
-            : "no record of task " + p.task_id +
-                  " was found: it was not enqueued with a Retention (EnqueueOptions::retention), its record "
-                  "expired, or it is another queue's",
-        p.last)));
+    p.deliver({WaitOutcome::Kind::timed_out, p.last,
+               p.last
+                   ? "task " + p.task_id + " did not finish in time (it is " +
+                         std::string(to_string(p.last->state)) + ")"
+                   : "no record of task " + p.task_id +
+                         " was found: it was not enqueued with a Retention (EnqueueOptions::retention), its "
+                         "record expired, or it is another queue's"});
     it = waiting_.erase(it);
   }
 }

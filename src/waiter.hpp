@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -25,6 +26,19 @@ namespace streamq::detail {
 
 using Clock = std::chrono::steady_clock;
 
+/// How a wait ended: the record of a task done, or what to throw. The exception is built on
+/// the thread that takes the outcome: one built on the waiter's thread and handed over through a
+/// future is destroyed by whichever thread lets go of it last, a hand-over ThreadSanitizer
+/// cannot follow into libstdc++.
+struct WaitOutcome {
+  enum class Kind { done, failed, timed_out };
+  Kind kind = Kind::done;
+  std::optional<TaskRecord> record;
+  std::string message;
+  /// The record, or throws TaskFailedError (failed) or WaitTimeoutError (timed_out).
+  TaskRecord take() &&;
+};
+
 class Waiter {
  public:
   /// `queues`: the streams of the queue's partitions (one for a plain queue).
@@ -33,18 +47,19 @@ class Waiter {
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
 
-  /// The task's record once it is finished: done, or TaskFailedError (dead, cancelled), or
-  /// WaitTimeoutError when `timeout` passes first. Thread-safe. `partition` (an index into
-  /// the queues) when the caller knows it; otherwise every partition is asked.
-  std::future<TaskRecord> wait(const std::string& task_id, Millis timeout,
-                               std::optional<std::size_t> partition);
+  /// Registers a wait for the task: `deliver` is called once, with how it ended (on this
+  /// thread when the task had finished already, else on the waiter's thread). Thread-safe.
+  /// `partition` (an index into the queues) when the caller knows it; otherwise every
+  /// partition is asked. Throws what the first read of the record throws.
+  void wait(const std::string& task_id, Millis timeout, std::optional<std::size_t> partition,
+            std::function<void(WaitOutcome)> deliver);
 
  private:
   struct Pending {
     std::string task_id;
     std::vector<std::size_t> queues;  // the partitions it may be in (one, once known)
     Clock::time_point deadline;
-    std::promise<TaskRecord> promise;
+    std::function<void(WaitOutcome)> deliver;
     std::optional<TaskRecord> last;  // its record as last read
     bool checked = false;            // the thread has read its record
   };

@@ -248,8 +248,9 @@ class Producer {
   ///   not tracked, expired, another queue's), ConnectionError or ReplyError (the first read,
   ///   of the record, failed), ConfigError (a negative timeout, or one over ten years).
   TaskRecord wait(const std::string& task_id, std::chrono::milliseconds timeout);
-  /// wait() without blocking: the future holds the record or those exceptions (a ConfigError
-  /// for the timeout is thrown at once).
+  /// wait() without blocking: the future holds the record, TaskFailedError or WaitTimeoutError;
+  /// the first read's ConnectionError or ReplyError, and a ConfigError for the timeout, are
+  /// thrown by the call.
   std::future<TaskRecord> wait_async(const std::string& task_id, std::chrono::milliseconds timeout);
   /// Enqueues a task (as enqueue) and waits for it (as wait). It is tracked whatever the options
   /// say: with their retention, else ProducerOptions::retention, else one that keeps the record
