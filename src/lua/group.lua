@@ -11,10 +11,13 @@
 -- One script: two consumers of different groups starting at once must not both find the
 -- streams without groups and both create theirs, and a refused start creates nothing.
 -- An ACL refusal inside a script: Redis 7 words it "ERR The user executing the script can't
--- run this command ...", 6.2 "NOPERM ...". Returned as NOPERM either way.
+-- run this command ...", 6.2 "NOPERM ...", Valkey 8 "ERR ACL failure in script: User ... has no
+-- permissions to run the '...' command". Returned as NOPERM in every case.
 local function as_refusal(err)
   if string.find(err, 'NOPERM', 1, true) then return err end
-  if string.find(err, "can't run this command", 1, true) then return 'NOPERM ' .. string.gsub(err, '^ERR ', '') end
+  if string.find(err, "can't run this command", 1, true) or string.find(err, 'ACL failure in script', 1, true) then
+    return 'NOPERM ' .. string.gsub(err, '^ERR ', '')
+  end
   return nil
 end
 local unchecked = nil
