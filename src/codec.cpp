@@ -160,6 +160,7 @@ std::size_t append_new_task(Argv& argv, const NewTask& task) {
   argv.add(field::retry_count).add("0");
   if (!task.unique_key.empty()) argv.add(field::unique_key).add(task.unique_key);
   if (!task.retention.empty()) argv.add(field::retention).add(task.retention);
+  if (!task.deadline.empty()) argv.add(field::deadline).add(task.deadline);
   if (task.extra_fields != nullptr) {
     for (const auto& [name, value] : *task.extra_fields) argv.add(name).add(value);
   }
@@ -173,7 +174,8 @@ bool is_reserved_field(std::string_view name) noexcept {
   for (std::string_view r : dead_letter_fields) {
     if (name == r) return true;
   }
-  return name == field::unique_key || name == field::retention;
+  return name == field::unique_key || name == field::retention || name == field::deadline ||
+         name == field::retry_of_span;
 }
 
 Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> shared, std::int64_t deliveries,

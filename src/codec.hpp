@@ -44,17 +44,19 @@ struct NewTask {
   const std::vector<std::pair<std::string, std::string>>* extra_fields = nullptr;
   std::string_view unique_key{};  // written as the unique_key field when not empty
   std::string_view retention{};   // written as the retention field when not empty (a tracked task)
+  std::string_view deadline{};    // written as the deadline field when not empty
 };
 
 /// Appends the task's field/value strings to `argv` in the seed's order (task_id, task_type,
-/// payload, created_at, max_retries, retry_count, then unique_key and retention if any, then extras) and
-/// returns how many strings were added. The views must outlive the command.
+/// payload, created_at, max_retries, retry_count, then unique_key, retention and deadline if any, then
+/// extras) and returns how many strings were added. The views must outlive the command.
 std::size_t append_new_task(Argv& argv, const NewTask& task);
 
 /// How many strings append_new_task adds for `task`.
 inline std::size_t new_task_string_count(const NewTask& task) {
   return 12 + (task.extra_fields != nullptr ? 2 * task.extra_fields->size() : 0) +
-         (task.unique_key.empty() ? 0 : 2) + (task.retention.empty() ? 0 : 2);
+         (task.unique_key.empty() ? 0 : 2) + (task.retention.empty() ? 0 : 2) +
+         (task.deadline.empty() ? 0 : 2);
 }
 
 /// Most fields a runnable entry may have, and a dead-letter entry keeps: Lua's unpack() cannot

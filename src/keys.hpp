@@ -63,6 +63,17 @@ inline std::string rate_key(std::string_view stream, std::string_view task_type)
   return std::string(stream) + ":rate:" + std::string(task_type);
 }
 
+/// The semaphore of a concurrency limit (ConcurrencyLimit): of the whole queue (`task_type`
+/// empty) or of one task type.
+inline std::string running_key(std::string_view stream, std::string_view task_type = {}) {
+  return std::string(stream) + ":running" + (task_type.empty() ? "" : ":" + std::string(task_type));
+}
+
+/// An operator's request to stop running entry `id` of `level_stream` (src/lua/cancel.lua).
+inline std::string cancel_key(std::string_view level_stream, std::string_view id) {
+  return std::string(level_stream) + ":cancel:" + std::string(id);
+}
+
 /// The record of periodic task `name` (see the schedule_tick script): the newest tick handled.
 inline std::string schedule_key(std::string_view stream, std::string_view name) {
   return std::string(stream) + ":sched:" + std::string(name);

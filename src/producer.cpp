@@ -2,6 +2,7 @@
 #include "streamq/producer.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -12,6 +13,7 @@
 #include "keys.hpp"
 #include "scripts.hpp"
 #include "streamq/errors.hpp"
+#include "streamq/tracing.hpp"
 #include "waiter.hpp"
 
 namespace streamq {
@@ -112,11 +114,13 @@ struct Prepared {
   // A tracked task's retention field ("<done ms> <dead ms>"), or empty. Not viewed by `task`
   // (a Prepared moves, and a short string with it): written_task() points at it.
   std::string retention;
+  std::string deadline;  // EnqueueOptions::deadline, ms since the epoch, or empty (as retention)
 
-  /// The task to write, with its retention.
+  /// The task to write, with its retention and deadline.
   detail::NewTask written_task() const {
     detail::NewTask t = task;
     t.retention = retention;
+    t.deadline = deadline;
     return t;
   }
 };
@@ -226,11 +230,11 @@ struct Producer::Impl {
             detail::payload_problem(payload, options.max_payload_bytes, options.max_payload_depth)) {
       throw PayloadError(*problem);
     }
-    // 7 standard fields at most (with unique_key); a consumer dead-letters an entry with more
-    // than kMaxFields, and Lua's unpack() cannot pass many more to one XADD.
-    if (eo.extra_fields.size() + 7 > detail::kMaxFields) {
+    // 9 standard fields at most (with unique_key, retention, deadline); a consumer dead-letters an entry with
+    // more than kMaxFields, and Lua's unpack() cannot pass many more to one XADD.
+    if (eo.extra_fields.size() + 9 > detail::kMaxFields) {
       throw ConfigError("too many extra fields: " + std::to_string(eo.extra_fields.size()) + " (at most " +
-                        std::to_string(detail::kMaxFields - 7) + ")");
+                        std::to_string(detail::kMaxFields - 9) + ")");
     }
     id_storage = eo.task_id.empty() ? detail::new_uuid_v4() : eo.task_id;
     Prepared p;
@@ -251,6 +255,10 @@ struct Producer::Impl {
     }
     if (const std::optional<Retention>& r = eo.retention ? eo.retention : options.retention) {
       p.retention = retention_field(*r);
+    }
+    if (eo.deadline) {
+      p.deadline = std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(eo.deadline->time_since_epoch()).count());
     }
     p.partition = partition_of(eo, p.task.unique_key);
     if (eo.unique_for.count() > 0) {
@@ -292,8 +300,9 @@ struct Producer::Impl {
     argv.add(plain ? "plain" : "full");
     if (plain) {
       for (std::size_t i = first; i < last; ++i) {
-        argv.add(static_cast<std::int64_t>(detail::new_task_string_count(tasks[i].task)));
-        detail::append_new_task(argv, tasks[i].task);  // plain: no retention
+        const detail::NewTask written = tasks[i].written_task();  // plain: no retention; a deadline
+        argv.add(static_cast<std::int64_t>(detail::new_task_string_count(written)));
+        detail::append_new_task(argv, written);
       }
       return argv;
     }
@@ -375,6 +384,11 @@ struct Producer::Impl {
   }
 
   ProducerOptions options;
+  std::vector<ProducerMiddleware> middleware;  // Producer::use
+
+  std::string enqueue_one(std::string_view task_type, std::string_view payload_json,
+                          const EnqueueOptions& task_options);
+  std::vector<std::string> enqueue_many(const std::vector<TaskSpec>& tasks);
   detail::Connection conn;
   detail::ScriptRunner scripts;
   std::vector<detail::QueueKeys> keys;  // one per partition
@@ -449,12 +463,83 @@ TaskRecord Producer::enqueue_and_wait(std::string_view task_type, const Payload&
   return impl_->wait_here(id, timeout, impl_->last_partition);
 }
 
+namespace {
+
+/// Runs `chain[i..]` around `last` for `call`.
+void run_chain(const std::vector<ProducerMiddleware>& chain, std::size_t i, EnqueueCall& call,
+               const std::function<void(EnqueueCall&)>& last) {
+  if (i == chain.size()) {
+    last(call);
+    return;
+  }
+  struct Context {
+    const std::vector<ProducerMiddleware>* chain;
+    std::size_t next;
+    EnqueueCall* call;
+    const std::function<void(EnqueueCall&)>* last;
+  } context{&chain, i + 1, &call, &last};
+  chain[i](call, Next(
+                     [](const void* c) {
+                       const auto* x = static_cast<const Context*>(c);
+                       run_chain(*x->chain, x->next, *x->call, *x->last);
+                     },
+                     &context));
+}
+
+/// The tracer's context into the task's fields, unless they carry a traceparent already.
+void inject_trace(Tracer* tracer, EnqueueCall& call) {
+  if (tracer == nullptr) return;
+  for (const auto& [name, value] : call.options.extra_fields) {
+    if (name == field::traceparent) return;
+  }
+  const std::optional<SpanContext> context = tracer->inject(call);
+  if (!context || !valid_traceparent(context->traceparent)) return;
+  call.options.extra_fields.emplace_back(field::traceparent, context->traceparent);
+  if (!context->tracestate.empty())
+    call.options.extra_fields.emplace_back(field::tracestate, context->tracestate);
+}
+
+/// Runs the middleware (and the tracer) of a producer around `last`; MiddlewareError when the
+/// chain did not reach it.
+void around(const std::vector<ProducerMiddleware>& chain, Tracer* tracer, EnqueueCall& call,
+            const std::function<void(EnqueueCall&)>& write) {
+  bool reached = false;
+  run_chain(chain, 0, call, [&](EnqueueCall& c) {
+    reached = true;
+    inject_trace(tracer, c);
+    write(c);
+  });
+  if (!reached) {
+    throw MiddlewareError("a producer middleware returned without calling next(): task of type \"" +
+                          call.task_type + "\" was not enqueued");
+  }
+}
+
+}  // namespace
+
+void Producer::use(ProducerMiddleware middleware) {
+  if (!middleware) throw ConfigError("middleware must not be empty");
+  impl_->middleware.push_back(std::move(middleware));
+}
+
 std::string Producer::enqueue(std::string_view task_type, std::string_view payload_json,
                               const EnqueueOptions& options) {
   Impl& im = *impl_;
+  if (!im.middleware.empty() || im.options.tracer) {
+    EnqueueCall call{std::string(task_type), std::string(payload_json), options, {}};
+    around(im.middleware, im.options.tracer.get(), call,
+           [&](EnqueueCall& c) { c.task_id = im.enqueue_one(c.task_type, c.payload, c.options); });
+    return call.task_id;
+  }
+  return im.enqueue_one(task_type, payload_json, options);
+}
+
+std::string Producer::Impl::enqueue_one(std::string_view task_type, std::string_view payload_json,
+                                        const EnqueueOptions& task_options) {
+  Impl& im = *this;
   std::string id;
   const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
-  std::vector<Prepared> one{im.prepare(task_type, payload_json, options, id, created_at)};
+  std::vector<Prepared> one{im.prepare(task_type, payload_json, task_options, id, created_at)};
   im.last_partition = static_cast<std::size_t>(one[0].partition);
   im.conn.connect_with_backoff();
   detail::Reply reply;
@@ -473,6 +558,25 @@ std::string Producer::enqueue(std::string_view task_type, std::string_view paylo
 
 std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& tasks) {
   Impl& im = *impl_;
+  if (!im.middleware.empty() || im.options.tracer) {
+    // Each task through the chain first; the batch is written once every chain returned.
+    std::vector<TaskSpec> passed;
+    passed.reserve(tasks.size());
+    for (const TaskSpec& t : tasks) {
+      EnqueueCall call{t.task_type, t.payload.text(), t.options, {}};
+      around(im.middleware, im.options.tracer.get(), call, [&](EnqueueCall& c) {
+        if (c.options.task_id.empty()) c.options.task_id = detail::new_uuid_v4();
+        c.task_id = c.options.task_id;
+        passed.push_back(TaskSpec{c.task_type, Payload(std::string(c.payload)), c.options});
+      });
+    }
+    return im.enqueue_many(passed);
+  }
+  return im.enqueue_many(tasks);
+}
+
+std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec>& tasks) {
+  Impl& im = *this;
   std::vector<std::string> ids(tasks.size());
   std::vector<Prepared> prepared;
   prepared.reserve(tasks.size());

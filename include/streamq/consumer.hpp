@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "streamq/errors.hpp"
+#include "streamq/middleware.hpp"
 #include "streamq/options.hpp"
 #include "streamq/task.hpp"
 
@@ -44,11 +45,39 @@ struct RateLimit {
   std::chrono::milliseconds per{1000};
 };
 
+/// A limit on how many tasks run at once, across every consumer of the queue (kept in Redis as
+/// a sorted set of leases, `<stream>:running` for the queue, `<stream>:running:<task type>` for
+/// one type, by the server's clock). A task that finds every slot taken is not run, not failed
+/// and not counted as an attempt: it goes back to the delayed set for 100 to 500 ms (random),
+/// so it does not hold a handler thread, and tasks of other types run meanwhile. A slot is held
+/// from the handler's start to its return and renewed with the entry's lease; the slot of a
+/// worker that died frees itself after claim_min_idle. limit = 0: no limit.
+struct ConcurrencyLimit {
+  int limit = 0;
+};
+
 /// Per task type options for Consumer::on.
 struct HandlerOptions {
   /// Overrides ConsumerOptions::retry_backoff for this type.
   std::optional<RetryBackoff> retry_backoff{};
   RateLimit rate{};
+  /// How long one attempt may run (0 = no limit). When it passes, the task's stop_token is
+  /// signalled (Task::stop_requested(), stop_reason() "timeout") and the attempt ends as a
+  /// failure whatever the handler then does: retried after its backoff, dead-lettered with
+  /// reason `timeout` once out of retries. A handler that ignores the token is given
+  /// ConsumerOptions::timeout_grace more; then the task's fate is written all the same (the
+  /// retry, or the dead letter), and when the handler returns at last, what it returned is
+  /// dropped. Its thread stays busy until then (a thread cannot be killed), so a run of handlers
+  /// that never return leaves the consumer with fewer threads. The retry may start on another
+  /// worker while the stuck handler still runs: delivery stays at-least-once.
+  std::chrono::milliseconds timeout{0};
+  /// At most this many tasks of this type run at once across every consumer (see
+  /// ConcurrencyLimit).
+  ConcurrencyLimit concurrency{};
+  /// At most this many tasks of this type run at once in this consumer (0 = up to
+  /// ConsumerOptions::concurrency). A task over it goes back to the delayed set for 100 to
+  /// 500 ms, as with ConcurrencyLimit.
+  int max_in_flight = 0;
 };
 
 /// Consumer configuration. Validated by the Consumer constructor (ConfigError names the field).
@@ -145,6 +174,17 @@ struct ConsumerOptions {
   /// of Inspector::resume. A read already waiting on the server when the flag is set may
   /// still deliver one batch. Must be > 0.
   std::chrono::milliseconds pause_check_interval{1000};
+  /// How long a task asked to stop by its timeout (HandlerOptions::timeout), its deadline
+  /// (EnqueueOptions::deadline) or an operator's cancel (Inspector::cancel) may still run
+  /// before the consumer gives it up: writes its fate (retry, dead letter, cancelled) without
+  /// waiting for the handler, and drops what the handler returns later. Must be > 0.
+  std::chrono::milliseconds timeout_grace{5000};
+  /// At most this many tasks of the queue run at once across every consumer (see
+  /// ConcurrencyLimit), whatever their type. Consumers of one queue should agree on it.
+  ConcurrencyLimit concurrency_limit{};
+  /// Starts a span per attempt (see streamq/tracing.hpp): a child of the producer's context the
+  /// task carries, linked to the failed attempt a retry follows. Null: none.
+  std::shared_ptr<Tracer> tracer{};
 };
 
 /// Counters since the Consumer was built. All reads are relaxed snapshots.
@@ -173,8 +213,15 @@ struct ConsumerMetrics {
   /// Delayed tasks this consumer's forwarder moved to their stream, and members of the delayed
   /// set it dead-lettered as "malformed" (not in streamq's format).
   std::uint64_t forwarded = 0;
-  /// Tasks put back into the delayed set because their type's rate limit was reached.
+  /// Tasks put back into the delayed set because their type's rate limit was reached, or a
+  /// concurrency limit (ConcurrencyLimit, HandlerOptions::max_in_flight).
   std::uint64_t rate_limited = 0;
+  /// Running tasks ended as cancelled by an operator (Inspector::cancel).
+  std::uint64_t cancelled = 0;
+  /// Attempts that ran past their timeout or deadline (counted when their fate is written).
+  std::uint64_t timed_out = 0;
+  /// Tasks given up on: asked to stop, their handler did not return within timeout_grace.
+  std::uint64_t given_up = 0;
 };
 
 /// The task's payload converted to `T` with nlohmann's from_json (`task.json().get<T>()`), as
@@ -277,6 +324,11 @@ class Consumer {
   /// Handler for task types nobody registered; without one they are dead-lettered
   /// ("no_handler"). @throws ConfigError after run().
   void on_unknown(Handler handler);
+
+  /// Adds a middleware around every handler call (see Middleware): the first added is the
+  /// outermost. It runs inside the attempt's span when ConsumerOptions::tracer is set.
+  /// @throws ConfigError (empty, or after run()).
+  void use(Middleware middleware);
 
   /// Connects, creates the group if needed, replays this consumer's own pending entries, then
   /// reads, runs and completes tasks until stop() (or a signal, if enabled). Connection

@@ -138,6 +138,13 @@ class PayloadError : public Error {
   using Error::Error;
 };
 
+/// Producer::enqueue: a producer middleware returned without calling next(), so nothing was
+/// written (see Producer::use).
+class MiddlewareError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Thrown by a handler to say "do not retry": the task goes to the dead-letter stream at
 /// once, with this message as its error.
 class PermanentError : public Error {

@@ -159,7 +159,7 @@ struct ActionResult {
 enum class CancelOutcome {
   cancelled,  ///< removed; no worker will run it
   missing,    ///< not found (finished, cancelled, moved, or never there)
-  running,    ///< delivered to a consumer and not finished: left alone, never interrupted
+  running,    ///< delivered to a consumer and not finished: its holder is asked to stop it
 };
 
 /// One finding of Inspector::doctor().
@@ -270,7 +270,13 @@ class Inspector {
   /// when no delayed task has that id (it may have become due meanwhile).
   std::optional<std::string> run_now(const std::string& queue, const std::string& task_id);
   /// Cancels a queued task (by entry id or task_id) or a delayed one (by task_id). A task a
-  /// consumer holds is not interrupted: the answer is `running` and nothing changes.
+  /// consumer holds is asked to stop (the answer is `running`): a cancel request
+  /// `<level stream>:cancel:<entry id>` (kept 24 h) that its holder finds within one
+  /// heartbeat_interval; the handler's stop_token is signalled (Task::stop_reason()
+  /// "cancelled"), and when it returns the task ends cancelled: acknowledged, not retried, not
+  /// dead-lettered, its unique lock released, its record and event `cancelled`. A handler that
+  /// ignores the token is given ConsumerOptions::timeout_grace, then the task ends cancelled
+  /// all the same. One that finishes before the request reaches it ends as it finished.
   /// ConfigError when a stream of the queue has consumer groups but not InspectorOptions::group
   /// (whether the task was delivered cannot be told): nothing changes.
   CancelOutcome cancel(const std::string& queue, const std::string& id);

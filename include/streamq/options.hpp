@@ -4,10 +4,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 namespace streamq {
+
+class Tracer;  // streamq/tracing.hpp
 
 /// TLS settings of a `rediss://` connection (see ConnectionOptions::url). Each text setting
 /// may instead be given in the URL's query (`tls_ca_file=`, `tls_ca_dir=`, `tls_cert_file=`,
@@ -139,6 +142,9 @@ struct ProducerOptions {
   /// Track every task this producer enqueues (see Retention), unless its EnqueueOptions say
   /// otherwise. Unset (the default): only tasks whose EnqueueOptions::retention is set.
   std::optional<Retention> retention{};
+  /// Writes the enqueuing span's W3C trace context into each task (fields `traceparent`,
+  /// `tracestate`; see streamq/tracing.hpp). Null: none.
+  std::shared_ptr<Tracer> tracer{};
 };
 
 /// StatsReader configuration.

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "streamq/errors.hpp"
+#include "streamq/middleware.hpp"
 #include "streamq/options.hpp"
 #include "streamq/record.hpp"
 
@@ -68,7 +69,29 @@ struct EnqueueOptions {
   /// returns its result. Unset = ProducerOptions::retention. @throws ConfigError (enqueue) for a
   /// negative duration or one over ten years.
   std::optional<Retention> retention{};
+  /// A time by which the task must have finished (written as its `deadline` field, ms since the
+  /// Unix epoch; kept by its retries). A consumer that takes it later dead-letters it without
+  /// running it (reason `deadline`); one whose handler still runs at the deadline signals the
+  /// task's stop_token, and the attempt then ends as a failure that is dead-lettered with reason
+  /// `deadline` (a retry could only be later still). A handler that ignores the token is given
+  /// ConsumerOptions::timeout_grace more, then its task is dead-lettered all the same and what
+  /// its thread does afterwards is dropped (see HandlerOptions::timeout). Unset = none.
+  std::optional<std::chrono::system_clock::time_point> deadline{};
 };
+
+/// One enqueue as a producer middleware sees it: what is about to be written, changeable before
+/// next() (e.g. an extra field carrying an auth context or a trace context), and the task's id
+/// once next() returned.
+struct EnqueueCall {
+  std::string task_type;
+  std::string payload;  ///< JSON text
+  EnqueueOptions options;
+  std::string task_id;  ///< set by next() (the write); for enqueue_batch see Producer::use
+};
+
+/// Runs around each Producer::enqueue (and for each task of enqueue_batch, see Producer::use),
+/// in the order added: the first added is the outermost. What it throws is what enqueue throws.
+using ProducerMiddleware = std::function<void(EnqueueCall& call, const Next& next)>;
 
 namespace detail {
 /// True for the types enqueue and Payload take as JSON text: std::string, std::string_view,
@@ -235,6 +258,16 @@ class Producer {
   /// call throws that ReplyError, whose message also says which tasks were written, if any.
   /// @throws as enqueue.
   std::vector<std::string> enqueue_batch(const std::vector<TaskSpec>& tasks);
+
+  /// Adds a middleware around each enqueue (see ProducerMiddleware): the first added is the
+  /// outermost; ProducerOptions::tracer's context is written innermost, after every middleware.
+  /// For enqueue, next() writes the task (one round trip) and sets EnqueueCall::task_id. For
+  /// enqueue_batch, each task's chain runs in turn before anything is sent, and next() adds the
+  /// task to the batch: its task_id is set then, and the batch is written once every chain
+  /// returned. A middleware that returns without calling next() makes enqueue throw
+  /// MiddlewareError (nothing written), and enqueue_batch throw it before anything is sent.
+  /// @throws ConfigError for an empty middleware.
+  void use(ProducerMiddleware middleware);
 
   /// Waits until tracked task `task_id` (enqueued with a Retention, by any producer of this
   /// queue) has finished, and returns its record: TaskRecord::result is what its handler

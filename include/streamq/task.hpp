@@ -32,6 +32,16 @@ inline constexpr std::string_view unique_key = "unique_key";
 /// The retention of a tracked task (EnqueueOptions::retention): "<done ms> <dead ms>", dead -1
 /// for "as long as its dead letter". Its presence makes the task tracked (TaskRecord).
 inline constexpr std::string_view retention = "retention";
+/// The time by which a task must have finished (EnqueueOptions::deadline): ms since the Unix
+/// epoch, decimal.
+inline constexpr std::string_view deadline = "deadline";
+/// The W3C trace context of the producer's span (`traceparent`, `tracestate`), when a Tracer
+/// injected one (see streamq/tracing.hpp), and of the failed attempt a retry follows
+/// (`retry_of_span`, a traceparent): a consumer's attempt continues the first and links the
+/// second.
+inline constexpr std::string_view traceparent = "traceparent";
+inline constexpr std::string_view tracestate = "tracestate";
+inline constexpr std::string_view retry_of_span = "retry_of_span";
 // Added to dead-lettered entries.
 inline constexpr std::string_view error = "error";
 inline constexpr std::string_view failed_at = "failed_at";
@@ -44,8 +54,9 @@ inline constexpr std::string_view reason = "reason";
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
 namespace detail {
-class TaskReports;  // where a running tracked task's result and progress go (src/consumer)
-struct TaskAccess;  // lets the consumer attach them
+class TaskReports;   // where a running tracked task's result and progress go (src/consumer)
+struct TaskControl;  // why a running task was asked to stop (src/consumer)
+struct TaskAccess;   // lets the consumer attach them
 }  // namespace detail
 
 /// A task as a handler sees it: decoded and validated before the handler runs.
@@ -93,12 +104,18 @@ class Task {
   /// The value of one field, if present.
   std::optional<std::string_view> field(std::string_view name) const noexcept;
 
-  /// True once the worker running this task is stopping (Consumer::stop(), or SIGINT/SIGTERM
-  /// with stop_on_signals). A long handler can check it (or wait on stop_token()) and end
-  /// early: returning completes the task, throwing retries it as any failure does. Handlers
-  /// still running when the shutdown grace period ends keep running, but the Consumer no
-  /// longer waits for them.
+  /// True once this task should stop: the worker running it is stopping (Consumer::stop(), or
+  /// SIGINT/SIGTERM with stop_on_signals), its timeout (HandlerOptions::timeout) or deadline
+  /// (EnqueueOptions::deadline) passed, or an operator cancelled it (Inspector::cancel). A long
+  /// handler checks it (or waits on stop_token()) and ends early. When the worker stops,
+  /// returning completes the task and throwing retries it as any failure does; after a timeout,
+  /// a deadline or a cancel the attempt ends as that, whatever the handler does (see
+  /// stop_reason()). Handlers still running when the shutdown grace period ends keep running,
+  /// but the Consumer no longer waits for them.
   bool stop_requested() const noexcept { return stop_.stop_requested(); }
+  /// Why stop_requested() is true: "" (not asked to stop, or the worker is stopping),
+  /// "timeout", "deadline" or "cancelled". Thread-safe.
+  std::string_view stop_reason() const noexcept;
   /// The same as a std::stop_token, e.g. for std::condition_variable_any::wait or a
   /// std::stop_callback.
   const std::stop_token& stop_token() const noexcept { return stop_; }
@@ -147,7 +164,8 @@ class Task {
   int retry_count_ = 0;
   int max_retries_ = 3;
   std::stop_token stop_;
-  std::shared_ptr<detail::TaskReports> reports_;  // set by the consumer for a tracked task
+  std::shared_ptr<detail::TaskReports> reports_;        // set by the consumer for a tracked task
+  std::shared_ptr<const detail::TaskControl> control_;  // set by the consumer for the handler
   friend struct detail::TaskAccess;
 };
 

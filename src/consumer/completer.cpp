@@ -194,7 +194,10 @@ void Completer::flush(std::vector<Completion>& batch) {
     std::vector<const UniqueLock*> locks;
     std::vector<std::size_t> members;
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i].outcome != Outcome::ack || batch[i].tracked || batch[i].key.stream != stream) continue;
+      if (batch[i].outcome != Outcome::ack || batch[i].tracked || batch[i].cancelled ||
+          batch[i].key.stream != stream) {
+        continue;
+      }
       if (fate[i].orphan_id.empty()) {
         ids.push_back(batch[i].key.id);
       } else {
@@ -217,14 +220,15 @@ void Completer::flush(std::vector<Completion>& batch) {
   // Everything else: one script call each.
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const Completion& c = batch[i];
-    if (c.outcome == Outcome::ack && !c.tracked) continue;
+    if (c.outcome == Outcome::ack && !c.tracked && !c.cancelled) continue;
     const QueueKeys& keys = s_.keys(c.key.stream);
     if (c.outcome == Outcome::ack) {
-      // A tracked task's success: the ack, its record and its event in one script.
+      // A tracked task's success, or a cancelled task's end: the ack, its record and its event
+      // in one script.
       Argv argv = scripts_.begin(ScriptId::done, 2);
       argv.add(keys.stream).add(keys.dlq).add(group).add(c.key.id).add(s_.opt.stream);
       argv.add(c.result ? "1" : "0").add(c.result ? std::string_view(*c.result) : std::string_view());
-      argv.add(fate[i].orphan_id).add(c.unique.key);
+      argv.add(fate[i].orphan_id).add(c.unique.key).add(c.cancelled ? "cancelled" : "done");
       for (const auto& [k, v] : c.fields) argv.add(k).add(v);
       plan.write[i] = Write::done;
       plan.reply[i] = plan.argvs.size();
@@ -327,7 +331,12 @@ void Completer::flush(std::vector<Completion>& batch) {
     }
     const ReplyView v = replies[plan.reply[i]].view();
     if (plan.write[i] == Write::ack || plan.write[i] == Write::done) {
-      ++done;
+      if (c.cancelled) {
+        Metrics::add(s_.metrics.cancelled, 1);
+      } else {
+        ++done;
+      }
+      if (c.given_up) Metrics::add(s_.metrics.given_up, 1);
       finished.push_back(c.key);
     } else if (v.is_integer()) {
       // Not pending any more, another consumer owns it, or its provisional record was acted
@@ -349,6 +358,8 @@ void Completer::flush(std::vector<Completion>& batch) {
                    : c.attempted               ? s_.metrics.retried
                                                : s_.metrics.rate_limited,
                    1);
+      if (c.timed_out) Metrics::add(s_.metrics.timed_out, 1);
+      if (c.given_up) Metrics::add(s_.metrics.given_up, 1);
       finished.push_back(c.key);
     }
   }

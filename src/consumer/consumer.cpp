@@ -30,6 +30,7 @@
 #include "shared.hpp"
 #include "signals.hpp"
 #include "streamq/errors.hpp"
+#include "watchdog.hpp"
 
 namespace streamq {
 
@@ -128,6 +129,7 @@ struct Consumer::Impl {
     auto metrics = std::make_shared<detail::Metrics>();
     for (int i = 0; i < opt.partitions; ++i) {
       parts.push_back(std::make_shared<detail::Shared>(partition_options(opt, i), opt.stream, metrics));
+      parts.back()->watchdog = std::make_shared<detail::Watchdog>(*parts.back());
     }
   }
   ~Impl() { request_stop(); }
@@ -229,10 +231,17 @@ struct Consumer::Impl {
       };
       for (auto& [type, registration] : parts[0]->handlers) shared(registration.handler);
       shared(parts[0]->fallback);
+      for (Middleware& m : parts[0]->middleware) {
+        m = [f = std::make_shared<Middleware>(std::move(m))](const Task& t, const Next& next) {
+          (*f)(t, next);
+        };
+      }
     }
     for (std::size_t i = 1; i < parts.size(); ++i) {
       parts[i]->handlers = parts[0]->handlers;
       parts[i]->fallback = parts[0]->fallback;
+      parts[i]->in_flight_by_type = parts[0]->in_flight_by_type;  // one count per consumer
+      parts[i]->middleware = parts[0]->middleware;
     }
     std::optional<detail::SignalRegistration> signals;
     if (parts[0]->opt.stop_on_signals) signals.emplace([this] { on_signal(); });
@@ -322,6 +331,8 @@ struct Consumer::Impl {
     // All at once: a slow master costs the other partitions nothing.
     for (const auto& e : engines) e->completer.request_finish(finish_by);
     for (const auto& e : engines) e->completer.join();
+    // No task is given up from now on: what is not written stays pending.
+    for (const auto& s : parts) s->watchdog->stop();
     // 5. Handlers still running keep their threads, detached; their entries stay pending.
     std::size_t running = 0;
     for (const auto& s : parts) running += s->inflight.running();
@@ -366,14 +377,23 @@ void Consumer::on(std::string task_type, Handler handler, HandlerOptions options
   if (task_type.empty()) throw ConfigError("task_type must not be empty");
   if (!handler) throw ConfigError("handler for \"" + task_type + "\" is empty");
   detail::check_handler_options(options);
+  const int max_in_flight = options.max_in_flight;
   const auto [it, added] = impl_->parts[0]->handlers.emplace(
       std::move(task_type), detail::Registration{std::move(handler), std::move(options)});
   if (!added) throw ConfigError("a handler for \"" + it->first + "\" is already registered");
+  if (max_in_flight > 0)
+    impl_->parts[0]->in_flight_by_type[it->first] = std::make_shared<std::atomic<int>>(0);
 }
 
 void Consumer::on_unknown(Handler handler) {
   if (impl_->started) throw ConfigError("handlers must be registered before run()");
   impl_->parts[0]->fallback = std::move(handler);
+}
+
+void Consumer::use(Middleware middleware) {
+  if (impl_->started) throw ConfigError("middleware must be added before run()");
+  if (!middleware) throw ConfigError("middleware must not be empty");
+  impl_->parts[0]->middleware.push_back(std::move(middleware));
 }
 
 void Consumer::run() { impl_->run(); }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "executor.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <optional>
 #include <variant>
@@ -12,7 +13,9 @@
 #include "retry_policy.hpp"
 #include "scripts.hpp"
 #include "streamq/errors.hpp"
+#include "task_control.hpp"
 #include "task_reports.hpp"
+#include "watchdog.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -76,7 +79,8 @@ void thread_main(Shared& s) {
           continue;
         }
       }
-      w = s.inflight.finish_and_take(execute(s, *w, channel), suspect);
+      std::optional<Completion> done = execute(s, *w, channel);
+      w = s.inflight.finish_and_take(std::move(done), suspect);
     } catch (const std::exception& e) {
       // Our own failure (memory): the entry stays pending and is reclaimed after claim_min_idle.
       log(LogLevel::error, "entry " + w->key.id + " could not be run: " + e.what());
@@ -110,11 +114,11 @@ Millis rate_wait(const Shared& s, std::string_view type, const RateLimit& rate,
   return Millis(r.view().check().integer());
 }
 
-/// What the tracking scripts need of a task's fields: its id, type and retention.
-Fields tracking_fields(const Task& task, std::string_view retention) {
-  return {{std::string(field::task_id), task.id()},
-          {std::string(field::task_type), task.type()},
-          {std::string(field::retention), std::string(retention)}};
+/// What the tracking scripts need of a task's fields: its id, type and retention (if tracked).
+Fields tracking_fields(const Task& task) {
+  Fields f{{std::string(field::task_id), task.id()}, {std::string(field::task_type), task.type()}};
+  if (const auto retention = task.field(field::retention)) f.emplace_back(field::retention, *retention);
+  return f;
 }
 
 /// A tracked task starts: its record says running (running.lua). A failure to write that is
@@ -135,7 +139,221 @@ void mark_running(const Shared& s, const Work& w, const Fields& tracking, std::u
 
 }  // namespace
 
-Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) {
+namespace {
+
+/// The fate of an attempt that ended, however it ended: `attempt` and `error` say how the
+/// handler came back (or that it did not), `why` whether it had been asked to stop for a
+/// timeout, a deadline or a cancel, which then decides.
+Completion conclude(Shared& s, const Work& w, const Task& task, const HandlerOptions* options,
+                    Attempt attempt, std::string error, std::optional<Millis> retry_after, StopWhy why,
+                    std::optional<std::string> result, bool tracked) {
+  const auto tracking = [&] { return tracking_fields(task); };
+  const auto unique_lock = [&](Completion& c) {
+    if (const auto unique = task.field(field::unique_key); unique && !unique->empty()) {
+      c.unique = UniqueLock{unique_lock_key(s.opt.stream, *unique), task.id()};
+    }
+  };
+  if (why == StopWhy::cancelled) {
+    Completion c{w.key, Outcome::ack, tracking()};
+    c.cancelled = true;
+    c.tracked = tracked;
+    c.result = std::move(result);
+    unique_lock(c);
+    return c;
+  }
+  if (why == StopWhy::timeout || why == StopWhy::deadline) {
+    const bool deadline = why == StopWhy::deadline;
+    attempt.result = deadline ? AttemptResult::permanent : AttemptResult::failed;
+    error = std::string(deadline
+                            ? "deadline: the task's deadline passed while its handler ran"
+                            : "timeout: the handler ran past its timeout of " +
+                                  std::to_string(options != nullptr ? options->timeout.count() : 0) + " ms") +
+            (error.empty() ? std::string() : " (" + error + ")");
+    retry_after.reset();
+  }
+  const Decision d = decide(attempt);
+  switch (d.verdict) {
+    case Verdict::ack: {
+      Completion done{w.key, Outcome::ack, {}};
+      unique_lock(done);
+      if (tracked) {
+        done.tracked = true;
+        done.fields = tracking();
+        done.result = std::move(result);
+      }
+      return done;
+    }
+    case Verdict::retry: {
+      if (log_enabled(LogLevel::debug)) {
+        log(LogLevel::debug, "task " + task.id() + " (" + task.type() + ") failed, retry " +
+                                 std::to_string(task.retry_count() + 1) + " of " +
+                                 std::to_string(task.max_retries()) + ": " + error);
+      }
+      Completion c{w.key, Outcome::retry, retry_copy(task.fields(), task.retry_count(), std::move(error))};
+      const RetryBackoff& backoff =
+          options != nullptr && options->retry_backoff ? *options->retry_backoff : s.opt.retry_backoff;
+      c.delay = retry_after ? *retry_after : retry_delay(backoff, task.retry_count(), unit_random());
+      c.timed_out = why != StopWhy::none;
+      return c;
+    }
+    case Verdict::dead_letter: break;
+  }
+  std::string_view why_dead = d.reason;
+  if (why == StopWhy::deadline) why_dead = reason::deadline;
+  if (why == StopWhy::timeout && d.reason == reason::retries_exhausted) why_dead = reason::timeout;
+  Completion c = dead_letter(s, w.key, w.fields, why_dead, std::move(error));
+  c.timed_out = why != StopWhy::none;
+  return c;
+}
+
+/// "done", "retry", "dead" or "cancelled": what a span's end says of `c`.
+std::string_view outcome_name(const Completion& c) {
+  if (c.cancelled) return "cancelled";
+  switch (c.outcome) {
+    case Outcome::ack: return "done";
+    case Outcome::retry: return "retry";
+    default: return "dead";
+  }
+}
+
+/// A retry of an attempt with a span names that span (field retry_of_span): the next attempt
+/// links to it.
+void note_span(Completion& c, const Span* span) {
+  if (span == nullptr || c.outcome != Outcome::retry) return;
+  std::string context;
+  try {
+    context = span->context().traceparent;
+  } catch (const std::exception& e) {
+    log(LogLevel::warning, std::string("tracer: a span's context could not be read: ") + e.what());
+    return;
+  }
+  if (!valid_traceparent(context)) return;
+  for (auto& [name, value] : c.fields) {
+    if (name == field::retry_of_span) {
+      value = std::move(context);
+      return;
+    }
+  }
+  c.fields.emplace_back(field::retry_of_span, std::move(context));
+}
+
+/// The trace context a task carries in `name` (and `state_name`), if valid.
+std::optional<SpanContext> carried(const Task& task, std::string_view name, std::string_view state_name) {
+  const auto parent = task.field(name);
+  if (!parent || !valid_traceparent(*parent)) return std::nullopt;
+  SpanContext c{std::string(*parent), {}};
+  if (!state_name.empty()) {
+    if (const auto state = task.field(state_name)) c.tracestate = std::string(*state);
+  }
+  return c;
+}
+
+/// Calls the handler through the middleware chain from `i` on.
+void call_handler(const std::vector<Middleware>& chain, std::size_t i, const Task& task,
+                  const Handler& handler) {
+  if (i == chain.size()) {
+    handler(task);
+    return;
+  }
+  struct Context {
+    const std::vector<Middleware>* chain;
+    std::size_t next;
+    const Task* task;
+    const Handler* handler;
+  } context{&chain, i + 1, &task, &handler};
+  chain[i](task, Next(
+                     [](const void* c) {
+                       const auto* x = static_cast<const Context*>(c);
+                       call_handler(*x->chain, x->next, *x->task, *x->handler);
+                     },
+                     &context));
+}
+
+/// The deadline of a task (EnqueueOptions::deadline), if it has a readable one.
+std::optional<std::chrono::system_clock::time_point> deadline_of(const Task& task) {
+  const auto text = task.field(field::deadline);
+  if (!text) return std::nullopt;
+  std::int64_t ms = 0;
+  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), ms);
+  if (ec != std::errc() || end != text->data() + text->size()) return std::nullopt;
+  return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+}
+
+/// A start waiting for a concurrency slot waits this long in the delayed set: 100 to 500 ms.
+Millis slot_wait() { return Millis(100 + static_cast<std::int64_t>(unit_random() * 400)); }
+
+/// Takes the concurrency slots of one start (slot.lua), in order: the queue's, then its type's.
+/// On a refusal gives back the ones taken. True when every one was taken. Throws what Redis
+/// throws (after giving back what it took, as far as it can).
+bool take_slots(const Shared& s, TaskControl& c, const std::vector<int>& limits,
+                std::unique_ptr<Channel>& ch);
+void release_slots(const Shared& s, const TaskControl& c, std::size_t count, std::unique_ptr<Channel>& ch);
+
+bool take_slots(const Shared& s, TaskControl& c, const std::vector<int>& limits,
+                std::unique_ptr<Channel>& ch) {
+  if (!ch) ch = std::make_unique<Channel>(s.connection);
+  c.slot_holder = new_uuid_v4();
+  for (std::size_t i = 0; i < c.slot_keys.size(); ++i) {
+    Argv argv = ch->scripts.begin(ScriptId::slot, 1);
+    argv.add(c.slot_keys[i]).add("acquire").add(c.slot_holder);
+    argv.add(static_cast<std::int64_t>(s.opt.claim_min_idle.count())).add(limits[i]);
+    std::int64_t taken = 0;
+    try {
+      taken = ch->scripts.call(ScriptId::slot, argv).view().check().integer();
+    } catch (...) {
+      release_slots(s, c, i, ch);
+      throw;
+    }
+    if (taken != 1) {
+      release_slots(s, c, i, ch);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Gives back the first `count` slots of `c`. A failure is logged: the slot frees itself after
+/// claim_min_idle.
+void release_slots(const Shared& s, const TaskControl& c, std::size_t count, std::unique_ptr<Channel>& ch) {
+  for (std::size_t i = 0; i < count; ++i) {
+    try {
+      if (!ch) ch = std::make_unique<Channel>(s.connection);
+      Argv argv = ch->scripts.begin(ScriptId::slot, 1);
+      argv.add(c.slot_keys[i]).add("release").add(c.slot_holder);
+      ch->scripts.call(ScriptId::slot, argv).view().check();
+    } catch (const std::exception& e) {
+      ch.reset();
+      log(LogLevel::warning, "the concurrency slot " + c.slot_keys[i] + " of task " + c.task_id +
+                                 " could not be given back (" + e.what() +
+                                 "); it frees itself after claim_min_idle");
+    }
+  }
+}
+
+/// Counts a start against HandlerOptions::max_in_flight; false (nothing counted) when full.
+bool enter_local_limit(std::atomic<int>* running, int max) {
+  if (running == nullptr) return true;
+  if (running->fetch_add(1, std::memory_order_acq_rel) < max) return true;
+  running->fetch_sub(1, std::memory_order_acq_rel);
+  return false;
+}
+
+}  // namespace
+
+Completion give_up(Shared& s, TaskControl& c) {
+  std::optional<std::string> result = c.reports ? c.reports->close() : std::nullopt;
+  Completion done = conclude(
+      s, *c.work, *c.task, c.options,
+      Attempt{AttemptResult::failed, c.task->retry_count(), c.task->max_retries()},
+      "its handler did not return within timeout_grace of being asked to stop; given up", std::nullopt,
+      c.why() == StopWhy::none ? StopWhy::timeout : c.why(), std::move(result), c.reports != nullptr);
+  done.given_up = true;
+  note_span(done, c.span);
+  c.given_up_as = outcome_name(done);
+  return done;
+}
+
+std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) {
   if (!w.fields) {
     return dead_letter(s, w.key, nullptr, reason::body_lost,
                        "body lost: the entry was trimmed or deleted before it ran");
@@ -145,7 +363,7 @@ Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) 
                        "entry has " + std::to_string(w.fields->size()) + " fields (limit " +
                            std::to_string(kMaxFields) + ")");
   }
-  Decoded decoded = decode_task(w.key.id, w.fields, w.deliveries, s.limits, s.stopping.get_token());
+  Decoded decoded = decode_task(w.key.id, w.fields, w.deliveries, s.limits);
   if (auto* why = std::get_if<std::string>(&decoded)) {
     return dead_letter(s, w.key, w.fields, reason::malformed, std::move(*why));
   }
@@ -159,6 +377,11 @@ Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) 
   if (!*handler) {
     return dead_letter(s, w.key, w.fields, reason::no_handler,
                        "no handler for task type \"" + task.type() + "\"");
+  }
+  const auto deadline = deadline_of(task);
+  if (deadline && *deadline <= std::chrono::system_clock::now()) {
+    return dead_letter(s, w.key, w.fields, reason::deadline,
+                       "deadline: the task's deadline passed before it started");
   }
   if (options != nullptr && options->rate.limit > 0) {
     Millis wait{0};
@@ -174,68 +397,143 @@ Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) 
     }
     if (wait.count() > 0) return put_back(w, wait);
   }
-  std::shared_ptr<TaskReports> reports;
-  Fields tracking;
-  if (const auto retention = task.field(field::retention)) {
-    tracking = tracking_fields(task, *retention);
-    mark_running(s, w, tracking, channel);
-    reports = std::make_shared<TaskReports>(s, channel, s.opt.stream, task.id());
-    TaskAccess::attach(task, reports);
+
+  auto control = std::make_shared<TaskControl>();
+  control->task_id = task.id();
+  // HandlerOptions::max_in_flight: counted in this partition (a task of a type over it waits).
+  std::atomic<int>* local = nullptr;
+  if (options != nullptr && options->max_in_flight > 0) {
+    local = s.in_flight_by_type.at(task.type()).get();
+    if (!enter_local_limit(local, options->max_in_flight)) return put_back(w, slot_wait());
+  }
+  struct LocalExit {
+    std::atomic<int>* running;
+    ~LocalExit() {
+      if (running != nullptr) running->fetch_sub(1, std::memory_order_acq_rel);
+    }
+  } local_exit{local};
+  // ConcurrencyLimit: the queue's, then the type's, in Redis.
+  std::vector<int> limits;
+  if (s.opt.concurrency_limit.limit > 0) {
+    control->slot_keys.push_back(running_key(s.queue));
+    limits.push_back(s.opt.concurrency_limit.limit);
+  }
+  if (options != nullptr && options->concurrency.limit > 0) {
+    control->slot_keys.push_back(running_key(s.queue, task.type()));
+    limits.push_back(options->concurrency.limit);
+  }
+  if (!control->slot_keys.empty()) {
+    bool taken = false;
+    try {
+      taken = take_slots(s, *control, limits, channel);
+    } catch (const std::exception& e) {
+      log(LogLevel::warning, "concurrency limit of \"" + task.type() + "\" could not be checked (" +
+                                 e.what() + "); task " + task.id() + " is put back for a second");
+      channel.reset();
+      return put_back(w, Millis(1000));
+    }
+    if (!taken) return put_back(w, slot_wait());
+  }
+
+  if (task.field(field::retention)) {
+    mark_running(s, w, tracking_fields(task), channel);
+    control->reports = std::make_shared<TaskReports>(s, channel, s.opt.stream, task.id());
+    TaskAccess::attach(task, control->reports);
+  }
+  TaskAccess::attach(task, control);
+  control->work = &w;
+  control->task = &task;
+  control->options = options;
+  s.inflight.entering(w, control);
+  // Its time limit: the handler's timeout, or the task's deadline when that comes first.
+  if (const Millis timeout = options != nullptr ? options->timeout : Millis(0);
+      timeout.count() > 0 || deadline) {
+    Clock::time_point at = Clock::time_point::max();
+    StopWhy why = StopWhy::timeout;
+    if (timeout.count() > 0) at = Clock::now() + timeout;
+    if (deadline) {
+      const auto left = std::chrono::duration_cast<Millis>(*deadline - std::chrono::system_clock::now());
+      if (Clock::now() + left < at) {
+        at = Clock::now() + left;
+        why = StopWhy::deadline;
+      }
+    }
+    s.watchdog->arm(control, at, why);
+  }
+
+  std::unique_ptr<Span> span;
+  if (s.opt.tracer) {
+    try {
+      span = s.opt.tracer->start_attempt(task, carried(task, field::traceparent, field::tracestate),
+                                         carried(task, field::retry_of_span, {}));
+    } catch (const std::exception& e) {
+      log(LogLevel::warning, std::string("tracer: start_attempt threw: ") + e.what());
+    }
+    control->span = span.get();
   }
   Attempt attempt{AttemptResult::succeeded, task.retry_count(), task.max_retries()};
   std::string error;
   std::optional<Millis> retry_after;
-  s.inflight.entering(w);
-  try {
-    (*handler)(task);
-  } catch (const RetryAfter& e) {
-    attempt.result = AttemptResult::failed;
-    error = e.what();
-    retry_after = e.delay();
-  } catch (const BadPayloadError& e) {
-    attempt.result = AttemptResult::bad_payload;
-    error = e.what();
-  } catch (const PermanentError& e) {
-    attempt.result = AttemptResult::permanent;
-    error = e.what();
-  } catch (const std::exception& e) {
-    attempt.result = AttemptResult::failed;
-    error = e.what();
-  } catch (...) {
-    attempt.result = AttemptResult::failed;
-    error = "unknown exception";
-  }
-  std::optional<std::string> result = reports ? reports->close() : std::nullopt;
-  const Decision d = decide(attempt);
-  switch (d.verdict) {
-    case Verdict::ack: {
-      Completion done{w.key, Outcome::ack, {}};
-      if (const auto unique = task.field(field::unique_key); unique && !unique->empty()) {
-        done.unique = UniqueLock{unique_lock_key(s.opt.stream, *unique), task.id()};
+  if (control->why() == StopWhy::cancelled) {
+    // Cancelled before it started (the cancel request came while it waited in the prefetch).
+  } else {
+    try {
+      if (s.middleware.empty()) {
+        (*handler)(task);
+      } else {
+        call_handler(s.middleware, 0, task, *handler);
       }
-      if (reports) {
-        done.tracked = true;
-        done.fields = std::move(tracking);
-        done.result = std::move(result);
-      }
-      return done;
+    } catch (const RetryAfter& e) {
+      attempt.result = AttemptResult::failed;
+      error = e.what();
+      retry_after = e.delay();
+    } catch (const BadPayloadError& e) {
+      attempt.result = AttemptResult::bad_payload;
+      error = e.what();
+    } catch (const PermanentError& e) {
+      attempt.result = AttemptResult::permanent;
+      error = e.what();
+    } catch (const std::exception& e) {
+      attempt.result = AttemptResult::failed;
+      error = e.what();
+    } catch (...) {
+      attempt.result = AttemptResult::failed;
+      error = "unknown exception";
     }
-    case Verdict::retry:
-      if (log_enabled(LogLevel::debug)) {
-        log(LogLevel::debug, "task " + task.id() + " (" + task.type() + ") failed, retry " +
-                                 std::to_string(task.retry_count() + 1) + " of " +
-                                 std::to_string(task.max_retries()) + ": " + error);
-      }
-      {
-        Completion c{w.key, Outcome::retry, retry_copy(task.fields(), task.retry_count(), std::move(error))};
-        const RetryBackoff& backoff =
-            options != nullptr && options->retry_backoff ? *options->retry_backoff : s.opt.retry_backoff;
-        c.delay = retry_after ? *retry_after : retry_delay(backoff, task.retry_count(), unit_random());
-        return c;
-      }
-    case Verdict::dead_letter: break;
   }
-  return dead_letter(s, w.key, w.fields, d.reason, std::move(error));
+  bool given_up = false;
+  {
+    std::lock_guard lock(control->mutex);
+    control->returned = true;
+    given_up = control->abandoned;
+  }
+  s.watchdog->disarm(*control);
+  release_slots(s, *control, control->slot_keys.size(), channel);
+  const auto end_span = [&](std::string_view outcome, std::string_view why) {
+    if (!span) return;
+    try {
+      span->end(outcome, why);
+    } catch (const std::exception& e) {
+      log(LogLevel::warning, std::string("tracer: a span's end threw: ") + e.what());
+    }
+  };
+  if (given_up) {
+    if (control->reports) control->reports->close();
+    log(LogLevel::warning, "task " + task.id() +
+                               " was given up on and its handler has returned now; what it " +
+                               "returned is dropped");
+    end_span(control->given_up_as,
+             "given up: its handler did not return within timeout_grace of being asked to stop");
+    return std::nullopt;
+  }
+  std::optional<std::string> result = control->reports ? control->reports->close() : std::nullopt;
+  Completion done = conclude(s, w, task, options, attempt, error, retry_after, control->why(),
+                             std::move(result), control->reports != nullptr);
+  note_span(done, span.get());
+  end_span(outcome_name(done), done.outcome == Outcome::ack && !done.cancelled ? std::string_view()
+                               : done.error.empty()                            ? std::string_view(error)
+                                                    : std::string_view(done.error));
+  return done;
 }
 
 void Executor::start() {

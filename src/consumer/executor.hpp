@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -49,8 +50,9 @@ struct Channel {
   ScriptRunner scripts;
 };
 
-/// Runs one decoded-or-not entry to its completion (what the completer must write). Never
-/// throws for anything a handler or an entry does.
-Completion execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel);
+/// Runs one decoded-or-not entry to its completion (what the completer must write); nullopt
+/// when the task was given up on while its handler ran (see Watchdog: the completion went then).
+/// Never throws for anything a handler or an entry does.
+std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel);
 
 }  // namespace streamq::detail

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <thread>
 
+#include "task_control.hpp"
+
 namespace streamq::detail {
 
 std::size_t EntryKeyHash::operator()(const EntryKey& k) const noexcept {
@@ -216,10 +218,62 @@ void InFlight::not_run(const EntryKey& key, bool suspect) {
   idle_cv_.notify_all();
 }
 
-void InFlight::entering(const Work& w) {
-  if (!w.gates) return;
+void InFlight::entering(const Work& w, std::shared_ptr<TaskControl> control) {
+  bool stop = false;
+  StopWhy why = StopWhy::none;
+  {
+    std::lock_guard lock(mutex_);
+    if (w.gates) lift_gate(w.key);
+    if (const auto it = held_.find(w.key); it != held_.end() && it->second.seq == w.seq) {
+      it->second.control = control;
+      if (it->second.cancel) {
+        stop = true;
+        why = StopWhy::cancelled;
+      }
+    }
+    stop = stop || stopping_;
+  }
+  if (stop) control->request(why);
+}
+
+std::vector<std::shared_ptr<TaskControl>> InFlight::cancel(std::uint16_t stream,
+                                                           const std::vector<std::string>& ids) {
+  std::vector<std::shared_ptr<TaskControl>> asked;
+  {
+    std::lock_guard lock(mutex_);
+    for (const std::string& id : ids) {
+      const auto it = held_.find(EntryKey{stream, id});
+      if (it == held_.end() || it->second.state == State::finished) continue;
+      if (it->second.control) {
+        if (it->second.control->why() != StopWhy::cancelled) asked.push_back(it->second.control);
+      } else {
+        it->second.cancel = true;
+      }
+    }
+  }
+  for (const auto& c : asked) c->request(StopWhy::cancelled);
+  return asked;
+}
+
+std::vector<std::shared_ptr<TaskControl>> InFlight::running_controls() {
+  std::vector<std::shared_ptr<TaskControl>> out;
   std::lock_guard lock(mutex_);
-  lift_gate(w.key);
+  for (const auto& [key, h] : held_) {
+    if (h.control && h.state == State::running) out.push_back(h.control);
+  }
+  return out;
+}
+
+void InFlight::give_up(Completion c, std::uint64_t seq) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = held_.find(c.key);
+    if (it == held_.end() || it->second.seq != seq || it->second.state != State::running) return;
+    it->second.state = State::finished;
+    it->second.fields.reset();
+    done_.push_back(std::move(c));
+  }
+  done_cv_.notify_one();
 }
 
 bool InFlight::gated(const Work& w) const {
@@ -234,19 +288,23 @@ void InFlight::lift_gate(const EntryKey& key) {
   if (gate_waiters_ > 0) gate_cv_.notify_all();
 }
 
-std::optional<Work> InFlight::finish_and_take(Completion c, bool suspect) {
+std::optional<Work> InFlight::finish_and_take(std::optional<Completion> done, bool suspect) {
   std::unique_lock lock(mutex_);
-  if (!gates_.empty()) lift_gate(c.key);  // its handler never ran (e.g. a rate limit put it back)
-  if (const auto it = held_.find(c.key); it != held_.end()) {
-    it->second.state = State::finished;
-    it->second.fields.reset();  // no orphan record from now on; freed on this thread, not the fetcher's
-  }
-  if (c.outcome == Outcome::ack && c.unique.key.empty() && !c.tracked) {
-    if (acks_.empty()) acks_since_ = Clock::now();
-    acks_.push_back(std::move(c.key));
-    if (unacked() == low_water_) room_cv_.notify_all();  // the fetcher may read (and ack) now
-  } else {
-    done_.push_back(std::move(c));
+  if (done) {
+    Completion& c = *done;
+    if (!gates_.empty()) lift_gate(c.key);  // its handler never ran (e.g. a rate limit put it back)
+    if (const auto it = held_.find(c.key); it != held_.end()) {
+      it->second.state = State::finished;
+      it->second.fields.reset();  // no orphan record from now on; freed on this thread, not the fetcher's
+      it->second.control.reset();
+    }
+    if (c.outcome == Outcome::ack && c.unique.key.empty() && !c.tracked && !c.cancelled) {
+      if (acks_.empty()) acks_since_ = Clock::now();
+      acks_.push_back(std::move(c.key));
+      if (unacked() == low_water_) room_cv_.notify_all();  // the fetcher may read (and ack) now
+    } else {
+      done_.push_back(std::move(c));
+    }
   }
   if (suspect) {
     suspect_running_ = false;
@@ -260,10 +318,16 @@ std::optional<Work> InFlight::finish_and_take(Completion c, bool suspect) {
 // ------------------------------------------------------------------ shutdown
 
 void InFlight::stop() {
+  std::vector<std::shared_ptr<TaskControl>> running;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    for (const auto& [key, h] : held_) {
+      if (h.control) running.push_back(h.control);
+    }
   }
+  // Outside the lock: a handler's own stop_callback runs here.
+  for (const auto& c : running) c->request(StopWhy::none);
   work_cv_.notify_all();
   gate_cv_.notify_all();
   room_cv_.notify_all();

@@ -31,6 +31,8 @@ namespace streamq::detail {
 
 using Clock = std::chrono::steady_clock;
 
+struct TaskControl;  // task_control.hpp
+
 /// One pending entry: which of the consumer's streams (an index; 0 = the queue's stream) and
 /// its entry id there.
 struct EntryKey {
@@ -98,6 +100,13 @@ struct Completion {
   // ack: the lock to release with it. Such successes go to the completer, not the fetcher,
   // so the fetcher's acks (the plain path) carry nothing but their keys.
   UniqueLock unique{};
+  // ack of a task an operator cancelled while it ran (Inspector::cancel): written by the done
+  // script as `cancelled` (its `fields` hold task_id and task_type, and retention if tracked).
+  bool cancelled = false;
+  // retry or dead letter of an attempt that ran past its timeout or deadline (counted).
+  bool timed_out = false;
+  // written without waiting for its handler, which did not stop when asked (counted).
+  bool given_up = false;
   // ack of a tracked task (EnqueueOptions::retention): `fields` holds its task_id, task_type
   // and retention, `result` what it ended with; the completer writes it with the done script.
   bool tracked = false;
@@ -168,12 +177,19 @@ class InFlight {
   /// The entry will not run (another consumer owns it now, or its body is gone): counted as
   /// skipped, and forgotten unless its dead-letter record is still to be written.
   void not_run(const EntryKey& key, bool suspect);
-  /// The handler of `w` (taken with `gates` set) is called next: less important entries may be
-  /// handed out again. Its completion or not_run() also lifts the gate.
-  void entering(const Work& w);
+  /// The handler of `w` is called next: less important entries may be handed out again (when
+  /// `w` was taken with `gates` set; its completion or not_run() also lifts the gate). The
+  /// task's `control` is kept while the entry is held: it is asked to stop at once when the
+  /// consumer is stopping or the task was cancelled before its handler started, and later by
+  /// stop() and cancel().
+  void entering(const Work& w, std::shared_ptr<TaskControl> control);
   /// The handler finished; `c` goes to the completer (a success without a unique lock goes to
-  /// the fetcher first, see take_acks). Then as take(), under the same lock.
-  std::optional<Work> finish_and_take(Completion c, bool suspect);
+  /// the fetcher first, see take_acks); nullopt when the task was given up meanwhile (its
+  /// completion went with give_up()). Then as take(), under the same lock.
+  std::optional<Work> finish_and_take(std::optional<Completion> c, bool suspect);
+  /// The watchdog gave up the running entry of delivery `seq` (c.key): `c` goes to the
+  /// completer now, as if its handler had returned.
+  void give_up(Completion c, std::uint64_t seq);
 
   /// Successes written by the fetcher (or refused for now: `retry` puts them back for the
   /// completer).
@@ -215,6 +231,13 @@ class InFlight {
   std::vector<std::shared_ptr<const Fields>> gone(std::uint16_t stream, const std::vector<std::string>& ids);
   /// Queues a completion that no handler produced (an orphan record).
   void push(Completion c);
+  /// An operator cancelled these held entries of `stream` (lease.lua found their cancel
+  /// requests): a running one is asked to stop, one not started yet when its handler would
+  /// start. Returns the controls of the running ones newly asked.
+  std::vector<std::shared_ptr<TaskControl>> cancel(std::uint16_t stream, const std::vector<std::string>& ids);
+  /// The controls of the tasks whose handler runs now (for the renewal of their concurrency
+  /// slots).
+  std::vector<std::shared_ptr<TaskControl>> running_controls();
   /// Entries never started, for release at shutdown.
   std::vector<Unstarted> unstarted();
 
@@ -241,10 +264,12 @@ class InFlight {
     std::string orphan_id;
     Origin origin = Origin::fresh;
     std::uint64_t seq = 0;
-    std::int64_t restore_count = -1;  // see Unstarted::count
+    std::int64_t restore_count = -1;       // see Unstarted::count
+    std::shared_ptr<TaskControl> control;  // from entering() on
     State state = State::queued;
     bool lost = false;
     bool gone = false;
+    bool cancel = false;  // an operator's cancel came before its handler started
   };
   using HeldMap = std::unordered_map<EntryKey, Held, EntryKeyHash>;
 

@@ -8,6 +8,8 @@
 #include "codec.hpp"
 #include "log.hpp"
 #include "retry_policy.hpp"
+#include "task_control.hpp"
+#include "watchdog.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -31,9 +33,17 @@ void lease(Shared& s, ScriptRunner& scripts, std::uint16_t stream, const std::ve
     const std::vector<std::string> chunk(ids.begin() + static_cast<std::ptrdiff_t>(first),
                                          ids.begin() + static_cast<std::ptrdiff_t>(last));
     s.inflight.renewed(stream, chunk, Clock::now());
-    std::vector<std::string> lost, gone;
+    std::vector<std::string> lost, gone, cancel;
     for (std::size_t i = 0; i < r[0].size(); ++i) lost.emplace_back(r[0][i].str());
     for (std::size_t i = 0; i < r[1].size(); ++i) gone.emplace_back(r[1][i].str());
+    for (std::size_t i = 0; i < r[2].size(); ++i) cancel.emplace_back(r[2][i].str());
+    if (!cancel.empty()) {
+      for (const auto& c : s.inflight.cancel(stream, cancel)) {
+        log(LogLevel::info,
+            "task " + c->task_id + " was cancelled by an operator; its handler is asked to stop");
+        s.watchdog->asked(c);
+      }
+    }
     if (const std::size_t n = s.inflight.lost(stream, lost); n > 0) {
       log(LogLevel::warning,
           std::to_string(n) + " held entries of " + s.keys(stream).stream +
@@ -59,6 +69,27 @@ void renew_notes(Shared& s, Connection& conn, std::uint16_t stream) {
     argvs.push_back(std::move(a));
   }
   for (const Reply& r : conn.pipeline(argvs)) r.view().check();
+}
+
+/// Renews the concurrency slots (ConcurrencyLimit) of the running tasks, one pipelined script
+/// call per slot. A slot that expired meanwhile is not taken again: the task runs on without it.
+void renew_slots(Shared& s, ScriptRunner& scripts) {
+  std::vector<ScriptId> ids;
+  std::vector<Argv> argvs;
+  const std::vector<std::shared_ptr<TaskControl>> running = s.inflight.running_controls();
+  for (const auto& c : running) {
+    for (const std::string& key : c->slot_keys) {
+      Argv argv = scripts.begin(ScriptId::slot, 1);
+      argv.add(key)
+          .add("renew")
+          .add(c->slot_holder)
+          .add(static_cast<std::int64_t>(s.opt.claim_min_idle.count()));
+      argvs.push_back(std::move(argv));
+      ids.push_back(ScriptId::slot);
+    }
+  }
+  if (argvs.empty()) return;
+  for (const Reply& r : scripts.call_pipelined(ids, argvs)) r.view().check();
 }
 
 }  // namespace
@@ -92,6 +123,7 @@ void LeaseKeeper::tick(ScriptRunner& scripts, Clock::time_point now) {
           "-1");
     renew_notes(s_, scripts.connection(), stream);
   }
+  renew_slots(s_, scripts);
   next_ = now + s_.opt.heartbeat_interval;
 }
 

@@ -69,6 +69,8 @@ ConsumerOptions validated(ConsumerOptions o) {
   check_backoff(o.retry_backoff, "retry_backoff");
   check_duration(o.forward_interval, milliseconds(1), "forward_interval");
   check_duration(o.pause_check_interval, milliseconds(1), "pause_check_interval");
+  check_duration(o.timeout_grace, milliseconds(1), "timeout_grace");
+  if (o.concurrency_limit.limit < 0) throw ConfigError("concurrency_limit.limit must be >= 0");
   return o;
 }
 
@@ -84,6 +86,9 @@ void check_handler_options(const HandlerOptions& h) {
   if (h.retry_backoff) check_backoff(*h.retry_backoff, "retry_backoff");
   if (h.rate.limit < 0) throw ConfigError("rate.limit must be >= 0");
   if (h.rate.limit > 0) check_duration(h.rate.per, std::chrono::milliseconds(1), "rate.per");
+  check_duration(h.timeout, std::chrono::milliseconds(0), "timeout");
+  if (h.concurrency.limit < 0) throw ConfigError("concurrency.limit must be >= 0");
+  if (h.max_in_flight < 0) throw ConfigError("max_in_flight must be >= 0");
 }
 
 }  // namespace streamq::detail

@@ -25,6 +25,8 @@ inline constexpr std::string_view no_handler = "no_handler";
 inline constexpr std::string_view body_lost = "body_lost";
 inline constexpr std::string_view max_deliveries = "max_deliveries";
 inline constexpr std::string_view bad_payload = "bad_payload";
+inline constexpr std::string_view timeout = "timeout";    // HandlerOptions::timeout, retries exhausted
+inline constexpr std::string_view deadline = "deadline";  // EnqueueOptions::deadline passed
 }  // namespace reason
 
 /// How an attempt ended, as the executor saw it.

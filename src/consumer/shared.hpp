@@ -26,6 +26,7 @@
 namespace streamq::detail {
 
 using Handler = std::function<void(const Task&)>;
+class Watchdog;  // watchdog.hpp
 
 /// The keys of each level: the queue's keys with `stream` set to that level's stream.
 inline std::vector<QueueKeys> level_keys(const std::string& stream) {
@@ -94,12 +95,17 @@ struct Shared {
   const DecodeLimits limits;
   std::unordered_map<std::string, Registration> handlers;
   Handler fallback;
+  std::vector<Middleware> middleware;  // Consumer::use, outermost first
 
   std::shared_ptr<Metrics> metrics_owner;
   Metrics& metrics;
   InFlight inflight;
-  /// Requested when the consumer starts to stop; handlers see it as Task::stop_token().
+  /// Requested when the consumer starts to stop (InFlight::stop() asks each running task).
   std::stop_source stopping;
+  /// Time limits of running tasks (set by the facade; see watchdog.hpp).
+  std::shared_ptr<Watchdog> watchdog;
+  /// Tasks of each type with HandlerOptions::max_in_flight running now in this partition.
+  std::unordered_map<std::string, std::shared_ptr<std::atomic<int>>> in_flight_by_type;
   /// The queue's pause flag (see PauseWatch), and whether the ACL user may not read it.
   PauseFlag pause;
   std::atomic<bool> pause_unreadable{false};

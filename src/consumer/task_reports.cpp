@@ -4,6 +4,7 @@
 #include "keys.hpp"
 #include "log.hpp"
 #include "scripts.hpp"
+#include "task_control.hpp"
 
 namespace streamq {
 
@@ -48,6 +49,15 @@ std::optional<std::string> TaskReports::close() {
 }  // namespace detail
 
 bool Task::tracked() const noexcept { return reports_ != nullptr; }
+
+std::string_view Task::stop_reason() const noexcept {
+  return control_ ? detail::to_string(control_->why()) : std::string_view();
+}
+
+void detail::TaskAccess::attach(Task& task, const std::shared_ptr<TaskControl>& control) {
+  task.stop_ = control->stop.get_token();
+  task.control_ = control;
+}
 
 void Task::set_result(std::string bytes) const {
   if (reports_) reports_->set_result(std::move(bytes));

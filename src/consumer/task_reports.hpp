@@ -41,6 +41,8 @@ class TaskReports {
 /// Attaches reports to a Task (Task's private member).
 struct TaskAccess {
   static void attach(Task& task, std::shared_ptr<TaskReports> reports) { task.reports_ = std::move(reports); }
+  /// The task's own stop source and stop reason (TaskControl) replace the worker's token.
+  static void attach(Task& task, const std::shared_ptr<TaskControl>& control);
 };
 
 }  // namespace streamq::detail

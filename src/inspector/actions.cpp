@@ -291,10 +291,17 @@ CancelOutcome Inspector::cancel(const std::string& queue, const std::string& id)
   return CancelOutcome::missing;
 }
 
+/// How long the cancel request of a running task waits for its holder (cancel.lua): its holder
+/// sees it within a heartbeat, or the consumer that reclaims the entry does after its holder
+/// died; a task that finished meanwhile leaves it to expire.
+namespace {
+constexpr std::int64_t kCancelRequestMs = std::int64_t{24} * 3600 * 1000;
+}  // namespace
+
 CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const std::string& id) {
   const auto cancel_entry = [&](const std::string& stream, const std::string& entry_id) {
     Argv argv = scripts.begin(detail::ScriptId::cancel, 1);
-    argv.add(stream).add(options.group).add(entry_id).add(keys.stream);
+    argv.add(stream).add(options.group).add(entry_id).add(keys.stream).add(kCancelRequestMs);
     connected();
     const Reply r = scripts.call(detail::ScriptId::cancel, argv);
     const ReplyView v = r.view().check();

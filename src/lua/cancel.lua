@@ -1,10 +1,13 @@
--- cancel: delete a queued task that no consumer of the group has been given (Inspector::cancel).
+-- cancel: delete a queued task that no consumer of the group has been given, or ask the
+-- consumer that holds a delivered one to stop it (Inspector::cancel).
 -- KEYS[1] = the stream (one priority level of the queue)
 -- ARGV[1] = the consumer group, ARGV[2] = the entry id, ARGV[3] = the queue's stream name
---           (whose uniqueness lock to release)
+--           (whose uniqueness lock to release), ARGV[4] = how long a cancel request lives (ms)
 -- Returns {'cancelled'}, {'missing'} (no such entry: done, cancelled or never there),
--- {'pending', consumer, idle ms, deliveries}: delivered to that consumer and not finished, so
--- it may be running; it is left alone (a running handler is never interrupted), or
+-- {'pending', consumer, idle ms, deliveries}: delivered to that consumer and not finished; the
+-- cancel request <stream>:cancel:<id> is set (for ARGV[4] ms, or until the task ends
+-- cancelled): its holder's next lease renewal finds it and asks the handler to stop, and a
+-- consumer that reclaims the entry finds it too, or
 -- {'nogroup', group...}: the stream has groups, but not ARGV[1]; nothing is changed (whether
 -- the entry was delivered cannot be told without its group). A stream without any group has
 -- delivered nothing: its entries are cancelled.
@@ -28,6 +31,7 @@ if type(p) == 'table' and p.err then
   end
   if #others > 1 then return others end
 elseif #p > 0 then
+  redis.call('SET', KEYS[1] .. ':cancel:' .. ARGV[2], now_ms(), 'PX', ARGV[4])
   return {'pending', p[1][2], p[1][3], p[1][4]}
 end
 redis.call('XDEL', KEYS[1], ARGV[2])

@@ -19,6 +19,9 @@
 //   crash      HINCRBY <stream>:attempts <task_id> 1, then abort() the process
 //   mark       SETBIT <stream>:seen <payload "n"> 1, and INCR <stream>:again when the bit was set
 //              already (a task run twice)
+//   limited    with ConcurrencyLimit{limit} (key limit=, default 3): SADD <stream>:running
+//              "<consumer>/<task_id>", raise <stream>:most to SCARD of it, sleep "ms", SREM,
+//              then record like work
 // Records go through the test's own Redis connection (one per handler thread).
 #include <atomic>
 #include <chrono>
@@ -155,6 +158,23 @@ int main(int argc, char** argv) {
     if (was.view().check().integer() == 1)
       recorder().command(streamq::detail::Argv{"INCR", stream + ":again"}).view().check();
   });
+  consumer.on(
+      "limited",
+      [&](const streamq::Task& task) {
+        const std::string me = std::string(argv[3]) + "/" + task.id();
+        recorder()
+            .command(streamq::detail::Argv{
+                "EVAL",
+                "redis.call('SADD', KEYS[1], ARGV[1]) local n = redis.call('SCARD', KEYS[1]) "
+                "if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end",
+                "2", stream + ":running", stream + ":most", me})
+            .view()
+            .check();
+        std::this_thread::sleep_for(ms(task.json().value("ms", 0)));
+        recorder().command(streamq::detail::Argv{"SREM", stream + ":running", me}).view().check();
+        record(stream + ":done", task.id());
+      },
+      {.concurrency = {.limit = static_cast<int>(get("limit", 3))}});
   consumer.on("crash", [&](const streamq::Task& task) {
     record(stream + ":attempts", task.id());
     std::abort();

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "consumer/inflight.hpp"
+#include "consumer/task_control.hpp"
 
 namespace {
 
@@ -230,7 +231,9 @@ TEST(InFlightLevels, ByLevelAMoreImportantEntryRunsFirstAndEachLevelStaysInOrder
   std::vector<std::string> order;
   for (int i = 0; i < 6; ++i) {
     const auto w = f.take();
-    f.entering(*w);  // as the executor does before the handler: see the gate test below
+    f.entering(
+        *w,
+        std::make_shared<TaskControl>());  // as the executor does before the handler: see the gate test below
     order.push_back(w->key.id);
   }
   EXPECT_EQ(order, (std::vector<std::string>{"h1", "h2", "n1", "n2", "n3", "l1"}));
@@ -252,11 +255,11 @@ TEST(InFlightLevels, ByLevelALessImportantEntryIsNotHandedOutBeforeTheMoreImport
     took = true;
     EXPECT_EQ(w->key.id, "n1");
     EXPECT_FALSE(w->gates);  // nothing less important waits behind it
-    f.entering(*w);
+    f.entering(*w, std::make_shared<TaskControl>());
   });
   std::this_thread::sleep_for(50ms);  // long enough for the other thread to take if it could
   EXPECT_FALSE(took.load());
-  f.entering(*high);
+  f.entering(*high, std::make_shared<TaskControl>());
   other.join();
   EXPECT_TRUE(took.load());
   // A completion lifts the gate too (a handler that never ran: a rate limit, a dead letter).

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+#include "watchdog.hpp"
+
+#include <string>
+
+#include "log.hpp"
+
+namespace streamq::detail {
+
+std::string_view to_string(StopWhy why) noexcept {
+  switch (why) {
+    case StopWhy::none: return "";
+    case StopWhy::timeout: return "timeout";
+    case StopWhy::deadline: return "deadline";
+    case StopWhy::cancelled: return "cancelled";
+  }
+  return "";
+}
+
+void Watchdog::set_locked(const std::shared_ptr<TaskControl>& c, Clock::time_point at, bool hard) {
+  if (stopped_) return;
+  if (c->timer) {
+    if (c->hard && (*c->timer)->first <= at) return;  // an earlier give-up stands
+    timers_.erase(*c->timer);
+  }
+  const bool first = timers_.empty() || at < timers_.begin()->first;
+  c->timer = timers_.emplace(at, c);
+  c->hard = hard;
+  if (!thread_.joinable()) {
+    thread_ = std::jthread([this](const std::stop_token& stop) { main(stop); });
+  } else if (first) {
+    cv_.notify_one();
+  }
+}
+
+void Watchdog::arm(const std::shared_ptr<TaskControl>& c, Clock::time_point at, StopWhy why) {
+  std::lock_guard lock(mutex_);
+  c->soft_why = why;
+  set_locked(c, at, false);
+}
+
+void Watchdog::asked(const std::shared_ptr<TaskControl>& c) {
+  std::lock_guard lock(mutex_);
+  set_locked(c, Clock::now() + s_.opt.timeout_grace, true);
+}
+
+void Watchdog::disarm(TaskControl& c) {
+  std::lock_guard lock(mutex_);
+  if (c.timer) {
+    timers_.erase(*c.timer);
+    c.timer.reset();
+  }
+}
+
+void Watchdog::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    for (auto& [at, weak] : timers_) {
+      if (auto c = weak.lock()) c->timer.reset();
+    }
+    timers_.clear();
+  }
+  if (thread_.joinable()) {
+    thread_.request_stop();
+    thread_.join();
+  }
+}
+
+void Watchdog::main(const std::stop_token& stop) {
+  std::unique_lock lock(mutex_);
+  while (!stop.stop_requested()) {
+    if (timers_.empty()) {
+      cv_.wait(lock, stop, [&] { return !timers_.empty(); });
+      continue;
+    }
+    const Clock::time_point due = timers_.begin()->first;
+    if (Clock::now() < due) {
+      cv_.wait_until(lock, stop, due, [&] { return timers_.empty() || timers_.begin()->first < due; });
+      continue;
+    }
+    std::shared_ptr<TaskControl> c = timers_.begin()->second.lock();
+    timers_.erase(timers_.begin());
+    if (!c) continue;
+    c->timer.reset();
+    const bool hard = c->hard;
+    const StopWhy soft_why = c->soft_why;
+    if (!hard) set_locked(c, Clock::now() + s_.opt.timeout_grace, true);
+    lock.unlock();
+    fire(c, hard, soft_why);
+    lock.lock();
+  }
+}
+
+void Watchdog::fire(const std::shared_ptr<TaskControl>& c, bool hard, StopWhy soft_why) {
+  if (!hard) {
+    c->request(soft_why);
+    return;
+  }
+  std::unique_lock lock(c->mutex);
+  if (c->returned || c->abandoned) return;
+  c->abandoned = true;
+  const std::string id = c->task->id();
+  try {
+    Completion done = give_up(s_, *c);
+    s_.inflight.give_up(std::move(done), c->work->seq);
+  } catch (const std::exception& e) {
+    // (Memory.) The entry stays held until its handler returns, as without a time limit.
+    c->abandoned = false;
+    log(LogLevel::error, "task " + id + " could not be given up: " + e.what());
+    return;
+  }
+  log(LogLevel::warning, "task " + id + " was asked to stop (" + std::string(to_string(c->why())) +
+                             ") and its handler did not return within timeout_grace; it is given up: its "
+                             "fate is written now and whatever its thread does later is dropped");
+}
+
+}  // namespace streamq::detail

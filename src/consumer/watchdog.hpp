@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: MIT
+// The watchdog: one thread (started on first need) that enforces the time limits of running
+// tasks. At a task's timeout or deadline it asks the task to stop (its stop_token); if the
+// handler has not returned ConsumerOptions::timeout_grace later, or that long after an
+// operator's cancel reached it, the task is given up: its completion (a retry, a dead letter,
+// or cancelled) is handed to the completer as if the handler had returned, and what the
+// handler's thread does afterwards is dropped. The thread itself cannot be stopped; it stays
+// busy until the handler returns.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "shared.hpp"
+#include "task_control.hpp"
+
+namespace streamq::detail {
+
+class Watchdog {
+ public:
+  explicit Watchdog(Shared& shared) : s_(shared) {}
+  ~Watchdog() { stop(); }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  /// At `at` ask `c` to stop for `why` (timeout or deadline); timeout_grace later give it up.
+  void arm(const std::shared_ptr<TaskControl>& c, Clock::time_point at, StopWhy why);
+  /// `c` was asked to stop (a cancel): give it up timeout_grace from now unless it returned
+  /// (or an earlier give-up is set).
+  void asked(const std::shared_ptr<TaskControl>& c);
+  /// The handler of `c` returned: its timer goes.
+  void disarm(TaskControl& c);
+  /// Ends the thread; timers not yet due are dropped.
+  void stop();
+
+ private:
+  using Timers = std::multimap<Clock::time_point, std::weak_ptr<TaskControl>>;
+  void set_locked(const std::shared_ptr<TaskControl>& c, Clock::time_point at, bool hard);
+  void main(const std::stop_token& stop);
+  void fire(const std::shared_ptr<TaskControl>& c, bool hard, StopWhy soft_why);
+
+  Shared& s_;
+  std::mutex mutex_;
+  std::condition_variable_any cv_;
+  Timers timers_;
+  std::jthread thread_;
+  bool stopped_ = false;
+};
+
+/// The completion of a task given up on (see Watchdog): what its handler's return would have
+/// given for the reason it was asked to stop. Called with c.mutex held and c.returned false.
+Completion give_up(Shared& s, TaskControl& c);
+
+}  // namespace streamq::detail
