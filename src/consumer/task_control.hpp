@@ -59,8 +59,8 @@ struct TaskControl {
   const Task* task = nullptr;
   const HandlerOptions* options = nullptr;
   std::shared_ptr<TaskReports> reports;
-  Span* span = nullptr;              // the attempt's span (ConsumerOptions::tracer), if any
-  std::string_view given_up_as;      // the outcome give_up() wrote, for the span's end
+  Span* span = nullptr;          // the attempt's span (ConsumerOptions::tracer), if any
+  std::string_view given_up_as;  // the outcome give_up() wrote, for the span's end
 
   // Set before the handler starts, constant after: the task's id (for logs), and the
   // concurrency slots it holds (ConcurrencyLimit: the semaphores' keys, and its holder name).
@@ -70,7 +70,7 @@ struct TaskControl {
 
   // The watchdog's timer of this task, guarded by the watchdog's mutex.
   std::optional<std::multimap<Clock::time_point, std::weak_ptr<TaskControl>>::iterator> timer;
-  bool hard = false;                   // the timer is the give-up, not the soft stop
+  bool hard = false;                    // the timer is the give-up, not the soft stop
   StopWhy soft_why = StopWhy::timeout;  // what the soft stop asks
 };
 

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -132,8 +134,11 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
   p.enqueue("long", R"({})");
   // A tracked task: its record and events are the producer's, then the worker's to write.
   const std::string tracked = p.enqueue("ok", R"({})", {.retention = Retention{.done = 1min}});
+  // Under a concurrency limit, and cancelled by the operator while it runs: the slot, its
+  // renewal and release, and the cancel request are the worker's to read and write.
+  const std::string to_cancel = p.enqueue("cancel_me", R"({})");
   std::atomic<int> done{0}, flaky{0}, long_done{0};
-  std::atomic<bool> go{false};
+  std::atomic<bool> go{false}, cancel_started{false};
   std::string long_entry;
   std::mutex m;
   ConsumerOptions o{.connection = {.url = url("worker")}, .stream = queue};
@@ -147,6 +152,15 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
       ++flaky;
       throw std::runtime_error("down");
     });
+    c.on("cancel_me",
+         [&](const Task& t) {
+           cancel_started = true;
+           std::mutex cm;
+           std::condition_variable_any cv;
+           std::unique_lock lock(cm);
+           cv.wait_for(lock, t.stop_token(), 20s, [] { return false; });
+         },
+         {.concurrency = {.limit = 1}});
     c.on("long", [&](const Task& t) {
       {
         std::lock_guard lock(m);
@@ -165,6 +179,12 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
   admin.cmd({"XDEL", queue, long_entry}).view().check();
   ASSERT_TRUE(wait_until([&] { return admin.integer({"EXISTS", queue + ":orphan:" + long_entry}) == 1; }));
   go = true;
+  ASSERT_TRUE(wait_until([&] { return cancel_started.load(); }));
+  std::this_thread::sleep_for(300ms);  // its slot is renewed with the leases
+  Inspector as_operator({.connection = {.url = url("operator")}});
+  EXPECT_EQ(as_operator.cancel(queue, to_cancel), CancelOutcome::running);
+  ASSERT_TRUE(wait_until([&] { return w.consumer().metrics().cancelled == 1; }));
+  EXPECT_EQ(admin.integer({"ZCARD", queue + ":running:cancel_me"}), 0) << "its slot was given back";
   ASSERT_TRUE(wait_until([&] {
     return done.load() == 3 && long_done.load() == 1 && admin.integer({"XLEN", queue + ":dlq"}) == 1 &&
            admin.integer({"EXISTS", queue + ":orphan:" + long_entry}) == 0;

@@ -95,16 +95,15 @@ TEST_F(ControlTest, ATimeoutStopsTheHandlerAndRetriesThenDeadLettersWithReasonTi
   std::vector<std::string> reasons;
   std::mutex m;
   RunningConsumer worker(fast(), [&](Consumer& c) {
-    c.on(
-        "slow",
-        [&](const Task& task) {
-          ++attempts;
-          const std::string why = wait_for_stop(task);
-          std::lock_guard lock(m);
-          reasons.push_back(why);
-          // Returning normally after a timeout does not make it a success.
-        },
-        {.timeout = 200ms});
+    c.on("slow",
+         [&](const Task& task) {
+           ++attempts;
+           const std::string why = wait_for_stop(task);
+           std::lock_guard lock(m);
+           reasons.push_back(why);
+           // Returning normally after a timeout does not make it a success.
+         },
+         {.timeout = 200ms});
   });
   ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 20s));
   worker.stop();
@@ -125,13 +124,12 @@ TEST_F(ControlTest, AHandlerThatIgnoresItsTimeoutIsGivenUpAndItsLateReturnIsDrop
   p.enqueue("stuck", "{}", {.max_retries = 0});
   std::atomic<bool> returned{false};
   RunningConsumer worker(fast(), [&](Consumer& c) {
-    c.on(
-        "stuck",
-        [&](const Task&) {
-          std::this_thread::sleep_for(2500ms);  // ignores its stop_token
-          returned = true;
-        },
-        {.timeout = 200ms});
+    c.on("stuck",
+         [&](const Task&) {
+           std::this_thread::sleep_for(2500ms);  // ignores its stop_token
+           returned = true;
+         },
+         {.timeout = 200ms});
   });
   // The fate is written at timeout + grace (about 0.5 s), long before the handler returns.
   ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 10s));
@@ -164,14 +162,13 @@ TEST_F(ControlTest, ADeadlineReachedWhileRunningStopsTheHandlerAndIsNotRetried) 
   std::string why;
   std::atomic<int> ran{0};
   RunningConsumer worker(fast(), [&](Consumer& c) {
-    c.on(
-        "t",
-        [&](const Task& task) {
-          ++ran;
-          why = wait_for_stop(task);
-          throw std::runtime_error("stopped");
-        },
-        {.timeout = 1h});  // the deadline comes first
+    c.on("t",
+         [&](const Task& task) {
+           ++ran;
+           why = wait_for_stop(task);
+           throw std::runtime_error("stopped");
+         },
+         {.timeout = 1h});  // the deadline comes first
   });
   ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 10s));
   worker.stop();
@@ -184,8 +181,8 @@ TEST_F(ControlTest, ADeadlineReachedWhileRunningStopsTheHandlerAndIsNotRetried) 
 
 TEST_F(ControlTest, ACancelReachesARunningTaskWhichEndsCancelled) {
   Producer p = producer();
-  const std::string id = p.enqueue(
-      "t", "{}", {.max_retries = 3, .unique_for = 1h, .retention = Retention{.done = 1h}});
+  const std::string id =
+      p.enqueue("t", "{}", {.max_retries = 3, .unique_for = 1h, .retention = Retention{.done = 1h}});
   std::atomic<bool> started{false};
   std::string why;
   RunningConsumer worker(fast(), [&](Consumer& c) {
@@ -257,7 +254,7 @@ TEST_F(ControlTest, ACancelBeforeTheHandlerStartsKeepsItFromRunning) {
   ASSERT_TRUE(wait_until([&] { return blocking.load(); }, 10s));
   Inspector in({.connection = {.url = server.url()}});
   EXPECT_EQ(in.cancel(stream, second), CancelOutcome::running);  // delivered: in the prefetch
-  std::this_thread::sleep_for(500ms);  // several lease renewals
+  std::this_thread::sleep_for(500ms);                            // several lease renewals
   release = true;
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
   worker.stop();

@@ -473,8 +473,8 @@ int run(int argc, char** argv) {
   delayed_run->add_option("queue", queue, "the queue")->required();
   delayed_run->add_option("task_id", id, "the task's id")->required();
 
-  auto* cancel =
-      app.add_subcommand("cancel", "cancel a queued or delayed task (a running one is never interrupted)");
+  auto* cancel = app.add_subcommand(
+      "cancel", "cancel a queued or delayed task, or ask the worker running one to stop it");
   cancel->add_option("queue", queue, "the queue")->required();
   cancel->add_option("id", id, "entry id (<partition>/<ms>-<seq> in a partitioned queue) or task_id")
       ->required();
@@ -641,10 +641,10 @@ int run(int argc, char** argv) {
       switch (in.cancel(queue, id)) {
         case CancelOutcome::cancelled: std::cout << "cancelled " << id << "\n"; return ok;
         case CancelOutcome::running:
-          std::cerr << "streamq: task " << id
-                    << " is held by a consumer (running, or its worker died and it will be reclaimed); "
-                       "running tasks are not interrupted, nothing was changed\n";
-          return failed;
+          std::cout << "cancelling " << id
+                    << ": a consumer holds it; its worker asks the handler to stop within a heartbeat, "
+                       "and it ends cancelled\n";
+          return ok;
         case CancelOutcome::missing:
           std::cerr << "streamq: no queued or delayed task " << id << "\n";
           return not_found;
