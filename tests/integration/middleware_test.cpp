@@ -103,7 +103,8 @@ TEST_F(MiddlewareTest, ProducerMiddlewareWrapsEachEnqueueAndCanRefuse) {
   trail.clear();
   const std::vector<std::string> ids = p.enqueue_batch({{"b1", "{}", {}}, {"b2", "{}", {}}});
   ASSERT_EQ(ids.size(), 2U);
-  EXPECT_EQ(trail, (std::vector<std::string>{"outer b1", "written " + ids[0], "outer b2", "written " + ids[1]}));
+  EXPECT_EQ(trail,
+            (std::vector<std::string>{"outer b1", "written " + ids[0], "outer b2", "written " + ids[1]}));
   EXPECT_EQ(xlen(stream), 3);
   EXPECT_THROW(p.enqueue_batch({{"b3", "{}", {}}, {"forbidden", "{}", {}}}), MiddlewareError);
   EXPECT_EQ(xlen(stream), 3) << "a batch with a refused task writes nothing";
@@ -122,7 +123,9 @@ class RecordingTracer : public Tracer {
     std::optional<std::string> parent, retry_of;
     std::string outcome, error;
   };
-  std::optional<SpanContext> inject(const EnqueueCall&) override { return SpanContext{context_of(100), "k=v"}; }
+  std::optional<SpanContext> inject(const EnqueueCall&) override {
+    return SpanContext{context_of(100), "k=v"};
+  }
   std::unique_ptr<Span> start_attempt(const Task&, const std::optional<SpanContext>& parent,
                                       const std::optional<SpanContext>& retry_of) override {
     std::lock_guard lock(m);
