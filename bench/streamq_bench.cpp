@@ -4,6 +4,7 @@
 //                 [--concurrency C] [--prefetch F]   (consumer scenarios; default: the Consumer's)
 //                 [--partitions P]   (the queue's partitions: producers and consumers alike)
 //                 [--tracked 1]      (tasks enqueued with a Retention: record and events)
+//                 [--executor process]   (drain: each handler call in a child process)
 // Scenarios:
 //   enqueue        N single enqueues on one connection
 //   enqueue-batch  N tasks through enqueue_batch in batches of B (default 1000)
@@ -64,6 +65,7 @@ struct Args {
   int prefetch = 0;     // 0 = the Consumer's default
   int partitions = 1;
   bool tracked = false;
+  bool process = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -90,6 +92,8 @@ Args parse(int argc, char** argv) {
       a.partitions = std::stoi(v);
     else if (k == "--tracked")
       a.tracked = v == "1";
+    else if (k == "--executor")
+      a.process = v == "process";
     else
       throw std::invalid_argument("unknown flag " + k);
   }
@@ -227,9 +231,18 @@ void time_drain(const Args& a) {
   std::atomic<long> done{0};
   std::atomic<bool> finished{false};
   streamq::Consumer c(consumer_options(a));
-  c.on("send_email", [&](const streamq::Task&) {
-    if (++done == a.count) finish(finished);
-  });
+  if (a.process) {
+    // Each task in a child process: counted around it, in the worker (a middleware).
+    c.use([&](const streamq::Task&, const streamq::Next& next) {
+      next();
+      if (++done == a.count) finish(finished);
+    });
+    c.on("send_email", [](const streamq::Task&) {}, {.executor = streamq::HandlerExecutor::process});
+  } else {
+    c.on("send_email", [&](const streamq::Task&) {
+      if (++done == a.count) finish(finished);
+    });
+  }
   const auto t = Clock::now();
   run_until(c, finished);
   report(a, seconds_since(t));
@@ -402,7 +415,7 @@ int main(int argc, char** argv) {
         << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|drain-levels|drain-raw|latency|retry"
         << "|retry-backoff|forward|wait|progress"
         << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C] [--prefetch F]"
-        << " [--partitions P] [--tracked 1]\n";
+        << " [--partitions P] [--tracked 1] [--executor process]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "streamq-bench: " << e.what() << '\n';

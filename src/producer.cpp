@@ -230,11 +230,12 @@ struct Producer::Impl {
             detail::payload_problem(payload, options.max_payload_bytes, options.max_payload_depth)) {
       throw PayloadError(*problem);
     }
-    // 9 standard fields at most (with unique_key, retention, deadline); a consumer dead-letters an entry with
-    // more than kMaxFields, and Lua's unpack() cannot pass many more to one XADD.
-    if (eo.extra_fields.size() + 9 > detail::kMaxFields) {
+    // 9 standard fields at most (with unique_key, retention, deadline), and 2 more on a retry
+    // copy (last_error, retry_of_span); a consumer dead-letters an entry with more than
+    // kMaxFields, and Lua's unpack() cannot pass many more to one XADD.
+    if (eo.extra_fields.size() + 11 > detail::kMaxFields) {
       throw ConfigError("too many extra fields: " + std::to_string(eo.extra_fields.size()) + " (at most " +
-                        std::to_string(detail::kMaxFields - 9) + ")");
+                        std::to_string(detail::kMaxFields - 11) + ")");
     }
     id_storage = eo.task_id.empty() ? detail::new_uuid_v4() : eo.task_id;
     Prepared p;
@@ -257,8 +258,12 @@ struct Producer::Impl {
       p.retention = retention_field(*r);
     }
     if (eo.deadline) {
-      p.deadline = std::to_string(
-          std::chrono::duration_cast<std::chrono::milliseconds>(eo.deadline->time_since_epoch()).count());
+      if (*eo.deadline > std::chrono::system_clock::now() + detail::kMaxDuration) {
+        throw ConfigError("deadline must be at most ten years from now");
+      }
+      // 1 ms after the epoch stands for any time already past (as run_at).
+      p.deadline = std::to_string(std::max<std::int64_t>(
+          1, std::chrono::duration_cast<std::chrono::milliseconds>(eo.deadline->time_since_epoch()).count()));
     }
     p.partition = partition_of(eo, p.task.unique_key);
     if (eo.unique_for.count() > 0) {
@@ -477,10 +482,13 @@ void run_chain(const std::vector<ProducerMiddleware>& chain, std::size_t i, Enqu
     std::size_t next;
     EnqueueCall* call;
     const std::function<void(EnqueueCall&)>* last;
+    mutable bool called = false;
   } context{&chain, i + 1, &call, &last};
   chain[i](call, Next(
                      [](const void* c) {
                        const auto* x = static_cast<const Context*>(c);
+                       if (x->called) throw MiddlewareError("a producer middleware called next() twice");
+                       x->called = true;
                        run_chain(*x->chain, x->next, *x->call, *x->last);
                      },
                      &context));

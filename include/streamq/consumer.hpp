@@ -51,9 +51,40 @@ struct RateLimit {
 /// and not counted as an attempt: it goes back to the delayed set for 100 to 500 ms (random),
 /// so it does not hold a handler thread, and tasks of other types run meanwhile. A slot is held
 /// from the handler's start to its return and renewed with the entry's lease; the slot of a
-/// worker that died frees itself after claim_min_idle. limit = 0: no limit.
+/// worker that died frees itself after claim_min_idle, and so does the slot of a task given up
+/// on (see HandlerOptions::timeout: its thread may still run). limit = 0: no limit.
 struct ConcurrencyLimit {
   int limit = 0;
+};
+
+/// Where a handler runs (HandlerOptions::executor).
+enum class HandlerExecutor {
+  /// On one of the consumer's handler threads (the default): cheapest; a timeout can only ask
+  /// the handler to stop (see HandlerOptions::timeout).
+  thread,
+  /// Each attempt in a child process forked from the worker by its handler thread, which waits
+  /// for it: a timeout, a deadline or a cancel sends the child SIGTERM, and SIGKILL half a
+  /// timeout_grace later if it is still there, so runaway work really stops; ProcessLimits
+  /// bound its memory and CPU; a crash or a kill of the child (a segfault, an abort, a limit)
+  /// is a failure of that task alone, retried as any failure, never of the worker. The child
+  /// is a fork of a multi-threaded process: it runs the handler (with the middleware around
+  /// it staying in the worker) and leaves with _exit, so it must not wait for a lock another
+  /// thread of the worker may have held at the fork (a logger's, a connection pool's) nor
+  /// start threads; Task::set_result, set_progress and write_partial_result work (the child
+  /// opens its own connection for the last two). Costs a fork per attempt: see the README's
+  /// performance table.
+  process,
+};
+
+/// Bounds of a handler run in a child process (HandlerExecutor::process), set with setrlimit in
+/// the child before the handler runs. 0 = the worker's own limits.
+struct ProcessLimits {
+  /// RLIMIT_AS: the child's address space, bytes. An allocation past it fails (std::bad_alloc:
+  /// a failure of the attempt). Not usable under AddressSanitizer or ThreadSanitizer, which
+  /// reserve terabytes of address space.
+  std::uint64_t address_space = 0;
+  /// RLIMIT_CPU: CPU seconds; past it the kernel kills the child (SIGXCPU).
+  std::chrono::seconds cpu{0};
 };
 
 /// Per task type options for Consumer::on.
@@ -76,8 +107,13 @@ struct HandlerOptions {
   ConcurrencyLimit concurrency{};
   /// At most this many tasks of this type run at once in this consumer (0 = up to
   /// ConsumerOptions::concurrency). A task over it goes back to the delayed set for 100 to
-  /// 500 ms, as with ConcurrencyLimit.
+  /// 500 ms, as with ConcurrencyLimit. A handler that never returns keeps its place: use a
+  /// timeout, or the process executor, with it.
   int max_in_flight = 0;
+  /// Where the handler runs (see HandlerExecutor).
+  HandlerExecutor executor = HandlerExecutor::thread;
+  /// With HandlerExecutor::process: the child's limits.
+  ProcessLimits limits{};
 };
 
 /// Consumer configuration. Validated by the Consumer constructor (ConfigError names the field).

@@ -10,9 +10,11 @@
 namespace streamq {
 
 /// The rest of a middleware chain: the next middleware, or at the end the handler (Consumer)
-/// or the write (Producer). Call it at most once. Not calling it skips the rest: the handler
-/// does not run (the attempt ends as the middleware ends: returning completes the task,
-/// throwing fails it), or nothing is enqueued (Producer::enqueue then throws MiddlewareError).
+/// or the write (Producer). Call it at most once: a second call throws (PermanentError in a
+/// consumer, which dead-letters the task; MiddlewareError in a producer). Not calling it skips
+/// the rest: the handler does not run (the attempt ends as the middleware ends: returning
+/// completes the task, throwing fails it), or nothing is enqueued (Producer::enqueue then
+/// throws MiddlewareError).
 class Next {
  public:
   using Call = void (*)(const void* context);

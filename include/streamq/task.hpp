@@ -117,7 +117,9 @@ class Task {
   /// "timeout", "deadline" or "cancelled". Thread-safe.
   std::string_view stop_reason() const noexcept;
   /// The same as a std::stop_token, e.g. for std::condition_variable_any::wait or a
-  /// std::stop_callback.
+  /// std::stop_callback. A stop_callback runs on the thread that asks the task to stop (the
+  /// consumer's watchdog for a timeout or a deadline, its lease keeper for a cancel, the thread
+  /// calling Consumer::stop): keep it short and non-blocking.
   const std::stop_token& stop_token() const noexcept { return stop_; }
 
   /// Whether the task is tracked (enqueued with EnqueueOptions::retention): only then do the

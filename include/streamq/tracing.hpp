@@ -30,7 +30,8 @@ class Span {
  public:
   virtual ~Span() = default;
   /// This span's context: a retry of this attempt carries it (field `retry_of_span`), and the
-  /// next attempt's span links to it.
+  /// next attempt's span links to it. May be called from another thread than the one that
+  /// started the span (a task given up on is written by the consumer's watchdog thread).
   virtual SpanContext context() const = 0;
   /// The attempt ended: `outcome` is "done", "retry", "dead" or "cancelled", `error` what the
   /// handler threw (or why it was stopped), empty for a success.

@@ -353,6 +353,10 @@ void Completer::flush(std::vector<Completion>& batch) {
       // The record is the task's fate unless its handler runs: then its completion decides
       // (and is counted).
       if (s_.inflight.orphaned(c.key, std::string(v.str()))) Metrics::add(s_.metrics.dead_lettered, 1);
+    } else if (plan.write[i] == Write::move && v.is_string() && v.str() == "cancelled") {
+      // A retry or put-back of an entry an operator cancelled meanwhile: it ended cancelled.
+      Metrics::add(s_.metrics.cancelled, 1);
+      finished.push_back(c.key);
     } else {
       Metrics::add(c.outcome != Outcome::retry ? s_.metrics.dead_lettered
                    : c.attempted               ? s_.metrics.retried

@@ -10,6 +10,7 @@
 #include "keys.hpp"
 #include "lease_keeper.hpp"
 #include "log.hpp"
+#include "process_runner.hpp"
 #include "retry_policy.hpp"
 #include "scripts.hpp"
 #include "streamq/errors.hpp"
@@ -223,8 +224,8 @@ void note_span(Completion& c, const Span* span) {
   std::string context;
   try {
     context = span->context().traceparent;
-  } catch (const std::exception& e) {
-    log(LogLevel::warning, std::string("tracer: a span's context could not be read: ") + e.what());
+  } catch (...) {
+    log(LogLevel::warning, "tracer: a span's context could not be read (it threw)");
     return;
   }
   if (!valid_traceparent(context)) return;
@@ -260,10 +261,14 @@ void call_handler(const std::vector<Middleware>& chain, std::size_t i, const Tas
     std::size_t next;
     const Task* task;
     const Handler* handler;
+    mutable bool called = false;
   } context{&chain, i + 1, &task, &handler};
   chain[i](task, Next(
                      [](const void* c) {
                        const auto* x = static_cast<const Context*>(c);
+                       // (A failure of the attempt: the handler must not run twice in one.)
+                       if (x->called) throw PermanentError("a middleware called next() twice");
+                       x->called = true;
                        call_handler(*x->chain, x->next, *x->task, *x->handler);
                      },
                      &context));
@@ -276,6 +281,9 @@ std::optional<std::chrono::system_clock::time_point> deadline_of(const Task& tas
   std::int64_t ms = 0;
   const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), ms);
   if (ec != std::errc() || end != text->data() + text->size()) return std::nullopt;
+  // (Not a value a producer writes: up to 2200-01-01, within the clock's range.)
+  constexpr std::int64_t kLatest = 7258118400000;
+  if (ms < 0 || ms > kLatest) return std::nullopt;
   return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
 }
 
@@ -400,7 +408,7 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
 
   auto control = std::make_shared<TaskControl>();
   control->task_id = task.id();
-  // HandlerOptions::max_in_flight: counted in this partition (a task of a type over it waits).
+  // HandlerOptions::max_in_flight: counted for the whole consumer (a task of a type over it waits).
   std::atomic<int>* local = nullptr;
   if (options != nullptr && options->max_in_flight > 0) {
     local = s.in_flight_by_type.at(task.type()).get();
@@ -444,6 +452,19 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
   control->work = &w;
   control->task = &task;
   control->options = options;
+  // The span before the control is shared (the watchdog reads it when it gives the task up).
+  std::unique_ptr<Span> span;
+  if (s.opt.tracer) {
+    try {
+      span = s.opt.tracer->start_attempt(task, carried(task, field::traceparent, field::tracestate),
+                                         carried(task, field::retry_of_span, {}));
+    } catch (const std::exception& e) {
+      log(LogLevel::warning, std::string("tracer: start_attempt threw: ") + e.what());
+    } catch (...) {
+      log(LogLevel::warning, "tracer: start_attempt threw an unknown exception");
+    }
+    control->span = span.get();
+  }
   s.inflight.entering(w, control);
   // Its time limit: the handler's timeout, or the task's deadline when that comes first.
   if (const Millis timeout = options != nullptr ? options->timeout : Millis(0);
@@ -461,27 +482,31 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
     s.watchdog->arm(control, at, why);
   }
 
-  std::unique_ptr<Span> span;
-  if (s.opt.tracer) {
-    try {
-      span = s.opt.tracer->start_attempt(task, carried(task, field::traceparent, field::tracestate),
-                                         carried(task, field::retry_of_span, {}));
-    } catch (const std::exception& e) {
-      log(LogLevel::warning, std::string("tracer: start_attempt threw: ") + e.what());
-    }
-    control->span = span.get();
-  }
   Attempt attempt{AttemptResult::succeeded, task.retry_count(), task.max_retries()};
   std::string error;
   std::optional<Millis> retry_after;
-  if (control->why() == StopWhy::cancelled) {
-    // Cancelled before it started (the cancel request came while it waited in the prefetch).
-  } else {
+  bool skip = false;
+  {
+    std::lock_guard lock(control->mutex);
+    // Cancelled before it started (the request came while it waited in the prefetch), or given
+    // up already (its deadline came while it was being set up).
+    skip = control->why() == StopWhy::cancelled || control->abandoned;
+  }
+  if (!skip) {
     try {
+      Handler in_child;
+      const Handler* run = handler;
+      if (options != nullptr && options->executor == HandlerExecutor::process) {
+        in_child = [&](const Task& t) {
+          run_in_child(
+              t, [&] { (*handler)(t); }, options->limits, *control, s.opt.timeout_grace, channel);
+        };
+        run = &in_child;
+      }
       if (s.middleware.empty()) {
-        (*handler)(task);
+        (*run)(task);
       } else {
-        call_handler(s.middleware, 0, task, *handler);
+        call_handler(s.middleware, 0, task, *run);
       }
     } catch (const RetryAfter& e) {
       attempt.result = AttemptResult::failed;
@@ -502,19 +527,23 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
     }
   }
   bool given_up = false;
+  StopWhy why = StopWhy::none;
   {
     std::lock_guard lock(control->mutex);
-    control->returned = true;
+    control->returned = true;  // from now on nothing asks it to stop: its outcome is `why`
     given_up = control->abandoned;
+    why = control->why();
   }
   s.watchdog->disarm(*control);
   release_slots(s, *control, control->slot_keys.size(), channel);
-  const auto end_span = [&](std::string_view outcome, std::string_view why) {
+  const auto end_span = [&](std::string_view outcome, std::string_view text) {
     if (!span) return;
     try {
-      span->end(outcome, why);
+      span->end(outcome, text);
     } catch (const std::exception& e) {
       log(LogLevel::warning, std::string("tracer: a span's end threw: ") + e.what());
+    } catch (...) {
+      log(LogLevel::warning, "tracer: a span's end threw an unknown exception");
     }
   };
   if (given_up) {
@@ -527,8 +556,8 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
     return std::nullopt;
   }
   std::optional<std::string> result = control->reports ? control->reports->close() : std::nullopt;
-  Completion done = conclude(s, w, task, options, attempt, error, retry_after, control->why(),
-                             std::move(result), control->reports != nullptr);
+  Completion done = conclude(s, w, task, options, attempt, error, retry_after, why, std::move(result),
+                             control->reports != nullptr);
   note_span(done, span.get());
   end_span(outcome_name(done), done.outcome == Outcome::ack && !done.cancelled ? std::string_view()
                                : done.error.empty()                            ? std::string_view(error)

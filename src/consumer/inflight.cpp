@@ -264,16 +264,17 @@ std::vector<std::shared_ptr<TaskControl>> InFlight::running_controls() {
   return out;
 }
 
-void InFlight::give_up(Completion c, std::uint64_t seq) {
+bool InFlight::give_up(Completion c, std::uint64_t seq) {
   {
     std::lock_guard lock(mutex_);
     const auto it = held_.find(c.key);
-    if (it == held_.end() || it->second.seq != seq || it->second.state != State::running) return;
+    if (it == held_.end() || it->second.seq != seq || it->second.state != State::running) return false;
     it->second.state = State::finished;
     it->second.fields.reset();
     done_.push_back(std::move(c));
   }
   done_cv_.notify_one();
+  return true;
 }
 
 bool InFlight::gated(const Work& w) const {

@@ -188,8 +188,9 @@ class InFlight {
   /// completion went with give_up()). Then as take(), under the same lock.
   std::optional<Work> finish_and_take(std::optional<Completion> c, bool suspect);
   /// The watchdog gave up the running entry of delivery `seq` (c.key): `c` goes to the
-  /// completer now, as if its handler had returned.
-  void give_up(Completion c, std::uint64_t seq);
+  /// completer now, as if its handler had returned. False (nothing queued) when that delivery
+  /// is no longer held and running.
+  bool give_up(Completion c, std::uint64_t seq);
 
   /// Successes written by the fetcher (or refused for now: `retry` puts them back for the
   /// completer).

@@ -89,7 +89,15 @@ void renew_slots(Shared& s, ScriptRunner& scripts) {
     }
   }
   if (argvs.empty()) return;
-  for (const Reply& r : scripts.call_pipelined(ids, argvs)) r.view().check();
+  std::size_t expired = 0;
+  for (const Reply& r : scripts.call_pipelined(ids, argvs))
+    expired += r.view().check().integer() == 0 ? 1 : 0;
+  if (expired > 0) {
+    log(LogLevel::warning,
+        std::to_string(expired) +
+            " concurrency slots of running tasks expired before their renewal (the server was "
+            "out of reach for claim_min_idle): those tasks run on without them");
+  }
 }
 
 }  // namespace

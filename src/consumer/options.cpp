@@ -89,6 +89,14 @@ void check_handler_options(const HandlerOptions& h) {
   check_duration(h.timeout, std::chrono::milliseconds(0), "timeout");
   if (h.concurrency.limit < 0) throw ConfigError("concurrency.limit must be >= 0");
   if (h.max_in_flight < 0) throw ConfigError("max_in_flight must be >= 0");
+  if (h.executor != HandlerExecutor::thread && h.executor != HandlerExecutor::process) {
+    throw ConfigError("executor must be HandlerExecutor::thread or HandlerExecutor::process");
+  }
+  if (h.limits.cpu.count() < 0) throw ConfigError("limits.cpu must be >= 0");
+  if (h.executor == HandlerExecutor::thread && (h.limits.cpu.count() > 0 || h.limits.address_space > 0)) {
+    throw ConfigError(
+        "limits need executor = HandlerExecutor::process (a thread's memory and CPU cannot be bounded)");
+  }
 }
 
 }  // namespace streamq::detail

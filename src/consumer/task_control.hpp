@@ -35,19 +35,22 @@ struct TaskControl {
 
   /// Asks the task to stop for `why` (none: the worker stops; the attempt's outcome does not
   /// change). A cancel wins over an earlier timeout or deadline; otherwise the first reason
-  /// stays. Thread-safe.
+  /// stays. Nothing changes once the handler returned (its outcome is being decided). The
+  /// handler's own stop_callbacks run here, on the calling thread. Thread-safe.
   void request(StopWhy why) {
-    if (why != StopWhy::none) {
-      StopWhy seen = reason.load(std::memory_order_acquire);
-      while ((seen == StopWhy::none || why == StopWhy::cancelled) &&
-             !reason.compare_exchange_weak(seen, why, std::memory_order_acq_rel)) {
+    {
+      std::lock_guard lock(mutex);
+      if (returned) return;
+      if (why != StopWhy::none &&
+          (reason.load(std::memory_order_relaxed) == StopWhy::none || why == StopWhy::cancelled)) {
+        reason.store(why, std::memory_order_release);
       }
     }
     stop.request_stop();
   }
   StopWhy why() const noexcept { return reason.load(std::memory_order_acquire); }
 
-  std::atomic<StopWhy> reason{StopWhy::none};
+  std::atomic<StopWhy> reason{StopWhy::none};  // written under `mutex`
 
   // Guarded by `mutex`: the handler thread sets `returned` when its handler is back, before the
   // task it points at goes away; the watchdog gives the task up (`abandoned`) only before that,

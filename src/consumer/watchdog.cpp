@@ -103,7 +103,10 @@ void Watchdog::fire(const std::shared_ptr<TaskControl>& c, bool hard, StopWhy so
   const std::string id = c->task->id();
   try {
     Completion done = give_up(s_, *c);
-    s_.inflight.give_up(std::move(done), c->work->seq);
+    if (!s_.inflight.give_up(std::move(done), c->work->seq)) {
+      c->abandoned = false;  // no longer held as running (lost meanwhile): its handler's return decides
+      return;
+    }
   } catch (const std::exception& e) {
     // (Memory.) The entry stays held until its handler returns, as without a time limit.
     c->abandoned = false;

@@ -180,7 +180,8 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
   ASSERT_TRUE(wait_until([&] { return admin.integer({"EXISTS", queue + ":orphan:" + long_entry}) == 1; }));
   go = true;
   ASSERT_TRUE(wait_until([&] { return cancel_started.load(); }));
-  std::this_thread::sleep_for(300ms);  // its slot is renewed with the leases
+  std::this_thread::sleep_for(1500ms);  // longer than claim_min_idle: its slot lives by renewals
+  EXPECT_EQ(admin.integer({"ZCARD", queue + ":running:cancel_me"}), 1) << "its slot was renewed";
   Inspector as_operator({.connection = {.url = url("operator")}});
   EXPECT_EQ(as_operator.cancel(queue, to_cancel), CancelOutcome::running);
   ASSERT_TRUE(wait_until([&] { return w.consumer().metrics().cancelled == 1; }));

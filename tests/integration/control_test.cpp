@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -26,6 +28,12 @@ namespace streamq::test {
 namespace {
 
 using namespace std::chrono_literals;
+
+/// Burns CPU until the process is killed (a handler that never returns, in a child process).
+[[noreturn]] void spin_forever() {
+  std::atomic<std::uint64_t> n{0};
+  for (;;) n.fetch_add(1, std::memory_order_relaxed);
+}
 
 /// Waits until the task is asked to stop (or `most` passes); returns its stop reason then.
 std::string wait_for_stop(const Task& task, std::chrono::milliseconds most = 20s) {
@@ -94,7 +102,9 @@ TEST_F(ControlTest, ATimeoutStopsTheHandlerAndRetriesThenDeadLettersWithReasonTi
   std::atomic<int> attempts{0};
   std::vector<std::string> reasons;
   std::mutex m;
-  RunningConsumer worker(fast(), [&](Consumer& c) {
+  ConsumerOptions o = fast();
+  o.timeout_grace = 3s;  // the handler returns at once when asked: never given up
+  RunningConsumer worker(o, [&](Consumer& c) {
     c.on("slow",
          [&](const Task& task) {
            ++attempts;
@@ -158,7 +168,6 @@ TEST_F(ControlTest, ADeadlineAlreadyPastDeadLettersTheTaskWithoutRunningIt) {
 
 TEST_F(ControlTest, ADeadlineReachedWhileRunningStopsTheHandlerAndIsNotRetried) {
   Producer p = producer();
-  p.enqueue("t", "{}", {.max_retries = 5, .deadline = std::chrono::system_clock::now() + 400ms});
   std::string why;
   std::atomic<int> ran{0};
   RunningConsumer worker(fast(), [&](Consumer& c) {
@@ -170,6 +179,9 @@ TEST_F(ControlTest, ADeadlineReachedWhileRunningStopsTheHandlerAndIsNotRetried) 
          },
          {.timeout = 1h});  // the deadline comes first
   });
+  // Enqueued once the worker runs, so it starts well before its deadline.
+  ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", stream}) == 1; }, 10s));
+  p.enqueue("t", "{}", {.max_retries = 5, .deadline = std::chrono::system_clock::now() + 1s});
   ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 10s));
   worker.stop();
   EXPECT_EQ(ran.load(), 1);
@@ -232,6 +244,40 @@ TEST_F(ControlTest, ACancelledTaskWhoseHandlerIgnoresItIsGivenUp) {
   EXPECT_EQ(worker.consumer().metrics().done, 0U);
   EXPECT_EQ(worker.consumer().metrics().given_up, 1U);
   EXPECT_EQ(xlen(dlq), 0);
+}
+
+TEST_F(ControlTest, ACancelThatComesBeforeAFailureIsNotLostToTheRetry) {
+  // The handler fails before its holder's lease renewal (every 5 s here) sees the request: the
+  // retry script finds it, and the task ends cancelled instead of being retried under a new id.
+  Producer p = producer();
+  const std::string id = p.enqueue("t", "{}", {.max_retries = 3, .retention = Retention{.done = 1h}});
+  std::atomic<bool> started{false}, fail{false};
+  std::atomic<int> attempts{0};
+  ConsumerOptions o = options();
+  o.heartbeat_interval = 5s;
+  o.claim_min_idle = 30s;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("t", [&](const Task&) {
+      ++attempts;
+      started = true;
+      while (!fail) std::this_thread::sleep_for(5ms);
+      throw std::runtime_error("down");
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
+  Inspector in({.connection = {.url = server.url()}});
+  EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
+  fail = true;
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
+  std::this_thread::sleep_for(200ms);
+  worker.stop();
+  EXPECT_EQ(attempts.load(), 1);
+  EXPECT_EQ(worker.consumer().metrics().retried, 0U);
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(xlen(dlq), 0);
+  EXPECT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 0);
+  EXPECT_EQ(client.cmd({"KEYS", stream + ":cancel:*"}).view().size(), 0U);
+  EXPECT_EQ(in.record(stream, id)->state, TaskRecord::State::cancelled);
 }
 
 TEST_F(ControlTest, ACancelBeforeTheHandlerStartsKeepsItFromRunning) {
@@ -301,6 +347,7 @@ TEST_F(ControlTest, AConcurrencyLimitHoldsUnderKillOfAHolder) {
   Producer p = producer();
   std::vector<std::string> ids;
   for (int i = 0; i < kTasks; ++i) ids.push_back(p.enqueue("limited", R"({"ms":300})"));
+  const std::string marks = stream + ":now-running";  // the handlers' own record (test_worker)
   std::vector<std::unique_ptr<WorkerProcess>> procs;
   for (int i = 0; i < kWorkers; ++i) {
     procs.push_back(std::make_unique<WorkerProcess>(std::vector<std::string>{
@@ -313,7 +360,7 @@ TEST_F(ControlTest, AConcurrencyLimitHoldsUnderKillOfAHolder) {
   std::string victim;
   ASSERT_TRUE(wait_until(
       [&] {
-        const detail::Reply r = client.cmd({"SRANDMEMBER", stream + ":running"});
+        const detail::Reply r = client.cmd({"SRANDMEMBER", marks});
         if (!r.view().is_string()) return false;
         victim = std::string(r.view().str());
         return true;
@@ -322,10 +369,10 @@ TEST_F(ControlTest, AConcurrencyLimitHoldsUnderKillOfAHolder) {
   victim = victim.substr(0, victim.find('/'));
   const int index = std::stoi(victim.substr(1));
   procs[static_cast<std::size_t>(index)]->kill9();
-  const detail::Reply members = client.cmd({"SMEMBERS", stream + ":running"});
+  const detail::Reply members = client.cmd({"SMEMBERS", marks});
   for (std::size_t i = 0; i < members.view().size(); ++i) {
     const std::string m(members.view()[i].str());
-    if (m.starts_with(victim + "/")) client.cmd({"SREM", stream + ":running", m});
+    if (m.starts_with(victim + "/")) client.cmd({"SREM", marks, m});
   }
   ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) == kTasks; }, 120s));
   EXPECT_EQ(std::string(client.cmd({"GET", stream + ":most"}).view().str()), "3");
@@ -336,6 +383,129 @@ TEST_F(ControlTest, AConcurrencyLimitHoldsUnderKillOfAHolder) {
   // Given back by the live workers; the dead one's expired (its key goes after claim_min_idle
   // without a renewal).
   EXPECT_TRUE(wait_until([&] { return client.integer({"ZCARD", stream + ":running:limited"}) == 0; }, 10s));
+}
+
+// ---- the process executor ----------------------------------------------------------------
+
+TEST_F(ControlTest, AProcessHandlerThatLoopsForeverIsKilledAtItsTimeoutAndRetried) {
+  Producer p = producer();
+  p.enqueue("spin", "{}", {.max_retries = 2});
+  std::atomic<int> attempts{0};
+  const auto started = std::chrono::steady_clock::now();
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.use([&](const Task&, const Next& next) {  // runs in the worker, around the child
+      ++attempts;
+      next();
+    });
+    c.on("spin",
+         [](const Task& task) {
+           if (task.retry_count() == 0) {
+             spin_forever();
+           }
+           if (task.retry_count() == 1) {
+             std::signal(SIGTERM, SIG_IGN);  // ignores the polite stop: SIGKILL follows
+             spin_forever();
+           }
+         },
+         {.timeout = 300ms, .executor = HandlerExecutor::process});
+  });
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 1; }, 20s));
+  const auto took = std::chrono::steady_clock::now() - started;
+  worker.stop();
+  EXPECT_EQ(attempts.load(), 3);
+  EXPECT_EQ(worker.consumer().metrics().timed_out, 2U);
+  EXPECT_EQ(worker.consumer().metrics().given_up, 0U) << "the children were killed, not given up on";
+  EXPECT_LT(took, 10s);
+  EXPECT_EQ(xlen(dlq), 0);
+}
+
+TEST_F(ControlTest, ACrashOfAProcessHandlerFailsThatTaskAloneAndItsResultsComeBack) {
+  Producer p = producer();
+  const std::string id = p.enqueue("crashy", "{}", {.max_retries = 1, .retention = Retention{.done = 1h}});
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.on("crashy",
+         [](const Task& task) {
+           if (task.retry_count() == 0) std::abort();
+           EXPECT_TRUE(task.set_progress(50));  // in the child, on a connection of its own
+           task.set_result(R"("from the child")");
+         },
+         {.executor = HandlerExecutor::process});
+  });
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 1; }, 20s));
+  worker.stop();
+  EXPECT_EQ(worker.consumer().metrics().retried, 1U);
+  Inspector in({.connection = {.url = server.url()}});
+  const auto record = in.record(stream, id);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, TaskRecord::State::done);
+  EXPECT_EQ(record->result, R"("from the child")");
+  EXPECT_EQ(record->progress, "50");
+  EXPECT_EQ(record->attempts, 2);
+}
+
+TEST_F(ControlTest, ACpuLimitKillsAProcessHandler) {
+  Producer p = producer();
+  p.enqueue("burn", "{}", {.max_retries = 0});
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.on("burn", [](const Task&) { spin_forever(); },
+         {.executor = HandlerExecutor::process, .limits = {.cpu = 1s}});
+  });
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 30s));
+  worker.stop();
+  const std::string error = Client::get(dead_letter(), "error");
+  EXPECT_NE(error.find("killed by signal " + std::to_string(SIGXCPU)), std::string::npos) << error;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;  // their shadow memory takes terabytes of address space
+#else
+constexpr bool kSanitized = false;
+#endif
+
+TEST_F(ControlTest, AnAddressSpaceLimitBoundsAProcessHandler) {
+  if (kSanitized) GTEST_SKIP() << "RLIMIT_AS cannot be set under AddressSanitizer or ThreadSanitizer";
+  Producer p = producer();
+  p.enqueue("hog", "{}", {.max_retries = 0});
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.on("hog",
+         [](const Task&) {
+           std::vector<char> big(std::size_t{2} << 30);  // 2 GiB
+           big[big.size() - 1] = 1;
+         },
+         {.executor = HandlerExecutor::process, .limits = {.address_space = std::uint64_t{512} << 20}});
+  });
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 20s));
+  worker.stop();
+  const std::string error = Client::get(dead_letter(), "error");
+  EXPECT_NE(error.find("bad_alloc"), std::string::npos) << error;
+}
+
+TEST_F(ControlTest, ACancelKillsARunningProcessHandler) {
+  Producer p = producer();
+  const std::string id = p.enqueue("spin", "{}");
+  std::atomic<bool> started{false};
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.use([&](const Task&, const Next& next) {
+      started = true;
+      next();
+    });
+    c.on("spin", [](const Task&) { spin_forever(); }, {.executor = HandlerExecutor::process});
+  });
+  ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
+  Inspector in({.connection = {.url = server.url()}});
+  EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
+  worker.stop();
+  EXPECT_EQ(worker.consumer().metrics().given_up, 0U);
+  EXPECT_EQ(pending(), 0);
+  EXPECT_EQ(xlen(dlq), 0);
+}
+
+TEST_F(ControlTest, ProcessLimitsNeedTheProcessExecutor) {
+  Consumer c(options());
+  EXPECT_THROW(c.on("a", [](const Task&) {}, {.limits = {.cpu = 1s}}), ConfigError);
+  EXPECT_THROW(c.on("b", [](const Task&) {}, {.executor = HandlerExecutor::process, .limits = {.cpu = -1s}}),
+               ConfigError);
 }
 
 }  // namespace

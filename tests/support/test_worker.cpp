@@ -19,7 +19,7 @@
 //   crash      HINCRBY <stream>:attempts <task_id> 1, then abort() the process
 //   mark       SETBIT <stream>:seen <payload "n"> 1, and INCR <stream>:again when the bit was set
 //              already (a task run twice)
-//   limited    with ConcurrencyLimit{limit} (key limit=, default 3): SADD <stream>:running
+//   limited    with ConcurrencyLimit{limit} (key limit=, default 3): SADD <stream>:now-running
 //              "<consumer>/<task_id>", raise <stream>:most to SCARD of it, sleep "ms", SREM,
 //              then record like work
 // Records go through the test's own Redis connection (one per handler thread).
@@ -167,11 +167,11 @@ int main(int argc, char** argv) {
                 "EVAL",
                 "redis.call('SADD', KEYS[1], ARGV[1]) local n = redis.call('SCARD', KEYS[1]) "
                 "if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end",
-                "2", stream + ":running", stream + ":most", me})
+                "2", stream + ":now-running", stream + ":most", me})
             .view()
             .check();
         std::this_thread::sleep_for(ms(task.json().value("ms", 0)));
-        recorder().command(streamq::detail::Argv{"SREM", stream + ":running", me}).view().check();
+        recorder().command(streamq::detail::Argv{"SREM", stream + ":now-running", me}).view().check();
         record(stream + ":done", task.id());
       },
       {.concurrency = {.limit = static_cast<int>(get("limit", 3))}});
