@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -181,6 +182,35 @@ TEST_F(MiddlewareTest, TheTraceContextReachesEveryAttemptAndARetryLinksTheFailed
   EXPECT_EQ(attempts[0].error, "first attempt fails");
   EXPECT_EQ(attempts[1].parent, producer_context);
   EXPECT_EQ(attempts[1].retry_of, RecordingTracer::context_of(1)) << "linked to the failed attempt's span";
+  EXPECT_EQ(attempts[1].outcome, "done");
+}
+
+TEST_F(MiddlewareTest, TheSpanOfAnAttemptGivenUpOnEndsWithTheFateWrittenForIt) {
+  auto tracer = std::make_shared<RecordingTracer>();
+  Producer p({.connection = {.url = server.url()}, .stream = stream, .tracer = tracer});
+  p.enqueue("t", "{}", {.max_retries = 1});
+  ConsumerOptions o = options();
+  o.tracer = tracer;
+  o.timeout_grace = 200ms;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("t",
+         [](const Task& task) {
+           if (task.retry_count() == 0) std::this_thread::sleep_for(1500ms);  // ignores its timeout
+         },
+         {.timeout = 200ms});
+  });
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto a = tracer->snapshot();
+        return worker.consumer().metrics().done == 1 && a.size() == 2 && !a[0].outcome.empty();
+      },
+      10s));
+  worker.stop();
+  const auto attempts = tracer->snapshot();
+  EXPECT_EQ(worker.consumer().metrics().given_up, 1U);
+  EXPECT_EQ(attempts[0].outcome, "retry");
+  EXPECT_NE(attempts[0].error.find("given up"), std::string::npos) << attempts[0].error;
+  EXPECT_EQ(attempts[1].retry_of, RecordingTracer::context_of(1)) << "the given-up attempt's retry links it";
   EXPECT_EQ(attempts[1].outcome, "done");
 }
 
