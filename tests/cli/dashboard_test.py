@@ -82,7 +82,7 @@ class DashboardTest(RedisTestCase):
         status, _, _ = http(base + "/api/queues")
         self.assertEqual(status, 200)
         # No action answers a GET.
-        for action in ("replay", "delete", "run_now", "pause", "resume"):
+        for action in ("replay", "delete", "run_now", "cancel", "pause", "resume"):
             status, headers, _ = http(base + "/api/" + action)
             self.assertEqual(status, 405, action)
             self.assertEqual(headers["Allow"], "POST")
@@ -117,6 +117,13 @@ class DashboardTest(RedisTestCase):
         self.assertEqual(self.r.xlen(q + ":dlq"), 2)
         status, _, text = http(base + "/api/replay", "POST", json.dumps({"queue": q, "all": True}), good)
         self.assertEqual((status, json.loads(text)["done"]), (200, 2))
+        # A queued task cancelled by its task id; then it is missing.
+        doomed = self.cli("enqueue", q, "ping").stdout.strip()
+        before = self.r.xlen(q)
+        for expected in ("cancelled", "missing"):
+            status, _, text = http(base + "/api/cancel", "POST", json.dumps({"queue": q, "id": doomed}), good)
+            self.assertEqual((status, json.loads(text)["outcome"]), (200, expected))
+        self.assertEqual(self.r.xlen(q), before - 1)
         # A tracked task's record, by its task id.
         tracked = self.cli("enqueue", q, "ping", "--retention-ms", "60000").stdout.strip()
         status, _, text = http(base + "/api/record?name=%s&id=%s" % (q, tracked))

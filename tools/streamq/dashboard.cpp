@@ -689,6 +689,15 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
     const auto entry = in.run_now(body_string(body, "queue"), body_string(body, "task_id"));
     return json{{"entry_id", entry ? json(*entry) : json(nullptr)}};
   });
+  action("/api/cancel", [&](Inspector& in, const httplib::Request& req) {
+    const json body = parse_body(req);
+    switch (in.cancel(body_string(body, "queue"), body_string(body, "id"))) {
+      case CancelOutcome::cancelled: return json{{"outcome", "cancelled"}};
+      case CancelOutcome::running: return json{{"outcome", "running"}};
+      case CancelOutcome::missing: break;
+    }
+    return json{{"outcome", "missing"}};
+  });
   action("/api/pause", [&](Inspector& in, const httplib::Request& req) {
     in.pause(body_string(parse_body(req), "queue"));
     return json{{"paused", true}};

@@ -182,6 +182,9 @@ function describe(action, r) {
     case 'replay': return `replayed ${r.done}${r.skipped ? `, skipped ${r.skipped} (not tasks)` : ''}`;
     case 'delete': return `deleted ${r.done}`;
     case 'run_now': return r.entry_id ? `moved to the queue as ${r.entry_id}` : 'not delayed any more (it may have become due)';
+    case 'cancel': return r.outcome === 'cancelled' ? 'cancelled'
+      : r.outcome === 'running' ? 'a worker holds it: asked to stop it (it ends cancelled)'
+        : 'not found (finished, cancelled or moved meanwhile)';
     default: return r.paused ? 'paused' : 'resumed';
   }
 }
@@ -273,6 +276,10 @@ function taskRow(table, task) {
       button('Delete', () => act('delete', {ids: [ref]}, `Delete dead letter ${ref}?`), 'danger'));
   }
   if (table.state === 'delayed') actions.append(button('Run now', () => act('run_now', {task_id: ref})));
+  if (table.state !== 'dead') {
+    // A delayed task is named by its task id, a queued or held one by its entry.
+    actions.append(button('Cancel', () => act('cancel', {id: ref}, `Cancel task ${ref}?`), 'danger'));
+  }
   cells.push(actions);
   const tr = el('tr', {}, ...cells);
   tr.dataset.id = task.id;
