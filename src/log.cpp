@@ -49,6 +49,8 @@ bool log_enabled(LogLevel level) noexcept {
   return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed);
 }
 
+void silence_log() noexcept { g_level.store(static_cast<int>(LogLevel::error) + 1); }
+
 void log(LogLevel level, std::string_view message) noexcept {
   if (!log_enabled(level)) return;
   std::shared_ptr<const LogHandler> handler;

@@ -11,6 +11,7 @@
 #include "connection.hpp"
 #include "durations.hpp"
 #include "keys.hpp"
+#include "middleware_chain.hpp"
 #include "scripts.hpp"
 #include "streamq/errors.hpp"
 #include "streamq/tracing.hpp"
@@ -470,30 +471,6 @@ TaskRecord Producer::enqueue_and_wait(std::string_view task_type, const Payload&
 
 namespace {
 
-/// Runs `chain[i..]` around `last` for `call`.
-void run_chain(const std::vector<ProducerMiddleware>& chain, std::size_t i, EnqueueCall& call,
-               const std::function<void(EnqueueCall&)>& last) {
-  if (i == chain.size()) {
-    last(call);
-    return;
-  }
-  struct Context {
-    const std::vector<ProducerMiddleware>* chain;
-    std::size_t next;
-    EnqueueCall* call;
-    const std::function<void(EnqueueCall&)>* last;
-    mutable bool called = false;
-  } context{&chain, i + 1, &call, &last};
-  chain[i](call, Next(
-                     [](const void* c) {
-                       const auto* x = static_cast<const Context*>(c);
-                       if (x->called) throw MiddlewareError("a producer middleware called next() twice");
-                       x->called = true;
-                       run_chain(*x->chain, x->next, *x->call, *x->last);
-                     },
-                     &context));
-}
-
 /// The tracer's context into the task's fields, unless they carry a traceparent already.
 void inject_trace(Tracer* tracer, EnqueueCall& call) {
   if (tracer == nullptr) return;
@@ -512,7 +489,7 @@ void inject_trace(Tracer* tracer, EnqueueCall& call) {
 void around(const std::vector<ProducerMiddleware>& chain, Tracer* tracer, EnqueueCall& call,
             const std::function<void(EnqueueCall&)>& write) {
   bool reached = false;
-  run_chain(chain, 0, call, [&](EnqueueCall& c) {
+  detail::run_chain<MiddlewareError>(chain, 0, call, [&](EnqueueCall& c) {
     reached = true;
     inject_trace(tracer, c);
     write(c);

@@ -63,25 +63,30 @@ enum class HandlerExecutor {
   /// the handler to stop (see HandlerOptions::timeout).
   thread,
   /// Each attempt in a child process forked from the worker by its handler thread, which waits
-  /// for it: a timeout, a deadline or a cancel sends the child SIGTERM, and SIGKILL half a
-  /// timeout_grace later if it is still there, so runaway work really stops; ProcessLimits
-  /// bound its memory and CPU; a crash or a kill of the child (a segfault, an abort, a limit)
-  /// is a failure of that task alone, retried as any failure, never of the worker. The child
-  /// is a fork of a multi-threaded process: it runs the handler (with the middleware around
-  /// it staying in the worker) and leaves with _exit, so it must not wait for a lock another
-  /// thread of the worker may have held at the fork (a logger's, a connection pool's) nor
-  /// start threads; Task::set_result, set_progress and write_partial_result work (the child
-  /// opens its own connection for the last two). Costs a fork per attempt: see the README's
-  /// performance table.
+  /// for it: a timeout, a deadline or a cancel sends the child's process group SIGTERM, and
+  /// SIGKILL half a timeout_grace later if it is still there, so runaway work really stops;
+  /// ProcessLimits bound its memory and CPU; a crash or a kill of the child (a segfault, an
+  /// abort, a limit) is a failure of that task alone, retried as any failure, never of the
+  /// worker. The child is killed when the worker dies. It is a fork of a multi-threaded
+  /// process: it runs the handler (the middleware around it stays in the worker) and leaves
+  /// with _exit, so it must not wait for a lock another thread of the worker may have held at
+  /// the fork (a logger's, a connection pool's), use a connection the worker shares (a
+  /// Producer, a database pool: the socket is the worker's too; open its own), nor start
+  /// threads. In the child, Task::stop_token() never fires (the worker stops it with signals);
+  /// Task::set_result, set_progress and write_partial_result work (the child opens its own
+  /// connection for the last two). At a shutdown the child is not signalled: like a thread it
+  /// gets shutdown_grace, then keeps running until it ends or the worker's process exits.
+  /// Costs a fork per attempt: see `drain-process` in the README's performance table.
   process,
 };
 
 /// Bounds of a handler run in a child process (HandlerExecutor::process), set with setrlimit in
 /// the child before the handler runs. 0 = the worker's own limits.
 struct ProcessLimits {
-  /// RLIMIT_AS: the child's address space, bytes. An allocation past it fails (std::bad_alloc:
-  /// a failure of the attempt). Not usable under AddressSanitizer or ThreadSanitizer, which
-  /// reserve terabytes of address space.
+  /// RLIMIT_AS: the child's address space, bytes, counting what it inherits of the worker's
+  /// (its threads' stacks, its heap). An allocation past it fails (std::bad_alloc: a failure of
+  /// the attempt). Not usable under AddressSanitizer or ThreadSanitizer, which reserve
+  /// terabytes of address space. A limit the kernel refuses to set fails the attempt.
   std::uint64_t address_space = 0;
   /// RLIMIT_CPU: CPU seconds; past it the kernel kills the child (SIGXCPU).
   std::chrono::seconds cpu{0};
@@ -107,8 +112,8 @@ struct HandlerOptions {
   ConcurrencyLimit concurrency{};
   /// At most this many tasks of this type run at once in this consumer (0 = up to
   /// ConsumerOptions::concurrency). A task over it goes back to the delayed set for 100 to
-  /// 500 ms, as with ConcurrencyLimit. A handler that never returns keeps its place: use a
-  /// timeout, or the process executor, with it.
+  /// 500 ms, as with ConcurrencyLimit. A handler that never returns keeps its place: give the
+  /// type a timeout (with the process executor, the child is then killed and the place freed).
   int max_in_flight = 0;
   /// Where the handler runs (see HandlerExecutor).
   HandlerExecutor executor = HandlerExecutor::thread;

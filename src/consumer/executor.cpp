@@ -10,6 +10,7 @@
 #include "keys.hpp"
 #include "lease_keeper.hpp"
 #include "log.hpp"
+#include "middleware_chain.hpp"
 #include "process_runner.hpp"
 #include "retry_policy.hpp"
 #include "scripts.hpp"
@@ -249,31 +250,6 @@ std::optional<SpanContext> carried(const Task& task, std::string_view name, std:
   return c;
 }
 
-/// Calls the handler through the middleware chain from `i` on.
-void call_handler(const std::vector<Middleware>& chain, std::size_t i, const Task& task,
-                  const Handler& handler) {
-  if (i == chain.size()) {
-    handler(task);
-    return;
-  }
-  struct Context {
-    const std::vector<Middleware>* chain;
-    std::size_t next;
-    const Task* task;
-    const Handler* handler;
-    mutable bool called = false;
-  } context{&chain, i + 1, &task, &handler};
-  chain[i](task, Next(
-                     [](const void* c) {
-                       const auto* x = static_cast<const Context*>(c);
-                       // (A failure of the attempt: the handler must not run twice in one.)
-                       if (x->called) throw PermanentError("a middleware called next() twice");
-                       x->called = true;
-                       call_handler(*x->chain, x->next, *x->task, *x->handler);
-                     },
-                     &context));
-}
-
 /// The deadline of a task (EnqueueOptions::deadline), if it has a readable one.
 std::optional<std::chrono::system_clock::time_point> deadline_of(const Task& task) {
   const auto text = task.field(field::deadline);
@@ -506,7 +482,8 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
       if (s.middleware.empty()) {
         (*run)(task);
       } else {
-        call_handler(s.middleware, 0, task, *run);
+        // (A second next() fails the attempt for good: the handler must not run twice in one.)
+        run_chain<PermanentError>(s.middleware, 0, task, [&](const Task& t) { (*run)(t); });
       }
     } catch (const RetryAfter& e) {
       attempt.result = AttemptResult::failed;

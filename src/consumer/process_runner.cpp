@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,7 +14,9 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 
+#include "log.hpp"
 #include "streamq/errors.hpp"
 #include "task_reports.hpp"
 
@@ -64,6 +67,7 @@ std::string encode(const Report& r) {
   return out;
 }
 
+/// The report, or nullopt when `in` is not exactly one well-formed report.
 std::optional<Report> decode(std::string_view in) {
   Report r;
   if (in.empty()) return std::nullopt;
@@ -72,37 +76,68 @@ std::optional<Report> decode(std::string_view in) {
   r.ended = static_cast<Ended>(ended);
   in.remove_prefix(1);
   if (!get_u64(in, r.retry_ms) || !get_bytes(in, r.error) || in.empty()) return std::nullopt;
-  const bool has_result = in[0] == 1;
+  const char flag = in[0];
+  if (flag != 0 && flag != 1) return std::nullopt;
   in.remove_prefix(1);
-  if (has_result) {
+  if (flag == 1) {
     std::string result;
     if (!get_bytes(in, result)) return std::nullopt;
     r.result = std::move(result);
   }
+  if (!in.empty()) return std::nullopt;
   return r;
+}
+
+/// Writes all of `bytes` to `fd`; false on an error.
+bool write_all(int fd, const std::string& bytes) {
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + sent, bytes.size() - sent);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += static_cast<std::size_t>(n);
+  }
+  return true;
 }
 
 /// The child: runs the handler, writes its report to `fd`, and leaves with _exit (no atexit
 /// handler or static destructor of the worker runs here).
-[[noreturn]] void child_main(int fd, const std::function<void()>& handler, const ProcessLimits& limits,
-                             TaskControl& control, std::unique_ptr<Channel>& channel) {
-  // The worker's signal handlers and mask are not the child's: SIGTERM stops it.
-  std::signal(SIGTERM, SIG_DFL);
-  std::signal(SIGINT, SIG_DFL);
+[[noreturn]] void child_main(int fd, pid_t worker, const std::function<void()>& handler,
+                             const ProcessLimits& limits, TaskControl& control,
+                             std::unique_ptr<Channel>& channel) {
+  // Signals were blocked around the fork: the worker's handlers (its signal hub writes to the
+  // worker's pipe) are replaced before any can be delivered here. SIGTERM then ends the child.
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) std::signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   pthread_sigmask(SIG_SETMASK, &none, nullptr);
-  if (limits.address_space > 0) {
-    const rlimit r{limits.address_space, limits.address_space};
-    setrlimit(RLIMIT_AS, &r);
-  }
-  if (limits.cpu.count() > 0) {
-    const auto s = static_cast<rlim_t>(limits.cpu.count());
-    const rlimit r{s, s + 1};  // SIGXCPU at the soft limit, SIGKILL a second later
-    setrlimit(RLIMIT_CPU, &r);
-  }
+  // It dies with the worker's handler thread (a worker killed, or exiting with it still
+  // running), and is a process group of its own: a Ctrl-C for the worker's group is not its.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != worker) _exit(3);  // the worker died before the line above
+  setpgid(0, 0);
+  silence_log();            // the log's lock may have been held by another worker thread at the fork
   (void)channel.release();  // the worker's connection: the child must not use (or close) it
+  const pid_t self = getpid();
   Report r;
+  const auto limit = [&](int resource, rlim_t value, rlim_t hard, const char* name) {
+    const rlimit l{value, hard};
+    if (setrlimit(resource, &l) == 0) return true;
+    r.ended = Ended::failed;
+    r.error = std::string("process executor: setrlimit(") + name + "): " + std::strerror(errno);
+    return false;
+  };
+  bool limited = true;
+  if (limits.address_space > 0) {
+    limited = limit(RLIMIT_AS, limits.address_space, limits.address_space, "RLIMIT_AS");
+  }
+  if (limited && limits.cpu.count() > 0) {
+    const auto secs = static_cast<rlim_t>(limits.cpu.count());
+    limited = limit(RLIMIT_CPU, secs, secs + 1, "RLIMIT_CPU");  // SIGXCPU, then SIGKILL a second later
+  }
+  if (!limited) {
+    _exit(write_all(fd, encode(r)) ? 0 : 2);
+  }
   try {
     handler();
     r.ended = Ended::returned;
@@ -123,18 +158,12 @@ std::optional<Report> decode(std::string_view in) {
     r.ended = Ended::failed;
     r.error = "unknown exception";
   }
+  // A process the handler forked without exec comes back here too: only the child reports.
+  if (getpid() != self) _exit(0);
   int status = 0;
   try {
     if (control.reports) r.result = control.reports->close();
-    const std::string bytes = encode(r);
-    std::size_t sent = 0;
-    while (sent < bytes.size()) {
-      const ssize_t n = write(fd, bytes.data() + sent, bytes.size() - sent);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      sent += static_cast<std::size_t>(n);
-    }
-    if (sent < bytes.size()) status = 2;
+    if (!write_all(fd, encode(r))) status = 2;
   } catch (...) {
     status = 2;  // (memory) the worker sees no report: a failure
   }
@@ -159,19 +188,34 @@ std::string death(int status) {
 
 void run_in_child(const Task& task, const std::function<void()>& handler, const ProcessLimits& limits,
                   TaskControl& control, std::chrono::milliseconds grace, std::unique_ptr<Channel>& channel) {
+  {
+    std::lock_guard lock(control.mutex);
+    // Asked to stop (or given up) while a middleware ran: no process to start.
+    if (control.abandoned || control.why() != StopWhy::none) {
+      throw Error(std::string("asked to stop (") + std::string(to_string(control.why())) +
+                  ") before its process started");
+    }
+  }
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("process executor: pipe: ") + std::strerror(errno));
+  // Every signal blocked across the fork (see child_main); this thread's mask back after it.
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &before);
+  const pid_t worker = getpid();
   const pid_t pid = fork();
-  if (pid < 0) {
-    const int e = errno;
-    close(fds[0]);
-    close(fds[1]);
-    throw Error(std::string("process executor: fork: ") + std::strerror(e));
-  }
   if (pid == 0) {
     close(fds[0]);
-    child_main(fds[1], handler, limits, control, channel);
+    child_main(fds[1], worker, handler, limits, control, channel);
   }
+  const int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    throw Error(std::string("process executor: fork: ") + std::strerror(fork_errno));
+  }
+  setpgid(pid, pid);  // (also done by the child: whichever comes first; the group is the child's)
   close(fds[1]);
   // Reads the report until EOF or the child's end (a process forked meanwhile by another
   // handler thread may hold the pipe's write end too: the child's end is the answer then),
@@ -182,47 +226,60 @@ void run_in_child(const Task& task, const std::function<void()>& handler, const 
   bool terminated = false, killed = false, exited = false;
   Clock::time_point kill_at = Clock::time_point::max();
   int status = 0;
-  for (;;) {
+  bool eof = false, reaped = true;
+  const auto gone = [&] {
+    if (exited) return true;
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    // ECHILD: the application reaps children itself (or ignores SIGCHLD): the child is gone,
+    // its status unknown.
+    if (w == pid || (w < 0 && errno == ECHILD)) {
+      exited = true;
+      reaped = w == pid;
+    }
+    return exited;
+  };
+  // Stops the child's group (the child and what it started) once the task is asked to stop.
+  const auto enforce = [&] {
+    if (!terminated && control.why() != StopWhy::none) {
+      kill(-pid, SIGTERM);
+      terminated = true;
+      kill_at = Clock::now() + grace / 2;
+    }
+    if (!killed && Clock::now() >= kill_at) {
+      kill(-pid, SIGKILL);
+      killed = true;
+    }
+  };
+  while (!eof) {
     pollfd p{fds[0], POLLIN, 0};
-    const int ready = poll(&p, 1, 50);
-    bool eof = false;
-    if (ready > 0) {
+    if (poll(&p, 1, 50) > 0) {
       const ssize_t n = read(fds[0], buf, sizeof buf);
       if (n > 0) {
         data.append(buf, static_cast<std::size_t>(n));
         continue;
       }
-      eof = n == 0 || errno != EINTR;
+      if (n == 0 || errno != EINTR) eof = true;
     }
-    if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = true;
-    if (eof || exited) {
-      if (exited && !eof) {
-        // Whatever the child wrote is in the pipe by now.
-        const int flags = fcntl(fds[0], F_GETFL);
-        fcntl(fds[0], F_SETFL, flags | O_NONBLOCK);
-        ssize_t n = 0;
-        while ((n = read(fds[0], buf, sizeof buf)) > 0) data.append(buf, static_cast<std::size_t>(n));
-      }
+    if (!eof && gone()) {
+      // Whatever the child wrote is in the pipe by now.
+      const int flags = fcntl(fds[0], F_GETFL);
+      fcntl(fds[0], F_SETFL, flags | O_NONBLOCK);
+      ssize_t n = 0;
+      while ((n = read(fds[0], buf, sizeof buf)) > 0) data.append(buf, static_cast<std::size_t>(n));
       break;
     }
-    const StopWhy why = control.why();
-    if (!terminated && why != StopWhy::none) {
-      kill(pid, SIGTERM);
-      terminated = true;
-      kill_at = Clock::now() + grace / 2;
-    }
-    if (!killed && Clock::now() >= kill_at) {
-      kill(pid, SIGKILL);
-      killed = true;
-    }
+    if (!eof) enforce();
   }
   close(fds[0]);
-  if (!exited) {
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+  // The pipe closed (the child ended, or closed it): wait for its end, still stopping it when
+  // asked.
+  while (!gone()) {
+    enforce();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const std::optional<Report> r = decode(data);
-  if (!r || !WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error(death(status));
+  const bool clean_exit = !reaped || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (!r || !clean_exit) throw Error(reaped ? death(status) : "the handler's process ended without a report");
   if (r->result) task.set_result(*r->result);
   switch (r->ended) {
     case Ended::returned: return;

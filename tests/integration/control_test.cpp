@@ -3,12 +3,17 @@
 // ends the attempt as a failure; a handler that ignores the token is given up after
 // timeout_grace; an operator's cancel reaches a running task; concurrency limits hold across
 // workers, and a killed holder's slot frees itself.
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -499,6 +504,50 @@ TEST_F(ControlTest, ACancelKillsARunningProcessHandler) {
   EXPECT_EQ(worker.consumer().metrics().given_up, 0U);
   EXPECT_EQ(pending(), 0);
   EXPECT_EQ(xlen(dlq), 0);
+}
+
+TEST_F(ControlTest, AStopReachesWhatAProcessHandlerStarted) {
+  // The handler's child starts a grandchild (as system() would) and both loop; the timeout's
+  // signals go to the child's process group, so the grandchild stops too.
+  const std::string pid_file = ::testing::TempDir() + "streamq-grandchild-" + std::to_string(getpid());
+  std::remove(pid_file.c_str());
+  Producer p = producer();
+  p.enqueue("spawn", "{}", {.max_retries = 0});
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.on("spawn",
+         [&](const Task&) {
+           if (fork() == 0) {
+             if (FILE* f = std::fopen(pid_file.c_str(), "w")) {
+               std::fprintf(f, "%d\n", static_cast<int>(getpid()));
+               std::fclose(f);
+             }
+             spin_forever();
+           }
+           spin_forever();
+         },
+         {.timeout = 300ms, .executor = HandlerExecutor::process});
+  });
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 20s));
+  worker.stop();
+  int grandchild = 0;
+  if (FILE* f = std::fopen(pid_file.c_str(), "r")) {
+    EXPECT_EQ(std::fscanf(f, "%d", &grandchild), 1);
+    std::fclose(f);
+  }
+  std::remove(pid_file.c_str());
+  ASSERT_GT(grandchild, 0) << "the grandchild did not start";
+  // Killed, then reaped by init (or a subreaper): gone, or at most a zombie for a moment.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        if (kill(grandchild, 0) != 0) return true;
+        std::ifstream stat("/proc/" + std::to_string(grandchild) + "/stat");
+        std::string pid, name, state;
+        stat >> pid >> name >> state;
+        return state == "Z";
+      },
+      5s))
+      << "grandchild " << grandchild << " still runs";
+  EXPECT_EQ(Client::get(dead_letter(), "reason"), "timeout");
 }
 
 TEST_F(ControlTest, ProcessLimitsNeedTheProcessExecutor) {

@@ -79,6 +79,28 @@ TEST_F(MiddlewareTest, AMiddlewareMapsErrorsAndMayStopTheChain) {
   EXPECT_EQ(Client::get(dead[0].second, "error"), "bad request: 400");
 }
 
+TEST_F(MiddlewareTest, NextTwiceIsRefusedAndTheHandlerRunsOnce) {
+  producer().enqueue("t", "{}", {.max_retries = 3});
+  std::atomic<int> ran{0};
+  RunningConsumer worker(options(), [&](Consumer& c) {
+    c.use([](const Task&, const Next& next) {
+      next();
+      next();
+    });
+    c.on("t", [&](const Task&) { ++ran; });
+  });
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 10s));
+  worker.stop();
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_EQ(Client::get(client.xrange(dlq)[0].second, "reason"), "permanent");
+  Producer p = producer();
+  p.use([](EnqueueCall&, const Next& next) {
+    next();
+    next();
+  });
+  EXPECT_THROW(p.enqueue("u", "{}"), MiddlewareError);
+}
+
 TEST_F(MiddlewareTest, ProducerMiddlewareWrapsEachEnqueueAndCanRefuse) {
   Producer p = producer();
   p.use([&](EnqueueCall& call, const Next& next) {

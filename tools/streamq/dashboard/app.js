@@ -183,7 +183,7 @@ function describe(action, r) {
     case 'delete': return `deleted ${r.done}`;
     case 'run_now': return r.entry_id ? `moved to the queue as ${r.entry_id}` : 'not delayed any more (it may have become due)';
     case 'cancel': return r.outcome === 'cancelled' ? 'cancelled'
-      : r.outcome === 'running' ? 'a worker holds it: asked to stop it (it ends cancelled)'
+      : r.outcome === 'running' ? 'a worker holds it: asked to stop it (it ends cancelled unless it finishes first)'
         : 'not found (finished, cancelled or moved meanwhile)';
     default: return r.paused ? 'paused' : 'resumed';
   }
