@@ -240,7 +240,6 @@ struct Consumer::Impl {
     for (std::size_t i = 1; i < parts.size(); ++i) {
       parts[i]->handlers = parts[0]->handlers;
       parts[i]->fallback = parts[0]->fallback;
-      parts[i]->in_flight_by_type = parts[0]->in_flight_by_type;  // one count per consumer
       parts[i]->middleware = parts[0]->middleware;
     }
     std::optional<detail::SignalRegistration> signals;
@@ -377,12 +376,10 @@ void Consumer::on(std::string task_type, Handler handler, HandlerOptions options
   if (task_type.empty()) throw ConfigError("task_type must not be empty");
   if (!handler) throw ConfigError("handler for \"" + task_type + "\" is empty");
   detail::check_handler_options(options);
-  const int max_in_flight = options.max_in_flight;
+  auto running = options.max_in_flight > 0 ? std::make_shared<std::atomic<int>>(0) : nullptr;
   const auto [it, added] = impl_->parts[0]->handlers.emplace(
-      std::move(task_type), detail::Registration{std::move(handler), std::move(options)});
+      std::move(task_type), detail::Registration{std::move(handler), std::move(options), std::move(running)});
   if (!added) throw ConfigError("a handler for \"" + it->first + "\" is already registered");
-  if (max_in_flight > 0)
-    impl_->parts[0]->in_flight_by_type[it->first] = std::make_shared<std::atomic<int>>(0);
 }
 
 void Consumer::on_unknown(Handler handler) {

@@ -149,14 +149,13 @@ namespace {
 Completion conclude(Shared& s, const Work& w, const Task& task, const HandlerOptions* options,
                     Attempt attempt, std::string error, std::optional<Millis> retry_after, StopWhy why,
                     std::optional<std::string> result, bool tracked) {
-  const auto tracking = [&] { return tracking_fields(task); };
   const auto unique_lock = [&](Completion& c) {
     if (const auto unique = task.field(field::unique_key); unique && !unique->empty()) {
       c.unique = UniqueLock{unique_lock_key(s.opt.stream, *unique), task.id()};
     }
   };
   if (why == StopWhy::cancelled) {
-    Completion c{w.key, Outcome::ack, tracking()};
+    Completion c{w.key, Outcome::ack, tracking_fields(task)};
     c.cancelled = true;
     c.tracked = tracked;
     c.result = std::move(result);
@@ -180,7 +179,7 @@ Completion conclude(Shared& s, const Work& w, const Task& task, const HandlerOpt
       unique_lock(done);
       if (tracked) {
         done.tracked = true;
-        done.fields = tracking();
+        done.fields = tracking_fields(task);
         done.result = std::move(result);
       }
       return done;
@@ -316,7 +315,6 @@ void release_slots(const Shared& s, const TaskControl& c, std::size_t count, std
 
 /// Counts a start against HandlerOptions::max_in_flight; false (nothing counted) when full.
 bool enter_local_limit(std::atomic<int>* running, int max) {
-  if (running == nullptr) return true;
   if (running->fetch_add(1, std::memory_order_acq_rel) < max) return true;
   running->fetch_sub(1, std::memory_order_acq_rel);
   return false;
@@ -354,9 +352,11 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
   Task& task = std::get<Task>(decoded);
   const Handler* handler = &s.fallback;
   const HandlerOptions* options = nullptr;
+  std::atomic<int>* local = nullptr;  // HandlerOptions::max_in_flight's count, if it has one
   if (auto it = s.handlers.find(task.type()); it != s.handlers.end()) {
     handler = &it->second.handler;
     options = &it->second.options;
+    local = it->second.running.get();
   }
   if (!*handler) {
     return dead_letter(s, w.key, w.fields, reason::no_handler,
@@ -385,11 +385,7 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
   auto control = std::make_shared<TaskControl>();
   control->task_id = task.id();
   // HandlerOptions::max_in_flight: counted for the whole consumer (a task of a type over it waits).
-  std::atomic<int>* local = nullptr;
-  if (options != nullptr && options->max_in_flight > 0) {
-    local = s.in_flight_by_type.at(task.type()).get();
-    if (!enter_local_limit(local, options->max_in_flight)) return put_back(w, slot_wait());
-  }
+  if (local != nullptr && !enter_local_limit(local, options->max_in_flight)) return put_back(w, slot_wait());
   struct LocalExit {
     std::atomic<int>* running;
     ~LocalExit() {

@@ -41,6 +41,9 @@ inline std::vector<QueueKeys> level_keys(const std::string& stream) {
 struct Registration {
   Handler handler;
   HandlerOptions options{};
+  /// With HandlerOptions::max_in_flight: how many run now in this consumer (the partitions'
+  /// copies of the registration share it).
+  std::shared_ptr<std::atomic<int>> running{};
 };
 
 /// Whether the queue is paused, as last read by the pause watch. paused() is a lock-free read
@@ -104,8 +107,6 @@ struct Shared {
   std::stop_source stopping;
   /// Time limits of running tasks (set by the facade; see watchdog.hpp).
   std::shared_ptr<Watchdog> watchdog;
-  /// Tasks of each type with HandlerOptions::max_in_flight running now in this partition.
-  std::unordered_map<std::string, std::shared_ptr<std::atomic<int>>> in_flight_by_type;
   /// The queue's pause flag (see PauseWatch), and whether the ACL user may not read it.
   PauseFlag pause;
   std::atomic<bool> pause_unreadable{false};

@@ -71,6 +71,9 @@ struct TaskControl {
   std::vector<std::string> slot_keys;
   std::string slot_holder;
 
+  // Whether the watchdog ever set a timer for it: most tasks have none, and their end then
+  // costs no lock of the watchdog's. (A timer set after the end was seen finds it returned.)
+  std::atomic<bool> watched{false};
   // The watchdog's timer of this task, guarded by the watchdog's mutex.
   std::optional<std::multimap<Clock::time_point, std::weak_ptr<TaskControl>>::iterator> timer;
   bool hard = false;                    // the timer is the give-up, not the soft stop

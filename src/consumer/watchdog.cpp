@@ -24,6 +24,7 @@ void Watchdog::set_locked(const std::shared_ptr<TaskControl>& c, Clock::time_poi
     timers_.erase(*c->timer);
   }
   const bool first = timers_.empty() || at < timers_.begin()->first;
+  c->watched.store(true, std::memory_order_release);
   c->timer = timers_.emplace(at, c);
   c->hard = hard;
   if (!thread_.joinable()) {
@@ -45,6 +46,7 @@ void Watchdog::asked(const std::shared_ptr<TaskControl>& c) {
 }
 
 void Watchdog::disarm(TaskControl& c) {
+  if (!c.watched.load(std::memory_order_acquire)) return;
   std::lock_guard lock(mutex_);
   if (c.timer) {
     timers_.erase(*c.timer);
