@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "streamq/errors.hpp"
 
-#include "error_code.hpp"
+#include "redis/error_code.hpp"
 
 namespace streamq {
 

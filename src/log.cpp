@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "reply.hpp"
+#include "redis/reply.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq {

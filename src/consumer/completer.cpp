@@ -3,10 +3,11 @@
 
 #include <algorithm>
 
-#include "codec.hpp"
-#include "error_code.hpp"
 #include "log.hpp"
+#include "redis/error_code.hpp"
 #include "streamq/errors.hpp"
+#include "wire/codec.hpp"
+#include "wire/fate_args.hpp"
 
 namespace streamq::detail {
 namespace {

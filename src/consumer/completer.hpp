@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "connection.hpp"
-#include "scripts.hpp"
+#include "redis/connection.hpp"
+#include "redis/scripts.hpp"
 #include "shared.hpp"
 
 namespace streamq::detail {

@@ -28,8 +28,8 @@
 #include "reclaimer.hpp"
 #include "scheduler.hpp"
 #include "shared.hpp"
-#include "signals.hpp"
 #include "streamq/errors.hpp"
+#include "util/signals.hpp"
 #include "watchdog.hpp"
 
 namespace streamq {

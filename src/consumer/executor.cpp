@@ -6,18 +6,19 @@
 #include <optional>
 #include <variant>
 
-#include "codec.hpp"
-#include "keys.hpp"
 #include "lease_keeper.hpp"
 #include "log.hpp"
-#include "middleware_chain.hpp"
 #include "process_runner.hpp"
+#include "redis/scripts.hpp"
 #include "retry_policy.hpp"
-#include "scripts.hpp"
 #include "streamq/errors.hpp"
 #include "task_control.hpp"
 #include "task_reports.hpp"
+#include "util/middleware_chain.hpp"
 #include "watchdog.hpp"
+#include "wire/codec.hpp"
+#include "wire/fate_args.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::detail {
 namespace {

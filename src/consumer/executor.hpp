@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "scripts.hpp"
+#include "redis/scripts.hpp"
 #include "shared.hpp"
 
 namespace streamq::detail {

@@ -5,9 +5,9 @@
 #include <tuple>
 
 #include "completer.hpp"
-#include "error_code.hpp"
 #include "log.hpp"
 #include "pending.hpp"
+#include "redis/error_code.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq::detail {

@@ -19,9 +19,9 @@
 #include <thread>
 
 #include "completer.hpp"
-#include "connection.hpp"
 #include "level_order.hpp"
-#include "scripts.hpp"
+#include "redis/connection.hpp"
+#include "redis/scripts.hpp"
 #include "shared.hpp"
 
 namespace streamq::detail {

@@ -5,9 +5,9 @@
 #include <charconv>
 #include <string_view>
 
-#include "codec.hpp"
 #include "log.hpp"
 #include "metrics.hpp"
+#include "wire/codec.hpp"
 
 namespace streamq::detail {
 

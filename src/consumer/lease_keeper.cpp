@@ -5,11 +5,11 @@
 #include <chrono>
 #include <map>
 
-#include "codec.hpp"
 #include "log.hpp"
 #include "retry_policy.hpp"
 #include "task_control.hpp"
 #include "watchdog.hpp"
+#include "wire/codec.hpp"
 
 namespace streamq::detail {
 namespace {

@@ -21,11 +21,10 @@
 #include <vector>
 
 #include "streamq/options.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::detail {
 
-/// Levels, in the order of Priority: index 0 = high, 1 = normal (the queue's stream), 2 = low.
-inline constexpr std::uint16_t kLevels = 3;
 constexpr std::uint16_t level_index(Priority p) noexcept { return static_cast<std::uint16_t>(p); }
 inline constexpr std::uint16_t kNormalLevel = level_index(Priority::normal);
 /// Level names as users see them (stats labels, logs).

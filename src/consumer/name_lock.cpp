@@ -7,8 +7,8 @@
 #include <thread>
 #include <utility>
 
-#include "error_code.hpp"
 #include "log.hpp"
+#include "redis/error_code.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq::detail {

@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <random>
 
-#include "durations.hpp"
-#include "keys.hpp"
 #include "streamq/errors.hpp"
+#include "util/durations.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::detail {
 

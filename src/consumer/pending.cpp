@@ -3,8 +3,8 @@
 
 #include <chrono>
 
-#include "codec.hpp"
 #include "log.hpp"
+#include "wire/codec.hpp"
 
 namespace streamq::detail {
 namespace {

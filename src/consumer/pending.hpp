@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "reply.hpp"
-#include "scripts.hpp"
+#include "redis/reply.hpp"
+#include "redis/scripts.hpp"
 #include "shared.hpp"
 
 namespace streamq::detail {

@@ -15,13 +15,13 @@
 #include <string>
 #include <unordered_map>
 
-#include "codec.hpp"
-#include "connection.hpp"
 #include "inflight.hpp"
-#include "keys.hpp"
 #include "level_order.hpp"
 #include "metrics.hpp"
+#include "redis/connection.hpp"
 #include "streamq/consumer.hpp"
+#include "wire/codec.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::detail {
 

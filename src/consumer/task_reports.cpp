@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "task_reports.hpp"
 
-#include "keys.hpp"
 #include "log.hpp"
-#include "scripts.hpp"
+#include "redis/scripts.hpp"
 #include "task_control.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq {
 

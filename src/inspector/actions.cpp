@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <map>
 
-#include "codec.hpp"
 #include "inspector_impl.hpp"
 #include "inspector_util.hpp"
-#include "keys.hpp"
 #include "streamq/errors.hpp"
+#include "wire/codec.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq {
 
@@ -17,7 +17,7 @@ using detail::Argv;
 using detail::check_queue;
 using detail::fields_of;
 using detail::is_entry_id;
-using detail::kLevels;
+using detail::kPriorities;
 using detail::level_stream;
 using detail::matches;
 using detail::Reply;
@@ -318,7 +318,7 @@ CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const s
                                : CancelOutcome::missing;
   };
   if (is_entry_id(id)) {
-    for (Priority p : kLevels) {
+    for (Priority p : kPriorities) {
       const CancelOutcome c = cancel_entry(level_stream(keys, p), id);
       if (c != CancelOutcome::missing) return c;
     }

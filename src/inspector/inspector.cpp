@@ -11,12 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "codec.hpp"
 #include "inspector_impl.hpp"
 #include "inspector_util.hpp"
-#include "keys.hpp"
-#include "stats_read.hpp"
+#include "stats/stats_read.hpp"
 #include "streamq/errors.hpp"
+#include "wire/codec.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq {
 
@@ -25,7 +25,7 @@ using detail::check_queue;
 using detail::field_of;
 using detail::fields_of;
 using detail::is_entry_id;
-using detail::kLevels;
+using detail::kPriorities;
 using detail::level_stream;
 using detail::Reply;
 using detail::ReplyView;
@@ -122,7 +122,7 @@ std::string_view to_string(Priority p) noexcept {
 }
 
 std::optional<Priority> parse_priority(std::string_view s) noexcept {
-  for (Priority p : kLevels) {
+  for (Priority p : kPriorities) {
     if (to_string(p) == s) return p;
   }
   return std::nullopt;
@@ -235,7 +235,7 @@ std::vector<std::string> Inspector::Impl::parts_with_entry(const std::vector<std
     if (dead) {
       argvs.push_back(Argv{"XRANGE", k.dlq, id, id});
     } else {
-      for (Priority level : kLevels) argvs.push_back(Argv{"XRANGE", level_stream(k, level), id, id});
+      for (Priority level : kPriorities) argvs.push_back(Argv{"XRANGE", level_stream(k, level), id, id});
     }
   }
   const auto r = connected().pipeline(argvs);
@@ -319,7 +319,7 @@ TaskPage Inspector::Impl::stream_page(const detail::QueueKeys& keys, const TaskQ
   // Cursor "<q|p>:<level letter>:<exclusive start>", e.g. "q:n:(1700000000000-3".
   const char tag = q.state == TaskState::queued ? 'q' : 'p';
   std::vector<Priority> levels;
-  for (Priority p : kLevels) {
+  for (Priority p : kPriorities) {
     if (!q.level || *q.level == p) levels.push_back(p);
   }
   std::size_t first = 0;
@@ -483,7 +483,7 @@ std::optional<TaskInfo> Inspector::Impl::find(const detail::QueueKeys& keys, con
 std::optional<TaskInfo> Inspector::Impl::find_in_streams(const detail::QueueKeys& keys,
                                                          const std::string& id) {
   const bool by_entry = is_entry_id(id);
-  for (Priority p : kLevels) {
+  for (Priority p : kPriorities) {
     const std::string& stream = level_stream(keys, p);
     if (by_entry) {
       const Reply r = run(Argv{"XRANGE", stream, id, id});
@@ -581,7 +581,7 @@ std::vector<QueueInfo> Inspector::Impl::group_partitions(std::vector<QueueInfo> 
       rest.erase(own);
     }
     const auto rank = [](Priority p) {
-      return std::find(std::begin(kLevels), std::end(kLevels), p) - std::begin(kLevels);
+      return std::find(kPriorities.begin(), kPriorities.end(), p) - kPriorities.begin();
     };
     std::sort(total.levels.begin(), total.levels.end(),
               [&](Priority a, Priority b) { return rank(a) < rank(b); });

@@ -7,11 +7,11 @@
 #include <string_view>
 #include <vector>
 
-#include "connection.hpp"
-#include "keys.hpp"
-#include "reply.hpp"
-#include "scripts.hpp"
+#include "redis/connection.hpp"
+#include "redis/reply.hpp"
+#include "redis/scripts.hpp"
 #include "streamq/inspector.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq {
 

@@ -6,15 +6,12 @@
 #include <string>
 #include <string_view>
 
-#include "keys.hpp"
-#include "reply.hpp"
+#include "redis/reply.hpp"
 #include "streamq/errors.hpp"
 #include "streamq/inspector.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::detail {
-
-/// The levels, most important first (the order every listing walks them in).
-inline constexpr Priority kLevels[] = {Priority::high, Priority::normal, Priority::low};
 
 inline const std::string& level_stream(const QueueKeys& k, Priority p) { return priority_stream(k, p); }
 

@@ -2,11 +2,11 @@
 // The Inspector's reads of tracked tasks: a task's record and the queue's events.
 #include <sstream>
 
-#include "durations.hpp"
 #include "inspector_impl.hpp"
 #include "inspector_util.hpp"
-#include "record.hpp"
 #include "streamq/errors.hpp"
+#include "util/durations.hpp"
+#include "wire/record.hpp"
 
 namespace streamq {
 

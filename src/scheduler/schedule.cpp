@@ -2,10 +2,10 @@
 #include <cstdio>
 #include <variant>
 
-#include "durations.hpp"
 #include "scheduler/cron.hpp"
 #include "streamq/errors.hpp"
 #include "streamq/scheduler.hpp"
+#include "util/durations.hpp"
 
 namespace streamq {
 

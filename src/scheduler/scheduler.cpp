@@ -11,16 +11,16 @@
 #include <stop_token>
 #include <thread>
 
-#include "cluster.hpp"
-#include "codec.hpp"
-#include "connection.hpp"
-#include "durations.hpp"
-#include "keys.hpp"
 #include "log.hpp"
+#include "redis/cluster.hpp"
+#include "redis/connection.hpp"
+#include "redis/scripts.hpp"
 #include "scheduler/cron.hpp"
-#include "scripts.hpp"
 #include "streamq/errors.hpp"
 #include "streamq/scheduler.hpp"
+#include "util/durations.hpp"
+#include "wire/codec.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "json_check.hpp"
+#include "wire/json_check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

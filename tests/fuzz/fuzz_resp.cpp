@@ -16,10 +16,10 @@
 #include <string_view>
 #include <vector>
 
-#include "cluster.hpp"
-#include "error_code.hpp"
-#include "reply.hpp"
-#include "reply_arena.hpp"
+#include "redis/cluster.hpp"
+#include "redis/error_code.hpp"
+#include "redis/reply.hpp"
+#include "redis/reply_arena.hpp"
 #include "streamq/errors.hpp"
 
 namespace {

@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "reply.hpp"
-#include "stats_read.hpp"
+#include "redis/reply.hpp"
+#include "stats/stats_read.hpp"
 #include "streamq/errors.hpp"
 
 namespace {

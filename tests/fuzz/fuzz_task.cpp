@@ -10,8 +10,8 @@
 #include <string_view>
 #include <variant>
 
-#include "codec.hpp"
 #include "streamq/task.hpp"
+#include "wire/codec.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);

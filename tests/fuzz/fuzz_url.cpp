@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "redis/url.hpp"
 #include "streamq/errors.hpp"
-#include "url.hpp"
 
 namespace {
 

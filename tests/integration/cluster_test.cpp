@@ -22,12 +22,12 @@
 
 #include <streamq/streamq.hpp>
 
-#include "cluster.hpp"
-#include "connection.hpp"
 #include "failover_workers.hpp"
-#include "keys.hpp"
+#include "redis/cluster.hpp"
+#include "redis/connection.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::test {
 namespace {

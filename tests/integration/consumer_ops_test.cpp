@@ -13,11 +13,12 @@
 
 #include <streamq/streamq.hpp>
 
-#include "codec.hpp"
 #include "consumer_fixture.hpp"
 #include "log_capture.hpp"
+#include "redis/scripts.hpp"
 #include "running_consumer.hpp"
-#include "scripts.hpp"
+#include "wire/codec.hpp"
+#include "wire/fate_args.hpp"
 
 namespace streamq::test {
 namespace {

@@ -15,9 +15,9 @@
 #include <streamq/streamq.hpp>
 
 #include "consumer_fixture.hpp"
-#include "keys.hpp"
 #include "log_capture.hpp"
 #include "running_consumer.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::test {
 namespace {

@@ -11,11 +11,11 @@
 
 #include <streamq/streamq.hpp>
 
-#include "cluster.hpp"
-#include "codec.hpp"
-#include "keys.hpp"
+#include "redis/cluster.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
+#include "wire/codec.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::test {
 namespace {

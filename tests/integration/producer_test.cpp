@@ -12,10 +12,10 @@
 
 #include <streamq/streamq.hpp>
 
-#include "codec.hpp"
+#include "redis/scripts.hpp"
 #include "redis_server.hpp"
-#include "scripts.hpp"
 #include "typed_payload.hpp"
+#include "wire/codec.hpp"
 
 namespace streamq::test {
 namespace {

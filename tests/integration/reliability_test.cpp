@@ -23,10 +23,10 @@
 #include <streamq/streamq.hpp>
 
 #include "chaos.hpp"
-#include "keys.hpp"
 #include "log_capture.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::test {
 namespace {

@@ -14,11 +14,11 @@
 
 #include <streamq/streamq.hpp>
 
-#include "codec.hpp"
 #include "log_capture.hpp"
 #include "redis_server.hpp"
 #include "scheduler/cron.hpp"
 #include "utc_time.hpp"
+#include "wire/codec.hpp"
 
 namespace streamq::test {
 namespace {

@@ -17,8 +17,8 @@
 
 #include <streamq/streamq.hpp>
 
-#include "connection.hpp"
 #include "failover_workers.hpp"
+#include "redis/connection.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
 

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "connection.hpp"
-#include "reply.hpp"
+#include "redis/connection.hpp"
+#include "redis/reply.hpp"
 
 namespace streamq::test {
 

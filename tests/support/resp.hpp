@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
-#include "reply.hpp"
+#include "redis/reply.hpp"
 
 namespace streamq::test {
 

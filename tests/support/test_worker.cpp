@@ -35,7 +35,7 @@
 
 #include <streamq/streamq.hpp>
 
-#include "connection.hpp"
+#include "redis/connection.hpp"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "cluster.hpp"
-#include "connection.hpp"
+#include "redis/cluster.hpp"
+#include "redis/connection.hpp"
 #include "resp.hpp"
 #include "streamq/errors.hpp"
 

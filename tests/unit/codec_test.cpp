@@ -10,8 +10,8 @@
 #include <variant>
 #include <vector>
 
-#include "codec.hpp"
-#include "connection.hpp"
+#include "redis/connection.hpp"
+#include "wire/codec.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "json_check.hpp"
+#include "wire/json_check.hpp"
 
 namespace {
 

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "cluster.hpp"
-#include "codec.hpp"
-#include "connection.hpp"
-#include "keys.hpp"
-#include "scripts.hpp"
+#include "redis/cluster.hpp"
+#include "redis/connection.hpp"
+#include "redis/scripts.hpp"
 #include "streamq/streamq.hpp"
+#include "wire/codec.hpp"
+#include "wire/keys.hpp"
 
 namespace {
 

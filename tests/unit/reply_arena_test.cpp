@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "connection.hpp"
-#include "reply_arena.hpp"
+#include "redis/connection.hpp"
+#include "redis/reply_arena.hpp"
 #include "resp.hpp"
 
 namespace {

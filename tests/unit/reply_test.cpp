@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "reply.hpp"
+#include "redis/reply.hpp"
 #include "resp.hpp"
 #include "streamq/errors.hpp"
 

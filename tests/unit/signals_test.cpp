@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "signals.hpp"
+#include "util/signals.hpp"
 
 namespace streamq::detail {
 namespace {

@@ -13,9 +13,9 @@
 
 #include <gtest/gtest.h>
 
-#include "reply.hpp"
+#include "redis/reply.hpp"
 #include "resp.hpp"
-#include "stats_read.hpp"
+#include "stats/stats_read.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq::detail {

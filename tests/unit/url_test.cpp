@@ -4,8 +4,8 @@
 
 #include <string>
 
+#include "redis/url.hpp"
 #include "streamq/errors.hpp"
-#include "url.hpp"
 
 namespace {
 

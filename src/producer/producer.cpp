@@ -6,16 +6,16 @@
 #include <optional>
 #include <random>
 
-#include "cluster.hpp"
-#include "codec.hpp"
-#include "connection.hpp"
-#include "durations.hpp"
-#include "keys.hpp"
-#include "middleware_chain.hpp"
-#include "scripts.hpp"
+#include "redis/cluster.hpp"
+#include "redis/connection.hpp"
+#include "redis/scripts.hpp"
 #include "streamq/errors.hpp"
 #include "streamq/tracing.hpp"
+#include "util/durations.hpp"
+#include "util/middleware_chain.hpp"
 #include "waiter.hpp"
+#include "wire/codec.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq {
 namespace {

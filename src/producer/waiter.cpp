@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <utility>
 
-#include "keys.hpp"
 #include "log.hpp"
-#include "record.hpp"
 #include "streamq/errors.hpp"
+#include "wire/keys.hpp"
+#include "wire/record.hpp"
 
 namespace streamq::detail {
 namespace {

@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "connection.hpp"
-#include "keys.hpp"
+#include "redis/connection.hpp"
 #include "stats_read.hpp"
 #include "streamq/errors.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq {
 namespace {

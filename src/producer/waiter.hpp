@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "connection.hpp"
+#include "redis/connection.hpp"
 #include "streamq/record.hpp"
 
 namespace streamq::detail {

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <variant>
 
-#include "connection.hpp"
+#include "redis/connection.hpp"
 #include "streamq/task.hpp"
 
 namespace streamq::detail {

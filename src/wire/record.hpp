@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "reply.hpp"
+#include "redis/reply.hpp"
 #include "streamq/record.hpp"
 
 namespace streamq::detail {

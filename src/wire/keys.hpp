@@ -3,6 +3,8 @@
 // of a queue's keys in one Redis Cluster slot.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -116,6 +118,12 @@ inline std::string partition_stream(std::string_view stream, int partitions, int
   if (partitions <= 1) return std::string(stream);
   return "{" + partition_base(stream) + ":" + std::to_string(i) + "}";
 }
+
+/// The priority levels: a level's index is its Priority's value (0 high, 1 normal: the queue's
+/// stream, 2 low).
+inline constexpr std::uint16_t kLevels = 3;
+/// The levels, most important first (the order every walk over them takes).
+inline constexpr std::array<Priority, kLevels> kPriorities{Priority::high, Priority::normal, Priority::low};
 
 /// The stream of a priority level.
 inline const std::string& priority_stream(const QueueKeys& keys, Priority p) {

@@ -13,12 +13,12 @@
 
 #include "cluster.hpp"
 #include "cluster_connection.hpp"
-#include "durations.hpp"
 #include "error_code.hpp"
 #include "hiredis_compat.hpp"
 #include "reply_arena.hpp"
 #include "streamq/errors.hpp"
 #include "tls.hpp"
+#include "util/durations.hpp"
 
 namespace streamq::detail {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "connection.hpp"
+#include "redis/connection.hpp"
 #include "streamq/stats.hpp"
 
 namespace streamq::detail {
