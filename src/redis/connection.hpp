@@ -8,123 +8,25 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "argv.hpp"
+#include "backoff.hpp"
+#include "connection_config.hpp"
 #include "reply.hpp"
-#include "streamq/options.hpp"
 #include "url.hpp"
 
 struct redisContext;
 
 namespace streamq::detail {
 
-struct ClusterState;
-class TlsContext;
-
-using Millis = std::chrono::milliseconds;
-
-/// Validated connection settings.
-struct ConnectionConfig {
-  Endpoint endpoint;
-  Millis connect_timeout{2000};
-  Millis socket_timeout{5000};
-  std::string client_name;
-  Millis backoff_base{50};
-  Millis backoff_max{2000};
-  /// With a redis+cluster:// URL: a key of the queue this connection serves (its stream). The
-  /// master of its slot is the one connect() connects to, and where commands without keys go
-  /// until a command with keys went elsewhere. Empty: the first master of the slot map.
-  std::string route_key;
-  /// Set for rediss:// URLs: every connect runs a TLS handshake with it.
-  std::shared_ptr<const TlsContext> tls;
-};
-
-/// Defaults of ConnectionOptions::backoff_max (0): where a caller waits, and for a Consumer.
-inline constexpr Millis kCallerBackoffMax{2000};
-inline constexpr Millis kConsumerBackoffMax{30000};
+class ClusterRouter;
 
 /// For threads streamq starts: blocks SIGPIPE on the calling thread for good, so its writes
 /// need no per-call signal mask changes (three system calls per command otherwise).
 void block_sigpipe_for_this_thread() noexcept;
-
-/// Validates ConnectionOptions; `role` ("producer", "consumer", "stats", ...) names the default
-/// client name ("streamq-<role>") and picks the default backoff cap; `stream` is the queue the
-/// connection serves (the route_key), "" for one that serves many. Throws ConfigError naming
-/// the field, also when a redis+cluster:// URL is given with a stream whose keys would not
-/// share its slot (no hash tag).
-ConnectionConfig make_connection_config(const ConnectionOptions& options, std::string_view role,
-                                        std::string_view stream = {});
-
-/// ConfigError unless every key derived from `stream` (`<stream>:dlq`, `<stream>:delayed`, ...)
-/// is in the stream's slot: on Redis Cluster a script may only touch keys of one slot. `field`
-/// names the option in the message.
-void check_cluster_stream(std::string_view stream, std::string_view field);
-
-/// The arguments of one command. Views are stored as is (the caller keeps the bytes alive
-/// until the command is sent); numbers and other temporaries are copied into owned storage.
-class Argv {
- public:
-  Argv() = default;
-  Argv(Argv&&) noexcept = default;
-  Argv& operator=(Argv&&) noexcept = default;
-  Argv(const Argv&) = delete;
-  Argv& operator=(const Argv&) = delete;
-  Argv(std::initializer_list<std::string_view> args) {
-    for (auto a : args) add(a);
-  }
-  Argv& add(std::string_view arg) {
-    ptrs_.push_back(arg.data());
-    lens_.push_back(arg.size());
-    return *this;
-  }
-  /// Copies `arg` into storage owned by this Argv.
-  Argv& add_copy(std::string arg) {
-    owned_.push_back(std::make_unique<std::string>(std::move(arg)));
-    return add(*owned_.back());
-  }
-  Argv& add(std::int64_t number) { return add_copy(std::to_string(number)); }
-  /// Replaces argument `i` (a view, as add()).
-  void set(std::size_t i, std::string_view arg) {
-    ptrs_[i] = arg.data();
-    lens_[i] = arg.size();
-  }
-  void clear() {
-    ptrs_.clear();
-    lens_.clear();
-    owned_.clear();
-  }
-  std::size_t size() const noexcept { return ptrs_.size(); }
-  std::string_view operator[](std::size_t i) const noexcept { return {ptrs_[i], lens_[i]}; }
-  const char* const* data() const noexcept { return ptrs_.data(); }
-  const std::size_t* lengths() const noexcept { return lens_.data(); }
-
- private:
-  std::vector<const char*> ptrs_;
-  std::vector<std::size_t> lens_;
-  // Each owned string lives in its own allocation, so neither growing this vector nor moving
-  // the Argv (into a std::vector<Argv>, say) moves the bytes ptrs_ points at.
-  std::vector<std::unique_ptr<std::string>> owned_;
-};
-
-/// Exponential backoff with full jitter: after n consecutive failures the next attempt waits
-/// a uniformly random time in [0, min(max, base * 2^n)]; 0 when nothing failed.
-class Backoff {
- public:
-  Backoff(Millis base, Millis max);
-  void fail() noexcept { ++failures_; }
-  void reset() noexcept { failures_ = 0; }
-  int failures() const noexcept { return failures_; }
-  Millis delay();
-
- private:
-  Millis base_;
-  Millis max_;
-  int failures_ = 0;
-  std::minstd_rand rng_;
-};
 
 /// One connection. Not thread-safe: one thread at a time.
 ///
@@ -204,11 +106,13 @@ class Connection {
   /// Incremented by every successful connect; lets callers notice a reconnect. With a cluster
   /// URL: by a connect to the route key's master, and when connect() moves to another master
   /// for it (without a route key: by any master's connect).
-  std::uint64_t generation() const noexcept { return generation_; }
+  std::uint64_t generation() const noexcept;
   /// CLIENT ID of the current connection (with a cluster URL: of the master commands without
   /// keys go to).
   std::int64_t client_id() const noexcept;
   const ConnectionConfig& config() const noexcept { return config_; }
+  /// Whether replies are owed: commands appended whose replies were not read yet.
+  bool owes_replies() const noexcept { return owed_ > 0; }
   /// With a cluster URL: calls `visit(node)` with a connection to every master of the slot map
   /// (read again first), for commands that each master answers for its own keys (SCAN, INFO).
   /// Without one: `visit(*this)`. Throws what connecting to a master throws.
@@ -219,6 +123,7 @@ class Connection {
   std::string describe() const;
 
  private:
+  // Sentinel mode (sentinel.cpp).
   /// Sentinel mode: the master's address from the first sentinel that knows it, all of them
   /// within `budget`. Throws ConnectionError when none answers, ReplyError when a
   /// sentinel refused (AUTH) and none answered, ConfigError when every sentinel answered and
@@ -227,21 +132,6 @@ class Connection {
   [[noreturn]] void fail(const char* during);
   void set_timeout(Millis timeout);
   Reply next_reply(const char* during);
-
-  // Cluster mode (src/cluster_connection.cpp).
-  void cluster_connect();
-  bool cluster_connected() const noexcept;
-  void cluster_refresh();
-  Connection& cluster_link(const HostPort& node);
-  Connection& cluster_link_for(int slot);
-  void cluster_ensure(Connection& link);
-  void cluster_append(const Argv& argv);
-  void cluster_flush();
-  Reply cluster_read_reply();
-  Reply cluster_command(const Argv& argv);
-  void cluster_drop() noexcept;
-  template <class F>
-  auto cluster_guarded(F&& f) -> decltype(f());
 
   ConnectionConfig config_;
   redisContext* ctx_ = nullptr;
@@ -259,7 +149,7 @@ class Connection {
   std::size_t owed_ = 0;
   bool demoted_ = false;
   bool reconnect_on_use_ = true;
-  std::unique_ptr<ClusterState> cluster_;  // set with a redis+cluster:// URL
+  std::unique_ptr<ClusterRouter> cluster_;  // set with a redis+cluster:// URL (cluster_router.hpp)
 };
 
 /// How often a sentinel URL's connection asks the sentinels whether its master is still the
@@ -274,8 +164,5 @@ inline constexpr Millis kSentinelRecheckAfterFailure{5000};
 /// a script's error on Redis 6.2), a blocked read ended because the instance turned replica
 /// (UNBLOCKED ... instance state changed), or a WAIT sent to a replica.
 bool is_demotion_error(std::string_view error) noexcept;
-
-/// The RESP encoding of one command (what redisAppendFormattedCommand takes); `out` is reused.
-void format_command(const Argv& argv, std::string& out);
 
 }  // namespace streamq::detail

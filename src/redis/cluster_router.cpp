@@ -1,12 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Connection with a redis+cluster:// URL: one plain connection per master, each command routed
-// by the slot of its first key, replies returned in the order the commands were appended.
 #include <algorithm>
 #include <thread>
 
-#include "cluster.hpp"
-#include "cluster_connection.hpp"
-#include "connection.hpp"
+#include "cluster_router.hpp"
 #include "error_code.hpp"
 #include "streamq/errors.hpp"
 
@@ -28,25 +24,89 @@ bool is_command(const Argv& argv, std::string_view name) noexcept {
 
 }  // namespace
 
-void Connection::cluster_drop() noexcept {
-  for (auto& [node, link] : cluster_->links) link->disconnect();
-  cluster_->owed.clear();
-  cluster_->multi_waiting = false;
-  cluster_->in_multi = nullptr;
-  cluster_->sent_since_wait.clear();
+ClusterRouter::ClusterRouter(const ConnectionConfig& config) : config_(config) {
+  if (!config_.route_key.empty()) route_slot_ = key_slot(config_.route_key);
 }
 
-bool Connection::cluster_connected() const noexcept {
-  const ClusterState& c = *cluster_;
-  if (c.home == nullptr || !c.home->connected()) return false;
-  if (c.route_slot < 0) return true;
-  const HostPort* master = c.map.master_of(c.route_slot);
-  return master != nullptr && c.home->config_.endpoint.host == master->host &&
-         c.home->config_.endpoint.port == master->port;
+template <class F>
+auto ClusterRouter::guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (...) {
+    // Replies owed on the other masters' connections can no longer be matched to their
+    // commands: everything is dropped, and the slot map is read again before the next command.
+    drop();
+    stale_ = true;
+    throw;
+  }
 }
 
-Connection& Connection::cluster_link(const HostPort& node) {
-  for (auto& [at, link] : cluster_->links) {
+void ClusterRouter::sent_on(Connection* link) {
+  if (std::find(sent_since_wait_.begin(), sent_since_wait_.end(), link) == sent_since_wait_.end()) {
+    sent_since_wait_.push_back(link);
+  }
+}
+
+std::string ClusterRouter::describe() const {
+  return home_ != nullptr ? "cluster node " + home_->describe() : config_.endpoint.describe();
+}
+
+void ClusterRouter::for_each_master(const std::function<void(Connection&)>& visit) {
+  guarded([&] {
+    if (owed_.empty()) refresh();
+    const std::vector<HostPort> masters = map_.masters;
+    for (const HostPort& m : masters) {
+      Connection& link = link_to(m);
+      ensure(link);
+      visit(link);
+    }
+    return 0;
+  });
+}
+
+Reply ClusterRouter::command_here(const Argv& argv) {
+  if (home_ == nullptr) {
+    throw ConnectionError("redis " + describe() + ": the connection that sent the previous command is gone");
+  }
+  return guarded([&] { return home_->command_here(argv); });
+}
+
+std::vector<Reply> ClusterRouter::wait_where_sent(const Argv& wait) {
+  return guarded([&] {
+    std::vector<Connection*> sent = std::move(sent_since_wait_);
+    sent_since_wait_.clear();
+    for (Connection* link : sent) {
+      if (!link->connected()) {
+        throw ConnectionError("redis " + link->describe() +
+                              ": the connection that sent the previous command is gone");
+      }
+    }
+    for (Connection* link : sent) link->append(wait);
+    for (Connection* link : sent) link->flush();
+    std::vector<Reply> replies;
+    for (Connection* link : sent) replies.push_back(link->read_reply());
+    return replies;
+  });
+}
+
+void ClusterRouter::drop() noexcept {
+  for (auto& [node, link] : links_) link->disconnect();
+  owed_.clear();
+  multi_waiting_ = false;
+  in_multi_ = nullptr;
+  sent_since_wait_.clear();
+}
+
+bool ClusterRouter::connected() const noexcept {
+  if (home_ == nullptr || !home_->connected()) return false;
+  if (route_slot_ < 0) return true;
+  const HostPort* master = map_.master_of(route_slot_);
+  return master != nullptr && home_->config().endpoint.host == master->host &&
+         home_->config().endpoint.port == master->port;
+}
+
+Connection& ClusterRouter::link_to(const HostPort& node) {
+  for (auto& [at, link] : links_) {
     if (at == node) return *link;
   }
   ConnectionConfig nc = config_;
@@ -56,28 +116,26 @@ Connection& Connection::cluster_link(const HostPort& node) {
   nc.endpoint.user = config_.endpoint.user;
   nc.endpoint.password = config_.endpoint.password;
   nc.route_key.clear();
-  cluster_->links.emplace_back(node, std::make_unique<Connection>(std::move(nc)));
-  return *cluster_->links.back().second;
+  links_.emplace_back(node, std::make_unique<Connection>(std::move(nc)));
+  return *links_.back().second;
 }
 
-void Connection::cluster_ensure(Connection& link) {
+void ClusterRouter::ensure(Connection& link) {
   if (link.connected()) return;
   link.connect();
   // generation() tells callers that the connection their state belongs to is a new one (the
   // fetcher replays its pending entries, CLIENT UNBLOCK needs the new id): the route key's
   // master's; without a route key, any.
-  const ClusterState& c = *cluster_;
-  const HostPort* route = c.route_slot >= 0 ? c.map.master_of(c.route_slot) : nullptr;
+  const HostPort* route = route_slot_ >= 0 ? map_.master_of(route_slot_) : nullptr;
   if (route == nullptr ||
-      (link.config_.endpoint.host == route->host && link.config_.endpoint.port == route->port)) {
+      (link.config().endpoint.host == route->host && link.config().endpoint.port == route->port)) {
     generation_ += 1;
   }
 }
 
-void Connection::cluster_refresh() {
-  ClusterState& c = *cluster_;
+void ClusterRouter::refresh() {
   // The masters known first (they are the likeliest to answer), then the URL's nodes.
-  std::vector<HostPort> ask = c.map.masters;
+  std::vector<HostPort> ask = map_.masters;
   for (const HostPort& seed : config_.endpoint.cluster_nodes) {
     if (std::find(ask.begin(), ask.end(), seed) == ask.end()) ask.push_back(seed);
   }
@@ -88,7 +146,7 @@ void Connection::cluster_refresh() {
       problems += (problems.empty() ? "" : "; ") + node.describe() + ": " + std::string(why);
     };
     try {
-      Connection& link = cluster_link(node);
+      Connection& link = link_to(node);
       const bool was_connected = link.connected();
       if (!was_connected) link.connect();  // only to ask: no generation of its own
       Reply reply = link.command(Argv{"CLUSTER", "SHARDS"});
@@ -115,17 +173,17 @@ void Connection::cluster_refresh() {
         continue;
       }
       // Connections to nodes that are no longer masters are dropped (nothing is owed now).
-      for (auto& [at, link_at] : c.links) {
+      for (auto& [at, link_at] : links_) {
         if (std::find(map.masters.begin(), map.masters.end(), at) == map.masters.end()) {
           link_at->disconnect();
-          if (c.home == link_at.get()) c.home = nullptr;
+          if (home_ == link_at.get()) home_ = nullptr;
         }
       }
-      c.map = std::move(map);
-      c.stale = false;
+      map_ = std::move(map);
+      stale_ = false;
       // A connection made only to ask is not kept: each Connection of a worker would keep one
       // to the first node otherwise. (The next command there connects again, counted.)
-      if (!was_connected && &link != c.home) link.disconnect();
+      if (!was_connected && &link != home_) link.disconnect();
       return;
     } catch (const ReplyError& e) {  // AUTH refused
       if (refusal.empty()) refusal = std::string(e.what()) + " (from " + node.describe() + ")";
@@ -138,114 +196,107 @@ void Connection::cluster_refresh() {
   throw ConnectionError("redis " + config_.endpoint.describe() + ": no node gave the slot map: " + problems);
 }
 
-Connection& Connection::cluster_link_for(int slot) {
-  ClusterState& c = *cluster_;
+Connection& ClusterRouter::link_for(int slot) {
   if (slot < 0) {
-    if (c.home != nullptr) return *c.home;
-    slot = c.route_slot;
+    if (home_ != nullptr) return *home_;
+    slot = route_slot_;
   }
   // The map is read again only when nothing is owed: a link that owes replies cannot be asked.
-  if (c.map.empty() && c.owed.empty()) cluster_refresh();
-  if (c.map.empty())
+  if (map_.empty() && owed_.empty()) refresh();
+  if (map_.empty())
     throw ConnectionError("redis " + config_.endpoint.describe() + ": the slot map is not known yet");
-  if (slot < 0) return cluster_link(c.map.masters.front());
-  if (c.map.master_of(slot) == nullptr && c.owed.empty()) cluster_refresh();
-  const HostPort* master = c.map.master_of(slot);
+  if (slot < 0) return link_to(map_.masters.front());
+  if (map_.master_of(slot) == nullptr && owed_.empty()) refresh();
+  const HostPort* master = map_.master_of(slot);
   if (master == nullptr) {
-    c.stale = true;
+    stale_ = true;
     throw ConnectionError("redis " + config_.endpoint.describe() + ": no master serves slot " +
                           std::to_string(slot) + " now (a failover in progress?)");
   }
-  return cluster_link(*master);
+  return link_to(*master);
 }
 
-void Connection::cluster_connect() {
-  backoff_.fail();  // until a master's connection is set up
-  cluster_guarded([&] {
-    ClusterState& c = *cluster_;
-    if ((c.stale || c.map.empty()) && c.owed.empty()) cluster_refresh();
-    Connection& link = c.route_slot >= 0 ? cluster_link_for(c.route_slot) : cluster_link_for(-1);
+void ClusterRouter::connect() {
+  guarded([&] {
+    if ((stale_ || map_.empty()) && owed_.empty()) refresh();
+    Connection& link = route_slot_ >= 0 ? link_for(route_slot_) : link_for(-1);
     const std::uint64_t before = generation_;
-    cluster_ensure(link);
+    ensure(link);
     // The queue's slot is served by another master now, one already connected for other keys:
     // still a new connection for the caller's state.
-    if (c.route_slot >= 0 && c.route_link != nullptr && &link != c.route_link && generation_ == before) {
+    if (route_slot_ >= 0 && route_link_ != nullptr && &link != route_link_ && generation_ == before) {
       generation_ += 1;
     }
-    c.route_link = &link;
-    c.home = &link;
+    route_link_ = &link;
+    home_ = &link;
     return 0;
   });
-  backoff_.reset();
 }
 
-void Connection::cluster_append(const Argv& argv) {
-  ClusterState& c = *cluster_;
-  if (is_command(argv, "MULTI") && c.in_multi == nullptr) {
-    c.multi_waiting = true;  // sent with the next command, to that command's master
+void ClusterRouter::append(const Argv& argv, bool reconnect_on_use) {
+  if (is_command(argv, "MULTI") && in_multi_ == nullptr) {
+    multi_waiting_ = true;  // sent with the next command, to that command's master
     return;
   }
-  cluster_guarded([&] {
-    if (c.stale && c.owed.empty() && !c.multi_waiting && c.in_multi == nullptr) cluster_refresh();
-    Connection& link = c.in_multi != nullptr ? *c.in_multi : cluster_link_for(command_slot(argv));
-    if (!link.connected() && !reconnect_on_use_) {
+  guarded([&] {
+    if (stale_ && owed_.empty() && !multi_waiting_ && in_multi_ == nullptr) refresh();
+    Connection& link = in_multi_ != nullptr ? *in_multi_ : link_for(command_slot(argv));
+    if (!link.connected() && !reconnect_on_use) {
       throw ConnectionError("redis " + link.describe() + ": not connected (the slot moved to this master)");
     }
-    cluster_ensure(link);
-    if (c.multi_waiting) {
+    ensure(link);
+    if (multi_waiting_) {
       link.append(Argv{"MULTI"});
-      c.owed.push_back(&link);
-      c.multi_waiting = false;
-      c.in_multi = &link;
+      owed_.push_back(&link);
+      multi_waiting_ = false;
+      in_multi_ = &link;
     }
     link.append(argv);
-    c.owed.push_back(&link);
-    c.sent_on(&link);
-    if (is_command(argv, "EXEC") || is_command(argv, "DISCARD")) c.in_multi = nullptr;
-    c.home = &link;
+    owed_.push_back(&link);
+    sent_on(&link);
+    if (is_command(argv, "EXEC") || is_command(argv, "DISCARD")) in_multi_ = nullptr;
+    home_ = &link;
     return 0;
   });
 }
 
-void Connection::cluster_flush() {
-  cluster_guarded([&] {
-    for (auto& [at, link] : cluster_->links) {
-      if (link->owed_ > 0) link->flush();
+void ClusterRouter::flush() {
+  guarded([&] {
+    for (auto& [at, link] : links_) {
+      if (link->owes_replies()) link->flush();
     }
     return 0;
   });
 }
 
-Reply Connection::cluster_read_reply() {
-  ClusterState& c = *cluster_;
-  if (c.owed.empty()) {
+Reply ClusterRouter::read_reply() {
+  if (owed_.empty()) {
     throw ConnectionError("redis " + describe() + ": a reply was read that no command is owed");
   }
-  Connection* link = c.owed.front();
-  c.owed.pop_front();
-  Reply reply = cluster_guarded([&] { return link->read_reply(); });
+  Connection* link = owed_.front();
+  owed_.pop_front();
+  Reply reply = guarded([&] { return link->read_reply(); });
   const ReplyView v = reply.view();
   if (v.is_error()) {
     if (auto redirect = parse_redirect(v.error()); redirect && !redirect->ask) {
-      if (redirect->to.host.empty()) redirect->to.host = link->config_.endpoint.host;
-      c.map.assign(redirect->slot, redirect->to);  // at once; the whole map once nothing is owed
-      c.stale = true;
+      if (redirect->to.host.empty()) redirect->to.host = link->config().endpoint.host;
+      map_.assign(redirect->slot, redirect->to);  // at once; the whole map once nothing is owed
+      stale_ = true;
     } else if (error_code(v.error()) == "CLUSTERDOWN") {
-      c.stale = true;
+      stale_ = true;
     }
   }
   return reply;
 }
 
-Reply Connection::cluster_command(const Argv& argv) {
-  ClusterState& c = *cluster_;
-  if (!c.owed.empty() || c.multi_waiting || c.in_multi != nullptr) {
-    cluster_append(argv);
-    return cluster_read_reply();
+Reply ClusterRouter::command(const Argv& argv, bool reconnect_on_use) {
+  if (!owed_.empty() || multi_waiting_ || in_multi_ != nullptr) {
+    append(argv, reconnect_on_use);
+    return read_reply();
   }
   for (int attempt = 1;; ++attempt) {
-    cluster_append(argv);
-    Reply reply = cluster_read_reply();
+    append(argv, reconnect_on_use);
+    Reply reply = read_reply();
     if (!reply.view().is_error() || attempt >= kMaxRedirects) return reply;
     const std::string_view error = reply.view().error();
     const auto redirect = parse_redirect(error);
@@ -254,13 +305,13 @@ Reply Connection::cluster_command(const Argv& argv) {
       // The slot is being migrated and this key is already on the importing node: this one
       // command goes there, after ASKING.
       HostPort to = redirect->to;
-      if (to.host.empty() && c.home != nullptr) to.host = c.home->config_.endpoint.host;
-      return cluster_guarded([&] {
-        Connection& link = cluster_link(to);
-        cluster_ensure(link);
+      if (to.host.empty() && home_ != nullptr) to.host = home_->config().endpoint.host;
+      return guarded([&] {
+        Connection& link = link_to(to);
+        ensure(link);
         link.append(Argv{"ASKING"});
         link.append(argv);
-        c.sent_on(&link);
+        sent_on(&link);
         const Reply asking = link.read_reply();
         return link.read_reply();
       });
