@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""Makes docs/dashboard.png, the README's picture of `streamq dashboard`: a private
+"""Makes docs/dashboard.png, the picture of `streamq dashboard` in docs/cli-and-dashboard.md: a private
 redis-server, the example worker, a minute of tasks (some failing into the dead letters, some
 delayed), and headless Chromium photographing the queue's page. Every process it starts it stops.
 

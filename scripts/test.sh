@@ -15,7 +15,7 @@
 #             library and tests against it (the TLS tests run here)
 #             (build-hiredis14; the stage fails unless CMake found that hiredis and the test
 #             binaries load its libhiredis.so.1), every test but the dashboard's browser test
-#   redis62   redis-server 6.2.16 (the oldest the README promises) built from the vendored
+#   redis62   redis-server 6.2.16 (the oldest docs/compatibility.md promises) built from the vendored
 #             sources; the integration tests of build-hiredis14 run on it (STREAMQ_REDIS_SERVER)
 #   valkey8   the same with valkey-server 8.0.1
 # The last three need the vendored sources: ../shared/vendor from the repository root, or

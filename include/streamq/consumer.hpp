@@ -76,7 +76,7 @@ enum class HandlerExecutor {
   /// Task::set_result, set_progress and write_partial_result work (the child opens its own
   /// connection for the last two). At a shutdown the child is not signalled: like a thread it
   /// gets shutdown_grace, then keeps running until it ends or the worker's process exits.
-  /// Costs a fork per attempt: see `drain-process` in the README's performance table.
+  /// Costs a fork per attempt: see `drain-process` in docs/performance.md.
   process,
 };
 

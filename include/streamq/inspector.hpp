@@ -291,7 +291,7 @@ class Inspector {
 
   /// Checks whether the server runs streamq safely: its version and the features it enables,
   /// persistence (appendonly, appendfsync, RDB only), maxmemory-policy (must be noeviction),
-  /// memory headroom, replicas, what an ACL user may run for each role of the README's ACL
+  /// memory headroom, replicas, what an ACL user may run for each role of docs/operations.md's ACL
   /// lines (producer, worker, stats, operator) on `queue` (ACL DRYRUN on Redis >= 7.0): `user`,
   /// or this connection's own when empty (checking another user needs +acl|dryrun), and the
   /// skew between this machine's clock and

@@ -43,7 +43,7 @@ struct ConnectionOptions {
   /// be percent-encoded. Default port 6379, default db 0.
   ///
   /// `rediss://...` (same form as `redis://`): TLS, configured by `tls` below. Needs a streamq
-  /// built with TLS (streamq::tls_supported; the README's "TLS" says how); any other build
+  /// built with TLS (streamq::tls_supported; docs/tls.md says how); any other build
   /// refuses the URL with a ConfigError. TLS to Redis Cluster or through Sentinel is not
   /// supported (a ConfigError).
   ///
@@ -136,8 +136,8 @@ struct ProducerOptions {
   /// delayed set, priority levels, unique locks) in its own Redis Cluster slot, so one queue
   /// spreads over every master. Tasks go to the next partition in turn (each Producer starts at
   /// a random one), or by EnqueueOptions::partition_key. max_len bounds each partition. The queue's
-  /// Consumers, StatsReaders and Schedulers must say the same count (see "Running on Redis Cluster" in the
-  /// README for changing it). At most 1024.
+  /// Consumers, StatsReaders and Schedulers must say the same count (see docs/cluster.md,
+  /// "Partitioned queues", for changing it). At most 1024.
   int partitions = 1;
   /// Track every task this producer enqueues (see Retention), unless its EnqueueOptions say
   /// otherwise. Unset (the default): only tasks whose EnqueueOptions::retention is set.

@@ -104,7 +104,7 @@ ConsumerOptions partition_options(const ConsumerOptions& o, int i) {
 
 /// Logs a warning when the server may evict keys under memory pressure (R14): a queue's
 /// stream, delayed set or dead letters could go. Quiet when the user may not run INFO (the
-/// README's worker role; `streamq doctor` checks it as an administrator).
+/// worker role of docs/operations.md; `streamq doctor` checks it as an administrator).
 void warn_on_eviction(detail::Connection& conn) {
   const detail::Reply r = conn.command(detail::Argv{"INFO", "memory"});
   if (!r.view().is_string()) return;

@@ -44,7 +44,7 @@ int version_number(const std::string& v) {
 
 std::string mib(std::int64_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
 
-/// One role's commands (what the README's ACL lines grant), as ACL DRYRUN argvs on `queue`.
+/// One role's commands (what the ACL lines of docs/operations.md grant), as ACL DRYRUN argvs on `queue`.
 struct RoleCheck {
   const char* role;
   std::vector<std::vector<std::string>> commands;
@@ -258,7 +258,7 @@ std::vector<Finding> Inspector::Impl::doctor_of(detail::Connection& node, const 
       } else {
         add(S::info, "acl",
             "user " + user + " may not run " + denied + " on " + queue + ": it cannot be a " + rc.role +
-                " there (the README's ACL section lists what each role needs)");
+                " there (docs/operations.md, \"ACL roles\", lists what each role needs)");
       }
     }
   }

@@ -15,7 +15,7 @@
 -- new owner retried it meanwhile: the record says what it did).
 -- One script: the ack, the record and the event stand or fall together (as the MULTI of an
 -- untracked success does for the ack alone). The record is written after the ack, not
--- instead of it: a success is always acknowledged (see the README's stale worker).
+-- instead of it: a success is always acknowledged (see docs/delivery.md, "What happens when": a stale worker).
 -- @include lib/clock.lua
 -- @include lib/track.lua
 local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])

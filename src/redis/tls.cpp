@@ -162,7 +162,7 @@ class TlsContext {};
 std::shared_ptr<const TlsContext> make_tls_context(const TlsOptions&) {
   throw ConfigError(
       "connection.url: TLS (rediss://) needs a streamq built against hiredis >= 1.0 with hiredis_ssl and "
-      "OpenSSL; this build has no TLS (see the README: \"TLS\")");
+      "OpenSSL; this build has no TLS (see docs/tls.md, \"Building with TLS\")");
 }
 
 std::string start_tls(redisContext*, const TlsContext&, const std::string&, bool& timed_out) {

@@ -10,9 +10,13 @@ paragraph of namespace-scope declarations (starting with struct, class, namespac
 NLOHMANN_, #include or a function declaration), ended by an empty line; that paragraph is
 put before the function.
 
-Exits non-zero when a block does not compile, when a Markdown file given has no block, or when
-none of the headers given has one (so a change of fence syntax cannot make the check pass by
-finding nothing).
+A Markdown page may have no block (most pages of docs/ have none), but the check must not pass
+by finding nothing, so it exits non-zero when a block does not compile, and also when
+- the Markdown files given have no block between them, or one named README.md has none;
+- a Markdown file opens a fence this check does not read but whose language is C++ (```C++,
+  ``` cpp {.numberLines}, ~~~cpp, ...): a change of fence syntax fails loudly instead of
+  silently dropping the page's examples;
+- none of the headers given has an @code block.
 
 With --expect-failures N it exits zero only when exactly N blocks fail (the test of the check
 itself: a fixture with good and broken blocks).
@@ -32,12 +36,27 @@ DECLARATION = re.compile(r"^(struct|class|namespace|using|NLOHMANN_|#include|tem
                          r"(void|int|bool|std::\w+|auto)\s+\w+\s*\(.*\)\s*;)")
 
 
+# A fence opener and its info string's first word: ```lang, ~~~lang, ```` lang {attrs} ...
+FENCE = re.compile(r"^(`{3,}|~{3,})\s*([^\s`{]*)")
+CXX_LANGUAGES = {"cpp", "c++", "cxx", "cc", "hpp", "hxx", "h++"}
+
+
 def markdown_blocks(path, text):
     blocks, current, start = [], None, 0
+    fence = None  # the opener of a non-C++ fenced block we are in (its lines are not read)
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
+        if fence is not None:
+            if stripped.startswith(fence) and not stripped.strip(fence[0]):
+                fence = None
+            continue
         if current is None and re.fullmatch(r"```\s*(cpp|c\+\+)\s*", stripped):
             current, start = [], number + 1
+        elif current is None and (opener := FENCE.match(stripped)):
+            if opener.group(2).lower().lstrip(".") in CXX_LANGUAGES:
+                sys.exit(f"{path}:{number}: a C++ block this check does not read: {stripped!r} "
+                         "(write ```cpp)")
+            fence = opener.group(1)
         elif current is not None and stripped == "```":
             blocks.append((path, start, "\n".join(current)))
             current = None
@@ -95,19 +114,23 @@ def main():
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
 
-    blocks, headers, header_blocks_found = [], 0, 0
+    blocks, headers, header_blocks_found, markdown, markdown_blocks_found = [], 0, 0, 0, 0
     for path in args.files:
         with open(path, encoding="utf-8") as f:
             text = f.read()
         if path.endswith(".md"):
             found = markdown_blocks(path, text)
-            if not found:
+            markdown += 1
+            markdown_blocks_found += len(found)
+            if not found and os.path.basename(path) == "README.md":
                 sys.exit(f"{path}: no ```cpp block found")
         else:
             found = header_blocks(path, text)
             headers += 1
             header_blocks_found += len(found)
         blocks += found
+    if markdown and not markdown_blocks_found:
+        sys.exit("no ```cpp block found in any of the Markdown files")
     if headers and not header_blocks_found:
         sys.exit("no @code block found in any of the headers")
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The least-privilege ACL roles of the README ("One ACL user per role"), as written there: the
-// lines are read from README.md, given this test's queue name, and run on a private server.
+// The least-privilege ACL roles of docs/operations.md ("ACL roles"), as written there: the
+// lines are read from that page, given this test's queue name, and run on a private server.
 // Each role does its job through the library and is refused what belongs to the others, with
 // a NOPERM ReplyError at once (never a retry loop).
 #include <algorithm>
@@ -28,10 +28,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// The README's `ACL SETUSER sq-<role> ...` lines, `task_queue` replaced by `queue`, split into
+/// The `ACL SETUSER sq-<role> ...` lines of docs/operations.md, `task_queue` replaced by `queue`, split into
 /// arguments; by role name (producer, worker, stats, operator).
-std::map<std::string, std::vector<std::string>> readme_roles(const std::string& queue) {
-  std::ifstream in(std::string(STREAMQ_SOURCE_DIR) + "/README.md");
+std::map<std::string, std::vector<std::string>> documented_roles(const std::string& queue) {
+  std::ifstream in(std::string(STREAMQ_SOURCE_DIR) + "/docs/operations.md");
   std::map<std::string, std::vector<std::string>> roles;
   for (std::string line; std::getline(in, line);) {
     if (!line.starts_with("ACL SETUSER sq-")) continue;
@@ -47,13 +47,13 @@ std::map<std::string, std::vector<std::string>> readme_roles(const std::string& 
 class AclRoles : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto roles = readme_roles(queue);
-    ASSERT_EQ(roles.size(), 4u) << "the README's four roles";
+    const auto roles = documented_roles(queue);
+    ASSERT_EQ(roles.size(), 4u) << "the four roles of docs/operations.md";
     for (const auto& [role, args] : roles) {
       const detail::Reply r = admin.cmd(args);
       if (!admin.redis_at_least(7, 0)) {
-        // Redis 6.2 has no %R~ read-only key patterns (the README says the lines are 7.0
-        // syntax): those lines are refused there, the others taken.
+        // Redis 6.2 has no %R~ read-only key patterns (docs/operations.md says the lines are
+        // 7.0 syntax): those lines are refused there, the others taken.
         const bool read_only_patterns =
             std::any_of(args.begin(), args.end(), [](const std::string& a) { return a.starts_with("%R~"); });
         EXPECT_EQ(r.view().is_error(), read_only_patterns) << role;
@@ -256,7 +256,7 @@ TEST_F(AclRoles, TheOperatorReplaysPurgesPausesButCannotConsume) {
   EXPECT_EQ(refusal_of(as_operator, {"XADD", "another-queue", "*", "a", "b"}), "NOPERM");
 }
 
-// streamq doctor --user: which roles each README user can play on the queue (ACL DRYRUN, run by
+// streamq doctor --user: which roles each documented user can play on the queue (ACL DRYRUN, run by
 // an administrator's connection).
 TEST_F(AclRoles, DoctorTellsWhichRolesEachUserCanPlay) {
   if (!supported()) return;

@@ -658,7 +658,7 @@ TEST(Cluster, ReplicaAcknowledgementsAreAskedOfEveryMasterWritten) {
   EXPECT_EQ(queued, 120);
 }
 
-// Changing a live queue's partition count, as the README says: to shrink, producers first,
+// Changing a live queue's partition count, as docs/cluster.md says: to shrink, producers first,
 // and workers of the old count until the partitions left behind are empty (delayed tasks and
 // retries included); to grow, workers first. Nothing is lost either way. (The procedure does
 // not depend on the cluster: a single server runs it faster.)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Fault-injection scenarios, the crash cases of README.md's "Delivery contract": worker
+// Fault-injection scenarios, the crash cases of docs/delivery.md ("What happens when"): worker
 // processes killed with SIGKILL, a task that kills its worker, Redis killed mid-flow.
 // Oracle: every task whose enqueue returned is done or dead-lettered; nothing unexpected ran;
 // duplicates are counted and bounded.
@@ -574,7 +574,7 @@ TEST(Reliability, AFullServerRefusesEnqueuesAndLosesNothing) {
   o.retry_backoff = {.base = 0ms, .cap = 0ms};
   {
     // The queue's workers ran before it filled up: its level streams and groups exist. (A
-    // consumer's first start on a full server cannot create them; see the README.)
+    // consumer's first start on a full server cannot create them; see docs/operations.md, "Memory".)
     RunningConsumer first(o, [](Consumer&) {});
     ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", stream + ":p:low"}) == 1; }));
   }

@@ -27,7 +27,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// The README's sentinel user, on the first sentinel.
+/// The sentinel user of docs/sentinel.md, on the first sentinel.
 void s0_acl(SentinelTopology& t) {
   Client s0(t.sentinel(0).url());
   s0.cmd({"ACL", "SETUSER", "watch", "reset", "on", ">watch-pw", "+client|setname", "+client|id",

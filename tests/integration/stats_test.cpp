@@ -59,7 +59,7 @@ TEST_F(StatsTest, EmptyStreamWithGroup) {
 
 TEST_F(StatsTest, BusyQueue) {
   // XINFO reports entries-added and a group's lag since Redis 7.0; before, streamq says 0 and
-  // "unknown" (README, Stats).
+  // "unknown" (docs/compatibility.md).
   const bool redis7 = client.redis_at_least(7, 0);
   Producer producer({.connection = {.url = server.url()}, .stream = stream});
   std::vector<TaskSpec> batch(10, TaskSpec{"t", "{}"});

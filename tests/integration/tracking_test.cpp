@@ -88,7 +88,7 @@ TEST_F(TrackingTest, ARecordFollowsATaskFromEnqueueThroughProgressToItsResult) {
   EXPECT_EQ(r->result_json()["sum"], 14);
   EXPECT_TRUE(r->finished_at);
   EXPECT_GE(*r->finished_at, *r->started_at);
-  // What one record costs the server (printed for the README's figure).
+  // What one record costs the server (printed for the figure in docs/results-and-waiting.md).
   const detail::Reply usage = client.cmd({"MEMORY", "USAGE", stream + ":task:" + id});
   if (!usage.view().is_error()) {
     std::printf("[ memory   ] a done record (a %zu-byte result, progress, every field): %lld bytes\n",

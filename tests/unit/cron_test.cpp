@@ -193,7 +193,8 @@ TEST(Cron, BadExpressionsSayWhereAndWhy) {
       {"60 * * * *", "minute at position 1: 60 is out of range 0-59"},
       {"* 24 * * *", "hour at position 3: 24 is out of range 0-23"},
       {"* * 0 * *", "day of month at position 5: 0 is out of range 1-31"},
-      {"* * 32 * *", "cron \"* * 32 * *\": day of month at position 5: 32 is out of range 1-31"},  // README
+      {"* * 32 * *",
+       "cron \"* * 32 * *\": day of month at position 5: 32 is out of range 1-31"},  // docs/scheduling.md
       {"* * * 13 *", "month at position 7: 13 is out of range 1-12"},
       {"* * * * 8", "day of week at position 9: 8 is out of range 0-7"},
       {"*/0 * * * *", "minute at position 3: step must be at least 1"},

@@ -253,7 +253,7 @@ std::string random_hex(std::size_t bytes) {
   return out;
 }
 
-/// The token rules (README): 16 to 256 characters a cookie can carry as they are.
+/// The token rules (docs/cli-and-dashboard.md): 16 to 256 characters a cookie can carry as they are.
 std::optional<std::string> token_problem(const std::string& token) {
   if (token.size() < 16 || token.size() > 256) return "the token must be 16 to 256 characters long";
   for (const char c : token) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The streamq command: an operator's face on streamq::Inspector (and a Producer for enqueue).
-// Every subcommand talks to Redis through the library; see `streamq --help` and the README.
+// Every subcommand talks to Redis through the library; see `streamq --help` and docs/cli-and-dashboard.md.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>

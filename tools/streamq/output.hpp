@@ -12,7 +12,7 @@
 
 namespace streamq::cli {
 
-/// Exit statuses (README, "The streamq command").
+/// Exit statuses (docs/cli-and-dashboard.md, "The streamq command").
 enum Exit : int {
   ok = 0,
   failed = 1,     ///< the server refused, or could not be reached
