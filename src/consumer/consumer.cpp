@@ -6,7 +6,7 @@
 //   fetcher     (thread)   own-PEL replay, XREADGROUP, group recovery          fetcher.hpp
 //   executor    (threads)  decode, dispatch, retry policy                      executor.hpp
 //   completer   (thread)   acks, retries, dead letters, orphan records         completer.hpp
-//   scheduler   (thread)   lease keeper, reclaimer, janitor, pause watch        scheduler.hpp
+//   duties      (thread)   lease keeper, reclaimer, janitor, pause watch        duties.hpp
 //   in-flight set          the one lock, between all of them                   inflight.hpp
 #include "streamq/consumer.hpp"
 
@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "completer.hpp"
+#include "duties.hpp"
 #include "executor.hpp"
 #include "fetcher.hpp"
 #include "forwarder.hpp"
@@ -26,7 +27,6 @@
 #include "options.hpp"
 #include "pause_watch.hpp"
 #include "reclaimer.hpp"
-#include "scheduler.hpp"
 #include "shared.hpp"
 #include "streamq/errors.hpp"
 #include "util/signals.hpp"
@@ -43,7 +43,7 @@ constexpr Millis kUnblockRetry{50};  // CLIENT UNBLOCK is resent while the fetch
 
 /// The parts that run one partition of the queue (all of it, with one partition), declared in
 /// the order they may use each other: each part outlives the ones that use it (the duties the
-/// scheduler, the scheduler and the reclaimer the fetcher's callback).
+/// duty runner, the duty runner and the reclaimer the fetcher's callback).
 struct Engine {
   explicit Engine(std::shared_ptr<detail::Shared> shared)
       : s(std::move(shared)),
@@ -54,24 +54,24 @@ struct Engine {
         reclaimer(*s),
         janitor(*s),
         pause_watch(*s),
-        scheduler(*s),
+        duties(*s),
         forwarder(*s),
         forwarding(*s),
         fetcher(*s, [this] {
           reclaimer.arm();
-          scheduler.wake();
+          duties.wake();
         }) {
-    scheduler.add(pause_watch);
-    scheduler.add(leases);
-    scheduler.add(reclaimer);
-    if (s->opt.idle_consumer_timeout.count() > 0) scheduler.add(janitor);
+    duties.add(pause_watch);
+    duties.add(leases);
+    duties.add(reclaimer);
+    if (s->opt.idle_consumer_timeout.count() > 0) duties.add(janitor);
     forwarding.add(forwarder);
   }
 
   void start() {
     completer.start();
     executor.start();
-    scheduler.start();
+    duties.start();
     forwarding.start();
     fetcher.start();
   }
@@ -84,9 +84,9 @@ struct Engine {
   detail::Reclaimer reclaimer;
   detail::Janitor janitor;
   detail::PauseWatch pause_watch;
-  detail::Scheduler scheduler;
+  detail::DutyRunner duties;
   detail::Forwarder forwarder;
-  detail::Scheduler forwarding;
+  detail::DutyRunner forwarding;
   detail::Fetcher fetcher;
 };
 
@@ -244,7 +244,7 @@ struct Consumer::Impl {
     }
     std::optional<detail::SignalRegistration> signals;
     if (parts[0]->opt.stop_on_signals) signals.emplace([this] { on_signal(); });
-    // Declared before the engines: partition 0's scheduler renews it until it is stopped.
+    // Declared before the engines: partition 0's duty runner renews it until it is stopped.
     detail::NameLock name_lock(*parts[0], [this] { request_stop(); });
     std::vector<std::unique_ptr<Engine>> engines;
     for (const auto& s : parts) {
@@ -262,7 +262,7 @@ struct Consumer::Impl {
       }
     }
     // First: after a stop (SIGSTOP) the name is checked before the leases are renewed.
-    engines[0]->scheduler.add(name_lock, true);
+    engines[0]->duties.add(name_lock, true);
     try {
       for (const auto& e : engines) e->start();
       const detail::Shared& s = *parts[0];
@@ -305,7 +305,7 @@ struct Consumer::Impl {
       e->fetcher.join();
     }
     // 2. Running handlers get the grace period, their leases still renewed.
-    for (const auto& e : engines) e->scheduler.shutting_down();
+    for (const auto& e : engines) e->duties.shutting_down();
     for (const auto& e : engines) {
       if (!e->s->inflight.wait_idle(grace_end)) {
         detail::log(LogLevel::warning, "shutdown grace period over with handlers still running");
@@ -314,7 +314,7 @@ struct Consumer::Impl {
     }
     // 3. No more renewals, then hand the unstarted entries back.
     for (const auto& e : engines) {
-      e->scheduler.stop();
+      e->duties.stop();
       try {
         e->control.recheck_master();  // idle since the start: after a failover, onto the new master
         detail::ScriptRunner scripts(e->control);

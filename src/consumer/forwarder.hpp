@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The forwarder: a duty, on a scheduler of its own (so a long reclaim pass never delays a due
+// The forwarder: a duty, on a duty runner of its own (so a long reclaim pass never delays a due
 // task), that moves the queue's delayed tasks to their streams when due: delayed enqueues
 // (EnqueueOptions::delay/run_at), delayed retries and rate-limited tasks put back. One forward
 // script per pass moves at most kMostPerPass (removed from the set and added to their streams
@@ -9,7 +9,7 @@
 // second otherwise: one consumer polls often, the rest stand by. Talks to: Redis only.
 #pragma once
 
-#include "scheduler.hpp"
+#include "duties.hpp"
 
 namespace streamq::detail {
 

@@ -168,7 +168,7 @@ std::optional<Work> InFlight::take_locked(std::unique_lock<std::mutex>& lock) {
       continue;
     }
     // Less important entries wait behind it: they are not handed out before its handler is
-    // called, whichever handler thread the scheduler runs first (strict level order).
+    // called, whichever handler thread the OS runs first (strict level order).
     w.gates = by_level_ && !ready_.empty() && ready_.back().key.stream > w.key.stream;
     if (w.gates) gates_.push_back(w.key);
     it->second.state = w.suspect() ? State::taken : State::running;

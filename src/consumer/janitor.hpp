@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
-// The janitor: a scheduler duty that removes consumers of the group that have been idle for
+// The janitor: a duty that removes consumers of the group that have been idle for
 // idle_consumer_timeout and hold no pending entry (every restart under a new name leaves one
 // behind). The check and the XGROUP DELCONSUMER are one script: DELCONSUMER drops a
 // consumer's pending entries, so it must never run on one that holds any. Runs at start and
-// then every min(idle_consumer_timeout / 4, 5 min), on the scheduler's thread.
+// then every min(idle_consumer_timeout / 4, 5 min), on the duty thread.
 #pragma once
 
-#include "scheduler.hpp"
+#include "duties.hpp"
 
 namespace streamq::detail {
 

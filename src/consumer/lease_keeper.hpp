@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: MIT
-// The lease keeper: a scheduler duty that renews, every heartbeat_interval, the lease of
+// The lease keeper: a duty that renews, every heartbeat_interval, the lease of
 // every entry this consumer holds (owner-checked XCLAIM ... IDLE 0 JUSTID), so no reclaimer
 // takes an entry whose worker is alive. What the renewal finds wrong it reports to the
 // in-flight set: entries another consumer owns now are marked lost (not run); entries whose
 // body was deleted go to the completer as orphan records, which put the fields this consumer
 // read into the dead-letter stream. At exit, release() hands entries that never started back
-// to the group at once. Runs on the scheduler's thread; release() on the caller's.
+// to the group at once. Runs on the duty thread; release() on the caller's.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "scheduler.hpp"
+#include "duties.hpp"
 
 namespace streamq::detail {
 

@@ -5,7 +5,7 @@
 // live_key() (`<stream>:live:<group length>:<group>:<consumer>`), holding "<client id>
 // <token> <ms>": the Redis client id of the connection that renews it, a token of this run and
 // the server's time of the write. It is written at start, renewed every heartbeat_interval
-// (the scheduler's first duty), lives for claim_min_idle after its last renewal, and is
+// (the duty runner's first duty), lives for claim_min_idle after its last renewal, and is
 // deleted at a clean stop.
 // - A start that finds the name held by a live client (CLIENT LIST ID) throws ConfigError.
 // - A start that finds it held by a client that is gone (its process crashed or was killed:
@@ -16,7 +16,7 @@
 //   ConfigError: two processes never go on sharing a name.
 // - A user whose ACL does not reach the key, or may not run CLIENT LIST (set up before this
 //   existed), runs without the check, with a warning that says what to grant.
-// A duty of partition 0's scheduler (during shutdown too). Talks to: Redis only.
+// A duty of partition 0's duty runner (during shutdown too). Talks to: Redis only.
 #pragma once
 
 #include <atomic>
@@ -25,18 +25,18 @@
 #include <optional>
 #include <string>
 
-#include "scheduler.hpp"
+#include "duties.hpp"
 
 namespace streamq::detail {
 
 class NameLock final : public Duty {
  public:
-  /// `on_lost` runs on the scheduler thread when another process took the name.
+  /// `on_lost` runs on the duty thread when another process took the name.
   NameLock(Shared& shared, std::function<void()> on_lost);
 
   /// At start, on a connected `conn`: takes the name, or throws ConfigError when a live
   /// process holds it. When the server refuses the write for now (OOM: a full server), the
-  /// consumer starts anyway and the scheduler takes the name once it can.
+  /// consumer starts anyway and the duty runner takes the name once it can.
   void claim(Connection& conn);
   /// At the end of a clean stop: deletes the key if it is still this run's. Never throws.
   void release(Connection& conn) noexcept;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The pause flag of a queue as this consumer sees it (PauseFlag, in Shared) and the scheduler
+// The pause flag of a queue as this consumer sees it (PauseFlag, in Shared) and the duty runner
 // duty that keeps it current (PauseWatch): one EXISTS of `<stream>:paused` every
 // pause_check_interval. While paused the fetcher reads no new entries (it still writes the
 // acknowledgements of finished ones) and the reclaimer takes none over.
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <stop_token>
 
-#include "scheduler.hpp"
+#include "duties.hpp"
 
 namespace streamq::detail {
 

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
-// The reclaimer: a scheduler duty that takes over entries whose consumer stalled (pending and
+// The reclaimer: a duty that takes over entries whose consumer stalled (pending and
 // idle for claim_min_idle or longer, i.e. no heartbeat renewed them), every reclaim_interval
 // and sooner while more may wait. It walks the group's pending list of every priority level
 // (the most important first) with a cursor per level, so each call is bounded; entries whose body is gone or
 // that were started max_deliveries times are dead-lettered by the same script instead of being run. Reclaimed
 // entries are suspects: they run one at a time, so it takes at most `concurrency` of them, and none while
 // earlier ones still wait. It starts only after the fetcher's first replay of this consumer's own entries, or
-// both would fetch what a previous run under this name left. Runs on the scheduler's thread; talks to the
+// both would fetch what a previous run under this name left. Runs on the duty thread; talks to the
 // in-flight set and Redis.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include <atomic>
 #include <string>
 
-#include "scheduler.hpp"
+#include "duties.hpp"
 
 namespace streamq::detail {
 
@@ -25,7 +25,7 @@ class Reclaimer final : public Duty {
   Clock::time_point next() const override { return armed_.load() ? next_ : Clock::time_point::max(); }
   void tick(ScriptRunner& scripts, Clock::time_point now) override;
 
-  /// The fetcher's first replay is done: reclaiming may start (call Scheduler::wake()).
+  /// The fetcher's first replay is done: reclaiming may start (call DutyRunner::wake()).
   void arm() noexcept { armed_.store(true); }
 
  private:

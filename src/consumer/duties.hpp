@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The scheduler: one thread and one connection for the consumer's periodic duties (lease
+// The duty runner: one thread and one connection for the consumer's periodic duties (lease
 // keeper, reclaimer, janitor), each run when it is due. A duty says when it is due next and
 // does one bounded step per tick; a step that fails is logged and retried after a backoff,
 // a lost connection is rebuilt. At shutdown only the duties that must go on while handlers
@@ -26,18 +26,18 @@ class Duty {
   virtual std::string_view name() const noexcept = 0;
   /// When tick() should run next; Clock::time_point::max() = not until woken.
   virtual Clock::time_point next() const = 0;
-  /// One bounded step on the scheduler's connection. Throws ConnectionError / ReplyError.
+  /// One bounded step on the duty thread's connection. Throws ConnectionError / ReplyError.
   virtual void tick(ScriptRunner& scripts, Clock::time_point now) = 0;
   /// Whether it keeps running after the consumer started to stop.
   virtual bool during_shutdown() const noexcept { return false; }
 };
 
-class Scheduler {
+class DutyRunner {
  public:
-  explicit Scheduler(Shared& shared);
-  ~Scheduler();
-  Scheduler(const Scheduler&) = delete;
-  Scheduler& operator=(const Scheduler&) = delete;
+  explicit DutyRunner(Shared& shared);
+  ~DutyRunner();
+  DutyRunner(const DutyRunner&) = delete;
+  DutyRunner& operator=(const DutyRunner&) = delete;
 
   /// Adds a duty, last or (`first`) before the others: each round runs them in this order, and
   /// a failing one ends the round.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "scheduler.hpp"
+#include "duties.hpp"
 
 #include <algorithm>
 
@@ -8,11 +8,11 @@
 
 namespace streamq::detail {
 
-Scheduler::Scheduler(Shared& shared) : s_(shared), conn_(shared.connection), scripts_(conn_) {}
+DutyRunner::DutyRunner(Shared& shared) : s_(shared), conn_(shared.connection), scripts_(conn_) {}
 
-Scheduler::~Scheduler() { stop(); }
+DutyRunner::~DutyRunner() { stop(); }
 
-void Scheduler::add(Duty& duty, bool first) {
+void DutyRunner::add(Duty& duty, bool first) {
   if (first) {
     duties_.insert(duties_.begin(), &duty);
   } else {
@@ -20,11 +20,11 @@ void Scheduler::add(Duty& duty, bool first) {
   }
 }
 
-void Scheduler::start() {
+void DutyRunner::start() {
   thread_ = std::jthread([this](const std::stop_token& stop) { main(stop); });
 }
 
-void Scheduler::wake() {
+void DutyRunner::wake() {
   {
     std::lock_guard lock(mutex_);
     woken_ = true;
@@ -32,7 +32,7 @@ void Scheduler::wake() {
   cv_.notify_all();
 }
 
-void Scheduler::shutting_down() {
+void DutyRunner::shutting_down() {
   {
     std::lock_guard lock(mutex_);
     shutting_down_ = true;
@@ -41,13 +41,13 @@ void Scheduler::shutting_down() {
   cv_.notify_all();
 }
 
-void Scheduler::stop() {
+void DutyRunner::stop() {
   if (!thread_.joinable()) return;
   thread_.request_stop();
   thread_.join();
 }
 
-void Scheduler::main(const std::stop_token& stop) {
+void DutyRunner::main(const std::stop_token& stop) {
   block_sigpipe_for_this_thread();  // library code only runs on this thread
   Backoff error_backoff(s_.connection.backoff_base, s_.connection.backoff_max);
   Clock::time_point not_before{};  // after an error, nothing runs before this
