@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // streamq dashboard: the web face on streamq::Inspector (cpp-httplib). Pages and scripts are
-// static files embedded at build time (tools/streamq/dashboard/, Debian's chart.min.js); all
+// static files embedded at build time (tools/streamq/dashboard/assets/, Debian's chart.min.js); all
 // data goes through the JSON API below and is put into the page as text, never as markup.
 //
 // Security: loopback only unless a token is given; with a token every request but the login
