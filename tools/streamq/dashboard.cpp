@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -27,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "commands/commands.hpp"
 #include "output.hpp"
 #include "serve.hpp"
 #include "streamq/errors.hpp"
@@ -716,6 +718,25 @@ int serve_dashboard(const InspectorOptions& inspector_options, const DashboardOp
                                            "keeps one across runs)"
                                  : access.has_token() ? url + " (log in with the token on /login)"
                                                       : url + " (--no-auth: no token)");
+}
+
+void add_dashboard(CLI::App& app, Context& ctx) {
+  auto board = std::make_shared<DashboardOptions>();
+  auto* sub = app.add_subcommand(
+      "dashboard",
+      "serve the web dashboard: queues, charts of the last hour, tasks, replay/delete/run/pause");
+  sub->add_option("--listen", board->listen, "host:port (any but a loopback host needs a token)")
+      ->capture_default_str();
+  sub->add_option("--token", board->token,
+                  "access token (16-256 characters), asked for on every request (other users see "
+                  "it in ps: prefer --token-file)");
+  sub->add_flag("--no-auth", board->no_auth,
+                "serve without a token (loopback only; the default is a random token printed once)");
+  sub->add_option("--token-file", board->token_file, "file whose first line is the access token")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--sample-interval", board->sample_interval, "seconds between the charts' samples")
+      ->capture_default_str();
+  on_run(sub, ctx, [&ctx, board] { return serve_dashboard(ctx.inspector(), *board); });
 }
 
 }  // namespace streamq::cli

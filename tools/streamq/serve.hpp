@@ -15,16 +15,6 @@ class Server;
 
 namespace streamq::cli {
 
-struct ServeOptions {
-  /// host:port to bind.
-  std::string listen;
-};
-
-/// Serves GET /metrics until SIGINT/SIGTERM: every discovered queue's exposition (one family
-/// each), streamq_up (0 when Redis could not be read) and streamq_scrape_duration_seconds.
-/// Returns an exit status.
-int serve_exporter(const InspectorOptions& inspector, const ServeOptions& options);
-
 struct DashboardOptions {
   /// host:port to bind; any host but a loopback one needs a token.
   std::string listen = "127.0.0.1:8080";
