@@ -1,46 +1,18 @@
 // SPDX-License-Identifier: MIT
-// The HTTP faces of the streamq command (cpp-httplib): the Prometheus exporter and the web
-// dashboard, and what they share (parsing --listen, serving until Ctrl-C).
+// What the HTTP faces of the streamq command (cpp-httplib) share: the Prometheus exporter
+// (commands/exporter.cpp) and the web dashboard (dashboard/): parsing --listen, the Host
+// headers a loopback server answers to, serving until Ctrl-C.
 #pragma once
 
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <streamq/inspector.hpp>
-
 namespace httplib {
 class Server;
 }
 
 namespace streamq::cli {
-
-struct ServeOptions {
-  /// host:port to bind.
-  std::string listen;
-};
-
-/// Serves GET /metrics until SIGINT/SIGTERM: every discovered queue's exposition (one family
-/// each), streamq_up (0 when Redis could not be read) and streamq_scrape_duration_seconds.
-/// Returns an exit status.
-int serve_exporter(const InspectorOptions& inspector, const ServeOptions& options);
-
-struct DashboardOptions {
-  /// host:port to bind; any host but a loopback one needs a token.
-  std::string listen = "127.0.0.1:8080";
-  /// The access token (--token), or a file whose first line is it (--token-file). Without
-  /// either, a random token of this run, printed once in the URL (unless no_auth).
-  std::string token;
-  std::string token_file;
-  /// --no-auth: no token (loopback only; only a loopback Host header is answered).
-  bool no_auth = false;
-  /// Seconds between the samples behind the charts (they cover the last hour).
-  double sample_interval = 5.0;
-};
-
-/// Serves the web dashboard until SIGINT/SIGTERM. Returns an exit status (usage for a bad
-/// --listen, token or interval).
-int serve_dashboard(const InspectorOptions& inspector, const DashboardOptions& options);
 
 /// "host:port" -> (host, port); port 0 when malformed. "[::1]:80" gives host "::1".
 std::pair<std::string, int> split_listen(const std::string& listen);

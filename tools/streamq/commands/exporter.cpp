@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: MIT
+// streamq exporter: Prometheus metrics of every queue on /metrics (cpp-httplib).
 #include <httplib.h>
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 
+#include "commands/commands.hpp"
 #include "output.hpp"
 #include "serve.hpp"
 #include "streamq/errors.hpp"
@@ -62,12 +66,13 @@ class EventCounter {
   std::map<std::string, std::map<std::string, std::uint64_t>> counts_;
 };
 
-}  // namespace
-
-int serve_exporter(const InspectorOptions& inspector_options, const ServeOptions& options) {
-  const auto [host, port] = split_listen(options.listen);
+/// Serves GET /metrics until SIGINT/SIGTERM: every discovered queue's exposition (one family
+/// each), streamq_up (0 when Redis could not be read) and streamq_scrape_duration_seconds.
+/// Returns an exit status.
+int serve_exporter(const InspectorOptions& inspector_options, const std::string& listen) {
+  const auto [host, port] = split_listen(listen);
   if (port == 0) {
-    std::cerr << "streamq exporter: --listen must be host:port (got \"" << options.listen << "\")\n";
+    std::cerr << "streamq exporter: --listen must be host:port (got \"" << listen << "\")\n";
     return usage;
   }
   Inspector inspector(inspector_options);
@@ -120,7 +125,16 @@ int serve_exporter(const InspectorOptions& inspector_options, const ServeOptions
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("streamq exporter: metrics on /metrics\n", "text/plain; charset=utf-8");
   });
-  return serve_until_interrupted(server, host, port, "exporter", "http://" + options.listen + "/metrics");
+  return serve_until_interrupted(server, host, port, "exporter", "http://" + listen + "/metrics");
+}
+
+}  // namespace
+
+void add_exporter(CLI::App& app, Context& ctx) {
+  auto listen = std::make_shared<std::string>("127.0.0.1:9808");
+  auto* sub = app.add_subcommand("exporter", "serve Prometheus metrics of every queue on /metrics");
+  sub->add_option("--listen", *listen, "host:port")->capture_default_str();
+  on_run(sub, ctx, [&ctx, listen] { return serve_exporter(ctx.inspector(), *listen); });
 }
 
 }  // namespace streamq::cli
