@@ -5,6 +5,8 @@
 #   werror    a warnings-as-errors build (Debian's hiredis 0.14, redis-server 7.0) with every test
 #             (the stages compile as unity builds; package.subdirectory compiles each library
 #             file on its own)
+#   tidy      clang-tidy with the checks of .clang-tidy over the library (werror's build: its
+#             compile commands), failing on any finding
 #   asan      the same tests (but the Inspector's 100,000-entry paging test) under
 #             AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan      the same under ThreadSanitizer
@@ -36,7 +38,7 @@ export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_retur
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 
-all_stages="werror asan tsan fuzz hiredis14 redis62 valkey8"
+all_stages="werror tidy asan tsan fuzz hiredis14 redis62 valkey8"
 stages=" ${STREAMQ_STAGES:-$all_stages} "
 for s in $stages; do
   [[ " $all_stages " == *" $s "* ]] || { echo "test.sh: unknown stage \"$s\" (stages: $all_stages)" >&2; exit 2; }
@@ -112,7 +114,28 @@ unity=(-DCMAKE_UNITY_BUILD=ON)
 
 ctest_prefix=()
 if wanted werror; then
-  stage "build+tests" build 4 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMQ_WERROR=ON -DSTREAMQ_BUILD_BENCH=ON "${unity[@]}"
+  stage "build+tests" build 4 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMQ_WERROR=ON -DSTREAMQ_BUILD_BENCH=ON "${unity[@]}" \
+    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+fi
+
+# clang-tidy reads the library's compile commands: werror's build when that stage ran, else a
+# configured tree of its own (the generated script sources are all it builds). The library's
+# commands are its unity sources, each a few of its files: one parse of the headers for them
+# all, several times faster than file by file. (They #include the .cpp files by design, hence
+# -bugprone-suspicious-include here.) WarningsAsErrors in .clang-tidy makes a finding an error.
+if wanted tidy; then
+  begin "tidy" build
+  if [[ ! -f build/compile_commands.json ]] || ! wanted werror; then
+    cmake -S . -B build -DSTREAMQ_BUILD_TESTS=ON -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${unity[@]}" >/dev/null
+    cmake --build build --target streamq_generated
+  fi
+  run-clang-tidy -quiet -j 2 -p build -checks=-bugprone-suspicious-include \
+    "$PWD/build/CMakeFiles/streamq.dir/Unity/" 2>&1 | tee build/clang-tidy.log
+  if grep -qE '(warning|error):' build/clang-tidy.log; then
+    echo "test.sh: clang-tidy found the problems above" >&2
+    exit 1
+  fi
+  end
 fi
 
 # The sanitizer builds use -O1 -g1 (line tables): they compile in about half the time of

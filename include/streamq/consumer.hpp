@@ -359,7 +359,7 @@ class Consumer {
                nlohmann::json(call()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
          }
        }),
-       std::move(options));
+       options);
   }
 
   /// Handler for task types nobody registered; without one they are dead-lettered

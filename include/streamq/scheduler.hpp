@@ -180,7 +180,7 @@ class Scheduler {
   /// @throws ConfigError (empty or duplicate name, empty task type, negative max_retries, a
   ///   reserved extra field name, or called after run()/start()); PayloadError for a payload
   ///   that is not JSON or is too large or deep.
-  void add(std::string name, Schedule schedule, std::string task_type, Payload payload,
+  void add(std::string name, Schedule schedule, std::string task_type, const Payload& payload,
            ScheduledTaskOptions options = {});
 
   /// Runs on the calling thread until stop(): connects, then handles each schedule's ticks as

@@ -136,7 +136,7 @@ class Task {
   /// another call replaces it. One round trip (the report script, only while the record says
   /// running). False when nothing was written (untracked, finished, or Redis could not be
   /// reached: logged). Thread-safe; not after the handler returned.
-  bool write_partial_result(std::string bytes) const;
+  bool write_partial_result(const std::string& bytes) const;
   /// Reports progress (a number, or any JSON): written to the record's `progress` and as a
   /// `progress` event of the queue's events stream. One round trip, cheap enough to call every
   /// second. Returns as write_partial_result. Thread-safe; not after the handler returned.

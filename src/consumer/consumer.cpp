@@ -378,7 +378,7 @@ void Consumer::on(std::string task_type, Handler handler, HandlerOptions options
   detail::check_handler_options(options);
   auto running = options.max_in_flight > 0 ? std::make_shared<std::atomic<int>>(0) : nullptr;
   const auto [it, added] = impl_->parts[0]->handlers.emplace(
-      std::move(task_type), detail::Registration{std::move(handler), std::move(options), std::move(running)});
+      std::move(task_type), detail::Registration{std::move(handler), options, std::move(running)});
   if (!added) throw ConfigError("a handler for \"" + it->first + "\" is already registered");
 }
 

@@ -218,7 +218,7 @@ void InFlight::not_run(const EntryKey& key, bool suspect) {
   idle_cv_.notify_all();
 }
 
-void InFlight::entering(const Work& w, std::shared_ptr<TaskControl> control) {
+void InFlight::entering(const Work& w, const std::shared_ptr<TaskControl>& control) {
   bool stop = false;
   StopWhy why = StopWhy::none;
   {

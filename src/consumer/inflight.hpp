@@ -182,7 +182,7 @@ class InFlight {
   /// task's `control` is kept while the entry is held: it is asked to stop at once when the
   /// consumer is stopping or the task was cancelled before its handler started, and later by
   /// stop() and cancel().
-  void entering(const Work& w, std::shared_ptr<TaskControl> control);
+  void entering(const Work& w, const std::shared_ptr<TaskControl>& control);
   /// The handler finished; `c` goes to the completer (a success without a unique lock goes to
   /// the fetcher first, see take_acks); nullopt when the task was given up meanwhile (its
   /// completion went with give_up()). Then as take(), under the same lock.

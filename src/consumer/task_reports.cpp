@@ -23,7 +23,7 @@ void TaskReports::set_result(std::string bytes) {
   if (open_) result_ = std::move(bytes);
 }
 
-bool TaskReports::write(std::string_view what, std::string value) {
+bool TaskReports::write(std::string_view what, const std::string& value) {
   std::lock_guard lock(mutex_);
   if (!open_) return false;
   if (what == "result") result_ = value;
@@ -63,8 +63,8 @@ void Task::set_result(std::string bytes) const {
   if (reports_) reports_->set_result(std::move(bytes));
 }
 
-bool Task::write_partial_result(std::string bytes) const {
-  return reports_ && reports_->write("result", std::move(bytes));
+bool Task::write_partial_result(const std::string& bytes) const {
+  return reports_ && reports_->write("result", bytes);
 }
 
 bool Task::set_progress(const nlohmann::json& progress) const {

@@ -23,7 +23,7 @@ class TaskReports {
 
   void set_result(std::string bytes);
   /// Writes `value` as the record's `what` ("progress" or "result") now; see Task.
-  bool write(std::string_view what, std::string value);
+  bool write(std::string_view what, const std::string& value);
   /// After the handler returned: no more writes; the result it ends with, if one was set.
   std::optional<std::string> close();
 

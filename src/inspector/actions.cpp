@@ -123,6 +123,7 @@ ActionResult Inspector::Impl::on_dead_of_parts(const std::string& queue, const D
     std::vector<std::string> dlqs;  // the argvs' strings
     dlqs.reserve(ps.size());
     std::vector<Argv> lens;
+    lens.reserve(ps.size());
     for (const std::string& p : ps)
       lens.push_back(Argv{"XLEN", dlqs.emplace_back(detail::queue_keys(p).dlq)});
     for (const Reply& r : connected().pipeline(lens)) base.total += r.view().check().integer();
@@ -204,6 +205,7 @@ ActionResult Inspector::Impl::delete_one(const detail::QueueKeys& keys, const De
       // Ids named and a filter: delete those that match (dead letters never change,
       // so the read and the XDEL cannot disagree about a match).
       std::vector<Argv> reads;
+      reads.reserve(ids.size());
       for (const std::string& id : ids) reads.push_back(Argv{"XRANGE", keys.dlq, id, id});
       const auto replies = connected().pipeline(reads);
       for (std::size_t i = 0; i < ids.size(); ++i) {

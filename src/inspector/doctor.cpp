@@ -42,7 +42,7 @@ int version_number(const std::string& v) {
   return major * 10000 + minor * 100 + patch;
 }
 
-std::string mib(std::int64_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
+std::string mib(std::int64_t bytes) { return std::to_string(bytes / (std::int64_t{1024} * 1024)) + " MiB"; }
 
 /// One role's commands (what the ACL lines of docs/operations.md grant), as ACL DRYRUN argvs on `queue`.
 struct RoleCheck {

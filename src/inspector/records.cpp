@@ -27,6 +27,7 @@ std::optional<TaskRecord> Inspector::record(const std::string& queue, const std:
     keys.push_back(detail::task_key(part, t.id));
     of.push_back(&part);
   }
+  argvs.reserve(keys.size());
   for (const std::string& k : keys) argvs.push_back(Argv{"HGETALL", k});
   const std::vector<Reply> replies = impl_->connected().pipeline(argvs);
   for (std::size_t i = 0; i < replies.size(); ++i) {
@@ -68,6 +69,7 @@ Inspector::QueueEvents Inspector::events(const std::string& queue, const std::st
   // One XREAD per partition: on a cluster they are in slots of their own. Only the first may
   // block, and only when the others had nothing.
   std::vector<std::string> streams;
+  streams.reserve(parts.size());
   for (const std::string& part : parts) streams.push_back(detail::events_key(part));
   for (int pass = 0; pass < 2 && out.events.empty(); ++pass) {
     for (std::size_t i = 0; i < parts.size(); ++i) {

@@ -84,6 +84,7 @@ std::optional<TaskRecord> Waiter::read_record(Connection& conn, const std::strin
   std::vector<std::string> keys;  // the argvs' strings
   keys.reserve(queues.size());
   std::vector<Argv> argvs;
+  argvs.reserve(queues.size());
   for (const std::size_t q : queues)
     argvs.push_back(Argv{"HGETALL", keys.emplace_back(task_key(queues_[q], task_id))});
   const std::vector<Reply> replies = conn.pipeline(argvs);

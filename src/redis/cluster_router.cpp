@@ -84,6 +84,7 @@ std::vector<Reply> ClusterRouter::wait_where_sent(const Argv& wait) {
     for (Connection* link : sent) link->append(wait);
     for (Connection* link : sent) link->flush();
     std::vector<Reply> replies;
+    replies.reserve(sent.size());
     for (Connection* link : sent) replies.push_back(link->read_reply());
     return replies;
   });

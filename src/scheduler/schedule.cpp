@@ -10,7 +10,6 @@
 namespace streamq {
 
 using std::chrono::milliseconds;
-using std::chrono::system_clock;
 
 struct Schedule::Rule {
   std::variant<detail::CronSpec, milliseconds> rule;

@@ -242,7 +242,7 @@ Scheduler& Scheduler::operator=(Scheduler&& other) noexcept {
   return *this;
 }
 
-void Scheduler::add(std::string name, Schedule schedule, std::string task_type, Payload payload,
+void Scheduler::add(std::string name, Schedule schedule, std::string task_type, const Payload& payload,
                     ScheduledTaskOptions options) {
   Impl& im = *impl_;
   if (im.started.load()) throw ConfigError("add() must be called before run() or start()");
