@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The Inspector's state and the reads its calls share (inspector.cpp, doctor.cpp).
+// The Inspector's state and the reads its calls share (the files of src/inspector).
 #pragma once
 
 #include <optional>

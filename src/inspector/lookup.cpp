@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: MIT
+// The Inspector finding one task by entry id or task_id: in the level streams, the dead-letter
+// stream, then the delayed set.
+#include "inspector_impl.hpp"
+#include "inspector_util.hpp"
+#include "streamq/errors.hpp"
+#include "wire/keys.hpp"
+
+namespace streamq {
+
+using detail::Argv;
+using detail::check_queue;
+using detail::is_entry_id;
+using detail::kPriorities;
+using detail::level_stream;
+using detail::Reply;
+
+namespace {
+
+constexpr std::size_t kScanPage = 1000;  // entries per XRANGE page of a task_id search
+
+}  // namespace
+
+std::optional<Inspector::Impl::Delayed> Inspector::Impl::find_delayed(const detail::QueueKeys& keys,
+                                                                      std::string_view task_id) {
+  std::string score = "-inf", after;
+  for (;;) {
+    std::vector<Delayed> got = delayed_page(keys, score, after, kScanPage);
+    for (Delayed& d : got) {
+      if (!d.info.id.empty() && d.info.id == task_id) return std::move(d);
+    }
+    if (got.size() < kScanPage) return std::nullopt;
+    score = got.back().score;
+    after = got.back().member;
+  }
+}
+
+std::optional<TaskInfo> Inspector::Impl::find(const detail::QueueKeys& keys, const std::string& id) {
+  if (auto t = find_in_streams(keys, id)) return t;
+  if (is_entry_id(id)) return std::nullopt;  // delayed tasks have no entry id
+  if (auto d = find_delayed(keys, id)) return std::move(d->info);
+  return std::nullopt;
+}
+
+std::optional<TaskInfo> Inspector::Impl::find_in_streams(const detail::QueueKeys& keys,
+                                                         const std::string& id) {
+  const bool by_entry = is_entry_id(id);
+  for (Priority p : kPriorities) {
+    const std::string& stream = level_stream(keys, p);
+    if (by_entry) {
+      const Reply r = run(Argv{"XRANGE", stream, id, id});
+      std::vector<TaskInfo> got = entries(r.view().check(), TaskState::queued, p, stream);
+      if (!got.empty()) {
+        add_pending_details(got);
+        return std::move(got.front());
+      }
+      continue;
+    }
+    std::string start = "-";
+    for (;;) {
+      const Reply r = run(Argv{"XRANGE", stream, start, "+", "COUNT", std::to_string(kScanPage)});
+      std::vector<TaskInfo> got = entries(r.view().check(), TaskState::queued, p, stream);
+      for (TaskInfo& t : got) {
+        if (t.task_id() != id) continue;
+        std::vector<TaskInfo> one;
+        one.push_back(std::move(t));
+        add_pending_details(one);
+        return std::move(one.front());
+      }
+      if (got.size() < kScanPage) break;
+      start = "(" + got.back().id;
+    }
+  }
+  if (by_entry) {
+    const Reply r = run(Argv{"XRANGE", keys.dlq, id, id});
+    std::vector<TaskInfo> got = entries(r.view().check(), TaskState::dead, Priority::normal, keys.dlq);
+    if (!got.empty()) return std::move(got.front());
+    return std::nullopt;
+  }
+  std::string start = "-";
+  for (;;) {
+    const Reply r = run(Argv{"XRANGE", keys.dlq, start, "+", "COUNT", std::to_string(kScanPage)});
+    std::vector<TaskInfo> got = entries(r.view().check(), TaskState::dead, Priority::normal, keys.dlq);
+    for (TaskInfo& t : got) {
+      if (t.task_id() == id) return std::move(t);
+    }
+    if (got.size() < kScanPage) break;
+    start = "(" + got.back().id;
+  }
+  return std::nullopt;
+}
+
+std::optional<TaskInfo> Inspector::task(const std::string& queue, const std::string& id) {
+  check_queue(queue);
+  if (id.empty()) throw ConfigError("id must not be empty");
+  const std::vector<std::string> parts = impl_->parts(queue);
+  const Impl::Target t = Impl::target(parts, id);
+  for (const std::string& part : parts) {
+    if (!t.part.empty() && part != t.part) continue;
+    if (auto found = impl_->find(detail::queue_keys(part), t.id)) {
+      if (parts.size() > 1) found->partition = part;
+      if (!found->field("retention").empty()) found->record = record(part, std::string(found->task_id()));
+      return found;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace streamq

@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: MIT
+// Producer::enqueue_batch's write: the tasks in chunks of one partition, pipelined, what is
+// written kept a prefix of each partition's tasks, and the messages of a batch refused part-way.
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "producer_impl.hpp"
+#include "redis/scripts.hpp"
+#include "refusals.hpp"
+#include "streamq/errors.hpp"
+#include "wire/codec.hpp"
+#include "wire/keys.hpp"
+
+namespace streamq {
+
+using detail::Duplicate;
+using detail::duplicate_message;
+using detail::is_queue_full;
+using detail::parse_duplicate;
+using detail::Prepared;
+using detail::sent_to_wrong_place;
+
+namespace {
+
+// The enqueue script's reply for a chunk not run because an earlier chunk of its batch was not.
+constexpr std::int64_t kBehindUnrun = -1;
+constexpr std::size_t kChunk = 64;  // tasks per enqueue script call: small enough that Redis runs one
+                                    // chunk while the next is formatted (measured: 64 beats 16-256)
+
+struct IndexRanges {
+  std::size_t count = 0;
+  std::string text;  // "0-63, 70"
+};
+
+/// The indices i of `ids` with ids[i].empty() == !written, as ranges.
+IndexRanges index_ranges(const std::vector<std::string>& ids, bool written) {
+  IndexRanges r;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i].empty() == written) continue;
+    std::size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1].empty() != written) ++j;
+    if (!r.text.empty()) r.text += ", ";
+    r.text += i == j ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j);
+    r.count += j - i + 1;
+    i = j;
+  }
+  return r;
+}
+
+/// "wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote nothing after
+/// the first refused one".
+std::string batch_outcome(const std::vector<std::string>& ids) {
+  const IndexRanges w = index_ranges(ids, true);
+  const IndexRanges r = index_ranges(ids, false);
+  auto described = [](const IndexRanges& x) {
+    if (x.count == 0) return std::string("0");
+    return std::to_string(x.count) + (x.count == 1 ? " (index " : " (indices ") + x.text + ")";
+  };
+  std::string m = "wrote " + std::to_string(w.count) + " of " + std::to_string(ids.size()) + " tasks";
+  if (w.count > 0) m += described(w).substr(std::to_string(w.count).size());
+  m += "; refused " + described(r);
+  const bool prefix = std::all_of(ids.begin() + static_cast<std::ptrdiff_t>(w.count), ids.end(),
+                                  [](const std::string& id) { return id.empty(); });
+  if (prefix && w.count > 0) m += " and wrote nothing after the first refused one";
+  return m;
+}
+
+/// "queue full: wrote 64 of 150 tasks (indices 0-63); refused 86 (indices 64-149) and wrote
+/// nothing after the first refused one: <the server's message>".
+std::string partial_batch_message(std::string_view what, const std::vector<std::string>& ids,
+                                  const std::string& server_message) {
+  return std::string(what) + ": " + batch_outcome(ids) + ": " + server_message;
+}
+
+}  // namespace
+
+void Producer::Impl::refuse_batch(const std::vector<std::string>& ids, const std::string& failure) {
+  if (std::all_of(ids.begin(), ids.end(), [](const auto& id) { return id.empty(); }))
+    throw ReplyError(failure);
+  throw ReplyError(failure + " (enqueue_batch " + batch_outcome(ids) + replication_of_written(ids) + ")");
+}
+
+std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec>& tasks) {
+  Impl& im = *this;
+  std::vector<std::string> ids(tasks.size());
+  std::vector<Prepared> prepared;
+  prepared.reserve(tasks.size());
+  const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
+  bool scripted = im.options.overflow == Overflow::reject;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    prepared.push_back(
+        im.prepare(tasks[i].task_type, tasks[i].payload.text(), tasks[i].options, ids[i], created_at));
+    scripted = scripted || Impl::needs_script(prepared.back());
+  }
+  if (tasks.empty()) return ids;
+  std::vector<int> partition_of(prepared.size());
+  for (std::size_t i = 0; i < prepared.size(); ++i) partition_of[i] = prepared[i].partition;
+  im.conn.connect_with_backoff();
+
+  if (!scripted) {
+    std::vector<detail::Argv> argvs;
+    argvs.reserve(prepared.size());
+    for (const auto& t : prepared) argvs.push_back(im.trim_argv(t));
+    std::vector<detail::Reply> replies = im.conn.pipeline(argvs);
+    std::string failure;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      // A command sent where its slot no longer is: again, on its own (command() follows it).
+      if (sent_to_wrong_place(replies[i])) replies[i] = im.conn.command(argvs[i]);
+      if (!replies[i].view().is_error()) continue;
+      if (failure.empty()) failure = std::string(replies[i].view().error());
+      ids[i].clear();
+    }
+    if (!failure.empty()) im.refuse_batch(ids, failure);
+    im.wait_for_replicas(ids);
+    return ids;
+  }
+
+  // The tasks of each partition together, in batch order (with one partition, as given).
+  std::vector<std::size_t> order(prepared.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (im.options.partitions > 1) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return partition_of[a] < partition_of[b]; });
+  }
+  // (With one partition the tasks stay where they are: a second copy of a large batch costs
+  // its page faults, measured at a quarter of enqueue_batch's throughput.)
+  std::vector<Prepared> regrouped;
+  if (im.options.partitions > 1) {
+    regrouped.reserve(prepared.size());
+    for (const std::size_t i : order) regrouped.push_back(std::move(prepared[i]));
+  }
+  const std::vector<Prepared>& grouped = im.options.partitions > 1 ? regrouped : prepared;
+  // Chunks of at most kChunk tasks of one partition. A partition with more than one chunk has
+  // a refusal mark of its own (in its slot): once one of its chunks is refused, every chunk of
+  // it behind that one writes nothing (see the enqueue script), so what was written of each
+  // partition's tasks is a prefix of them.
+  struct Chunk {
+    std::size_t first, last;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<std::size_t> per_partition(static_cast<std::size_t>(im.options.partitions), 0);
+  for (std::size_t first = 0; first < grouped.size();) {
+    std::size_t last = first;
+    while (last < grouped.size() && last - first < kChunk &&
+           grouped[last].partition == grouped[first].partition) {
+      ++last;
+    }
+    chunks.push_back({first, last});
+    per_partition[static_cast<std::size_t>(grouped[first].partition)] += last - first;
+    first = last;
+  }
+  const std::string token = detail::new_uuid_v4();
+  std::vector<std::string> marks(per_partition.size());
+  for (std::size_t p = 0; p < per_partition.size(); ++p) {
+    if (per_partition[p] > kChunk) marks[p] = detail::batch_refused_key(im.keys[p].stream, token);
+  }
+  // Each chunk goes on the wire as soon as it is built, so Redis runs chunk k while the
+  // next one is being formatted.
+  std::vector<detail::Argv> argvs;
+  std::vector<detail::ScriptId> script_ids;
+  std::vector<std::int64_t> position(per_partition.size(), 0);
+  for (const Chunk& c : chunks) {
+    const auto p = static_cast<std::size_t>(grouped[c.first].partition);
+    argvs.push_back(im.script_argv(grouped, c.first, c.last, marks[p], ++position[p]));
+    script_ids.push_back(detail::ScriptId::enqueue);
+    im.conn.append(argvs.back());
+    im.conn.flush();
+  }
+  std::vector<detail::Reply> replies = im.scripts.collect(script_ids, argvs, false);
+  // A chunk that was not run (sent where its slot no longer is: MOVED, ASK, TRYAGAIN; a
+  // script cache emptied by a failover or SCRIPT FLUSH: NOSCRIPT), and the chunks of its
+  // partition behind it (the enqueue script writes nothing while an earlier chunk of its batch
+  // has not run), go again, on their own, in order: what is written stays a prefix in order.
+  std::vector<bool> stuck(per_partition.size(), false);  // a chunk of it stays unwritten
+  std::vector<bool> left(replies.size(), false);         // not run: behind an unwritten chunk
+  for (std::size_t c = 0; c < replies.size(); ++c) {
+    const auto p = static_cast<std::size_t>(grouped[chunks[c].first].partition);
+    const bool not_run = sent_to_wrong_place(replies[c]) || detail::ScriptRunner::is_noscript(replies[c]) ||
+                         (replies[c].view().is_integer() && replies[c].view().integer() == kBehindUnrun);
+    if (not_run && stuck[p]) {
+      left[c] = true;
+      continue;
+    }
+    if (not_run) replies[c] = im.scripts.call(detail::ScriptId::enqueue, argvs[c]);
+    const detail::ReplyView v = replies[c].view();
+    if (v.is_error() || v.integer() <= 0) stuck[p] = true;
+  }
+  std::string server_message;
+  std::string failure;  // another error reply: that chunk was not written
+  std::optional<Duplicate> duplicate;
+  std::size_t duplicate_index = 0;
+  for (std::size_t c = 0; c < replies.size(); ++c) {
+    if (left[c]) {
+      for (std::size_t k = chunks[c].first; k < chunks[c].last; ++k) ids[order[k]].clear();
+      continue;
+    }
+    const bool full = is_queue_full(replies[c]);
+    auto dup = full ? std::nullopt : parse_duplicate(replies[c]);
+    if ((full || dup) && server_message.empty()) {
+      server_message = full ? std::string(replies[c].view().error()) : duplicate_message(*dup);
+      if (dup) {
+        duplicate = std::move(dup);
+        duplicate_index = order[chunks[c].first + duplicate->index];
+      }
+    }
+    if (!full && !dup && replies[c].view().is_error() && failure.empty()) {
+      failure = std::string(replies[c].view().error());
+    }
+    if (!full && !dup && !replies[c].view().is_error() && replies[c].view().integer() > 0)
+      continue;  // written
+    for (std::size_t k = chunks[c].first; k < chunks[c].last; ++k) ids[order[k]].clear();
+  }
+  if (duplicate) {
+    std::string message = partial_batch_message("duplicate task", ids, server_message) +
+                          im.replication_of_written(ids);  // before the move
+    throw DuplicateTaskError(message, duplicate->holder, duplicate_index, std::move(ids));
+  }
+  if (!server_message.empty()) {
+    std::string message = partial_batch_message("queue full", ids, server_message) +
+                          im.replication_of_written(ids);  // before ids is moved from
+    throw QueueFullError(message, std::move(ids));
+  }
+  // Chunks left unwritten without an error of their own (behind one not run, whose mark then
+  // expired or was evicted): the batch is refused all the same, never returned as written.
+  if (failure.empty() &&
+      std::any_of(ids.begin(), ids.end(), [](const std::string& id) { return id.empty(); })) {
+    failure =
+        "ERR a chunk of the batch was not run and the ones behind it were not written (the batch's mark "
+        "expired or was evicted)";
+  }
+  if (!failure.empty()) im.refuse_batch(ids, failure);
+  im.wait_for_replicas(ids);
+  return ids;
+}
+
+}  // namespace streamq

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+// Turning a task and its EnqueueOptions into what is written (checks, partition, fields,
+// retention field, deadline, lock), and the XADD or enqueue script call that writes it.
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "prepare.hpp"
+#include "producer_impl.hpp"
+#include "redis/cluster.hpp"
+#include "redis/scripts.hpp"
+#include "streamq/errors.hpp"
+#include "util/durations.hpp"
+#include "wire/codec.hpp"
+#include "wire/keys.hpp"
+
+namespace streamq {
+
+using detail::Prepared;
+
+namespace {
+
+/// The retention field of a tracked task: "<done ms> <dead ms>" (dead -1: as long as its dead
+/// letter). @throws ConfigError for a negative or overlong duration.
+std::string retention_field(const Retention& r) {
+  detail::check_duration(r.done, std::chrono::milliseconds(0), "retention.done");
+  if (r.dead) detail::check_duration(*r.dead, std::chrono::milliseconds(0), "retention.dead");
+  return std::to_string(r.done.count()) + " " + std::to_string(r.dead ? r.dead->count() : -1);
+}
+
+}  // namespace
+
+int Producer::Impl::partition_of(const EnqueueOptions& eo, std::string_view unique_key) {
+  if (options.partitions == 1) return 0;
+  const std::string_view key = !eo.partition_key.empty() ? std::string_view(eo.partition_key) : unique_key;
+  if (!key.empty()) return static_cast<int>(detail::crc16(key) % static_cast<unsigned>(options.partitions));
+  const int p = next_partition;
+  next_partition = (next_partition + 1) % options.partitions;
+  return p;
+}
+
+Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload, const EnqueueOptions& eo,
+                                 std::string& id_storage, std::string_view created_at) {
+  if (type.empty()) throw ConfigError("task_type must not be empty");
+  if (eo.max_retries && *eo.max_retries < 0) throw ConfigError("max_retries must be >= 0");
+  for (const auto& [name, value] : eo.extra_fields) {
+    if (name.empty() || detail::is_reserved_field(name)) {
+      throw ConfigError("extra field name \"" + name + "\" is empty or reserved");
+    }
+  }
+  detail::check_duration(eo.delay, std::chrono::milliseconds(0), "delay");
+  if (eo.delay.count() > 0 && eo.run_at) throw ConfigError("delay and run_at: set one of them, not both");
+  // Checked before anything is written: the lock's SET PX comes after the XADD, in one script.
+  detail::check_duration(eo.unique_for, std::chrono::milliseconds(0), "unique_for");
+  if (!eo.unique_key.empty() && eo.unique_for.count() == 0) {
+    throw ConfigError("unique_key needs unique_for > 0");
+  }
+  if (eo.priority != Priority::high && eo.priority != Priority::normal && eo.priority != Priority::low) {
+    throw ConfigError("priority must be Priority::high, Priority::normal or Priority::low");
+  }
+  if (auto problem = detail::payload_problem(payload, options.max_payload_bytes, options.max_payload_depth)) {
+    throw PayloadError(*problem);
+  }
+  // 9 standard fields at most (with unique_key, retention, deadline), and 2 more on a retry
+  // copy (last_error, retry_of_span); a consumer dead-letters an entry with more than
+  // kMaxFields, and Lua's unpack() cannot pass many more to one XADD.
+  if (eo.extra_fields.size() + 11 > detail::kMaxFields) {
+    throw ConfigError("too many extra fields: " + std::to_string(eo.extra_fields.size()) + " (at most " +
+                      std::to_string(detail::kMaxFields - 11) + ")");
+  }
+  id_storage = eo.task_id.empty() ? detail::new_uuid_v4() : eo.task_id;
+  Prepared p;
+  p.task = detail::NewTask{
+      id_storage,      type, payload, created_at, eo.max_retries.value_or(options.default_max_retries),
+      &eo.extra_fields};
+  p.dest = eo.priority == Priority::high ? 2 : eo.priority == Priority::low ? 3 : 1;
+  if (eo.run_at) {
+    // 1 ms after the epoch stands for any time already past: "due now" (0 means no due time).
+    p.at_ms = std::max<std::int64_t>(
+        1, std::chrono::duration_cast<std::chrono::milliseconds>(eo.run_at->time_since_epoch()).count());
+  }
+  p.delay_ms = eo.delay.count();
+  if (p.at_ms > 0 || p.delay_ms > 0) p.nonce = detail::new_uuid_v4();
+  if (eo.unique_for.count() > 0) {
+    p.task.unique_key =
+        eo.unique_key.empty() ? std::string_view(id_storage) : std::string_view(eo.unique_key);
+  }
+  if (const std::optional<Retention>& r = eo.retention ? eo.retention : options.retention) {
+    p.retention = retention_field(*r);
+  }
+  if (eo.deadline) {
+    if (*eo.deadline > std::chrono::system_clock::now() + detail::kMaxDuration) {
+      throw ConfigError("deadline must be at most ten years from now");
+    }
+    // 1 ms after the epoch stands for any time already past (as run_at).
+    p.deadline = std::to_string(std::max<std::int64_t>(
+        1, std::chrono::duration_cast<std::chrono::milliseconds>(eo.deadline->time_since_epoch()).count()));
+  }
+  p.partition = partition_of(eo, p.task.unique_key);
+  if (eo.unique_for.count() > 0) {
+    p.lock_key =
+        detail::unique_lock_key(keys[static_cast<std::size_t>(p.partition)].stream, p.task.unique_key);
+    p.lock_ms = eo.unique_for.count();
+  }
+  return p;
+}
+
+detail::Argv Producer::Impl::trim_argv(const Prepared& p) const {
+  detail::Argv argv{"XADD", keys[static_cast<std::size_t>(p.partition)].stream, "MAXLEN", "~", max_len_text,
+                    "*"};
+  detail::append_new_task(argv, p.written_task());
+  return argv;
+}
+
+detail::Argv Producer::Impl::script_argv(const std::vector<Prepared>& tasks, std::size_t first,
+                                         std::size_t last, const std::string& refusal_mark,
+                                         std::int64_t position) const {
+  std::size_t locks = 0;
+  for (std::size_t i = first; i < last; ++i) locks += tasks[i].lock_key.empty() ? 0 : 1;
+  const int numkeys = static_cast<int>(4 + locks + (refusal_mark.empty() ? 0 : 1));
+  detail::Argv argv = scripts.begin(detail::ScriptId::enqueue, numkeys);
+  const detail::QueueKeys& k = keys[static_cast<std::size_t>(tasks[first].partition)];
+  argv.add(k.stream).add(k.high).add(k.low).add(k.delayed);
+  for (std::size_t i = first; i < last; ++i) {
+    if (!tasks[i].lock_key.empty()) argv.add(tasks[i].lock_key);
+  }
+  if (!refusal_mark.empty()) argv.add(refusal_mark);
+  argv.add(options.overflow == Overflow::reject ? "reject" : "trim").add(max_len_text);
+  argv.add(refusal_mark.empty() ? 0 : position).add(static_cast<std::int64_t>(last - first));
+  const bool plain = std::none_of(tasks.begin() + static_cast<std::ptrdiff_t>(first),
+                                  tasks.begin() + static_cast<std::ptrdiff_t>(last), needs_script);
+  argv.add(plain ? "plain" : "full");
+  if (plain) {
+    for (std::size_t i = first; i < last; ++i) {
+      const detail::NewTask written = tasks[i].written_task();  // plain: no retention; a deadline
+      argv.add(static_cast<std::int64_t>(detail::new_task_string_count(written)));
+      detail::append_new_task(argv, written);
+    }
+    return argv;
+  }
+  std::int64_t lock_index = 4;
+  for (std::size_t i = first; i < last; ++i) {
+    const Prepared& t = tasks[i];
+    argv.add(t.dest).add(t.at_ms).add(t.delay_ms);
+    argv.add(t.lock_key.empty() ? 0 : ++lock_index).add(t.lock_ms).add(t.nonce);
+    const detail::NewTask written = t.written_task();
+    argv.add(static_cast<std::int64_t>(detail::new_task_string_count(written)));
+    detail::append_new_task(argv, written);
+  }
+  return argv;
+}
+
+bool Producer::Impl::needs_script(const Prepared& t) {
+  return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty() || !t.retention.empty();
+}
+
+}  // namespace streamq
