@@ -30,7 +30,7 @@ using detail::to_hex;
 
 namespace {
 
-constexpr std::size_t kMostCount = 10000;  // TaskQuery::count
+constexpr std::size_t kMostPageCount = 10000;  // TaskQuery::count
 
 }  // namespace
 
@@ -76,6 +76,7 @@ std::string Inspector::Impl::last_delivered(const std::string& stream) {
 void Inspector::Impl::add_pending_details(std::vector<TaskInfo>& tasks) {
   if (tasks.empty()) return;
   std::vector<Argv> argvs;
+  argvs.reserve(tasks.size());
   for (const TaskInfo& t : tasks) argvs.push_back(Argv{"XPENDING", t.key, options.group, t.id, t.id, "1"});
   const auto replies = connected().pipeline(argvs);
   for (std::size_t i = 0; i < tasks.size(); ++i) {
@@ -140,6 +141,7 @@ TaskPage Inspector::Impl::stream_page(const detail::QueueKeys& keys, const TaskQ
         t.deliveries = v[i][3].as_int();
         got.push_back(std::move(t));
       }
+      bodies.reserve(got.size());
       for (const TaskInfo& t : got) bodies.push_back(Argv{"XRANGE", stream, t.id, t.id});
       const auto replies = connected().pipeline(bodies);
       for (std::size_t i = 0; i < got.size(); ++i) {
@@ -234,8 +236,8 @@ TaskPage Inspector::Impl::dead_tasks(const detail::QueueKeys& keys, const TaskQu
 
 TaskPage Inspector::tasks(const std::string& queue, const TaskQuery& query) {
   check_queue(queue);
-  if (query.count < 1 || query.count > kMostCount) {
-    throw ConfigError("count must be 1 to " + std::to_string(kMostCount) + " (got " +
+  if (query.count < 1 || query.count > kMostPageCount) {
+    throw ConfigError("count must be 1 to " + std::to_string(kMostPageCount) + " (got " +
                       std::to_string(query.count) + ")");
   }
   const std::vector<std::string> parts = impl_->parts(queue);

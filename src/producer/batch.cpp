@@ -197,18 +197,18 @@ std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec
     }
     const bool full = is_queue_full(replies[c]);
     auto dup = full ? std::nullopt : parse_duplicate(replies[c]);
-    if ((full || dup) && server_message.empty()) {
+    const bool refused = full || dup.has_value();
+    if (refused && server_message.empty()) {
       server_message = full ? std::string(replies[c].view().error()) : duplicate_message(*dup);
       if (dup) {
         duplicate = std::move(dup);
         duplicate_index = order[chunks[c].first + duplicate->index];
       }
     }
-    if (!full && !dup && replies[c].view().is_error() && failure.empty()) {
+    if (!refused && replies[c].view().is_error() && failure.empty()) {
       failure = std::string(replies[c].view().error());
     }
-    if (!full && !dup && !replies[c].view().is_error() && replies[c].view().integer() > 0)
-      continue;  // written
+    if (!refused && !replies[c].view().is_error() && replies[c].view().integer() > 0) continue;  // written
     for (std::size_t k = chunks[c].first; k < chunks[c].last; ++k) ids[order[k]].clear();
   }
   if (duplicate) {
