@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "streamq/options.hpp"
+#include "streamq/common.hpp"
 #include "streamq/record.hpp"
 #include "streamq/stats.hpp"
 #include "streamq/task.hpp"

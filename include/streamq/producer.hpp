@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+// The Producer, which enqueues tasks, with its options (ProducerOptions, EnqueueOptions, TaskSpec).
 #pragma once
 
 #include <chrono>
@@ -14,12 +15,53 @@
 
 #include <nlohmann/json.hpp>
 
+#include "streamq/common.hpp"
 #include "streamq/errors.hpp"
 #include "streamq/middleware.hpp"
-#include "streamq/options.hpp"
 #include "streamq/record.hpp"
 
 namespace streamq {
+
+class Tracer;  // streamq/tracing.hpp
+
+/// Producer configuration. Validated by the Producer constructor (ConfigError names the field).
+struct ProducerOptions {
+  ConnectionOptions connection{};
+  /// Stream key. Every other key of the queue is derived from it (`<stream>:dlq`, ...), so a
+  /// name like `{orders}` keeps the whole queue in one Redis Cluster slot.
+  std::string stream = "task_queue";
+  /// Backlog bound, and the `MAXLEN ~` argument of every XADD. Must be > 0.
+  std::int64_t max_len = 10000;
+  Overflow overflow = Overflow::reject;
+  /// Payloads larger than this are refused with PayloadError before anything is sent.
+  std::size_t max_payload_bytes = 1 << 20;
+  /// Payloads nested deeper than this (arrays/objects) are refused with PayloadError: the
+  /// Consumer would dead-letter them anyway. Keep equal to ConsumerOptions::max_payload_depth.
+  int max_payload_depth = 64;
+  /// Retries allowed after the first attempt, unless an enqueue call says otherwise.
+  int default_max_retries = 3;
+  /// Replicas that must have the tasks of an enqueue before it returns (Redis replicates
+  /// asynchronously: a task only the master had is lost when the master fails over). > 0 sends
+  /// `WAIT min_replicas_acked replicas_ack_timeout` after the write; fewer acknowledgements
+  /// within the timeout throw ReplicationError. 0 (the default): no WAIT.
+  int min_replicas_acked = 0;
+  /// How long that WAIT may take (> 0); an enqueue can take this long when replicas lag.
+  std::chrono::milliseconds replicas_ack_timeout{1000};
+  /// The queue's partitions: 1 (default) = one stream, named `stream`. P > 1 = P streams
+  /// `{<stream without braces>:0}` ... `{...:P-1}`, each a queue of its own (own dead letters,
+  /// delayed set, priority levels, unique locks) in its own Redis Cluster slot, so one queue
+  /// spreads over every master. Tasks go to the next partition in turn (each Producer starts at
+  /// a random one), or by EnqueueOptions::partition_key. max_len bounds each partition. The queue's
+  /// Consumers, StatsReaders and Schedulers must say the same count (see docs/cluster.md,
+  /// "Partitioned queues", for changing it). At most 1024.
+  int partitions = 1;
+  /// Track every task this producer enqueues (see Retention), unless its EnqueueOptions say
+  /// otherwise. Unset (the default): only tasks whose EnqueueOptions::retention is set.
+  std::optional<Retention> retention{};
+  /// Writes the enqueuing span's W3C trace context into each task (fields `traceparent`,
+  /// `tracestate`; see streamq/tracing.hpp). Null: none.
+  std::shared_ptr<Tracer> tracer{};
+};
 
 /// Per-task options for Producer::enqueue and enqueue_batch.
 struct EnqueueOptions {

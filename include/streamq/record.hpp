@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "streamq/common.hpp"
 #include "streamq/errors.hpp"
-#include "streamq/options.hpp"
 
 namespace streamq {
 

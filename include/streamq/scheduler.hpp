@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "streamq/options.hpp"
+#include "streamq/common.hpp"
 #include "streamq/producer.hpp"
 
 namespace streamq {

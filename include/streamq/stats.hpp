@@ -7,9 +7,20 @@
 #include <string>
 #include <vector>
 
-#include "streamq/options.hpp"
+#include "streamq/common.hpp"
 
 namespace streamq {
+
+/// StatsReader configuration.
+struct StatsOptions {
+  ConnectionOptions connection{};
+  std::string stream = "task_queue";
+  /// Report only this consumer group; empty = every group of the stream.
+  std::string group{};
+  /// The queue's partitions (ProducerOptions::partitions): > 1 reads each partition and
+  /// reports their sum.
+  int partitions = 1;
+};
 
 /// One consumer of a group, from XINFO CONSUMERS.
 struct ConsumerInfo {

@@ -57,6 +57,7 @@ namespace detail {
 class TaskReports;   // where a running tracked task's result and progress go (src/consumer)
 struct TaskControl;  // why a running task was asked to stop (src/consumer)
 struct TaskAccess;   // lets the consumer attach them
+struct TaskFactory;  // builds a Task from a stream entry (src/wire/codec.cpp)
 }  // namespace detail
 
 /// A task as a handler sees it: decoded and validated before the handler runs.
@@ -66,20 +67,6 @@ struct TaskAccess;   // lets the consumer attach them
 class Task {
  public:
   Task() = default;
-  /// A task whose payload (the `payload` field, already validated as JSON) is parsed on the
-  /// first json() call: a handler that reads only payload() never pays for a parse.
-  /// `stop` is the worker's stop token (see stop_requested()); a default token never stops.
-  Task(std::string entry_id, std::shared_ptr<const Fields> fields, std::int64_t deliveries,
-       std::chrono::system_clock::time_point created_at, int retry_count, int max_retries,
-       std::stop_token stop = {});
-  /// A task with its payload already parsed.
-  Task(std::string entry_id, std::shared_ptr<const Fields> fields, nlohmann::json payload,
-       std::int64_t deliveries, std::chrono::system_clock::time_point created_at, int retry_count,
-       int max_retries, std::stop_token stop = {});
-  Task(std::string entry_id, Fields fields, nlohmann::json payload, std::int64_t deliveries,
-       std::chrono::system_clock::time_point created_at, int retry_count, int max_retries,
-       std::stop_token stop = {});
-
   /// The task id (`task_id`): stays the same across retries.
   const std::string& id() const noexcept { return value_at(id_index_); }
   /// The handler key (`task_type`).
@@ -149,6 +136,13 @@ class Task {
   ~Task() = default;
 
  private:
+  /// A task whose payload (the `payload` field, already validated as JSON) is parsed on the
+  /// first json() call: a handler that reads only payload() never pays for a parse.
+  /// `stop` is the worker's stop token (see stop_requested()); a default token never stops.
+  Task(std::string entry_id, std::shared_ptr<const Fields> fields, std::int64_t deliveries,
+       std::chrono::system_clock::time_point created_at, int retry_count, int max_retries,
+       std::stop_token stop);
+
   enum : std::uint8_t { json_unparsed, json_parsing, json_ready };
   const std::string& value_at(std::size_t index) const noexcept;
 
@@ -169,6 +163,7 @@ class Task {
   std::shared_ptr<detail::TaskReports> reports_;        // set by the consumer for a tracked task
   std::shared_ptr<const detail::TaskControl> control_;  // set by the consumer for the handler
   friend struct detail::TaskAccess;
+  friend struct detail::TaskFactory;
 };
 
 }  // namespace streamq

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "streamq/options.hpp"
+#include "streamq/common.hpp"
 #include "wire/keys.hpp"
 
 namespace streamq::detail {

@@ -7,7 +7,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "streamq/consumer.hpp"
+#include "streamq/consumer_options.hpp"
 
 namespace streamq::detail {
 

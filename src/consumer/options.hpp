@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "streamq/consumer.hpp"
+#include "streamq/consumer_options.hpp"
 
 namespace streamq::detail {
 

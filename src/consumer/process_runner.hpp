@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "executor.hpp"
-#include "streamq/consumer.hpp"
+#include "streamq/consumer_options.hpp"
 #include "task_control.hpp"
 
 namespace streamq::detail {

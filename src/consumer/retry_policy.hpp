@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "streamq/consumer.hpp"
+#include "streamq/consumer_options.hpp"
 #include "streamq/task.hpp"
 
 namespace streamq::detail {

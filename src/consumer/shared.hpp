@@ -19,7 +19,7 @@
 #include "level_order.hpp"
 #include "metrics.hpp"
 #include "redis/connection.hpp"
-#include "streamq/consumer.hpp"
+#include "streamq/consumer_options.hpp"
 #include "wire/codec.hpp"
 #include "wire/keys.hpp"
 

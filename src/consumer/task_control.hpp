@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "inflight.hpp"
-#include "streamq/consumer.hpp"
+#include "streamq/consumer_options.hpp"
 #include "streamq/tracing.hpp"
 
 namespace streamq::detail {

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "backoff.hpp"
-#include "streamq/options.hpp"
+#include "streamq/common.hpp"
 #include "url.hpp"
 
 namespace streamq::detail {

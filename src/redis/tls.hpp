@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "streamq/options.hpp"
+#include "streamq/common.hpp"
 
 struct redisContext;
 

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "streamq/options.hpp"
+#include "streamq/common.hpp"
 
 namespace streamq::detail {
 

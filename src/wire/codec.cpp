@@ -9,6 +9,7 @@
 
 #include "json_check.hpp"
 #include "streamq/errors.hpp"
+#include "task_factory.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -217,8 +218,8 @@ Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> shared, 
     return std::move(*problem);
   }
   // Parsed on the handler's first Task::json() call.
-  return Task(std::move(entry_id), std::move(shared), deliveries, *created, retry_count, max_retries,
-              std::move(stop));
+  return TaskFactory::make(std::move(entry_id), std::move(shared), deliveries, *created, retry_count,
+                           max_retries, std::move(stop));
 }
 
 }  // namespace streamq::detail

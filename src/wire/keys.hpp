@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "streamq/common.hpp"
 #include "streamq/errors.hpp"
-#include "streamq/options.hpp"
 
 namespace streamq::detail {
 

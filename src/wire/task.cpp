@@ -1,20 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "streamq/task.hpp"
 
+#include "task_factory.hpp"
+
 namespace streamq {
 namespace {
 const std::string empty_value;
 const Fields empty_fields;
 }  // namespace
-
-Task::Task(std::string entry_id, std::shared_ptr<const Fields> fields, nlohmann::json payload,
-           std::int64_t deliveries, std::chrono::system_clock::time_point created_at, int retry_count,
-           int max_retries, std::stop_token stop)
-    : Task(std::move(entry_id), std::move(fields), deliveries, created_at, retry_count, max_retries,
-           std::move(stop)) {
-  payload_ = std::move(payload);
-  json_state_.store(json_ready, std::memory_order_relaxed);
-}
 
 Task::Task(std::string entry_id, std::shared_ptr<const Fields> fields, std::int64_t deliveries,
            std::chrono::system_clock::time_point created_at, int retry_count, int max_retries,
@@ -39,11 +32,12 @@ Task::Task(std::string entry_id, std::shared_ptr<const Fields> fields, std::int6
   }
 }
 
-Task::Task(std::string entry_id, Fields fields, nlohmann::json payload, std::int64_t deliveries,
-           std::chrono::system_clock::time_point created_at, int retry_count, int max_retries,
-           std::stop_token stop)
-    : Task(std::move(entry_id), std::make_shared<const Fields>(std::move(fields)), std::move(payload),
-           deliveries, created_at, retry_count, max_retries, std::move(stop)) {}
+Task detail::TaskFactory::make(std::string entry_id, std::shared_ptr<const Fields> fields,
+                               std::int64_t deliveries, std::chrono::system_clock::time_point created_at,
+                               int retry_count, int max_retries, std::stop_token stop) {
+  return Task(std::move(entry_id), std::move(fields), deliveries, created_at, retry_count, max_retries,
+              std::move(stop));
+}
 
 Task::Task(const Task& o)
     : entry_id_(o.entry_id_),

@@ -13,6 +13,7 @@
 #include <streamq/streamq.hpp>
 
 #include "typed_payload.hpp"
+#include "wire/task_factory.hpp"
 
 namespace {
 
@@ -102,7 +103,7 @@ TEST(Payload, ConversionFailuresArePayloadErrors) {
 streamq::Task task_with_payload(std::string payload) {
   auto fields = std::make_shared<const streamq::Fields>(
       streamq::Fields{{"task_id", "id-1"}, {"task_type", "resize"}, {"payload", std::move(payload)}});
-  return streamq::Task("1-0", fields, 1, {}, 0, 3);
+  return streamq::detail::TaskFactory::make("1-0", fields, 1, {}, 0, 3);
 }
 
 TEST(PayloadAs, ConvertsWithFromJson) {
