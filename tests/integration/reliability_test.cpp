@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Fault-injection scenarios, the crash cases of README.md's "Delivery contract": worker
+// Fault injection, the crash cases of README.md's "Delivery contract": worker
 // processes killed with SIGKILL, a task that kills its worker, Redis killed mid-flow.
 // Oracle: every task whose enqueue returned is done or dead-lettered; nothing unexpected ran;
 // duplicates are counted and bounded.
@@ -335,7 +335,7 @@ TEST(Reliability, WorkerKilledAfterItsRunningEntryWasDeletedLeavesTheCopyItRead)
   EXPECT_EQ(pending(client, stream), 0);
 }
 
-// Zombie worker (R16): a worker process SIGSTOPped longer than claim_min_idle while it runs a
+// A zombie worker: a worker process SIGSTOPped longer than claim_min_idle while it runs a
 // task. Another worker reclaims and finishes it (and what the stopped one had prefetched); when
 // the zombie wakes, its handler ends (a second run: the documented at-least-once) but its
 // completion is dropped by the owner check, so nothing is left, retried, dead-lettered or lost.
@@ -389,7 +389,7 @@ std::string run_token(std::string_view value) {
   return std::string(value.substr(from, value.find(' ', from) - from));
 }
 
-// Name collision (R15): while a consumer runs, it holds its name in
+// Two processes, one consumer name: while a consumer runs, it holds its name in
 // <stream>:live:<group length>:<group>:<name> with its client id. A second live process with
 // the same name is refused (ConfigError: streamq_test_worker exits with status 3), and a
 // clean stop frees the name.
@@ -509,7 +509,7 @@ TEST(Reliability, AConsumerWhoseNameWasTakenWhileItWasStoppedStops) {
   EXPECT_FALSE(successor.finished());
 }
 
-// A stalled Redis (R16): the server SIGSTOPped for 10 s under a running worker and producer.
+// A stalled Redis: the server SIGSTOPped for 10 s under a running worker and producer.
 // Commands time out (socket_timeout 2 s), the clients reconnect after SIGCONT, and every task
 // whose enqueue returned is run; nothing is lost.
 TEST(Reliability, AServerStoppedForTenSecondsLosesNothing) {
@@ -562,7 +562,7 @@ TEST(Reliability, AServerStoppedForTenSecondsLosesNothing) {
   std::printf("enqueued=%zu refused=%d ran=%zu\n", enqueued.size(), refused.load(), ran.size());
 }
 
-// Out of memory (R14): Redis at maxmemory with noeviction. Enqueue fails with a ReplyError whose
+// Out of memory: Redis at maxmemory with noeviction. Enqueue fails with a ReplyError whose
 // code is OOM (nothing written); workers keep acknowledging and deleting, which frees memory;
 // retries and dead letters, refused while it is full, are written again until they fit; nothing
 // whose enqueue returned is lost.
@@ -628,7 +628,7 @@ TEST(Reliability, AFullServerRefusesEnqueuesAndLosesNothing) {
   std::printf("enqueued=%zu before OOM\n", ok_ids.size() + failing_ids.size());
 }
 
-// Out of memory with a policy that evicts (R14): the consumer says so at start (its user may run
+// Out of memory with a policy that evicts: the consumer says so at start (its user may run
 // INFO here; `streamq doctor` is the check for users that may not).
 TEST(Reliability, AConsumerWarnsAtStartWhenTheServerMayEvictKeys) {
   RedisServer server({.extra = {"--maxmemory-policy", "allkeys-lru"}});
@@ -646,7 +646,7 @@ TEST(Reliability, AConsumerWarnsAtStartWhenTheServerMayEvictKeys) {
   EXPECT_EQ(quiet.count(LogLevel::warning, "maxmemory-policy"), 0u);
 }
 
-// Clock (R24): a producer and workers whose wall clocks are an hour off (libfaketime, from
+// Wrong clocks: a producer and workers whose wall clocks are an hour off (libfaketime, from
 // Debian's faketime package, which the test command installs; the monotonic clock is left alone,
 // as a wrong wall clock leaves it). Due times, leases and reclaim follow the server's clock (TIME
 // in the scripts, idle times of the pending list), so nothing runs early, nothing waits an hour,
