@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The doctor's checks: what would lose tasks (persistence, maxmemory-policy, clock) and what
 // the user may not run (ACL), on a queue of one stream, on the first partition of a partitioned
-// queue.
+// queue, and on every master of a cluster.
 #include <map>
 #include <set>
 #include <string>
@@ -65,6 +65,22 @@ TEST_F(InspectorPartitionsTest, DoctorChecksTheFirstPartitionsKeys) {
     EXPECT_NE(f.message.find(expected), std::string::npos) << f.message;
   }
   EXPECT_GE(acl, 1);
+}
+
+// doctor() checks every master: each has its own configuration, replicas and ACL users.
+TEST(Cluster, DoctorChecksEveryMaster) {
+  ClusterTopology t(3);
+  Inspector inspector({.connection = {.url = t.url({0})}});
+  std::set<std::string> addresses;
+  int persistence = 0;
+  for (const Finding& f : inspector.doctor("{q}")) {
+    addresses.insert(f.message.substr(0, f.message.find(": ")));
+    if (f.topic == "persistence") ++persistence;
+  }
+  EXPECT_EQ(persistence, 3);
+  std::set<std::string> masters;
+  for (int i = 0; i < 3; ++i) masters.insert("127.0.0.1:" + std::to_string(t.node(i).port()));
+  EXPECT_EQ(addresses, masters);
 }
 
 }  // namespace
