@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Names (R19 of the reliability research): stream, group and consumer names and task types with
+// Odd names: stream, group and consumer names and task types with
 // spaces, newlines, braces, quotes, a NUL byte, non-ASCII text or 1 KB of length go through
 // enqueue, delay, run, retry, dead letter, Stats and the Inspector unchanged: every command is
 // sent as binary-safe arguments, never as text a name could break.

@@ -1,10 +1,19 @@
 // SPDX-License-Identifier: MIT
 // A rate limit is one window for the whole queue: every worker, partition and priority level
 // draws on it, and it admits no more starts than its limit, even when the entries of those
-// streams share ids and start in the same millisecond.
+// streams share ids and start in the same millisecond; a task that has to wait is put back, not
+// failed, dead-lettered or charged a retry.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -12,6 +21,7 @@
 
 #include "consumer_fixture.hpp"
 #include "running_consumer.hpp"
+#include "scheduling_fixture.hpp"
 
 namespace streamq::test {
 namespace {
@@ -59,6 +69,89 @@ TEST_F(ConsumerTest, ARateLimitAdmitsNoMoreThanItsLimitAcrossPartitionsAndLevels
     EXPECT_EQ(ran.load(), kLimit) << "round " << round;
     EXPECT_EQ(client.integer({"ZCARD", queue + ":rate:call_api"}), kLimit) << "round " << round;
   }
+}
+
+// Three workers share one limit: no window of `per` holds more than `limit` starts, and no
+// task is failed, dead-lettered or charged a retry for waiting. The starts are read from the
+// limit's own window (`<stream>:rate:<type>`, scored by the server's clock when each start was
+// allowed), polled faster than its entries expire, so the windows are measured exactly.
+TEST_F(SchedulingTest, ARateLimitHoldsAcrossWorkersAndLosesNothing) {
+  constexpr int kTasks = 90;
+  constexpr int kLimit = 15;
+  constexpr auto kPer = 400ms;
+  Producer p = producer();
+  for (int i = 0; i < kTasks; ++i) p.enqueue("call_api", "{}");
+  std::mutex m;
+  std::map<std::string, int> runs;
+  std::atomic<int> charged{0};
+  std::atomic<bool> done{false};
+  std::map<std::string, std::int64_t> starts;  // the window's members: start -> server ms
+  std::thread poller([&] {
+    Client c(server.url());
+    // An entry stays in the window at least `per`: polling at a quarter of it sees every one.
+    // It polls once more after `done`, which is set once every consumer stopped.
+    for (;;) {
+      const bool last = done.load();
+      const detail::Reply r = c.cmd({"ZRANGE", stream + ":rate:call_api", "0", "-1", "WITHSCORES"});
+      const auto v = r.view().check();
+      for (std::size_t i = 0; i + 1 < v.size(); i += 2) {
+        starts[std::string(v[i].str())] = std::stoll(std::string(v[i + 1].str()));
+      }
+      if (last) break;
+      std::this_thread::sleep_for(kPer / 4);  // the polling period, not a wait for an outcome
+    }
+  });
+  std::vector<std::unique_ptr<RunningConsumer>> consumers;
+  for (int c = 0; c < 3; ++c) {
+    ConsumerOptions o = options();
+    o.consumer_name = "w" + std::to_string(c);
+    consumers.push_back(std::make_unique<RunningConsumer>(o, [&](Consumer& consumer) {
+      consumer.on("call_api",
+                  [&](const Task& t) {
+                    if (t.retry_count() != 0) ++charged;
+                    std::lock_guard lock(m);
+                    ++runs[t.id()];
+                  },
+                  {.rate = {.limit = kLimit, .per = kPer}});
+    }));
+  }
+  const bool all_ran = wait_until(
+      [&] {
+        std::lock_guard lock(m);
+        return runs.size() >= kTasks;
+      },
+      30s);
+  std::uint64_t limited = 0;
+  for (auto& c : consumers) {
+    limited += c->consumer().metrics().rate_limited;
+    c->stop();
+  }
+  done = true;
+  poller.join();
+  ASSERT_TRUE(all_ran);
+  std::lock_guard lock(m);
+  EXPECT_EQ(runs.size(), static_cast<std::size_t>(kTasks));
+  for (const auto& [id, n] : runs) EXPECT_EQ(n, 1) << id;
+  EXPECT_EQ(charged.load(), 0);
+  EXPECT_GT(limited, 0u) << "90 tasks at 15 per 400 ms must have waited";
+  EXPECT_EQ(xlen(dlq), 0);
+  // Every start the limit allowed, once each, and no more than the handlers ran.
+  ASSERT_EQ(starts.size(), static_cast<std::size_t>(kTasks));
+  std::vector<std::int64_t> at;
+  for (const auto& [member, ms] : starts) at.push_back(ms);
+  std::sort(at.begin(), at.end());
+  std::size_t most = 0;
+  for (std::size_t i = 0, j = 0; i < at.size(); ++i) {
+    while (j < at.size() && at[j] < at[i] + kPer.count()) ++j;
+    most = std::max(most, j - i);
+  }
+  std::printf(
+      "[ rate     ] %d tasks, limit %d per %lld ms, 3 workers: at most %zu starts in a window, "
+      "%llu put back\n",
+      kTasks, kLimit, static_cast<long long>(kPer.count()), most, static_cast<unsigned long long>(limited));
+  EXPECT_EQ(most, static_cast<std::size_t>(kLimit));  // the limit is reached, and never passed
+  // 90 tasks at 15 per window need more than 5 windows from the first start to the last.
+  EXPECT_GE(at.back() - at.front(), 5 * kPer.count());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The kill -9 scenarios' tools: a streamq_test_worker process to start and kill, reads of what
-// the workers recorded, and the chaos harness that kills workers at random under a queue.
+// Tools of the tests that kill worker processes: a streamq_test_worker process to start and
+// kill, reads of what the workers recorded, and the chaos harness that kills workers at random
+// under a queue.
 #pragma once
 
 #include <signal.h>
@@ -117,7 +118,7 @@ inline std::int64_t pending(Client& c, const std::string& stream) {
   return r.view().is_error() ? -1 : r.view()[0].integer();
 }
 
-/// The chaos harness shared by the kill -9 scenarios: `workers` worker processes named
+/// The chaos harness of the tests that kill workers: `workers` worker processes named
 /// slot-0.., one killed and restarted under its name every `interval` until every task is
 /// recorded done (or `rounds` kills); then waits until all are done and nothing is left in the
 /// stream or the PEL, and checks the oracle: no task lost, nothing unexpected ran, nothing

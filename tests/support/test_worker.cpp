@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   });
   try {
     consumer.run();
-  } catch (const streamq::ConfigError& e) {  // e.g. its consumer name is in use (R15)
+  } catch (const streamq::ConfigError& e) {  // e.g. its consumer name is in use
     std::cerr << "streamq_test_worker: " << e.what() << "\n";
     return 3;
   }

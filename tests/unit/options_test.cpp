@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Option validation of the public handles (no server: constructors do not connect), the
-// connection settings, reconnect backoff and the script hashes EVALSHA relies on.
+// Option validation of the public handles (no server: constructors do not connect): bad values
+// and durations that would overflow refused with ConfigError, boundary values accepted, consumer
+// names, handler registration mistakes, and partition counts and names.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -9,13 +10,11 @@
 #include <chrono>
 #include <functional>
 #include <regex>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "redis/cluster.hpp"
 #include "redis/connection.hpp"
-#include "redis/scripts.hpp"
 #include "streamq/streamq.hpp"
 #include "wire/codec.hpp"
 #include "wire/keys.hpp"
@@ -288,150 +287,6 @@ TEST(ConsumerHandlers, RegistrationMistakes) {
   }
   // The refused empty handler did not take the name.
   EXPECT_NO_THROW(c.on("empty_handler", noop));
-}
-
-// ---------------------------------------------------------------- connection settings
-
-TEST(ConnectionConfig, DefaultClientNameNamesTheRole) {
-  const auto producer = streamq::detail::make_connection_config({}, "producer");
-  EXPECT_EQ(producer.client_name, "streamq-producer");
-  EXPECT_EQ(streamq::detail::make_connection_config({}, "consumer").client_name, "streamq-consumer");
-  EXPECT_EQ(producer.endpoint.host, "127.0.0.1");
-  EXPECT_EQ(producer.endpoint.port, 6379);
-  EXPECT_EQ(producer.connect_timeout, 2000ms);
-  EXPECT_EQ(producer.socket_timeout, 5000ms);
-  EXPECT_EQ(producer.backoff_base, 50ms);
-  EXPECT_EQ(producer.backoff_max, 2000ms);  // a caller waits
-  EXPECT_EQ(streamq::detail::make_connection_config({}, "stats").backoff_max, 2000ms);
-  EXPECT_EQ(streamq::detail::make_connection_config({}, "consumer").backoff_max, 30000ms);  // nobody waits
-  // The role's default never undercuts a larger base; an explicit cap is kept.
-  EXPECT_EQ(streamq::detail::make_connection_config({.backoff_base = 5000ms}, "producer").backoff_max,
-            5000ms);
-  EXPECT_EQ(streamq::detail::make_connection_config({.backoff_max = 700ms}, "consumer").backoff_max, 700ms);
-}
-
-TEST(ConnectionConfig, GivenValuesAreKept) {
-  const auto c = streamq::detail::make_connection_config({.url = "redis://u:p@cache:6390/2",
-                                                          .connect_timeout = 300ms,
-                                                          .socket_timeout = 7000ms,
-                                                          .client_name = "billing-worker",
-                                                          .backoff_base = 10ms,
-                                                          .backoff_max = 10ms},
-                                                         "consumer");
-  EXPECT_EQ(c.client_name, "billing-worker");
-  EXPECT_EQ(c.endpoint.host, "cache");
-  EXPECT_EQ(c.endpoint.port, 6390);
-  EXPECT_EQ(c.endpoint.db, 2);
-  EXPECT_EQ(c.endpoint.user, "u");
-  EXPECT_EQ(c.endpoint.password, "p");
-  EXPECT_EQ(c.connect_timeout, 300ms);
-  EXPECT_EQ(c.socket_timeout, 7000ms);
-  EXPECT_EQ(c.backoff_base, 10ms);
-  EXPECT_EQ(c.backoff_max, 10ms);
-}
-
-// ---------------------------------------------------------------- backoff
-
-void check_backoff(std::chrono::milliseconds base, std::chrono::milliseconds max) {
-  streamq::detail::Backoff b(base, max);
-  EXPECT_EQ(b.delay(), 0ms);
-  EXPECT_EQ(b.failures(), 0);
-  for (int n = 1; n <= 30; ++n) {
-    b.fail();
-    ASSERT_EQ(b.failures(), n);
-    const std::int64_t cap = std::min<std::int64_t>(max.count(), base.count() << n);
-    std::int64_t highest = 0;
-    for (int draw = 0; draw < 300; ++draw) {
-      const auto d = b.delay().count();
-      ASSERT_GE(d, 0) << "n=" << n;
-      ASSERT_LE(d, cap) << "n=" << n;
-      highest = std::max(highest, d);
-    }
-    // Full jitter spreads over the whole window: 300 uniform draws all below half the cap
-    // would happen with probability 2^-300.
-    EXPECT_GT(highest, cap / 2) << "n=" << n << " cap=" << cap;
-  }
-  b.reset();
-  EXPECT_EQ(b.failures(), 0);
-  for (int draw = 0; draw < 10; ++draw) EXPECT_EQ(b.delay(), 0ms);
-}
-
-TEST(Backoff, FullJitterWithinTheExponentialCap) { check_backoff(50ms, 2000ms); }
-
-TEST(Backoff, ReachesALargeMax) { check_backoff(1ms, 60000ms); }
-
-// ---------------------------------------------------------------- embedded scripts
-
-TEST(Scripts, EachIsEmbeddedUnderItsFileName) {
-  // ScriptId's order is the order of STREAMQ_LUA_SCRIPTS in CMakeLists.txt.
-  using streamq::detail::script_name;
-  using streamq::detail::ScriptId;
-  EXPECT_EQ(script_name(ScriptId::enqueue), "enqueue");
-  EXPECT_EQ(script_name(ScriptId::move), "move");
-  EXPECT_EQ(script_name(ScriptId::orphan), "orphan");
-  EXPECT_EQ(script_name(ScriptId::replace), "replace");
-  EXPECT_EQ(script_name(ScriptId::lease), "lease");
-  EXPECT_EQ(script_name(ScriptId::fetch_pending), "fetch_pending");
-  EXPECT_EQ(script_name(ScriptId::start), "start");
-  EXPECT_EQ(script_name(ScriptId::forget_idle_consumers), "forget_idle_consumers");
-  EXPECT_EQ(script_name(ScriptId::forward), "forward");
-  EXPECT_EQ(script_name(ScriptId::release), "release");
-  std::set<std::string_view> shas;
-  for (std::size_t i = 0; i < static_cast<std::size_t>(ScriptId::count_); ++i) {
-    const auto id = static_cast<ScriptId>(i);
-    const std::string source(streamq::detail::script_source(id));
-    EXPECT_TRUE(source.starts_with("-- " + std::string(script_name(id)) + ": ")) << script_name(id);
-    EXPECT_EQ(source.find("-- @include"), std::string::npos)
-        << script_name(id) << ": an include left unexpanded";
-    const std::string sha(streamq::detail::script_sha(id));
-    EXPECT_TRUE(std::regex_match(sha, std::regex("[0-9a-f]{40}"))) << sha;
-    shas.insert(streamq::detail::script_sha(id));
-  }
-  EXPECT_EQ(shas.size(), static_cast<std::size_t>(ScriptId::count_));
-}
-
-TEST(Scripts, SharedLuaIsIncludedWhereItIsUsed) {
-  using streamq::detail::ScriptId;
-  for (ScriptId id : {ScriptId::move, ScriptId::orphan, ScriptId::lease, ScriptId::start}) {
-    EXPECT_NE(streamq::detail::script_source(id).find("local function pending_owner("), std::string::npos)
-        << streamq::detail::script_name(id);
-  }
-  for (ScriptId id : {ScriptId::move, ScriptId::orphan, ScriptId::replace, ScriptId::fetch_pending}) {
-    EXPECT_NE(streamq::detail::script_source(id).find("local function dead_letter("), std::string::npos)
-        << streamq::detail::script_name(id);
-  }
-  for (ScriptId id : {ScriptId::enqueue, ScriptId::forward, ScriptId::move}) {
-    EXPECT_NE(streamq::detail::script_source(id).find("local function delayed_member("), std::string::npos)
-        << streamq::detail::script_name(id);
-    EXPECT_NE(streamq::detail::script_source(id).find("local function now_ms("), std::string::npos)
-        << streamq::detail::script_name(id);
-  }
-  // Where it is not used, it is not included either.
-  EXPECT_EQ(streamq::detail::script_source(ScriptId::enqueue).find("local function dead_letter("),
-            std::string::npos);
-  EXPECT_EQ(streamq::detail::script_source(ScriptId::enqueue).find("local function pending_owner("),
-            std::string::npos);
-  EXPECT_EQ(streamq::detail::script_source(ScriptId::rate).find("local function delayed_member("),
-            std::string::npos);
-}
-
-TEST(Scripts, TheLuaDeadLetterBuilderSetsTheFieldsTheCodecReserves) {
-  // src/lua/lib/fate.lua names the fields it sets; the codec refuses them as extra fields.
-  const std::string_view source = streamq::detail::script_source(streamq::detail::ScriptId::move);
-  const auto begin = source.find("local meta = {");
-  ASSERT_NE(begin, std::string_view::npos);
-  const std::string meta(source.substr(begin, source.find('}', begin) - begin));
-  std::vector<std::string> named;
-  const std::regex name("'([a-z_]+)', [a-z_]+");
-  for (auto it = std::sregex_iterator(meta.begin(), meta.end(), name); it != std::sregex_iterator(); ++it) {
-    named.push_back((*it)[1]);
-  }
-  std::vector<std::string> reserved;
-  for (std::string_view f : streamq::detail::dead_letter_fields) {
-    reserved.emplace_back(f);
-    EXPECT_TRUE(streamq::detail::is_reserved_field(f)) << f;
-  }
-  EXPECT_EQ(named, reserved);
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
-// Scheduler against a private redis-server, driven by a fake clock: the clock is moved, and
-// the tests wait (with a deadline) for what Redis and the metrics show.
+// Periodic tasks (the Scheduler, cron and interval schedules) against a private redis-server:
+// instances enqueue each tick once, a restart enqueues or skips the ticks it missed, a full
+// queue refuses a tick loudly and once, a tick due while Redis is down is enqueued when it comes
+// back, a consumer runs the ticks, and stop() is prompt. A fake clock drives them (but for the
+// test of the default, the server's clock): the clock is moved, and the tests wait (with a
+// deadline) for what Redis and the metrics show.
 #include <algorithm>
 #include <atomic>
 #include <chrono>

@@ -1,24 +1,25 @@
 // SPDX-License-Identifier: MIT
-// Delayed tasks, retry backoff and rate limits: where a task waits (the delayed set), when it
-// runs (never early, late by about forward_interval), that forwarding never loses or
-// duplicates one, and that a rate limit holds across workers without failing a task.
+// Delayed tasks: where a task waits (the delayed set, with its whole body), what is refused
+// before anything is sent, how the queue's gate and Stats count it, that it runs once, never early
+// and soon after its due time, that many forwarders move each task once, and that a member not in
+// streamq's format or a failing write neither loses nor duplicates a task.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include <streamq/streamq.hpp>
 
-#include "consumer_fixture.hpp"
 #include "running_consumer.hpp"
+#include "scheduling_fixture.hpp"
 
 namespace streamq::test {
 namespace {
@@ -29,37 +30,6 @@ using SystemClock = std::chrono::system_clock;
 std::int64_t epoch_ms(SystemClock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
-
-class SchedulingTest : public ConsumerTest {
- protected:
-  std::string delayed = stream + ":delayed";
-
-  std::int64_t zcard() { return client.integer({"ZCARD", delayed}); }
-  /// The server's clock in ms.
-  std::int64_t server_ms() {
-    const detail::Reply r = client.cmd({"TIME"});
-    const auto v = r.view().check();
-    return std::stoll(std::string(v[0].str())) * 1000 + std::stoll(std::string(v[1].str())) / 1000;
-  }
-  /// A delayed member's fields (lib/delayed.lua's format: a MessagePack array of strings, the
-  /// tag, a nonce, the stream it goes to, then the fields), checked for that shape.
-  static std::map<std::string, std::string> member_fields(const std::string& member) {
-    const auto parts = nlohmann::json::from_msgpack(member);
-    std::map<std::string, std::string> fields;
-    EXPECT_TRUE(parts.is_array() && parts.size() >= 5 && parts.size() % 2 == 1) << parts.dump();
-    if (!parts.is_array()) return fields;
-    for (std::size_t i = 3; i + 1 < parts.size(); i += 2) fields[parts[i]] = parts[i + 1];
-    return fields;
-  }
-  /// Scores of the delayed set, in order.
-  std::vector<std::int64_t> due_times() {
-    const detail::Reply r = client.cmd({"ZRANGE", delayed, "0", "-1", "WITHSCORES"});
-    const auto v = r.view().check();
-    std::vector<std::int64_t> out;
-    for (std::size_t i = 1; i < v.size(); i += 2) out.push_back(std::stoll(std::string(v[i].str())));
-    return out;
-  }
-};
 
 TEST_F(SchedulingTest, DelayedTaskWaitsInTheDelayedSetWithItsBody) {
   Producer p = producer();
@@ -311,222 +281,6 @@ TEST_F(SchedulingTest, ATaskWithMoreFieldsThanAnEntryMayHaveIsRefused) {
   o.extra_fields.resize(989);  // 9 standard fields at most besides them, 2 more on a retry
   p.enqueue("t", "{}", o);
   EXPECT_EQ(zcard(), 1);
-}
-
-// --- retry backoff -------------------------------------------------------------------------
-
-// The retry copy waits in the delayed set, due within the jitter bound of the curve, and
-// keeps last_error; the failed entry is gone from the stream in the same step.
-TEST_F(SchedulingTest, AFailedAttemptIsRetriedAfterItsBackoff) {
-  ConsumerOptions o = options();
-  o.retry_backoff = {.base = 20s, .cap = 1h, .factor = 3.0, .jitter = false};
-  Producer p = producer();
-  const std::string id = p.enqueue("t", "{}");
-  std::atomic<int> attempts{0};
-  const std::int64_t before = server_ms();
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("t", [&](const Task&) {
-      ++attempts;
-      throw std::runtime_error("CDN said 503");
-    });
-  });
-  ASSERT_TRUE(wait_until([&] { return zcard() == 1; }));
-  const std::int64_t after = server_ms();
-  EXPECT_EQ(attempts.load(), 1);
-  EXPECT_EQ(xlen(stream), 0);
-  const auto due = due_times();
-  EXPECT_GE(due[0], before + 20000);  // retry 1 of a 20 s base: exactly 20 s without jitter
-  EXPECT_LE(due[0], after + 20000);
-  const detail::Reply r = client.cmd({"ZRANGE", delayed, "0", "0"});
-  const std::string member(r.view().check()[0].str());
-  auto fields = member_fields(member);
-  EXPECT_EQ(fields["last_error"], "CDN said 503");
-  EXPECT_EQ(fields["retry_count"], "1");
-  EXPECT_EQ(fields["task_id"], id);
-  rc.stop();
-  EXPECT_EQ(rc.consumer().metrics().retried, 1u);
-}
-
-// Full jitter: over many failures, every delay lies in [0, base * factor^n] and they spread.
-TEST_F(SchedulingTest, JitteredRetriesStayWithinTheirBound) {
-  constexpr int kTasks = 60;
-  ConsumerOptions o = options();
-  o.retry_backoff = {.base = 10s, .cap = 1h, .factor = 2.0, .jitter = true};
-  Producer p = producer();
-  for (int i = 0; i < kTasks; ++i) p.enqueue("t", "{}");
-  const std::int64_t before = server_ms();
-  RunningConsumer rc(o, [&](Consumer& c) { c.on("t", [](const Task&) { throw std::runtime_error("no"); }); });
-  ASSERT_TRUE(wait_until([&] { return zcard() == kTasks; }));
-  rc.stop();
-  const std::int64_t after = server_ms();
-  // A draw near 0 makes a task due at once: the forwarder moves it back, it fails again, and its
-  // second delay is drawn from [0, 20 s]. So each member's bound follows its own retry count.
-  const detail::Reply r = client.cmd({"ZRANGE", delayed, "0", "-1", "WITHSCORES"});
-  const auto v = r.view().check();
-  ASSERT_EQ(v.size(), 2u * kTasks);
-  std::int64_t first_draw_min = INT64_MAX;
-  std::int64_t first_draw_max = 0;
-  for (std::size_t i = 0; i < v.size(); i += 2) {
-    const int retries = std::stoi(member_fields(std::string(v[i].str()))["retry_count"]);
-    const std::int64_t due = std::stoll(std::string(v[i + 1].str()));
-    ASSERT_GE(retries, 1);
-    EXPECT_GE(due, before);
-    EXPECT_LE(due, after + (std::int64_t{10000} << (retries - 1))) << "retry " << retries;
-    if (retries == 1) {
-      first_draw_min = std::min(first_draw_min, due);
-      first_draw_max = std::max(first_draw_max, due);
-    }
-  }
-  // About 60 uniform draws over 10 s: all within one second of each other has probability ~0.
-  EXPECT_GT(first_draw_max - first_draw_min, 1000);
-}
-
-// A handler's RetryAfter sets the delay, and counts as an attempt.
-TEST_F(SchedulingTest, RetryAfterChoosesTheDelayAndCountsAsAnAttempt) {
-  ConsumerOptions o = options();
-  o.retry_backoff = {.base = 1h, .cap = 1h};
-  Producer p = producer();
-  p.enqueue("t", "{}", {.max_retries = 1});
-  const std::int64_t before = server_ms();
-  std::atomic<int> attempts{0};
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("t", [&](const Task&) {
-      ++attempts;
-      throw RetryAfter(400ms, "rate limited by the far end");
-    });
-  });
-  ASSERT_TRUE(wait_until([&] { return zcard() == 1; }));
-  EXPECT_GE(due_times()[0], before + 400);
-  EXPECT_LE(due_times()[0], server_ms() + 400);
-  // Its retry runs when due, fails the same way, and has no retries left.
-  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }));
-  rc.stop();
-  EXPECT_EQ(attempts.load(), 2);
-  const auto entries = client.xrange(dlq);
-  EXPECT_EQ(Client::get(entries[0].second, "reason"), "retries_exhausted");
-  EXPECT_EQ(Client::get(entries[0].second, "error"), "rate limited by the far end");
-  EXPECT_EQ(zcard(), 0);
-}
-
-// The per-type backoff of on() overrides the consumer's.
-TEST_F(SchedulingTest, APerTypeBackoffOverridesTheConsumers) {
-  ConsumerOptions o = options();
-  o.retry_backoff = {.base = 1h, .cap = 1h, .jitter = false};
-  Producer p = producer();
-  p.enqueue("fast", "{}");
-  const std::int64_t before = server_ms();
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("fast", [](const Task&) { throw std::runtime_error("no"); },
-         {.retry_backoff = RetryBackoff{.base = 5s, .cap = 5s, .jitter = false}});
-  });
-  ASSERT_TRUE(wait_until([&] { return zcard() == 1; }));
-  rc.stop();
-  EXPECT_GE(due_times()[0], before + 5000);
-  EXPECT_LT(due_times()[0], before + 60000);
-}
-
-TEST_F(SchedulingTest, BadBackoffAndRateOptionsAreConfigErrors) {
-  auto with = [&](RetryBackoff b) {
-    ConsumerOptions o = options();
-    o.retry_backoff = b;
-    return o;
-  };
-  EXPECT_THROW(Consumer(with({.base = -1ms})), ConfigError);
-  EXPECT_THROW(Consumer(with({.base = 2s, .cap = 1s})), ConfigError);
-  EXPECT_THROW(Consumer(with({.factor = 0.5})), ConfigError);
-  ConsumerOptions o = options();
-  o.forward_interval = 0ms;
-  EXPECT_THROW(Consumer{o}, ConfigError);
-  Consumer c(options());
-  auto h = [](const Task&) {};
-  EXPECT_THROW(c.on("a", h, {.rate = {.limit = -1}}), ConfigError);
-  EXPECT_THROW(c.on("b", h, {.rate = {.limit = 5, .per = 0ms}}), ConfigError);
-  EXPECT_THROW(c.on("c", h, {.retry_backoff = RetryBackoff{.factor = 0.0}}), ConfigError);
-}
-
-// --- rate limits ---------------------------------------------------------------------------
-
-// Three workers share one limit: no window of `per` holds more than `limit` starts, and no
-// task is failed, dead-lettered or charged a retry for waiting. The starts are read from the
-// limit's own window (`<stream>:rate:<type>`, scored by the server's clock when each start was
-// allowed), polled faster than its entries expire, so the windows are measured exactly.
-TEST_F(SchedulingTest, ARateLimitHoldsAcrossWorkersAndLosesNothing) {
-  constexpr int kTasks = 90;
-  constexpr int kLimit = 15;
-  constexpr auto kPer = 400ms;
-  Producer p = producer();
-  for (int i = 0; i < kTasks; ++i) p.enqueue("call_api", "{}");
-  std::mutex m;
-  std::map<std::string, int> runs;
-  std::atomic<int> charged{0};
-  std::atomic<bool> done{false};
-  std::map<std::string, std::int64_t> starts;  // the window's members: start -> server ms
-  std::thread poller([&] {
-    Client c(server.url());
-    // An entry stays in the window at least `per`: polling at a quarter of it sees every one.
-    // It polls once more after `done`, which is set once every consumer stopped.
-    for (;;) {
-      const bool last = done.load();
-      const detail::Reply r = c.cmd({"ZRANGE", stream + ":rate:call_api", "0", "-1", "WITHSCORES"});
-      const auto v = r.view().check();
-      for (std::size_t i = 0; i + 1 < v.size(); i += 2) {
-        starts[std::string(v[i].str())] = std::stoll(std::string(v[i + 1].str()));
-      }
-      if (last) break;
-      std::this_thread::sleep_for(kPer / 4);  // the polling period, not a wait for an outcome
-    }
-  });
-  std::vector<std::unique_ptr<RunningConsumer>> consumers;
-  for (int c = 0; c < 3; ++c) {
-    ConsumerOptions o = options();
-    o.consumer_name = "w" + std::to_string(c);
-    consumers.push_back(std::make_unique<RunningConsumer>(o, [&](Consumer& consumer) {
-      consumer.on("call_api",
-                  [&](const Task& t) {
-                    if (t.retry_count() != 0) ++charged;
-                    std::lock_guard lock(m);
-                    ++runs[t.id()];
-                  },
-                  {.rate = {.limit = kLimit, .per = kPer}});
-    }));
-  }
-  const bool all_ran = wait_until(
-      [&] {
-        std::lock_guard lock(m);
-        return runs.size() >= kTasks;
-      },
-      30s);
-  std::uint64_t limited = 0;
-  for (auto& c : consumers) {
-    limited += c->consumer().metrics().rate_limited;
-    c->stop();
-  }
-  done = true;
-  poller.join();
-  ASSERT_TRUE(all_ran);
-  std::lock_guard lock(m);
-  EXPECT_EQ(runs.size(), static_cast<std::size_t>(kTasks));
-  for (const auto& [id, n] : runs) EXPECT_EQ(n, 1) << id;
-  EXPECT_EQ(charged.load(), 0);
-  EXPECT_GT(limited, 0u) << "90 tasks at 15 per 400 ms must have waited";
-  EXPECT_EQ(xlen(dlq), 0);
-  // Every start the limit allowed, once each, and no more than the handlers ran.
-  ASSERT_EQ(starts.size(), static_cast<std::size_t>(kTasks));
-  std::vector<std::int64_t> at;
-  for (const auto& [member, ms] : starts) at.push_back(ms);
-  std::sort(at.begin(), at.end());
-  std::size_t most = 0;
-  for (std::size_t i = 0, j = 0; i < at.size(); ++i) {
-    while (j < at.size() && at[j] < at[i] + kPer.count()) ++j;
-    most = std::max(most, j - i);
-  }
-  std::printf(
-      "[ rate     ] %d tasks, limit %d per %lld ms, 3 workers: at most %zu starts in a window, "
-      "%llu put back\n",
-      kTasks, kLimit, static_cast<long long>(kPer.count()), most, static_cast<unsigned long long>(limited));
-  EXPECT_EQ(most, static_cast<std::size_t>(kLimit));  // the limit is reached, and never passed
-  // 90 tasks at 15 per window need more than 5 windows from the first start to the last.
-  EXPECT_GE(at.back() - at.front(), 5 * kPer.count());
 }
 
 }  // namespace

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: MIT
+// Cancelling a task wherever it is: a delayed one is removed (or run now instead) and its
+// uniqueness lock released, a queued one removed but never one a worker holds; a running one is
+// asked to stop and ends cancelled, not retried, even when its handler fails first or ignores
+// the request (it is given up), and one waiting in a worker's prefetch never starts.
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "control_fixture.hpp"
+#include "inspector_fixture.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST_F(InspectorTest, RunNowAndCancelDelayedTasks) {
+  Producer p = producer();
+  p.enqueue("later", R"({"n":1})", {.task_id = "soon", .delay = 1h});
+  p.enqueue("later", R"({"n":2})", {.task_id = "never", .delay = 1h});
+  std::atomic<int> ran{0};
+  RunningConsumer worker(options(), [&](Consumer& c) {
+    c.on("later", [&](const Task& t) {
+      EXPECT_EQ(t.id(), "soon");
+      ++ran;
+    });
+  });
+  const auto id = inspector.run_now(stream, "soon");
+  ASSERT_TRUE(id);
+  ASSERT_TRUE(wait_until([&] { return ran.load() == 1; }));
+  EXPECT_FALSE(inspector.run_now(stream, "soon")) << "no longer delayed";
+  EXPECT_EQ(inspector.cancel(stream, "never"), CancelOutcome::cancelled);
+  EXPECT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 0);
+  EXPECT_EQ(inspector.cancel(stream, "never"), CancelOutcome::missing);
+  worker.stop();
+  EXPECT_EQ(ran.load(), 1);
+}
+
+TEST_F(InspectorTest, CancellingADelayedUniqueTaskReleasesItsLock) {
+  Producer p = producer();
+  p.enqueue("t", R"({})", {.task_id = "u1", .delay = 1h, .unique_for = 1h, .unique_key = "report"});
+  EXPECT_THROW(p.enqueue("t", R"({})", {.unique_for = 1h, .unique_key = "report"}), DuplicateTaskError);
+  EXPECT_EQ(inspector.cancel(stream, "u1"), CancelOutcome::cancelled);
+  EXPECT_NO_THROW(p.enqueue("t", R"({})", {.unique_for = 1h, .unique_key = "report"}));
+}
+
+TEST_F(InspectorTest, CancelRemovesAQueuedTaskButNeverOneAWorkerHolds) {
+  Producer p = producer();
+  p.enqueue("t", R"({})", {.task_id = "first"});
+  p.enqueue("t", R"({})", {.task_id = "second", .unique_for = 1h, .unique_key = "k"});
+  p.enqueue("t", R"({})", {.task_id = "third"});
+  const std::string first = client.xrange(stream).front().first;
+  const auto held = read_as("busy-worker", 1);
+  ASSERT_EQ(held, std::vector<std::string>{first});
+  EXPECT_EQ(inspector.cancel(stream, first), CancelOutcome::running);
+  EXPECT_EQ(pending(), 1) << "a held task is left alone";
+  EXPECT_EQ(inspector.cancel(stream, "second"), CancelOutcome::cancelled);
+  EXPECT_EQ(client.integer({"EXISTS", stream + ":unique:k"}), 0) << "its uniqueness lock goes with it";
+  const auto rest = client.xrange(stream);
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(Client::get(rest[1].second, "task_id"), "third");
+  EXPECT_EQ(inspector.cancel(stream, "second"), CancelOutcome::missing);
+}
+
+TEST_F(ControlTest, ACancelReachesARunningTaskWhichEndsCancelled) {
+  Producer p = producer();
+  const std::string id =
+      p.enqueue("t", "{}", {.max_retries = 3, .unique_for = 1h, .retention = Retention{.done = 1h}});
+  std::atomic<bool> started{false};
+  std::string why;
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.on("t", [&](const Task& task) {
+      started = true;
+      why = wait_for_stop(task);
+      throw std::runtime_error("interrupted");  // a cancelled task is not retried whatever it does
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
+  Inspector in({.connection = {.url = server.url()}});
+  EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
+  worker.stop();
+  EXPECT_EQ(why, "cancelled");
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(xlen(dlq), 0);
+  EXPECT_EQ(pending(), 0);
+  EXPECT_EQ(worker.consumer().metrics().retried, 0U);
+  EXPECT_EQ(client.integer({"EXISTS", stream + ":unique:" + id}), 0) << "its unique lock is released";
+  EXPECT_EQ(client.cmd({"KEYS", stream + ":cancel:*"}).view().size(), 0U) << "the request goes with the task";
+  const auto record = in.record(stream, id);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, TaskRecord::State::cancelled);
+}
+
+TEST_F(ControlTest, ACancelledTaskWhoseHandlerIgnoresItIsGivenUp) {
+  Producer p = producer();
+  const std::string id = p.enqueue("t", "{}");
+  std::atomic<bool> started{false}, returned{false};
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.on("t", [&](const Task&) {
+      started = true;
+      std::this_thread::sleep_for(2500ms);
+      returned = true;
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
+  Inspector in({.connection = {.url = server.url()}});
+  EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
+  EXPECT_FALSE(returned.load());
+  EXPECT_EQ(pending(), 0);
+  ASSERT_TRUE(wait_until([&] { return returned.load(); }, 10s));
+  std::this_thread::sleep_for(300ms);
+  worker.stop();
+  EXPECT_EQ(worker.consumer().metrics().done, 0U);
+  EXPECT_EQ(worker.consumer().metrics().given_up, 1U);
+  EXPECT_EQ(xlen(dlq), 0);
+}
+
+TEST_F(ControlTest, ACancelThatComesBeforeAFailureIsNotLostToTheRetry) {
+  // The handler fails before its holder's lease renewal (every 5 s here) sees the request: the
+  // retry script finds it, and the task ends cancelled instead of being retried under a new id.
+  Producer p = producer();
+  const std::string id = p.enqueue("t", "{}", {.max_retries = 3, .retention = Retention{.done = 1h}});
+  std::atomic<bool> started{false}, fail{false};
+  std::atomic<int> attempts{0};
+  ConsumerOptions o = options();
+  o.heartbeat_interval = 5s;
+  o.claim_min_idle = 30s;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("t", [&](const Task&) {
+      ++attempts;
+      started = true;
+      while (!fail) std::this_thread::sleep_for(5ms);
+      throw std::runtime_error("down");
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
+  Inspector in({.connection = {.url = server.url()}});
+  EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
+  fail = true;
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
+  std::this_thread::sleep_for(200ms);
+  worker.stop();
+  EXPECT_EQ(attempts.load(), 1);
+  EXPECT_EQ(worker.consumer().metrics().retried, 0U);
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(xlen(dlq), 0);
+  EXPECT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 0);
+  EXPECT_EQ(client.cmd({"KEYS", stream + ":cancel:*"}).view().size(), 0U);
+  EXPECT_EQ(in.record(stream, id)->state, TaskRecord::State::cancelled);
+}
+
+TEST_F(ControlTest, ACancelBeforeTheHandlerStartsKeepsItFromRunning) {
+  // One handler thread, busy with the first task; the second waits in the prefetch when the
+  // cancel comes, and is found cancelled by the lease renewal before it starts.
+  Producer p = producer();
+  p.enqueue("block", "{}");
+  const std::string second = p.enqueue("t", "{}");
+  std::atomic<bool> blocking{false}, release{false};
+  std::atomic<int> ran{0};
+  ConsumerOptions o = fast();
+  o.concurrency = 1;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("block", [&](const Task&) {
+      blocking = true;
+      while (!release) std::this_thread::sleep_for(10ms);
+    });
+    c.on("t", [&](const Task&) { ++ran; });
+  });
+  ASSERT_TRUE(wait_until([&] { return blocking.load(); }, 10s));
+  Inspector in({.connection = {.url = server.url()}});
+  EXPECT_EQ(in.cancel(stream, second), CancelOutcome::running);  // delivered: in the prefetch
+  std::this_thread::sleep_for(500ms);                            // several lease renewals
+  release = true;
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
+  worker.stop();
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(pending(), 0);
+}
+
+}  // namespace
+}  // namespace streamq::test

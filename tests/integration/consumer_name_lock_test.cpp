@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: MIT
+// A consumer name is held by one live process at a time: a second process with the same name
+// is refused, a clean stop frees it, a restart after a kill takes it at once, and a process whose
+// name was taken while it was stopped stops when it goes on.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "chaos.hpp"
+#include "redis_server.hpp"
+#include "running_consumer.hpp"
+#include "wire/keys.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// The run token of a consumer name's value "<client id> <token> <ms written>".
+std::string run_token(std::string_view value) {
+  const std::size_t from = value.find(' ') + 1;
+  return std::string(value.substr(from, value.find(' ', from) - from));
+}
+
+// Two processes, one consumer name: while a consumer runs, it holds its name in
+// <stream>:live:<group length>:<group>:<name> with its client id. A second live process with
+// the same name is refused (ConfigError: streamq_test_worker exits with status 3), and a
+// clean stop frees the name.
+TEST(Reliability, ASecondLiveProcessWithTheSameConsumerNameIsRefused) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  const std::string key = detail::live_key(stream, "workers", "slot-0");
+  WorkerProcess first({STREAMQ_TEST_WORKER, server.url(), stream, "slot-0"});
+  ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", key}) == 1; }));
+  const std::string held_by(client.cmd({"GET", key}).view().str());
+  const std::string log = server.dir() + "/second.log";
+  WorkerProcess second({STREAMQ_TEST_WORKER, server.url(), stream, "slot-0"}, log);
+  const int status = second.wait_exit(10s);
+  ASSERT_TRUE(WIFEXITED(status)) << "still running, or killed by a signal: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 3);
+  EXPECT_NE(slurp(log).find("consumer_name \"slot-0\" (group workers of " + stream +
+                            ") is in use by a live process (client "),
+            std::string::npos)
+      << slurp(log);
+  // The client id may change (the renewals come from the scheduler's connection), and the time
+  // of the write does; the token of the first process's run must not.
+  EXPECT_EQ(run_token(client.cmd({"GET", key}).view().str()), run_token(held_by))
+      << "the refused process took the name";
+  // The first goes on, and another name runs beside it.
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  const std::string one = producer.enqueue("work", "{}");
+  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":done").count(one) == 1; }));
+  ConsumerOptions o{.connection = {.url = server.url()}, .stream = stream, .consumer_name = "slot-1"};
+  o.stop_on_signals = false;
+  {
+    RunningConsumer other(o, [](Consumer& c) { c.on("work", [](const Task&) {}); });
+    const std::string other_key = detail::live_key(stream, "workers", "slot-1");
+    ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", other_key}) == 1; }));
+    other.stop();
+    EXPECT_EQ(client.integer({"EXISTS", other_key}), 0) << "a clean stop frees the name";
+  }
+  // The same name on another queue is another consumer.
+  o.consumer_name = "slot-0";
+  o.stream = stream + "-other";
+  RunningConsumer elsewhere(o, [](Consumer& c) { c.on("work", [](const Task&) {}); });
+  ASSERT_TRUE(wait_until([&] {
+    return client.integer({"EXISTS", detail::live_key(o.stream, "workers", "slot-0")}) == 1;
+  }));
+  EXPECT_FALSE(elsewhere.finished());
+}
+
+// A restart after a crash still works at once: the holder's connection is gone, so the new
+// process takes the name, and replays its own pending entry long before claim_min_idle.
+TEST(Reliability, ARestartAfterAKillTakesTheConsumerNameAtOnce) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  const std::string key = detail::live_key(stream, "workers", "slot-0");
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  const std::string held = producer.enqueue("hang", nlohmann::json{{"ms", 600000}});
+  const std::vector<std::string> args{STREAMQ_TEST_WORKER,  server.url(),         stream, "slot-0",
+                                      "min_idle_ms=600000", "heartbeat_ms=200000"};
+  WorkerProcess first(args);
+  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":started").count(held) == 1; }));
+  const std::string before(client.cmd({"GET", key}).view().str());
+  first.kill9();
+  const std::string log = server.dir() + "/again.log";
+  WorkerProcess again(args, log);
+  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":started").at(held) == 2; }, 10s))
+      << "the restart did not run its own pending entry: " << slurp(log);
+  const std::string after(client.cmd({"GET", key}).view().str());
+  EXPECT_NE(run_token(after), run_token(before)) << "another run's token";
+  EXPECT_NE(slurp(log).find("is gone; taking it over"), std::string::npos) << slurp(log);
+  EXPECT_FALSE(again.died());
+}
+
+// A holder stopped (SIGSTOP) for longer than claim_min_idle cannot renew its name: it expires,
+// and a new process under it runs. When the old one goes on, its next renewal finds the name
+// taken: it stops, and run() throws ConfigError (status 3), so the two never share the name.
+TEST(Reliability, AConsumerWhoseNameWasTakenWhileItWasStoppedStops) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  const std::string key = detail::live_key(stream, "workers", "slot-0");
+  const std::string log = server.dir() + "/zombie.log";
+  WorkerProcess zombie({STREAMQ_TEST_WORKER, server.url(), stream, "slot-0", "min_idle_ms=1000",
+                        "heartbeat_ms=200", "reclaim_ms=200"},
+                       log);
+  ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", key}) == 1; }));
+  zombie.signal(SIGSTOP);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return client.integer({"EXISTS", key}) == 0;
+      },
+      5s))
+      << "the name did not expire";
+  // The successor's own name lasts 10 s unrenewed: a slow moment of this machine (a sanitizer
+  // build) must not let the old process take it back. Only the old one's 1 s had to expire.
+  ConsumerOptions o{.connection = {.url = server.url()},
+                    .stream = stream,
+                    .consumer_name = "slot-0",
+                    .claim_min_idle = 10s,
+                    .reclaim_interval = 1s,
+                    .heartbeat_interval = 1s,
+                    .stop_on_signals = false};
+  std::atomic<int> done{0};
+  RunningConsumer successor(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++done; }); });
+  ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", key}) == 1; }));
+  const std::string holder(client.cmd({"GET", key}).view().str());
+  zombie.signal(SIGCONT);
+  const int status = zombie.wait_exit(10s);
+  ASSERT_TRUE(WIFEXITED(status)) << "still running, or killed by a signal: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 3);
+  EXPECT_NE(slurp(log).find("was taken by another process (client "), std::string::npos) << slurp(log);
+  const std::string now_held(client.cmd({"GET", key}).view().str());
+  EXPECT_EQ(run_token(now_held), run_token(holder))
+      << "the old process's stop freed or took the new one's name";
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  producer.enqueue("work", "{}");
+  ASSERT_TRUE(wait_until([&] { return done.load() == 1; }));
+  EXPECT_FALSE(successor.finished());
+}
+
+}  // namespace
+}  // namespace streamq::test

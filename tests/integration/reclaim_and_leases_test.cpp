@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: MIT
+// Entries a worker held when it died: another worker reclaims them after claim_min_idle
+// (one at a time, beside fresh work), a restart under the same name replays its own at once, and
+// those whose body was trimmed or that were delivered max_deliveries times are dead-lettered
+// instead of run. A live worker's lease keeps a long task from being reclaimed; a worker whose
+// entry another consumer took writes only a success; idle consumers without pending entries
+// leave the group.
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "consumer_fixture.hpp"
+#include "gate.hpp"
+#include "handler_ending.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::set<std::string> consumer_names(Client& c, const std::string& stream) {
+  std::set<std::string> names;
+  const detail::Reply r = c.cmd({"XINFO", "CONSUMERS", stream, "workers"});
+  const auto v = r.view().check();
+  for (std::size_t i = 0; i < v.size(); ++i) names.emplace(v[i].field("name").str());
+  return names;
+}
+
+TEST_F(ConsumerTest, DeadWorkersEntriesAreReclaimedByAnother) {
+  auto p = producer();
+  for (int i = 0; i < 20; ++i) p.enqueue("work", "{}");
+  const auto ids = read_as("dead-worker", 20);
+  ASSERT_EQ(ids.size(), 20u);
+  std::mutex m;
+  std::vector<std::int64_t> deliveries;
+  auto o = options();
+  o.claim_min_idle = 600ms;
+  o.heartbeat_interval = 200ms;
+  o.reclaim_interval = 100ms;
+  RunningConsumer rc(o, [&](Consumer& c) {
+    c.on("work", [&](const Task& t) {
+      std::lock_guard lock(m);
+      deliveries.push_back(t.deliveries());
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return xlen(stream) == 0 && pending() == 0; }));
+  rc.stop();
+  ASSERT_EQ(deliveries.size(), 20u);
+  for (auto d : deliveries) EXPECT_EQ(d, 2);
+  EXPECT_EQ(rc.consumer().metrics().reclaimed, 20u);
+  EXPECT_EQ(rc.consumer().metrics().replayed, 0u);  // taken from another consumer: not a replay
+}
+
+TEST_F(ConsumerTest, ReclaimedEntriesRunOneAtATimeBesideFreshWork) {
+  auto p = producer();
+  for (int i = 0; i < 6; ++i) p.enqueue("work", "{}");
+  ASSERT_EQ(read_as("dead-worker", 6).size(), 6u);  // its worker died holding them
+  for (int i = 0; i < 12; ++i) p.enqueue("work", "{}");
+  std::atomic<int> suspects_now{0}, suspects_max{0}, running_now{0}, running_max{0}, done{0};
+  auto raise = [](std::atomic<int>& now, std::atomic<int>& max) {
+    const int n = ++now;
+    for (int m = max.load(); n > m && !max.compare_exchange_weak(m, n);) {
+    }
+  };
+  auto o = options();
+  o.concurrency = 4;
+  o.claim_min_idle = 300ms;
+  o.heartbeat_interval = 100ms;
+  o.reclaim_interval = 50ms;
+  RunningConsumer rc(o, [&](Consumer& c) {
+    c.on("work", [&](const Task& t) {
+      const bool suspect = t.deliveries() > 1;
+      if (suspect) raise(suspects_now, suspects_max);
+      raise(running_now, running_max);
+      std::this_thread::sleep_for(100ms);  // the task's own work
+      --running_now;
+      if (suspect) --suspects_now;
+      ++done;
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return done == 18 && pending() == 0; }, 30s));
+  rc.stop();
+  EXPECT_EQ(suspects_max, 1);  // reclaimed ones one at a time ...
+  EXPECT_GE(running_max, 2);   // ... while fresh work runs beside them
+  EXPECT_EQ(rc.consumer().metrics().reclaimed, 6u);
+}
+
+TEST_F(ConsumerTest, SameNameRestartReplaysOwnPendingAtOnceAndDeadLettersLostBodies) {
+  auto p = producer();
+  for (int i = 0; i < 5; ++i) p.enqueue("work", "{}");
+  const auto ids = read_as("slot-1", 5);
+  client.cmd({"XDEL", stream, ids[1], ids[3]});  // trimmed while pending
+  std::atomic<int> ran{0};
+  auto o = options();
+  o.consumer_name = "slot-1";  // claim_min_idle stays 30 s: only the replay can run them now
+  RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
+  ASSERT_TRUE(wait_until([&] { return ran == 3 && pending() == 0 && xlen(dlq) == 2; }));
+  rc.stop();
+  EXPECT_EQ(rc.consumer().metrics().replayed, 3u);
+  EXPECT_EQ(rc.consumer().metrics().reclaimed, 0u);  // its own entries: not taken from anyone
+  EXPECT_EQ(rc.consumer().metrics().dead_lettered, 2u);
+  for (const auto& [id, f] : client.xrange(dlq)) {
+    EXPECT_EQ(Client::get(f, "reason"), "body_lost");
+    EXPECT_TRUE(Client::get(f, "original_id") == ids[1] || Client::get(f, "original_id") == ids[3]);
+  }
+}
+
+TEST_F(ConsumerTest, ReclaimDeadLettersTrimmedBodiesAndPoisonBeforeRunning) {
+  auto p = producer();
+  for (int i = 0; i < 6; ++i) p.enqueue("work", "{}");
+  const auto ids = read_as("dead-worker", 6);
+  client.cmd({"XDEL", stream, ids[0], ids[1]});
+  // ids[2] was delivered 3 times already (two crashed attempts after the first).
+  client.cmd({"XCLAIM", stream, "workers", "dead-2", "0", ids[2]});
+  client.cmd({"XCLAIM", stream, "workers", "dead-3", "0", ids[2]});
+  std::mutex m;
+  std::set<std::string> ran;
+  auto o = options();
+  o.claim_min_idle = 300ms;
+  o.heartbeat_interval = 100ms;
+  o.reclaim_interval = 100ms;
+  o.max_deliveries = 3;
+  RunningConsumer rc(o, [&](Consumer& c) {
+    c.on("work", [&](const Task& t) {
+      std::lock_guard lock(m);
+      ran.insert(t.entry_id());
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return pending() == 0 && xlen(dlq) == 3; }));
+  rc.stop();
+  EXPECT_EQ(ran, (std::set<std::string>{ids[3], ids[4], ids[5]}));
+  std::map<std::string, std::string> reasons;
+  for (const auto& [id, f] : client.xrange(dlq))
+    reasons[Client::get(f, "original_id")] = Client::get(f, "reason");
+  EXPECT_EQ(reasons[ids[0]], "body_lost");
+  EXPECT_EQ(reasons[ids[1]], "body_lost");
+  EXPECT_EQ(reasons[ids[2]], "max_deliveries");
+}
+
+TEST_F(ConsumerTest, LongTaskKeepsItsLeaseAndRunsOnce) {
+  const std::string id = producer().enqueue("long", "{}");
+  std::atomic<int> runs{0};
+  auto o = options();
+  o.claim_min_idle = 600ms;
+  o.heartbeat_interval = 150ms;
+  o.reclaim_interval = 50ms;
+  std::atomic<bool> started{false};
+  auto setup = [&](Consumer& c) {
+    c.on("long", [&](const Task& t) {
+      ++runs;
+      started = true;
+      EXPECT_EQ(t.deliveries(), 1);
+      std::this_thread::sleep_for(2500ms);  // the long task itself: four times claim_min_idle
+    });
+  };
+  RunningConsumer a(o, setup);
+  ASSERT_TRUE(wait_until([&] { return started.load(); }));
+  // Three more workers, all trying to reclaim every 50 ms.
+  RunningConsumer b(o, setup), c(o, setup), d(o, setup);
+  // done is counted when the ack's reply is read, which may be just after Redis applied it.
+  ASSERT_TRUE(
+      wait_until([&] { return xlen(stream) == 0 && pending() == 0 && a.consumer().metrics().done == 1; }));
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(
+      b.consumer().metrics().reclaimed + c.consumer().metrics().reclaimed + d.consumer().metrics().reclaimed,
+      0u);
+}
+
+class StaleWorker : public ConsumerTest, public ::testing::WithParamInterface<Ending> {};
+
+TEST_P(StaleWorker, OnlyItsSuccessIsWrittenOnceAnotherConsumerOwnsTheEntry) {
+  const Ending ending = GetParam();
+  producer().enqueue("slow", "{}");
+  Gate gate;
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("slow", [&](const Task& t) {
+      gate.pass(t.entry_id());
+      if (ending == Ending::throws) throw std::runtime_error("failed after losing the lease");
+      if (ending == Ending::permanent) throw PermanentError("refused after losing the lease");
+    });
+  });
+  const auto release = gate.opens_on_exit();
+  const std::string entry_id = gate.arrived();
+  ASSERT_FALSE(entry_id.empty());
+  client.cmd({"XCLAIM", stream, "workers", "thief", "0", entry_id}).view().check();
+  gate.open();
+  if (ending == Ending::returns) {
+    // A success is final even after the lease was lost: the task is done, and the thief's
+    // completion of it will find nothing to do.
+    ASSERT_TRUE(wait_until([&] { return rc.consumer().metrics().done == 1; }));
+    EXPECT_EQ(xlen(stream), 0);
+    EXPECT_EQ(pending(), 0);
+    EXPECT_EQ(rc.consumer().metrics().stale, 0u);
+  } else {
+    ASSERT_TRUE(wait_until([&] { return rc.consumer().metrics().stale == 1; }));
+    EXPECT_EQ(xlen(stream), 1);                         // the original only: no retry copy
+    EXPECT_EQ(xlen(dlq), 0);                            // and no dead letter
+    EXPECT_EQ(pending_entry(entry_id).owner, "thief");  // the thief's claim is intact
+    EXPECT_EQ(rc.consumer().metrics().retried + rc.consumer().metrics().dead_lettered, 0u);
+  }
+  rc.stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(Endings, StaleWorker,
+                         ::testing::Values(Ending::returns, Ending::throws, Ending::permanent),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Ending::returns: return std::string("Success");
+                             case Ending::throws: return std::string("Retry");
+                             case Ending::permanent: return std::string("DeadLetter");
+                           }
+                           return std::string("unknown");
+                         });
+
+TEST_F(ConsumerTest, IdleConsumersWithoutPendingEntriesAreRemovedFromTheGroup) {
+  auto p = producer();
+  p.enqueue("work", "{}");
+  ASSERT_EQ(read_as("old-busy", 1).size(), 1u);  // a dead worker still holding an entry
+  client.cmd({"XGROUP", "CREATECONSUMER", stream, "workers", "old-idle"}).view().check();
+  const auto idle_of = [&](const std::string& name) -> std::int64_t {
+    const detail::Reply r = client.cmd({"XINFO", "CONSUMERS", stream, "workers"});
+    const auto v = r.view().check();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (v[i].field("name").str() == name) return v[i].field("idle").as_int();
+    }
+    return -1;
+  };
+  ASSERT_TRUE(wait_until([&] { return idle_of("old-idle") >= 600 && idle_of("old-busy") >= 600; }));
+  std::atomic<int> ran{0};
+  auto o = options();
+  o.consumer_name = "live";
+  o.claim_min_idle = 300ms;
+  o.heartbeat_interval = 100ms;
+  o.reclaim_interval = 50ms;
+  o.idle_consumer_timeout = 500ms;
+  RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
+  // old-idle goes; old-busy stays while it holds an entry (deleting it would drop the entry),
+  // until the reclaimer has taken that over and the task ran; this consumer is never removed.
+  // The worker counts a removal after XGROUP DELCONSUMER has answered, so the count is waited
+  // for as well: the group can already show only "live" while the count is still 1.
+  ASSERT_TRUE(wait_until([&] {
+    return consumer_names(client, stream) == std::set<std::string>{"live"} && pending() == 0 &&
+           xlen(stream) == 0 && rc.consumer().metrics().consumers_removed >= 2;
+  }));
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(rc.consumer().metrics().consumers_removed, 2u);
+  EXPECT_EQ(rc.consumer().metrics().reclaimed, 1u);
+}
+
+}  // namespace
+}  // namespace streamq::test
