@@ -46,11 +46,10 @@ int main(int argc, char** argv) {
   }
 
   try {
-    streamq::Scheduler scheduler({.connection = {.url = flags["--url"]},
-                                  .stream = flags["--stream"],
-                                  .missed = flags["--missed"] == "skip"
-                                                ? streamq::MissedTicks::skip
-                                                : streamq::MissedTicks::enqueue_once});
+    streamq::Scheduler scheduler(
+        {.queue = {.connection = {.url = flags["--url"]}, .stream = flags["--stream"]},
+         .missed =
+             flags["--missed"] == "skip" ? streamq::MissedTicks::skip : streamq::MissedTicks::enqueue_once});
     scheduler.add("cleanup", streamq::Schedule::cron(flags["--cron"]), "cleanup", {{"older_than_days", 30}});
     scheduler.add("heartbeat", streamq::Schedule::every(std::chrono::seconds(every_seconds)), "heartbeat",
                   "{}", {.max_retries = 0});  // a missed heartbeat is replaced by the next one

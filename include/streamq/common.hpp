@@ -108,4 +108,25 @@ struct Retention {
   std::optional<std::chrono::milliseconds> dead{};
 };
 
+/// The settings of a queue that a writer of its tasks needs: where it is, its partitions, its
+/// bound, and the defaults of the tasks written (SchedulerOptions::queue; ProducerOptions has the
+/// same fields, documented there). Validated by the class that takes them (ConfigError names the
+/// field).
+struct QueueOptions {
+  ConnectionOptions connection{};
+  /// The queue's stream (ProducerOptions::stream).
+  std::string stream = "task_queue";
+  /// The queue's partitions (ProducerOptions::partitions), 1 to 1024.
+  int partitions = 1;
+  /// Backlog bound (ProducerOptions::max_len). Must be > 0.
+  std::int64_t max_len = 10000;
+  /// What a full queue does (ProducerOptions::overflow).
+  Overflow overflow = Overflow::reject;
+  /// Retries allowed after the first attempt, unless a task says otherwise. Must be >= 0.
+  int default_max_retries = 3;
+  /// Payloads larger or deeper than these are refused with PayloadError.
+  std::size_t max_payload_bytes = 1 << 20;
+  int max_payload_depth = 64;
+};
+
 }  // namespace streamq

@@ -75,7 +75,7 @@ enum class MissedTicks {
 
 /// Per-schedule task options.
 struct ScheduledTaskOptions {
-  /// Retries allowed after the first attempt; unset = SchedulerOptions::default_max_retries.
+  /// Retries allowed after the first attempt; unset = SchedulerOptions::queue.default_max_retries.
   std::optional<int> max_retries{};
   /// Extra fields written after the standard ones (as EnqueueOptions::extra_fields). Names
   /// must not collide with wire fields.
@@ -84,21 +84,16 @@ struct ScheduledTaskOptions {
 
 /// Scheduler configuration. Validated by the Scheduler constructor (ConfigError names the field).
 struct SchedulerOptions {
-  ConnectionOptions connection{};
-  /// The stream the tasks are enqueued on. Each schedule's record is `<stream>:sched:<name>`
-  /// (with partitions > 1, `<partition's stream>:sched:<name>`, beside the schedule's tasks).
-  std::string stream = "task_queue";
-  /// The queue's partitions (ProducerOptions::partitions): > 1 sends all the ticks of one
-  /// schedule to one partition (CRC16 of its name mod partitions), its record beside them.
-  int partitions = 1;
-  /// Backlog bound, as ProducerOptions::max_len. Must be > 0.
-  std::int64_t max_len = 10000;
-  /// As ProducerOptions::overflow. With Overflow::reject a tick that finds the queue's backlog
-  /// (every priority's stream plus the delayed set, as the Producer counts it) at max_len or
-  /// more is not enqueued: it is recorded as refused (no instance retries
-  /// it), logged at error level and counted in SchedulerMetrics::refused. With
-  /// Overflow::trim_oldest the task is added with `XADD MAXLEN ~ max_len`.
-  Overflow overflow = Overflow::reject;
+  /// The queue the ticks are enqueued on. Each schedule's record is `<stream>:sched:<name>`
+  /// (with partitions > 1, `<partition's stream>:sched:<name>`, beside the schedule's tasks:
+  /// all the ticks of one schedule go to one partition, CRC16 of its name mod partitions).
+  /// With Overflow::reject a tick that finds the queue's backlog (every priority's stream plus
+  /// the delayed set, as the Producer counts it) at max_len or more is not enqueued: it is
+  /// recorded as refused (no instance retries it), logged at error level and counted in
+  /// SchedulerMetrics::refused. With Overflow::trim_oldest the task is added with
+  /// `XADD MAXLEN ~ max_len`. default_max_retries applies unless a schedule says otherwise;
+  /// max_payload_bytes and max_payload_depth bound what add() takes (PayloadError).
+  QueueOptions queue{};
   /// What happens to a tick found more than misfire_grace late (see MissedTicks).
   MissedTicks missed = MissedTicks::enqueue_once;
   /// A tick handled at most this long after its time is on time and enqueued; a later one is
@@ -116,11 +111,6 @@ struct SchedulerOptions {
   /// Longest wait between two clock reads. A wait normally ends at the next tick; this bounds
   /// how late a tick is noticed when the clock jumps (an injected clock). Must be > 0.
   std::chrono::milliseconds max_wait{1000};
-  /// Retries allowed after the first attempt, unless a schedule says otherwise. Must be >= 0.
-  int default_max_retries = 3;
-  /// Payloads larger or deeper than these are refused by add() with PayloadError.
-  std::size_t max_payload_bytes = 1 << 20;
-  int max_payload_depth = 64;
 };
 
 /// Counters since construction. Each instance counts the ticks it handled itself.
@@ -152,8 +142,8 @@ struct SchedulerMetrics {
 /// tick (`HSET`), atomically. With the default clock each wake-up also sends `TIME`.
 ///
 /// @code
-///   streamq::Scheduler scheduler({.connection = {.url = "redis://127.0.0.1:6379"}, .stream = "task_queue"});
-///   scheduler.add("nightly-report", streamq::Schedule::cron("0 2 * * *"), "generate_pdf",
+///   streamq::Scheduler scheduler({.queue = {.connection = {.url = "redis://127.0.0.1:6379"}, .stream =
+///   "task_queue"}}); scheduler.add("nightly-report", streamq::Schedule::cron("0 2 * * *"), "generate_pdf",
 ///                 {{"report_type", "sales"}, {"period", "yesterday"}});
 ///   scheduler.add("heartbeat", streamq::Schedule::every(std::chrono::seconds(30)), "reindex", "{}");
 ///   scheduler.start();  // its own thread; or scheduler.run() to block this one

@@ -35,20 +35,21 @@ constexpr std::int64_t tick_skipped = 2;
 constexpr std::int64_t tick_refused = 3;
 
 SchedulerOptions validated(SchedulerOptions o) {
-  if (o.stream.empty()) throw ConfigError("stream must not be empty");
-  if (o.max_len <= 0) throw ConfigError("max_len must be > 0");
-  detail::check_partitions(o.partitions, o.stream);
-  if (o.overflow != Overflow::reject && o.overflow != Overflow::trim_oldest) {
-    throw ConfigError("overflow must be Overflow::reject or Overflow::trim_oldest");
+  const QueueOptions& q = o.queue;
+  if (q.stream.empty()) throw ConfigError("queue.stream must not be empty");
+  if (q.max_len <= 0) throw ConfigError("queue.max_len must be > 0");
+  detail::check_partitions(q.partitions, q.stream);
+  if (q.overflow != Overflow::reject && q.overflow != Overflow::trim_oldest) {
+    throw ConfigError("queue.overflow must be Overflow::reject or Overflow::trim_oldest");
   }
   if (o.missed != MissedTicks::enqueue_once && o.missed != MissedTicks::skip) {
     throw ConfigError("missed must be MissedTicks::enqueue_once or MissedTicks::skip");
   }
   detail::check_duration(o.misfire_grace, milliseconds(0), "misfire_grace");
   detail::check_duration(o.max_wait, milliseconds(1), "max_wait");
-  if (o.default_max_retries < 0) throw ConfigError("default_max_retries must be >= 0");
-  if (o.max_payload_bytes == 0) throw ConfigError("max_payload_bytes must be > 0");
-  if (o.max_payload_depth < 1) throw ConfigError("max_payload_depth must be >= 1");
+  if (q.default_max_retries < 0) throw ConfigError("queue.default_max_retries must be >= 0");
+  if (q.max_payload_bytes == 0) throw ConfigError("queue.max_payload_bytes must be > 0");
+  if (q.max_payload_depth < 1) throw ConfigError("queue.max_payload_depth must be >= 1");
   return o;
 }
 
@@ -81,10 +82,10 @@ struct Scheduler::Impl {
 
   explicit Impl(SchedulerOptions o)
       : options(validated(std::move(o))),
-        connection(
-            detail::make_connection_config(options.connection, "scheduler",
-                                           detail::partition_stream(options.stream, options.partitions, 0))),
-        max_len_text(std::to_string(options.max_len)) {}
+        connection(detail::make_connection_config(
+            options.queue.connection, "scheduler",
+            detail::partition_stream(options.queue.stream, options.queue.partitions, 0))),
+        max_len_text(std::to_string(options.queue.max_len)) {}
 
   void main();
   /// Hands `e`'s most recent tick at `now` to the script, unless this instance already did.
@@ -127,7 +128,7 @@ void Scheduler::Impl::handle(Entry& e, TimePoint now, detail::ScriptRunner& scri
   argv.add(e.keys.stream).add(e.key).add(e.keys.high).add(e.keys.low).add(e.keys.delayed);
   argv.add(epoch_ms(due)).add(late ? "1" : "0");
   argv.add(options.missed == MissedTicks::skip ? "skip" : "enqueue_once");
-  argv.add(options.overflow == Overflow::reject ? "reject" : "trim").add(max_len_text);
+  argv.add(options.queue.overflow == Overflow::reject ? "reject" : "trim").add(max_len_text);
   argv.add(task_id);
   detail::append_new_task(argv, task);
   const detail::Reply reply = scripts.call(detail::ScriptId::schedule_tick, argv);
@@ -264,17 +265,18 @@ void Scheduler::add(std::string name, Schedule schedule, std::string task_type, 
                         "\" is empty or reserved");
     }
   }
-  if (auto problem = detail::payload_problem(payload.text(), im.options.max_payload_bytes,
-                                             im.options.max_payload_depth)) {
+  if (auto problem = detail::payload_problem(payload.text(), im.options.queue.max_payload_bytes,
+                                             im.options.queue.max_payload_depth)) {
     throw PayloadError("payload of schedule \"" + name + "\": " + *problem);
   }
   // A schedule's ticks all go to one partition, chosen by its name: one record, one order.
-  const int n = im.options.partitions;
+  const int n = im.options.queue.partitions;
   const int partition = n == 1 ? 0 : static_cast<int>(detail::crc16(name) % static_cast<unsigned>(n));
-  detail::QueueKeys keys = detail::queue_keys(detail::partition_stream(im.options.stream, n, partition));
+  detail::QueueKeys keys =
+      detail::queue_keys(detail::partition_stream(im.options.queue.stream, n, partition));
   std::string key = detail::schedule_key(keys.stream, name);
   im.entries.push_back(Impl::Entry{std::move(name), std::move(schedule), std::move(task_type), payload.text(),
-                                   options.max_retries.value_or(im.options.default_max_retries),
+                                   options.max_retries.value_or(im.options.queue.default_max_retries),
                                    std::move(options.extra_fields), std::move(keys), std::move(key),
                                    std::nullopt});
 }

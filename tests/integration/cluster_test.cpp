@@ -103,7 +103,8 @@ TEST(Cluster, AQueueWhoseKeysWouldSpanSlotsIsRefused) {
   EXPECT_NE(message.find("\"{orders}\""), std::string::npos) << message;
   EXPECT_NE(refused([&] { Consumer c({.connection = {.url = url}, .stream = "orders"}); }), "accepted");
   EXPECT_NE(refused([&] { StatsReader s({.connection = {.url = url}, .stream = "orders"}); }), "accepted");
-  EXPECT_NE(refused([&] { Scheduler s({.connection = {.url = url}, .stream = "orders"}); }), "accepted");
+  EXPECT_NE(refused([&] { Scheduler s({.queue = {.connection = {.url = url}, .stream = "orders"}}); }),
+            "accepted");
   // An empty tag is no tag.
   EXPECT_NE(refused([&] { Producer p({.connection = {.url = url}, .stream = "{}orders"}); }), "accepted");
   EXPECT_EQ(refused([&] { Producer p({.connection = {.url = url}, .stream = "{orders}"}); }), "accepted");

@@ -234,7 +234,7 @@ TEST(Partitions, ASchedulesTicksGoToThePartitionItsNamePicks) {
   const std::string url = t.url({1});
   const std::string queue = plain_key();
   constexpr int kPartitions = 4;
-  Scheduler scheduler({.connection = {.url = url}, .stream = queue, .partitions = kPartitions});
+  Scheduler scheduler({.queue = {.connection = {.url = url}, .stream = queue, .partitions = kPartitions}});
   scheduler.add("often", Schedule::every(100ms), "tick", "{}");
   scheduler.start();
   ASSERT_TRUE(wait_until([&] { return scheduler.metrics().enqueued >= 3; }, 10s));

@@ -65,10 +65,10 @@ class SchedulerTest : public ::testing::Test {
   FakeClock clock{at(2026, 1, 1, 0, 0, 30)};
 
   SchedulerOptions options(MissedTicks missed = MissedTicks::enqueue_once) const {
-    return {.connection = {.url = server.url(),
-                           .backoff_base = milliseconds(10),
-                           .backoff_max = milliseconds(50)},
-            .stream = stream,
+    return {.queue = {.connection = {.url = server.url(),
+                                     .backoff_base = milliseconds(10),
+                                     .backoff_max = milliseconds(50)},
+                      .stream = stream},
             .missed = missed,
             .misfire_grace = seconds(10),
             .clock = clock.fn(),
@@ -206,7 +206,7 @@ TEST_F(SchedulerTest, AFullQueueRefusesTheTickLoudlyAndOnlyOnce) {
   LogCapture log(LogLevel::info);
   clock.set(at(2026, 1, 1, 0, 1, 1));
   SchedulerOptions o = options();
-  o.max_len = 2;
+  o.queue.max_len = 2;
   std::vector<std::unique_ptr<Scheduler>> schedulers;
   for (int i = 0; i < 2; ++i) {
     schedulers.push_back(std::make_unique<Scheduler>(o));

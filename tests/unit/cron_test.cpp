@@ -238,17 +238,19 @@ std::string config_error(const std::function<void()>& f) {
 }
 
 TEST(SchedulerOptionsTest, BadOptionsNameTheField) {
-  EXPECT_NE(config_error([] { Scheduler s({.stream = ""}); }).find("stream"), std::string::npos);
-  EXPECT_NE(config_error([] { Scheduler s({.max_len = 0}); }).find("max_len"), std::string::npos);
+  EXPECT_NE(config_error([] { Scheduler s({.queue = {.stream = ""}}); }).find("stream"), std::string::npos);
+  EXPECT_NE(config_error([] { Scheduler s({.queue = {.max_len = 0}}); }).find("max_len"), std::string::npos);
   EXPECT_NE(config_error([] { Scheduler s({.misfire_grace = milliseconds(-1)}); }).find("misfire_grace"),
             std::string::npos);
   EXPECT_NE(config_error([] { Scheduler s({.max_wait = milliseconds(0)}); }).find("max_wait"),
             std::string::npos);
-  EXPECT_NE(config_error([] { Scheduler s({.default_max_retries = -1}); }).find("default_max_retries"),
-            std::string::npos);
+  EXPECT_NE(
+      config_error([] { Scheduler s({.queue = {.default_max_retries = -1}}); }).find("default_max_retries"),
+      std::string::npos);
   EXPECT_NE(config_error([] { Scheduler s({.missed = static_cast<MissedTicks>(7)}); }).find("missed"),
             std::string::npos);
-  EXPECT_NE(config_error([] { Scheduler s({.connection = {.url = "http://x"}}); }), "(no ConfigError)");
+  EXPECT_NE(config_error([] { Scheduler s({.queue = {.connection = {.url = "http://x"}}}); }),
+            "(no ConfigError)");
 }
 
 TEST(SchedulerOptionsTest, BadSchedulesAreRefusedByAdd) {
@@ -278,7 +280,7 @@ TEST(SchedulerOptionsTest, BadSchedulesAreRefusedByAdd) {
 
 TEST(SchedulerOptionsTest, StopBeforeRunMakesRunReturnAndRunsOnlyOnce) {
   // No server: run() returns without connecting once stop() was asked (a hang fails by timeout).
-  Scheduler s({.connection = {.url = "redis://127.0.0.1:1"}});
+  Scheduler s({.queue = {.connection = {.url = "redis://127.0.0.1:1"}}});
   s.add("a", Schedule::every(seconds(1)), "t", "{}");
   s.stop();
   s.run();

@@ -304,7 +304,8 @@ TEST(Partitions, CountsAndNamesAreChecked) {
   expect_refused<Consumer>(ConsumerOptions{.concurrency = 4, .partitions = 5},
                            "concurrency must be >= partitions");
   expect_refused<StatsReader>(StatsOptions{.partitions = 0}, "partitions must be 1 to 1024");
-  expect_refused<Scheduler>(SchedulerOptions{.stream = "{}", .partitions = 3}, "nothing but braces");
+  expect_refused<Scheduler>(SchedulerOptions{.queue = {.stream = "{}", .partitions = 3}},
+                            "nothing but braces");
   // Accepted: one partition of any name, and P partitions of a name with braces in it.
   EXPECT_NO_THROW(Producer(ProducerOptions{.stream = "{}", .partitions = 1}));
   EXPECT_NO_THROW(
