@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""Soak test (R13 of the reliability research): producers and workers at a steady rate for a
+"""Soak test: producers and workers at a steady rate for a
 long time, with a worker killed (SIGKILL) and restarted under the same name every so often.
 
 It runs a private redis-server on a free loopback port, one producer process and --workers

@@ -102,7 +102,7 @@ ConsumerOptions partition_options(const ConsumerOptions& o, int i) {
   return p;
 }
 
-/// Logs a warning when the server may evict keys under memory pressure (R14): a queue's
+/// Logs a warning when the server may evict keys under memory pressure: a queue's
 /// stream, delayed set or dead letters could go. Quiet when the user may not run INFO (the
 /// worker role of docs/operations.md; `streamq doctor` checks it as an administrator).
 void warn_on_eviction(detail::Connection& conn) {

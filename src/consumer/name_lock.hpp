@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The name lock (R15 of the reliability research): two live processes started with the same
+// The name lock: two live processes started with the same
 // consumer_name would share one pending entries list, each taking the other's entries for its
 // own after a restart, without a word. So a consumer holds its name in a key of the queue,
 // live_key() (`<stream>:live:<group length>:<group>:<consumer>`), holding "<client id>
