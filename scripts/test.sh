@@ -5,8 +5,8 @@
 #   werror    a warnings-as-errors build (Debian's hiredis 0.14, redis-server 7.0) with every test
 #             (the stages compile as unity builds; package.subdirectory compiles each library
 #             file on its own)
-#   tidy      clang-tidy with the checks of .clang-tidy over the library (werror's build: its
-#             compile commands), failing on any finding
+#   tidy      clang-tidy with the checks of .clang-tidy over each file of the library (in
+#             build-tidy), failing on any finding
 #   asan      the same tests (but the Inspector's 100,000-entry paging test) under
 #             AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan      the same under ThreadSanitizer
@@ -114,25 +114,22 @@ unity=(-DCMAKE_UNITY_BUILD=ON)
 
 ctest_prefix=()
 if wanted werror; then
-  stage "build+tests" build 4 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMQ_WERROR=ON -DSTREAMQ_BUILD_BENCH=ON "${unity[@]}" \
-    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+  stage "build+tests" build 4 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTREAMQ_WERROR=ON -DSTREAMQ_BUILD_BENCH=ON "${unity[@]}"
 fi
 
-# clang-tidy reads the library's compile commands: werror's build when that stage ran, else a
-# configured tree of its own (the generated script sources are all it builds). The library's
-# commands are its unity sources, each a few of its files: one parse of the headers for them
-# all, several times faster than file by file. (They #include the .cpp files by design, hence
-# -bugprone-suspicious-include here.) WarningsAsErrors in .clang-tidy makes a finding an error.
+# clang-tidy over each source file of the library, with the compile commands of a tree of its
+# own (not a unity build: a unity source would hide the checks that look at the main file
+# only, and one file's use of a name would count for another; no -Werror, so only the checks
+# of .clang-tidy decide). It builds only the generated script sources. WarningsAsErrors in
+# .clang-tidy makes any finding an error.
 if wanted tidy; then
-  begin "tidy" build
-  if [[ ! -f build/compile_commands.json ]] || ! wanted werror; then
-    cmake -S . -B build -DSTREAMQ_BUILD_TESTS=ON -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${unity[@]}" >/dev/null
-    cmake --build build --target streamq_generated
-  fi
-  run-clang-tidy -quiet -j 2 -p build -checks=-bugprone-suspicious-include \
-    "$PWD/build/CMakeFiles/streamq.dir/Unity/" 2>&1 | tee build/clang-tidy.log
-  if grep -qE '(warning|error):' build/clang-tidy.log; then
-    echo "test.sh: clang-tidy found the problems above" >&2
+  begin "tidy" build-tidy
+  cmake -S . -B build-tidy -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+    -DCMAKE_UNITY_BUILD=OFF -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_TOOLS=OFF >/dev/null
+  cmake --build build-tidy --target streamq_generated
+  if ! run-clang-tidy -quiet -j 2 -p build-tidy "$PWD/src/" >build-tidy/clang-tidy.log 2>&1; then
+    cat build-tidy/clang-tidy.log
+    echo "test.sh: clang-tidy found the problems above (checks: .clang-tidy)" >&2
     exit 1
   fi
   end

@@ -142,8 +142,9 @@ struct SchedulerMetrics {
 /// tick (`HSET`), atomically. With the default clock each wake-up also sends `TIME`.
 ///
 /// @code
-///   streamq::Scheduler scheduler({.queue = {.connection = {.url = "redis://127.0.0.1:6379"}, .stream =
-///   "task_queue"}}); scheduler.add("nightly-report", streamq::Schedule::cron("0 2 * * *"), "generate_pdf",
+///   streamq::Scheduler scheduler({.queue = {.connection = {.url = "redis://127.0.0.1:6379"},
+///                                           .stream = "task_queue"}});
+///   scheduler.add("nightly-report", streamq::Schedule::cron("0 2 * * *"), "generate_pdf",
 ///                 {{"report_type", "sales"}, {"period", "yesterday"}});
 ///   scheduler.add("heartbeat", streamq::Schedule::every(std::chrono::seconds(30)), "reindex", "{}");
 ///   scheduler.start();  // its own thread; or scheduler.run() to block this one
