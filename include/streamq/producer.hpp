@@ -63,6 +63,13 @@ struct ProducerOptions {
   std::shared_ptr<Tracer> tracer{};
 };
 
+/// Options of Producer::wait and wait_async.
+struct WaitOptions {
+  /// A task without a record yet may be enqueued later (by another producer): wait for it until
+  /// the timeout, instead of failing within about a second with "no record".
+  bool wait_for_enqueue = false;
+};
+
 /// Per-task options for Producer::enqueue and enqueue_batch.
 struct EnqueueOptions {
   /// Caller-given task id; empty = a new UUID v4. An id is not checked for uniqueness: a
@@ -313,23 +320,31 @@ class Producer {
 
   /// Waits until tracked task `task_id` (enqueued with a Retention, by any producer of this
   /// queue) has finished, and returns its record: TaskRecord::result is what its handler
-  /// returned. A task that finished before the call is answered from its record at once (while
-  /// its retention keeps it: with Retention::done = 0 it is gone). Otherwise a thread of this
-  /// Producer follows the queue's events stream (`XREAD BLOCK`, one connection for every wait,
-  /// and one more for the reads a wait starts with), so a thousand waits cost one read loop.
+  /// returned. A thread of this Producer reads the task's record (a task that finished before
+  /// the call is answered from it) and follows the queue's events stream (`XREAD BLOCK`, one
+  /// connection for every wait), so a thousand waits cost one read loop. A record that a wait
+  /// read before its task ended is kept for a minute after the end even with Retention::done = 0;
+  /// a task whose record went with its end while the thread was reading events is answered from
+  /// its final event. Every wait ends within `timeout` (give or take a few milliseconds),
+  /// whatever Redis does: a server out of reach makes it a WaitTimeoutError saying so.
   /// Thread-safe (unlike enqueue): any number of threads may wait at once.
   /// @throws TaskFailedError (it ended dead or cancelled: what() says why, record() is its
-  ///   record), WaitTimeoutError (not finished within `timeout`, or no record of it was found:
-  ///   not tracked, expired, another queue's), ConnectionError or ReplyError (the first read,
-  ///   of the record, failed), ConfigError (a negative timeout, or one over ten years).
+  ///   record), WaitTimeoutError (not finished within `timeout`; or no record of it was found
+  ///   within about a second: not tracked, expired, another queue's, or not enqueued yet, see
+  ///   WaitOptions), ConfigError (a negative timeout, or one over ten years).
   TaskRecord wait(const std::string& task_id, std::chrono::milliseconds timeout);
+  /// wait() with options (WaitOptions::wait_for_enqueue: a task that has no record yet).
+  TaskRecord wait(const std::string& task_id, std::chrono::milliseconds timeout, WaitOptions options);
   /// wait() without blocking: the future holds the record, TaskFailedError or WaitTimeoutError;
-  /// the first read's ConnectionError or ReplyError, and a ConfigError for the timeout, are
-  /// thrown by the call.
+  /// a ConfigError for the timeout is thrown by the call.
   std::future<TaskRecord> wait_async(const std::string& task_id, std::chrono::milliseconds timeout);
+  std::future<TaskRecord> wait_async(const std::string& task_id, std::chrono::milliseconds timeout,
+                                     WaitOptions options);
   /// Enqueues a task (as enqueue) and waits for it (as wait). It is tracked whatever the options
   /// say: with their retention, else ProducerOptions::retention, else one that keeps the record
-  /// for max(timeout, 1 min) once done. @throws as enqueue and wait.
+  /// for max(timeout, 1 min) once done; a retention of 0 becomes a minute (the task could end
+  /// before the wait reads its record, which would then be gone with its result).
+  /// @throws as enqueue and wait.
   TaskRecord enqueue_and_wait(std::string_view task_type, const Payload& payload, EnqueueOptions options,
                               std::chrono::milliseconds timeout);
 

@@ -88,15 +88,12 @@ detail::Waiter& Producer::Impl::waiter() {
 }
 
 TaskRecord Producer::Impl::wait_here(const std::string& task_id, std::chrono::milliseconds timeout,
-                                     std::optional<std::size_t> partition) {
+                                     std::optional<std::size_t> partition, const WaitOptions& options) {
   auto promise = std::make_shared<std::promise<detail::WaitOutcome>>();
   std::future<detail::WaitOutcome> f = promise->get_future();
-  waiter().wait(task_id, timeout, partition,
+  // The waiter answers every wait by its deadline, whatever Redis does.
+  waiter().wait(task_id, timeout, partition, options.wait_for_enqueue,
                 [promise](detail::WaitOutcome o) { promise->set_value(std::move(o)); });
-  if (f.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready) {
-    throw WaitTimeoutError(
-        "task " + task_id + " did not finish in time (its queue's events could not be read)", std::nullopt);
-  }
   return f.get().take();
 }
 
@@ -108,10 +105,15 @@ Producer& Producer::operator=(Producer&&) noexcept = default;
 const ProducerOptions& Producer::options() const noexcept { return impl_->options; }
 
 std::future<TaskRecord> Producer::wait_async(const std::string& task_id, std::chrono::milliseconds timeout) {
+  return wait_async(task_id, timeout, WaitOptions{});
+}
+
+std::future<TaskRecord> Producer::wait_async(const std::string& task_id, std::chrono::milliseconds timeout,
+                                             WaitOptions options) {
   detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
   auto promise = std::make_shared<std::promise<TaskRecord>>();
   std::future<TaskRecord> result = promise->get_future();
-  impl_->waiter().wait(task_id, timeout, std::nullopt, [promise](detail::WaitOutcome o) {
+  impl_->waiter().wait(task_id, timeout, std::nullopt, options.wait_for_enqueue, [promise](detail::WaitOutcome o) {
     try {
       promise->set_value(std::move(o).take());
     } catch (const Error&) {
@@ -122,8 +124,12 @@ std::future<TaskRecord> Producer::wait_async(const std::string& task_id, std::ch
 }
 
 TaskRecord Producer::wait(const std::string& task_id, std::chrono::milliseconds timeout) {
+  return wait(task_id, timeout, WaitOptions{});
+}
+
+TaskRecord Producer::wait(const std::string& task_id, std::chrono::milliseconds timeout, WaitOptions options) {
   detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
-  return impl_->wait_here(task_id, timeout, std::nullopt);
+  return impl_->wait_here(task_id, timeout, std::nullopt, options);
 }
 
 TaskRecord Producer::enqueue_and_wait(std::string_view task_type, const Payload& payload,
@@ -133,8 +139,13 @@ TaskRecord Producer::enqueue_and_wait(std::string_view task_type, const Payload&
     options.retention =
         Retention{.done = std::max<std::chrono::milliseconds>(timeout, std::chrono::minutes(1))};
   }
+  // A record that goes with the task's end could go before this wait reads it (a quick task):
+  // kept for the minute a record someone waits on is kept (src/lua/watch.lua).
+  Retention& kept = options.retention ? *options.retention : options.retention.emplace(*impl_->options.retention);
+  if (kept.done.count() == 0) kept.done = std::chrono::minutes(1);
+  if (kept.dead && kept.dead->count() == 0) kept.dead = std::chrono::minutes(1);
   const std::string id = enqueue(task_type, std::string_view(payload.text()), options);
-  return impl_->wait_here(id, timeout, impl_->last_partition);
+  return impl_->wait_here(id, timeout, impl_->last_partition, WaitOptions{});
 }
 
 namespace {

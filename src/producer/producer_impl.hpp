@@ -32,10 +32,9 @@ struct Producer::Impl {
   /// The waits' follower of the queue's events, made on the first wait.
   detail::Waiter& waiter();
   /// A wait on this thread: its outcome, turned into the record or an exception here. The waiter
-  /// settles it by its deadline (within its read's block) even while Redis is away; the second
-  /// of slack only bounds the caller should it not.
+  /// settles it by its deadline even while Redis is away (its deadline keeper).
   TaskRecord wait_here(const std::string& task_id, std::chrono::milliseconds timeout,
-                       std::optional<std::size_t> partition);
+                       std::optional<std::size_t> partition, const WaitOptions& options);
 
   // prepare.cpp
   /// The partition of a task: by its partition key, else its unique key, else the next in turn.

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: MIT
 // Producer::wait: the outcome of tracked tasks, from their records and their queue's events
 // stream. One thread follows the events streams of every partition of the queue (XREAD
-// BLOCK) and completes the waits their final events answer; a wait first reads the task's
-// record, so a task that finished before the wait began is answered at once. Two connections:
-// the thread's, and one for the reads a wait starts with.
+// BLOCK), reads the record of each new wait (marking it waited on: watch.lua) and completes
+// the waits that the records or the final events answer. A second thread keeps the deadlines:
+// a wait ends at its timeout whatever the first thread is doing (a frozen server holds it for
+// the socket timeout). The first thread remembers the last final events it read, so a wait
+// registered after its task ended, whose record went with its end (Retention::done = 0), is
+// answered too.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <future>
 #include <map>
@@ -17,9 +21,11 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "redis/connection.hpp"
+#include "redis/scripts.hpp"
 #include "streamq/record.hpp"
 
 namespace streamq::detail {
@@ -41,17 +47,22 @@ struct WaitOutcome {
 
 class Waiter {
  public:
+  /// A wait on an id without a record fails this long after its first read (unless it waits
+  /// for the enqueue): time for the record of a task enqueued at that moment to appear.
+  static constexpr Millis kNoRecordGrace{1000};
+
   /// `queues`: the streams of the queue's partitions (one for a plain queue).
   Waiter(const ConnectionConfig& config, std::vector<std::string> queues);
   ~Waiter();
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
 
-  /// Registers a wait for the task: `deliver` is called once, with how it ended (on this
-  /// thread when the task had finished already, else on the waiter's thread). Thread-safe.
-  /// `partition` (an index into the queues) when the caller knows it; otherwise every
-  /// partition is asked. Throws what the first read of the record throws.
-  void wait(const std::string& task_id, Millis timeout, std::optional<std::size_t> partition,
+  /// Registers a wait for the task: `deliver` is called once, with how it ended, on one of the
+  /// waiter's threads, at the latest at `timeout` from now. Thread-safe; never blocks on
+  /// Redis. `partition` (an index into the queues) when the caller knows it; otherwise every
+  /// partition is asked. `for_enqueue`: a task without a record yet is waited for (it may be
+  /// enqueued later) instead of failing after kNoRecordGrace.
+  void wait(const std::string& task_id, Millis timeout, std::optional<std::size_t> partition, bool for_enqueue,
             std::function<void(WaitOutcome)> deliver);
 
  private:
@@ -59,15 +70,28 @@ class Waiter {
     std::string task_id;
     std::vector<std::size_t> queues;  // the partitions it may be in (one, once known)
     Clock::time_point deadline;
+    bool for_enqueue = false;
     std::function<void(WaitOutcome)> deliver;
+    // The thread's alone:
+    bool checked = false;                            // its record was read
+    std::optional<Clock::time_point> missing_since;  // no record found then
+    // Guarded by `mutex`:
+    std::mutex mutex;
+    bool answered = false;
+    bool read = false;               // a read of its record was answered
     std::optional<TaskRecord> last;  // its record as last read
-    bool checked = false;            // the thread has read its record
+    std::string trouble;             // why the last read failed, if it did
+    /// Delivers `o` unless answered already (the first answer wins). True when it did.
+    bool answer(WaitOutcome o);
+    bool is_answered();
+    void note(std::optional<TaskRecord> record);
   };
+  using PendingPtr = std::shared_ptr<Pending>;
 
   void run(const std::stop_token& stop);
-  /// The records of `task_id` in `queues` (pipelined HGETALL on `conn`): the one found, if any.
-  std::optional<TaskRecord> read_record(Connection& conn, const std::string& task_id,
-                                        std::vector<std::size_t>& queues);
+  void keep_deadlines(const std::stop_token& stop);
+  /// The records of `task_id` in `queues` (watch.lua on each, pipelined): the one found, if any.
+  std::optional<TaskRecord> read_record(const std::string& task_id, std::vector<std::size_t>& queues);
   /// Reads the events after the positions (blocking up to `block`); returns the ids of the
   /// tasks whose final event came, and whether a stream gave a full page (it may have been
   /// trimmed past events not read).
@@ -78,25 +102,34 @@ class Waiter {
   /// Moves the registered waits into waiting_.
   void adopt();
   /// Reads the records of the waits not read yet (`all`: of every wait), completes the
-  /// finished ones.
+  /// finished ones, and those without a record whose end the remembered final events tell.
   void check_records(bool all);
-  /// Times out the waits whose deadline passed.
-  void expire(Clock::time_point now);
+  /// Fails the waits without a record past kNoRecordGrace (read once more first), and forgets
+  /// the answered ones.
+  void sweep(Clock::time_point now);
+  /// Remembers a final event (the last kRemembered of them).
+  void remember(const QueueEvent& event, std::size_t queue);
   static void complete(Pending& p, const TaskRecord& r);
+  static WaitOutcome timed_out(Pending& p);
 
   const std::vector<std::string> queues_;
   std::vector<std::string> events_;  // events stream of each queue
   Connection reader_;                // the thread's
-  Connection looker_;                // the first reads of wait(), under look_mutex_
-  std::mutex look_mutex_;
+  ScriptRunner scripts_{reader_};
   std::vector<std::string> positions_;  // the thread's: the last event id read of each stream
+  // The thread's: the last final events read (a record gone with its task's end), by task id.
+  std::unordered_map<std::string, std::pair<TaskRecord, std::size_t>> ended_;
+  std::deque<std::string> ended_order_;
 
-  std::mutex mutex_;  // incoming_
+  std::mutex mutex_;  // incoming_, deadlines_
   std::condition_variable_any cv_;
-  std::vector<std::unique_ptr<Pending>> incoming_;  // registered, not yet taken by the thread
+  std::condition_variable_any deadline_cv_;
+  std::vector<PendingPtr> incoming_;  // registered, not yet taken by the thread
+  std::multimap<Clock::time_point, std::weak_ptr<Pending>> deadlines_;
   // The thread's alone (the destructor's once it has ended): the waits it serves, by task id.
-  std::multimap<std::string, std::unique_ptr<Pending>> waiting_;
+  std::multimap<std::string, PendingPtr> waiting_;
   std::jthread thread_;
+  std::jthread deadline_thread_;
 };
 
 }  // namespace streamq::detail

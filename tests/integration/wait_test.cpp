@@ -6,6 +6,7 @@
 #include <chrono>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -114,6 +115,84 @@ TEST_F(WaitTest, AThousandWaitsOnAThousandTasksEachGetTheirOwnResult) {
   for (int i = 0; i < kTasks; ++i)
     right += waits[static_cast<std::size_t>(i)].get().result_json() == i + 1000;
   EXPECT_EQ(right, kTasks);
+}
+
+// Waits keep their timeout whatever Redis does: six waits at once on a frozen server each
+// return at their own timeout, not one after another at the socket timeout (5 s here).
+TEST_F(WaitTest, EveryWaitKeepsItsTimeoutWhileTheServerIsFrozen) {
+  Producer p({.connection = {.url = server.url(), .socket_timeout = 5s}, .stream = stream});
+  const std::string id = p.enqueue("add", Sum{}, {.retention = Retention{.done = 1min}});
+  server.pause();
+  std::vector<std::future<std::chrono::steady_clock::duration>> waits;
+  for (int i = 0; i < 6; ++i) {
+    waits.push_back(std::async(std::launch::async, [&] {
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        p.wait(id, 500ms);
+      } catch (const WaitTimeoutError&) {
+      } catch (const Error&) {
+      }
+      return std::chrono::steady_clock::now() - start;
+    }));
+  }
+  std::vector<std::chrono::steady_clock::duration> took;
+  for (auto& w : waits) took.push_back(w.get());
+  server.resume();
+  for (const auto t : took) {
+    // The promise is 500 ms plus 100; the bound is loose for the sanitizer builds.
+    EXPECT_LT(t, 1500ms) << std::chrono::duration_cast<std::chrono::milliseconds>(t).count() << " ms";
+  }
+}
+
+// A task whose record goes with its end (Retention::done = 0) finished while the waiter's thread
+// was reading events for another wait: a wait for it registered afterwards still sees its end.
+TEST_F(WaitTest, AWaitAfterTheEndOfATaskWithoutARecordSeesTheEnd) {
+  auto o = options();
+  o.concurrency = 2;
+  RunningConsumer worker(o, [](Consumer& c) {
+    c.on("slow", [](const Task&) { std::this_thread::sleep_for(3s); });
+    c.on("quick", [](const Task&) {});
+  });
+  Producer p = producer();
+  const std::string slow = p.enqueue("slow", "{}", {.retention = Retention{.done = 1min}});
+  auto slow_wait = p.wait_async(slow, 20s);  // the waiter's thread reads events from now on
+  std::this_thread::sleep_for(300ms);
+  const std::string quick = p.enqueue("quick", "{}", {.retention = Retention{}});
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done >= 1; }));
+  std::this_thread::sleep_for(500ms);  // its final event has been read by the waiter's thread
+  const TaskRecord r = p.wait(quick, 2s);
+  EXPECT_EQ(r.state, TaskRecord::State::done);
+  EXPECT_EQ(slow_wait.get().state, TaskRecord::State::done);
+}
+
+// An id without a record (never tracked, unknown, expired) fails within about a second, whatever
+// the timeout; WaitOptions::wait_for_enqueue waits for a task enqueued after the wait began.
+TEST_F(WaitTest, AWaitOnAnIdWithoutARecordFailsSoonUnlessToldToWaitForIt) {
+  Producer p = producer();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    p.wait("no-such-task", 30s);
+    ADD_FAILURE() << "no WaitTimeoutError";
+  } catch (const WaitTimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("no record of task no-such-task"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "it waited for the whole timeout";
+  auto later = p.wait_async("later", 20s, {.wait_for_enqueue = true});
+  std::this_thread::sleep_for(1500ms);
+  auto worker = adder();
+  p.enqueue("add", Sum{.a = 3, .b = 4}, {.task_id = "later", .retention = Retention{.done = 1min}});
+  EXPECT_EQ(later.get().result_json(), 7);
+}
+
+// enqueue_and_wait with Retention{} (the record goes at the task's end): the waiter still gets
+// the record the task ended with, its result and attempts, not a bare "done".
+TEST_F(WaitTest, EnqueueAndWaitGetsTheResultWhenTheRecordIsNotKept) {
+  auto worker = adder();
+  Producer p = producer();
+  const TaskRecord r = p.enqueue_and_wait("add", Sum{.a = 2, .b = 40}, {.retention = Retention{}}, 10s);
+  EXPECT_EQ(r.state, TaskRecord::State::done);
+  EXPECT_EQ(r.attempts, 1);
+  EXPECT_EQ(r.result_json(), 42);
 }
 
 }  // namespace

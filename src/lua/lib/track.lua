@@ -19,6 +19,7 @@
 -- includes lib/clock.lua before it.
 
 local EVENTS_MAX = 10000 -- <queue>:events keeps about this many (XADD MAXLEN ~)
+local WAITED_KEEP = 60000 -- ms a record someone waits on (watch.lua) stays after the end, at least
 local FINAL = {done = true, dead = true, cancelled = true}
 
 -- state_of(key): the record's state (false when there is none), or nil when `key` holds
@@ -90,7 +91,7 @@ local function track_new(queue, fields, first, last, state, due)
     -- A finished task's id enqueued again: a new task, a fresh record. (HDEL, not DEL: the
     -- producer's ACL role gets no command that could delete a stream.)
     redis.call('HDEL', key, 'started_at', 'finished_at', 'due_at', 'worker', 'error', 'reason', 'result',
-               'progress')
+               'progress', 'waited')
     redis.call('HSET', key, 'attempts', 0)
   end
   redis.call('HSET', key, 'state', state, 'type', task_type_of(fields, first, last), 'enqueued_at', now,
@@ -132,10 +133,10 @@ local function track_state(queue, fields, first, state, event, pairs, kept)
   for _, v in ipairs(kept or {}) do args[#args + 1] = v end
   redis.call(unpack(args))
   if event then track_event(queue, event, id, now, pairs) end
-  if state == 'dead' then
-    track_ttl(key, dead_ms)
-  elseif FINAL[state] then
-    track_ttl(key, done_ms)
-  end
+  local keep = done_ms
+  if state == 'dead' then keep = dead_ms end
+  -- A record someone waits on outlives a retention of 0 for a while: the waiter reads it.
+  if FINAL[state] and keep == 0 and redis.call('HEXISTS', key, 'waited') == 1 then keep = WAITED_KEEP end
+  if FINAL[state] then track_ttl(key, keep) end
   return key
 end
