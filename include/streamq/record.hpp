@@ -27,7 +27,7 @@ struct TaskRecord {
     retrying,   ///< an attempt failed; the retry waits (in the delayed set or its stream)
     done,       ///< its handler returned
     dead,       ///< dead-lettered
-    cancelled,  ///< cancelled before it ran
+    cancelled,  ///< cancelled by an operator (Inspector::cancel): before it ran, or while it ran
   };
   std::string task_id;
   std::string task_type;
@@ -61,7 +61,8 @@ struct TaskRecord {
   ///   std::out_of_range when there is none.
   nlohmann::json result_json() const;
   /// A JSON object of every field (times as ms since the Unix epoch; bytes that are not UTF-8
-  /// replaced).
+  /// replaced). `result` and `progress` are JSON values when they hold JSON (a typed handler's
+  /// return, set_progress), strings otherwise; null when there is none.
   std::string to_json() const;
 };
 

@@ -48,8 +48,15 @@ std::string TaskRecord::to_json() const {
   time("started_at_ms", started_at);
   time("finished_at_ms", finished_at);
   time("due_at_ms", due_at);
-  j["result"] = result ? nlohmann::ordered_json(*result) : nlohmann::ordered_json(nullptr);
-  j["progress"] = progress ? nlohmann::ordered_json(*progress) : nlohmann::ordered_json(nullptr);
+  // What a handler wrote is JSON as a rule (a typed handler's return, set_progress): a JSON value
+  // then, its text as a string otherwise (set_result's bytes may be anything).
+  const auto value = [](const std::optional<std::string>& text) {
+    if (!text) return nlohmann::ordered_json(nullptr);
+    nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(*text, nullptr, false);
+    return parsed.is_discarded() ? nlohmann::ordered_json(*text) : parsed;
+  };
+  j["result"] = value(result);
+  j["progress"] = value(progress);
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
