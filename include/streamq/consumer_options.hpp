@@ -117,6 +117,13 @@ struct HandlerOptions {
   HandlerExecutor executor = HandlerExecutor::thread;
   /// With HandlerExecutor::process: the child's limits.
   ProcessLimits limits{};
+  /// What a throw of a handler that its worker asked to stop (stop_reason() "shutdown": a deploy,
+  /// Consumer::stop) means. True (default): the attempt did not fail, it was interrupted: the task
+  /// is handed back (at once into its stream, its retry count unchanged, no backoff, a tracked
+  /// record `queued`; ConsumerMetrics::handed_back). False: it counts as a failed attempt, as any
+  /// throw (for a type that must count every start). A handler that returns completes its task
+  /// either way.
+  bool hand_back_on_shutdown = true;
 };
 
 /// Consumer configuration. Validated by the Consumer constructor (ConfigError names the field).
@@ -261,6 +268,10 @@ struct ConsumerMetrics {
   std::uint64_t timed_out = 0;
   /// Tasks given up on: asked to stop, their handler did not return within timeout_grace.
   std::uint64_t given_up = 0;
+  /// Started tasks handed back unfinished and uncounted (not a failed attempt): interrupted by
+  /// the worker's stop (HandlerOptions::hand_back_on_shutdown), or stopped because their holder
+  /// lost a concurrency slot's lease (stop_reason() "lease_lost").
+  std::uint64_t handed_back = 0;
 };
 
 }  // namespace streamq

@@ -47,6 +47,11 @@ std::optional<std::chrono::system_clock::time_point> deadline_of(const Task& tas
 /// The entry back into the delayed set, unrun and uncounted, due in `delay`.
 Completion put_back(const Work& w, Millis delay);
 
+/// A started task handed back unfinished and uncounted, its fields as they were: into its
+/// stream at once (`delay` 0: the worker stopped while it ran) or into the delayed set (its
+/// holder lost a concurrency slot's lease).
+Completion hand_back(const Work& w, Millis delay);
+
 /// How long a start of `type` must wait for its rate limit (0: it may start now, and is
 /// counted). One script: the sliding window's check and the count of this start together, so
 /// the workers of a group never exceed the limit in any window. Throws what Redis throws.

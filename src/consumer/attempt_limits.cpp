@@ -19,6 +19,14 @@ Completion put_back(const Work& w, Millis delay) {
   return c;
 }
 
+Completion hand_back(const Work& w, Millis delay) {
+  Completion c{w.key, Outcome::retry, *w.fields};
+  c.delay = delay;
+  c.attempted = false;
+  c.handed_back = true;
+  return c;
+}
+
 Millis rate_wait(const Shared& s, std::string_view type, const RateLimit& rate,
                  std::unique_ptr<Channel>& ch) {
   if (!ch) ch = std::make_unique<Channel>(s.connection);

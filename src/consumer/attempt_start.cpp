@@ -17,7 +17,7 @@ Start start_suspect(const Shared& s, Work& w, std::unique_ptr<Channel>& ch) {
     if (!ch) ch = std::make_unique<Channel>(s.connection);
     Argv argv = ch->scripts.begin(ScriptId::start, 1);
     argv.add(s.keys(w.key.stream).stream).add(s.opt.group).add(s.opt.consumer_name).add(w.key.id);
-    argv.add(w.deliveries + 1);
+    argv.add(w.deliveries + 1).add(s.opt.stream);
     const Reply r = ch->scripts.call(ScriptId::start, argv);
     const std::int64_t result = r.view().check().integer();
     if (result == start_not_owner) {
@@ -25,6 +25,11 @@ Start start_suspect(const Shared& s, Work& w, std::unique_ptr<Channel>& ch) {
       return Start::not_ours;
     }
     if (result == start_body_gone) return Start::gone;
+    if (result == start_cancelled) {
+      Metrics::add(s.metrics.cancelled, 1);
+      log(LogLevel::info, "entry " + w.key.id + " was cancelled by an operator before it started; it ended cancelled");
+      return Start::not_ours;
+    }
   } catch (const std::exception& e) {
     // Running it anyway keeps at-least-once; only this attempt goes uncounted.
     log(LogLevel::warning, "could not count the start of entry " + w.key.id + ": " + e.what());

@@ -270,6 +270,8 @@ void Completer::flush(std::vector<Completion>& batch) {
     if (c.outcome == Outcome::retry && c.delay.count() > 0) {
       // Due by the server's clock; it goes back to the stream it came from (its priority).
       append_delayed_retry(argv, c.delay, new_uuid_v4(), keys.stream, s_.opt.stream, c.fields, c.attempted);
+    } else if (c.outcome == Outcome::retry && c.handed_back) {
+      append_hand_back(argv, s_.opt.stream, c.fields);
     } else if (c.outcome == Outcome::retry) {
       append_retry(argv, s_.opt.stream, c.fields);
     } else {
@@ -360,6 +362,7 @@ void Completer::flush(std::vector<Completion>& batch) {
       finished.push_back(c.key);
     } else {
       Metrics::add(c.outcome != Outcome::retry ? s_.metrics.dead_lettered
+                   : c.handed_back             ? s_.metrics.handed_back
                    : c.attempted               ? s_.metrics.retried
                                                : s_.metrics.rate_limited,
                    1);

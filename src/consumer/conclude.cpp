@@ -45,6 +45,14 @@ Completion conclude(Shared& s, const Work& w, const Task& task, const HandlerOpt
     unique_lock(c);
     return c;
   }
+  // Fenced: its holder could not keep a concurrency slot's lease. Whatever the handler did, the
+  // task goes back unrun and uncounted, after the wait of a start that found no free slot.
+  if (why == StopWhy::lease_lost) return hand_back(w, slot_wait());
+  // Interrupted by its worker's stop (a deploy): a throw then is no failure of the task.
+  if (why == StopWhy::shutdown && attempt.result != AttemptResult::succeeded &&
+      (options == nullptr || options->hand_back_on_shutdown)) {
+    return hand_back(w, Millis(0));
+  }
   if (why == StopWhy::timeout || why == StopWhy::deadline) {
     const bool deadline = why == StopWhy::deadline;
     attempt.result = deadline ? AttemptResult::permanent : AttemptResult::failed;
@@ -77,7 +85,7 @@ Completion conclude(Shared& s, const Work& w, const Task& task, const HandlerOpt
       const RetryBackoff& backoff =
           options != nullptr && options->retry_backoff ? *options->retry_backoff : s.opt.retry_backoff;
       c.delay = retry_after ? *retry_after : retry_delay(backoff, task.retry_count(), unit_random());
-      c.timed_out = why != StopWhy::none;
+      c.timed_out = why == StopWhy::timeout || why == StopWhy::deadline;
       return c;
     }
     case Verdict::dead_letter: break;
@@ -86,7 +94,7 @@ Completion conclude(Shared& s, const Work& w, const Task& task, const HandlerOpt
   if (why == StopWhy::deadline) why_dead = reason::deadline;
   if (why == StopWhy::timeout && d.reason == reason::retries_exhausted) why_dead = reason::timeout;
   Completion c = dead_letter(s, w.key, w.fields, why_dead, std::move(error));
-  c.timed_out = why != StopWhy::none;
+  c.timed_out = why == StopWhy::timeout || why == StopWhy::deadline;
   return c;
 }
 

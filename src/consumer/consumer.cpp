@@ -7,6 +7,7 @@
 //   executor    (threads)  decode, dispatch, retry policy                      executor.hpp
 //   completer   (thread)   acks, retries, dead letters, orphan records         completer.hpp
 //   duties      (thread)   lease keeper, reclaimer, janitor, pause watch        duties.hpp
+//   cancels     (thread)   follows the pushed cancels of held entries          cancel_follower.hpp
 //   in-flight set          the one lock, between all of them                   inflight.hpp
 #include "streamq/consumer.hpp"
 
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <optional>
 
+#include "cancel_follower.hpp"
 #include "completer.hpp"
 #include "duties.hpp"
 #include "executor.hpp"
@@ -57,6 +59,7 @@ struct Engine {
         duties(*s),
         forwarder(*s),
         forwarding(*s),
+        cancels(*s),
         fetcher(*s, [this] {
           reclaimer.arm();
           duties.wake();
@@ -73,6 +76,7 @@ struct Engine {
     executor.start();
     duties.start();
     forwarding.start();
+    cancels.start();
     fetcher.start();
   }
 
@@ -87,6 +91,7 @@ struct Engine {
   detail::DutyRunner duties;
   detail::Forwarder forwarder;
   detail::DutyRunner forwarding;
+  detail::CancelFollower cancels;
   detail::Fetcher fetcher;
 };
 
@@ -301,7 +306,7 @@ struct Consumer::Impl {
     // 1. No more reads: wake each fetcher from its BLOCK now rather than after up to `block`.
     for (const auto& e : engines) e->fetcher.request_stop();
     for (const auto& e : engines) {
-      while (!e->fetcher.wait_finished(kUnblockRetry)) unblock(*e);
+      while (!e->fetcher.wait_finished(kUnblockRetry)) unblock(*e, e->fetcher.client_id(), e->fetcher.server());
       e->fetcher.join();
     }
     // 2. Running handlers get the grace period, their leases still renewed.
@@ -312,7 +317,12 @@ struct Consumer::Impl {
         break;
       }
     }
-    // 3. No more renewals, then hand the unstarted entries back.
+    // 3. No more pushed cancels nor renewals, then hand the unstarted entries back.
+    for (const auto& e : engines) e->cancels.request_stop();
+    for (const auto& e : engines) {
+      while (!e->cancels.wait_finished(kUnblockRetry)) unblock(*e, e->cancels.client_id(), e->cancels.server());
+      e->cancels.join();
+    }
     for (const auto& e : engines) {
       e->duties.stop();
       try {
@@ -343,10 +353,10 @@ struct Consumer::Impl {
     for (const auto& e : engines) e->executor.release_threads();
   }
 
-  /// CLIENT UNBLOCK of a fetcher's read, on the server its connection is on.
-  static void unblock(Engine& e) {
+  /// CLIENT UNBLOCK of a blocked read (the fetcher's, the cancel follower's) on connection `id`
+  /// of server `where`.
+  static void unblock(Engine& e, std::int64_t id, const std::string& where) {
     try {
-      const std::int64_t id = e.fetcher.client_id();
       if (id < 0) return;
       detail::Connection& control = e.control;
       if (!control.config().endpoint.is_sentinel() && !control.config().endpoint.is_cluster()) {
@@ -356,7 +366,6 @@ struct Consumer::Impl {
       // The id is the fetcher's only on the fetcher's server, which a failover (or a slot
       // move) may have made another than this connection's: sent there only (the fetcher's
       // BLOCK ends it otherwise).
-      const std::string where = e.fetcher.server();
       if (control.connected() && control.describe() != where) control.disconnect();
       if (!control.connected()) control.connect();
       if (control.describe() == where) control.command_here(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));

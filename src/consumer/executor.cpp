@@ -52,7 +52,20 @@ void thread_main(Shared& s) {
 
 }  // namespace
 
-std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) {
+namespace {
+
+/// The handler of a task's type, its options and its HandlerOptions::max_in_flight count (null
+/// when it has none), or the fallback (on_unknown) without options.
+struct Registered {
+  const Handler* handler = nullptr;
+  const HandlerOptions* options = nullptr;
+  std::atomic<int>* local = nullptr;
+};
+
+// Step 1: what the entry holds. A completion (a dead letter) when it cannot run: no body, too
+// many fields, not a task, no handler for its type, or its deadline passed before it started.
+std::optional<Completion> refuse_unrunnable(Shared& s, const Work& w, std::optional<Task>& decoded_task,
+                                           Registered& r) {
   if (!w.fields) {
     return dead_letter(s, w.key, nullptr, reason::body_lost,
                        "body lost: the entry was trimmed or deleted before it ran");
@@ -66,72 +79,98 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
   if (auto* why = std::get_if<std::string>(&decoded)) {
     return dead_letter(s, w.key, w.fields, reason::malformed, std::move(*why));
   }
-  Task& task = std::get<Task>(decoded);
-  const Handler* handler = &s.fallback;
-  const HandlerOptions* options = nullptr;
-  std::atomic<int>* local = nullptr;  // HandlerOptions::max_in_flight's count, if it has one
+  const Task& task = decoded_task.emplace(std::move(std::get<Task>(decoded)));
+  r.handler = &s.fallback;
   if (auto it = s.handlers.find(task.type()); it != s.handlers.end()) {
-    handler = &it->second.handler;
-    options = &it->second.options;
-    local = it->second.running.get();
+    r = {&it->second.handler, &it->second.options, it->second.running.get()};
   }
-  if (!*handler) {
-    return dead_letter(s, w.key, w.fields, reason::no_handler,
-                       "no handler for task type \"" + task.type() + "\"");
+  if (!*r.handler) {
+    return dead_letter(s, w.key, w.fields, reason::no_handler, "no handler for task type \"" + task.type() + "\"");
   }
-  const auto deadline = deadline_of(task);
-  if (deadline && *deadline <= std::chrono::system_clock::now()) {
-    return dead_letter(s, w.key, w.fields, reason::deadline,
-                       "deadline: the task's deadline passed before it started");
+  if (const auto deadline = deadline_of(task); deadline && *deadline <= std::chrono::system_clock::now()) {
+    return dead_letter(s, w.key, w.fields, reason::deadline, "deadline: the task's deadline passed before it started");
+  }
+  return std::nullopt;
+}
+
+/// HandlerOptions::max_in_flight's place of a start, given back when the attempt ends.
+struct LocalPlace {
+  std::atomic<int>* running = nullptr;
+  LocalPlace() = default;
+  LocalPlace(const LocalPlace&) = delete;
+  LocalPlace& operator=(const LocalPlace&) = delete;
+  ~LocalPlace() {
+    if (running != nullptr) running->fetch_sub(1, std::memory_order_acq_rel);
+  }
+};
+
+// Step 2: the limits on a start, the ones that cost nothing to give back first, so a start put
+// back spends nothing: the consumer's own max_in_flight, then the concurrency slots in Redis
+// (given back at once on a refusal), then the rate limit, whose window counts a start for good.
+// A put-back when a limit is reached (or cannot be checked: running unchecked could break it).
+std::optional<Completion> take_limits(Shared& s, const Work& w, const Task& task, const Registered& r,
+                                      const std::shared_ptr<TaskControl>& shared_control, LocalPlace& place,
+                                      std::unique_ptr<Channel>& channel) {
+  TaskControl& control = *shared_control;
+  const HandlerOptions* options = r.options;
+  if (r.local != nullptr) {
+    if (!enter_local_limit(r.local, options->max_in_flight)) return put_back(w, slot_wait());
+    place.running = r.local;
+  }
+  // ConcurrencyLimit: the queue's, then the type's, in Redis.
+  std::vector<int> limits;
+  if (s.opt.concurrency_limit.limit > 0) {
+    control.slot_keys.push_back(running_key(s.queue));
+    limits.push_back(s.opt.concurrency_limit.limit);
+  }
+  if (options != nullptr && options->concurrency.limit > 0) {
+    control.slot_keys.push_back(running_key(s.queue, task.type()));
+    limits.push_back(options->concurrency.limit);
+  }
+  const auto unchecked = [&](const char* what, const std::exception& e) {
+    log(LogLevel::warning, std::string(what) + " of \"" + task.type() + "\" could not be checked (" + e.what() +
+                               "); task " + task.id() + " is put back for a second");
+    channel.reset();
+    return put_back(w, Millis(1000));
+  };
+  if (!control.slot_keys.empty()) {
+    const Clock::time_point asked = Clock::now();  // the slots' leases run at least a lease from here
+    bool taken = false;
+    try {
+      taken = take_slots(s, control, limits, channel);
+    } catch (const std::exception& e) {
+      return unchecked("concurrency limit", e);
+    }
+    if (!taken) return put_back(w, slot_wait());
+    // The holder fences itself unless the lease keeper renews the slots in time.
+    s.watchdog->fence(shared_control, asked + fence_after(s.opt.claim_min_idle));
   }
   if (options != nullptr && options->rate.limit > 0) {
+    const auto give_slots_back = [&] {
+      s.watchdog->disarm(control);
+      release_slots(s, control, control.slot_keys.size(), channel);
+    };
     Millis wait{0};
     try {
       wait = rate_wait(s, task.type(), options->rate, channel);
     } catch (const std::exception& e) {
-      // Running it unchecked could break the limit: put it back for a second instead (the
-      // completer writes that once Redis answers again).
-      log(LogLevel::warning, "rate limit of \"" + task.type() + "\" could not be checked (" + e.what() +
-                                 "); task " + task.id() + " is put back for a second");
-      channel.reset();
-      wait = Millis(1000);
+      give_slots_back();
+      return unchecked("rate limit", e);
     }
-    if (wait.count() > 0) return put_back(w, wait);
+    if (wait.count() > 0) {
+      give_slots_back();
+      return put_back(w, wait);
+    }
   }
+  return std::nullopt;
+}
 
-  auto control = std::make_shared<TaskControl>();
-  control->task_id = task.id();
-  // HandlerOptions::max_in_flight: counted for the whole consumer (a task of a type over it waits).
-  if (local != nullptr && !enter_local_limit(local, options->max_in_flight)) return put_back(w, slot_wait());
-  struct LocalExit {
-    std::atomic<int>* running;
-    ~LocalExit() {
-      if (running != nullptr) running->fetch_sub(1, std::memory_order_acq_rel);
-    }
-  } local_exit{local};
-  // ConcurrencyLimit: the queue's, then the type's, in Redis.
-  std::vector<int> limits;
-  if (s.opt.concurrency_limit.limit > 0) {
-    control->slot_keys.push_back(running_key(s.queue));
-    limits.push_back(s.opt.concurrency_limit.limit);
-  }
-  if (options != nullptr && options->concurrency.limit > 0) {
-    control->slot_keys.push_back(running_key(s.queue, task.type()));
-    limits.push_back(options->concurrency.limit);
-  }
-  if (!control->slot_keys.empty()) {
-    bool taken = false;
-    try {
-      taken = take_slots(s, *control, limits, channel);
-    } catch (const std::exception& e) {
-      log(LogLevel::warning, "concurrency limit of \"" + task.type() + "\" could not be checked (" +
-                                 e.what() + "); task " + task.id() + " is put back for a second");
-      channel.reset();
-      return put_back(w, Millis(1000));
-    }
-    if (!taken) return put_back(w, slot_wait());
-  }
-
+// Step 3: the attempt's set-up: a tracked task's record says running and its reports open, its
+// span starts, the in-flight set knows its control, and its time limit (the handler's timeout,
+// or the task's deadline when that comes first) is armed. Returns the span (null: no tracer).
+std::unique_ptr<Span> set_up_attempt(Shared& s, const Work& w, Task& task, const HandlerOptions* options,
+                                     const std::shared_ptr<TaskControl>& control,
+                                     std::unique_ptr<Channel>& channel) {
   if (task.field(field::retention)) {
     mark_running(s, w, tracking_fields(task), channel);
     control->reports = std::make_shared<TaskReports>(s, channel, s.opt.stream, task.id());
@@ -155,9 +194,8 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
     control->span = span.get();
   }
   s.inflight.entering(w, control);
-  // Its time limit: the handler's timeout, or the task's deadline when that comes first.
-  if (const Millis timeout = options != nullptr ? options->timeout : Millis(0);
-      timeout.count() > 0 || deadline) {
+  const auto deadline = deadline_of(task);
+  if (const Millis timeout = options != nullptr ? options->timeout : Millis(0); timeout.count() > 0 || deadline) {
     Clock::time_point at = Clock::time_point::max();
     StopWhy why = StopWhy::timeout;
     if (timeout.count() > 0) at = Clock::now() + timeout;
@@ -170,88 +208,111 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
     }
     s.watchdog->arm(control, at, why);
   }
+  return span;
+}
 
-  Attempt attempt{AttemptResult::succeeded, task.retry_count(), task.max_retries()};
+/// How the handler came back.
+struct Returned {
+  AttemptResult result = AttemptResult::succeeded;
   std::string error;
   std::optional<Millis> retry_after;
-  bool skip = false;
+};
+
+// Step 4: the handler, through the middleware, in a child process with the process executor.
+// Unless the task was cancelled before it started (while it waited in the prefetch) or given up
+// already (its deadline came while it was being set up).
+Returned run_handler(Shared& s, const Task& task, const Registered& r, TaskControl& control,
+                     std::unique_ptr<Channel>& channel) {
   {
-    std::lock_guard lock(control->mutex);
-    // Cancelled before it started (the request came while it waited in the prefetch), or given
-    // up already (its deadline came while it was being set up).
-    skip = control->why() == StopWhy::cancelled || control->abandoned;
+    std::lock_guard lock(control.mutex);
+    if (control.why() == StopWhy::cancelled || control.abandoned) return {};
   }
-  if (!skip) {
-    try {
-      Handler in_child;
-      const Handler* run = handler;
-      if (options != nullptr && options->executor == HandlerExecutor::process) {
-        in_child = [&](const Task& t) {
-          run_in_child(
-              t, [&] { (*handler)(t); }, options->limits, *control, s.opt.timeout_grace, channel);
-        };
-        run = &in_child;
-      }
-      if (s.middleware.empty()) {
-        (*run)(task);
-      } else {
-        // (A second next() fails the attempt for good: the handler must not run twice in one.)
-        run_chain<PermanentError>(s.middleware, 0, task, [&](const Task& t) { (*run)(t); });
-      }
-    } catch (const RetryAfter& e) {
-      attempt.result = AttemptResult::failed;
-      error = e.what();
-      retry_after = e.delay();
-    } catch (const BadPayloadError& e) {
-      attempt.result = AttemptResult::bad_payload;
-      error = e.what();
-    } catch (const PermanentError& e) {
-      attempt.result = AttemptResult::permanent;
-      error = e.what();
-    } catch (const std::exception& e) {
-      attempt.result = AttemptResult::failed;
-      error = e.what();
-    } catch (...) {
-      attempt.result = AttemptResult::failed;
-      error = "unknown exception";
+  try {
+    Handler in_child;
+    const Handler* run = r.handler;
+    if (r.options != nullptr && r.options->executor == HandlerExecutor::process) {
+      in_child = [&](const Task& t) {
+        run_in_child(
+            t, [&] { (*r.handler)(t); }, r.options->limits, control, s.opt.timeout_grace, channel);
+      };
+      run = &in_child;
     }
+    if (s.middleware.empty()) {
+      (*run)(task);
+    } else {
+      // (A second next() fails the attempt for good: the handler must not run twice in one.)
+      run_chain<PermanentError>(s.middleware, 0, task, [&](const Task& t) { (*run)(t); });
+    }
+  } catch (const RetryAfter& e) {
+    return {AttemptResult::failed, e.what(), e.delay()};
+  } catch (const BadPayloadError& e) {
+    return {AttemptResult::bad_payload, e.what(), std::nullopt};
+  } catch (const PermanentError& e) {
+    return {AttemptResult::permanent, e.what(), std::nullopt};
+  } catch (const std::exception& e) {
+    return {AttemptResult::failed, e.what(), std::nullopt};
+  } catch (...) {
+    return {AttemptResult::failed, "unknown exception", std::nullopt};
   }
+  return {};
+}
+
+void end_span(const std::unique_ptr<Span>& span, std::string_view outcome, std::string_view text) {
+  if (!span) return;
+  try {
+    span->end(outcome, text);
+  } catch (const std::exception& e) {
+    log(LogLevel::warning, std::string("tracer: a span's end threw: ") + e.what());
+  } catch (...) {
+    log(LogLevel::warning, "tracer: a span's end threw an unknown exception");
+  }
+}
+
+}  // namespace
+
+std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) {
+  std::optional<Task> decoded;
+  Registered registered;
+  if (auto refused = refuse_unrunnable(s, w, decoded, registered)) return refused;
+  Task& task = *decoded;
+
+  auto control = std::make_shared<TaskControl>();
+  control->task_id = task.id();
+  LocalPlace place;
+  if (auto back = take_limits(s, w, task, registered, control, place, channel)) return back;
+
+  const std::unique_ptr<Span> span = set_up_attempt(s, w, task, registered.options, control, channel);
+  Returned returned = run_handler(s, task, registered, *control, channel);
+
+  // Step 5: the handler is back. From now on nothing asks it to stop: its outcome is `why`.
   bool given_up = false;
   StopWhy why = StopWhy::none;
   {
     std::lock_guard lock(control->mutex);
-    control->returned = true;  // from now on nothing asks it to stop: its outcome is `why`
+    control->returned = true;
     given_up = control->abandoned;
     why = control->why();
   }
   s.watchdog->disarm(*control);
   release_slots(s, *control, control->slot_keys.size(), channel);
-  const auto end_span = [&](std::string_view outcome, std::string_view text) {
-    if (!span) return;
-    try {
-      span->end(outcome, text);
-    } catch (const std::exception& e) {
-      log(LogLevel::warning, std::string("tracer: a span's end threw: ") + e.what());
-    } catch (...) {
-      log(LogLevel::warning, "tracer: a span's end threw an unknown exception");
-    }
-  };
   if (given_up) {
     if (control->reports) control->reports->close();
-    log(LogLevel::warning, "task " + task.id() +
-                               " was given up on and its handler has returned now; what it " +
+    log(LogLevel::warning, "task " + task.id() + " was given up on and its handler has returned now; what it " +
                                "returned is dropped");
-    end_span(control->given_up_as,
+    end_span(span, control->given_up_as,
              "given up: its handler did not return within timeout_grace of being asked to stop");
     return std::nullopt;
   }
+  // Step 6: its fate.
   std::optional<std::string> result = control->reports ? control->reports->close() : std::nullopt;
-  Completion done = conclude(s, w, task, options, attempt, error, retry_after, why, std::move(result),
-                             control->reports != nullptr);
+  Completion done = conclude(s, w, task, registered.options,
+                             Attempt{returned.result, task.retry_count(), task.max_retries()}, returned.error,
+                             returned.retry_after, why, std::move(result), control->reports != nullptr);
   note_span(done, span.get());
-  end_span(outcome_name(done), done.outcome == Outcome::ack && !done.cancelled ? std::string_view()
-                               : done.error.empty()                            ? std::string_view(error)
-                                                    : std::string_view(done.error));
+  end_span(span, outcome_name(done),
+           done.outcome == Outcome::ack && !done.cancelled ? std::string_view()
+           : done.error.empty()                            ? std::string_view(returned.error)
+                                                           : std::string_view(done.error));
   return done;
 }
 

@@ -231,7 +231,10 @@ void InFlight::entering(const Work& w, const std::shared_ptr<TaskControl>& contr
         why = StopWhy::cancelled;
       }
     }
-    stop = stop || stopping_;
+    if (stopping_ && !stop) {
+      stop = true;
+      why = StopWhy::shutdown;
+    }
   }
   if (stop) control->request(why);
 }
@@ -328,7 +331,7 @@ void InFlight::stop() {
     }
   }
   // Outside the lock: a handler's own stop_callback runs here.
-  for (const auto& c : running) c->request(StopWhy::none);
+  for (const auto& c : running) c->request(StopWhy::shutdown);
   work_cv_.notify_all();
   gate_cv_.notify_all();
   room_cv_.notify_all();

@@ -107,6 +107,9 @@ struct Completion {
   bool timed_out = false;
   // written without waiting for its handler, which did not stop when asked (counted).
   bool given_up = false;
+  // retry, not `attempted`: a started task handed back unfinished (its worker stopped, or it
+  // lost a concurrency slot's lease): its fields as they were, written at once when `delay` is 0.
+  bool handed_back = false;
   // ack of a tracked task (EnqueueOptions::retention): `fields` holds its task_id, task_type
   // and retention, `result` what it ended with; the completer writes it with the done script.
   bool tracked = false;

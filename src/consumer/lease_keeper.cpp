@@ -37,13 +37,7 @@ void lease(Shared& s, ScriptRunner& scripts, std::uint16_t stream, const std::ve
     for (std::size_t i = 0; i < r[0].size(); ++i) lost.emplace_back(r[0][i].str());
     for (std::size_t i = 0; i < r[1].size(); ++i) gone.emplace_back(r[1][i].str());
     for (std::size_t i = 0; i < r[2].size(); ++i) cancel.emplace_back(r[2][i].str());
-    if (!cancel.empty()) {
-      for (const auto& c : s.inflight.cancel(stream, cancel)) {
-        log(LogLevel::info,
-            "task " + c->task_id + " was cancelled by an operator; its handler is asked to stop");
-        s.watchdog->asked(c);
-      }
-    }
+    ask_cancelled(s, stream, cancel);
     if (const std::size_t n = s.inflight.lost(stream, lost); n > 0) {
       log(LogLevel::warning,
           std::to_string(n) + " held entries of " + s.keys(stream).stream +
@@ -72,11 +66,16 @@ void renew_notes(Shared& s, Connection& conn, std::uint16_t stream) {
 }
 
 /// Renews the concurrency slots (ConcurrencyLimit) of the running tasks, one pipelined script
-/// call per slot. A slot that expired meanwhile is not taken again: the task runs on without it.
+/// call per slot. A task whose slots were all renewed has its fence moved on (see
+/// Watchdog::fence); one whose slot is gone (another worker's acquire dropped it as expired, or
+/// the key was lost) fences itself now: asked to stop (lease_lost), given up timeout_grace later.
+/// A slot is never taken again: the limit may be full by now.
 void renew_slots(Shared& s, ScriptRunner& scripts) {
   std::vector<ScriptId> ids;
   std::vector<Argv> argvs;
-  const std::vector<std::shared_ptr<TaskControl>> running = s.inflight.running_controls();
+  std::vector<std::shared_ptr<TaskControl>> running = s.inflight.running_controls();
+  std::erase_if(running, [](const auto& c) { return c->slot_keys.empty(); });
+  const Clock::time_point sent = Clock::now();  // each lease ends no earlier than a lease from now
   for (const auto& c : running) {
     for (const std::string& key : c->slot_keys) {
       Argv argv = scripts.begin(ScriptId::slot, 1);
@@ -89,18 +88,32 @@ void renew_slots(Shared& s, ScriptRunner& scripts) {
     }
   }
   if (argvs.empty()) return;
-  std::size_t expired = 0;
-  for (const Reply& r : scripts.call_pipelined(ids, argvs))
-    expired += r.view().check().integer() == 0 ? 1 : 0;
-  if (expired > 0) {
-    log(LogLevel::warning,
-        std::to_string(expired) +
-            " concurrency slots of running tasks expired before their renewal (the server was "
-            "out of reach for claim_min_idle): those tasks run on without them");
+  const std::vector<Reply> replies = scripts.call_pipelined(ids, argvs);
+  std::size_t next = 0;
+  for (const auto& c : running) {
+    bool held = true;
+    for (std::size_t i = 0; i < c->slot_keys.size(); ++i) held = replies[next++].view().check().integer() == 1 && held;
+    if (held) {
+      s.watchdog->fence(c, sent + fence_after(s.opt.claim_min_idle));
+      continue;
+    }
+    log(LogLevel::warning, "the concurrency slot of task " + c->task_id +
+                               " is gone (its lease ended while this worker was frozen or cut off, or "
+                               "the key was lost): the task is stopped and put back");
+    c->request(StopWhy::lease_lost);
+    s.watchdog->asked(c);
   }
 }
 
 }  // namespace
+
+void ask_cancelled(Shared& s, std::uint16_t stream, const std::vector<std::string>& ids) {
+  if (ids.empty()) return;
+  for (const auto& c : s.inflight.cancel(stream, ids)) {
+    log(LogLevel::info, "task " + c->task_id + " was cancelled by an operator; its handler is asked to stop");
+    s.watchdog->asked(c);
+  }
+}
 
 void report_gone(Shared& s, std::uint16_t stream, const std::vector<std::string>& ids) {
   if (ids.empty()) return;

@@ -19,6 +19,12 @@ namespace streamq::detail {
 /// orphan completion (its dead-letter record, with the fields this consumer read).
 void report_gone(Shared& s, std::uint16_t stream, const std::vector<std::string>& ids);
 
+/// An operator cancelled these entries of `stream` (their cancel requests exist): a held one
+/// whose handler runs is asked to stop (and given up timeout_grace later), one not started yet
+/// will not start. Entries not held are left alone. Called by the lease renewal and the cancel
+/// follower.
+void ask_cancelled(Shared& s, std::uint16_t stream, const std::vector<std::string>& ids);
+
 class LeaseKeeper final : public Duty {
  public:
   explicit LeaseKeeper(Shared& shared);

@@ -58,6 +58,11 @@ PendingBatch fetch_pending(Shared& s, ScriptRunner& scripts, std::uint16_t strea
     batch.works.push_back(read_entry(entries[i], stream, entries[i][2].integer(), origin));
   }
   batch.dead = r[2].integer();
+  if (const std::int64_t cancelled = r[3].integer(); cancelled > 0) {
+    Metrics::add(s.metrics.cancelled, static_cast<std::uint64_t>(cancelled));
+    log(LogLevel::info, std::to_string(cancelled) + " pending entries of " + keys.stream +
+                            " were cancelled by an operator while nobody ran them; they ended cancelled");
+  }
   if (batch.dead > 0) {
     Metrics::add(s.metrics.dead_lettered, static_cast<std::uint64_t>(batch.dead));
     log(LogLevel::warning, std::to_string(batch.dead) + " pending entries of " + keys.stream +

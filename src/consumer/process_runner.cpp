@@ -240,7 +240,8 @@ void run_in_child(const Task& task, const std::function<void()>& handler, const 
   };
   // Stops the child's group (the child and what it started) once the task is asked to stop.
   const auto enforce = [&] {
-    if (!terminated && control.why() != StopWhy::none) {
+    // (Not for the worker's stop: a child, like a thread, gets shutdown_grace to finish.)
+    if (!terminated && control.why() != StopWhy::none && control.why() != StopWhy::shutdown) {
       kill(-pid, SIGTERM);
       terminated = true;
       kill_at = Clock::now() + grace / 2;

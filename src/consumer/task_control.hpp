@@ -24,25 +24,31 @@ namespace streamq::detail {
 
 class TaskReports;
 
-enum class StopWhy : std::uint8_t { none, timeout, deadline, cancelled };
+/// Why a task was asked to stop. `shutdown`: its worker stops (the weakest: any other reason
+/// replaces it). `lease_lost`: its holder could not renew a concurrency slot's lease in time
+/// (refused, or Redis out of reach for most of the lease): it fences itself, the task is put back.
+enum class StopWhy : std::uint8_t { none, timeout, deadline, cancelled, shutdown, lease_lost };
 
-/// "", "timeout", "deadline", "cancelled" (also the dead-letter reasons of the first two).
+/// "", "timeout", "deadline", "cancelled", "shutdown", "lease_lost" (the first two also the
+/// dead-letter reasons).
 std::string_view to_string(StopWhy why) noexcept;
 
 struct TaskControl {
   /// The task's stop_token comes from here.
   std::stop_source stop;
 
-  /// Asks the task to stop for `why` (none: the worker stops; the attempt's outcome does not
-  /// change). A cancel wins over an earlier timeout or deadline; otherwise the first reason
-  /// stays. Nothing changes once the handler returned (its outcome is being decided). The
-  /// handler's own stop_callbacks run here, on the calling thread. Thread-safe.
+  /// Asks the task to stop for `why`. A cancel wins over any earlier reason, any reason over
+  /// `shutdown` (the worker's stop decides nothing if the task is stopped for a reason of its
+  /// own); otherwise the first reason stays. Nothing changes once the handler returned (its
+  /// outcome is being decided). The handler's own stop_callbacks run here, on the calling
+  /// thread. Thread-safe.
   void request(StopWhy why) {
     {
       std::lock_guard lock(mutex);
       if (returned) return;
+      const StopWhy now = reason.load(std::memory_order_relaxed);
       if (why != StopWhy::none &&
-          (reason.load(std::memory_order_relaxed) == StopWhy::none || why == StopWhy::cancelled)) {
+          (now == StopWhy::none || now == StopWhy::shutdown || why == StopWhy::cancelled)) {
         reason.store(why, std::memory_order_release);
       }
     }
@@ -78,6 +84,9 @@ struct TaskControl {
   std::optional<std::multimap<Clock::time_point, std::weak_ptr<TaskControl>>::iterator> timer;
   bool hard = false;                    // the timer is the give-up, not the soft stop
   StopWhy soft_why = StopWhy::timeout;  // what the soft stop asks
+  // Its fence (Watchdog::fence), guarded by the watchdog's mutex: when its concurrency slots
+  // were last known held for a lease from then, by this process's clock.
+  std::optional<std::multimap<Clock::time_point, std::weak_ptr<TaskControl>>::iterator> fence_timer;
 };
 
 }  // namespace streamq::detail

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "watchdog.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "log.hpp"
@@ -13,6 +14,8 @@ std::string_view to_string(StopWhy why) noexcept {
     case StopWhy::timeout: return "timeout";
     case StopWhy::deadline: return "deadline";
     case StopWhy::cancelled: return "cancelled";
+    case StopWhy::shutdown: return "shutdown";
+    case StopWhy::lease_lost: return "lease_lost";
   }
   return "";
 }
@@ -45,12 +48,30 @@ void Watchdog::asked(const std::shared_ptr<TaskControl>& c) {
   set_locked(c, Clock::now() + s_.opt.timeout_grace, true);
 }
 
+void Watchdog::fence(const std::shared_ptr<TaskControl>& c, Clock::time_point at) {
+  std::lock_guard lock(mutex_);
+  if (stopped_) return;
+  if (c->fence_timer) fences_.erase(*c->fence_timer);
+  const bool first = fences_.empty() || at < fences_.begin()->first;
+  c->watched.store(true, std::memory_order_release);
+  c->fence_timer = fences_.emplace(at, c);
+  if (!thread_.joinable()) {
+    thread_ = std::jthread([this](const std::stop_token& stop) { main(stop); });
+  } else if (first) {
+    cv_.notify_one();
+  }
+}
+
 void Watchdog::disarm(TaskControl& c) {
   if (!c.watched.load(std::memory_order_acquire)) return;
   std::lock_guard lock(mutex_);
   if (c.timer) {
     timers_.erase(*c.timer);
     c.timer.reset();
+  }
+  if (c.fence_timer) {
+    fences_.erase(*c.fence_timer);
+    c.fence_timer.reset();
   }
 }
 
@@ -62,6 +83,10 @@ void Watchdog::stop() {
       if (auto c = weak.lock()) c->timer.reset();
     }
     timers_.clear();
+    for (auto& [at, weak] : fences_) {
+      if (auto c = weak.lock()) c->fence_timer.reset();
+    }
+    fences_.clear();
   }
   if (thread_.joinable()) {
     thread_.request_stop();
@@ -71,14 +96,36 @@ void Watchdog::stop() {
 
 void Watchdog::main(const std::stop_token& stop) {
   std::unique_lock lock(mutex_);
+  // The earliest of the time limits and the fences.
+  const auto earliest = [&] {
+    auto at = Clock::time_point::max();
+    if (!timers_.empty()) at = timers_.begin()->first;
+    if (!fences_.empty()) at = std::min(at, fences_.begin()->first);
+    return at;
+  };
   while (!stop.stop_requested()) {
-    if (timers_.empty()) {
-      cv_.wait(lock, stop, [&] { return !timers_.empty(); });
+    if (timers_.empty() && fences_.empty()) {
+      cv_.wait(lock, stop, [&] { return !timers_.empty() || !fences_.empty(); });
       continue;
     }
-    const Clock::time_point due = timers_.begin()->first;
+    const Clock::time_point due = earliest();
     if (Clock::now() < due) {
-      cv_.wait_until(lock, stop, due, [&] { return timers_.empty() || timers_.begin()->first < due; });
+      cv_.wait_until(lock, stop, due, [&] { return earliest() < due; });
+      continue;
+    }
+    if (!fences_.empty() && fences_.begin()->first == due) {
+      // A holder that could not renew its slots in time stops its task before their leases end.
+      std::shared_ptr<TaskControl> c = fences_.begin()->second.lock();
+      fences_.erase(fences_.begin());
+      if (!c) continue;
+      c->fence_timer.reset();
+      set_locked(c, Clock::now() + s_.opt.timeout_grace, true);
+      lock.unlock();
+      log(LogLevel::warning, "task " + c->task_id +
+                                 ": its concurrency slot could not be renewed for most of its lease; "
+                                 "it is stopped and put back before the slot can go to another worker");
+      c->request(StopWhy::lease_lost);
+      lock.lock();
       continue;
     }
     std::shared_ptr<TaskControl> c = timers_.begin()->second.lock();

@@ -31,7 +31,11 @@ class Watchdog {
   /// `c` was asked to stop (a cancel): give it up timeout_grace from now unless it returned
   /// (or an earlier give-up is set).
   void asked(const std::shared_ptr<TaskControl>& c);
-  /// The handler of `c` returned: its timer goes.
+  /// `c` holds concurrency slots whose leases were last known to run past `at` (see
+  /// fence_after): at `at`, unless moved on by a later renewal, its holder fences itself: the task
+  /// is asked to stop (lease_lost) and given up timeout_grace later. Replaces an earlier fence.
+  void fence(const std::shared_ptr<TaskControl>& c, Clock::time_point at);
+  /// The handler of `c` returned: its timers go.
   void disarm(TaskControl& c);
   /// Ends the thread; timers not yet due are dropped.
   void stop();
@@ -46,9 +50,15 @@ class Watchdog {
   std::mutex mutex_;
   std::condition_variable_any cv_;
   Timers timers_;
+  Timers fences_;
   std::jthread thread_;
   bool stopped_ = false;
 };
+
+/// How long after a renewal of a slot's `lease` (sent at that time) its holder stops the task:
+/// four fifths of the lease, so a handler asked to stop (a child process killed) has the last
+/// fifth to end before another worker may take the slot.
+constexpr Millis fence_after(Millis lease) { return lease * 4 / 5; }
 
 /// The completion of a task given up on (see Watchdog): what its handler's return would have
 /// given for the reason it was asked to stop. Called with c.mutex held and c.returned false.

@@ -6,8 +6,10 @@
 -- Returns {'cancelled'}, {'missing'} (no such entry: done, cancelled or never there),
 -- {'pending', consumer, idle ms, deliveries}: delivered to that consumer and not finished; the
 -- cancel request <stream>:cancel:<id> is set (for ARGV[4] ms, or until the task ends
--- cancelled): its holder's next lease renewal finds it and asks the handler to stop, and a
--- consumer that reclaims the entry finds it too, or
+-- cancelled) and its id is pushed to <stream>:cancels, a short stream every consumer follows
+-- (XREAD BLOCK): its holder asks the handler to stop at once; the holder's next lease renewal
+-- finds the request too (when the push was missed), and a consumer that reclaims the entry
+-- ends it cancelled instead of running it (fetch_pending.lua, start.lua), or
 -- {'nogroup', group...}: the stream has groups, but not ARGV[1]; nothing is changed (whether
 -- the entry was delivered cannot be told without its group). A stream without any group has
 -- delivered nothing: its entries are cancelled.
@@ -32,6 +34,7 @@ if type(p) == 'table' and p.err then
   if #others > 1 then return others end
 elseif #p > 0 then
   redis.call('SET', KEYS[1] .. ':cancel:' .. ARGV[2], now_ms(), 'PX', ARGV[4])
+  redis.call('XADD', KEYS[1] .. ':cancels', 'MAXLEN', '~', 1000, '*', 'id', ARGV[2])
   return {'pending', p[1][2], p[1][3], p[1][4]}
 end
 redis.call('XDEL', KEYS[1], ARGV[2])

@@ -8,7 +8,11 @@
 -- stream name (dead-lettered unique tasks release <queue>:unique:<key>, see lib/fate.lua),
 -- ARGV[11..] = ids this consumer holds now (never handed out again).
 -- Returns {next cursor ("0-0" = the end was reached), {{id, {fields}, deliveries}, ...},
--- dead-lettered count}.
+-- dead-lettered count, cancelled count}.
+-- An entry an operator cancelled while nobody ran it (its cancel request <stream>:cancel:<id>
+-- exists, see cancel.lua: its holder died, or released it at a stop) is not handed out: it ends
+-- cancelled here, as the done script ends a cancelled task (acknowledged and deleted, its unique
+-- lock released, its record and event `cancelled`, the request deleted).
 --
 -- "auto" examines at most 100 pending entries per call (XPENDING with a cursor) and acts only
 -- on those idle for min idle or longer, whose worker is presumed dead. XAUTOCLAIM is not
@@ -31,7 +35,15 @@ local want, min_idle, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), ton
 local failed_at, max_fields, queue = ARGV[8], tonumber(ARGV[9]), ARGV[10]
 local held = {}
 for i = 11, #ARGV do held[ARGV[i]] = true end
-local dead = 0
+local dead, cancelled = 0, 0
+local function cancel(id, fields)
+  redis.call('XACK', stream, group, id)
+  redis.call('XDEL', stream, id)
+  release_unique(queue, fields, 1)
+  track_state(queue, fields, 1, 'cancelled', 'cancelled')
+  redis.call('DEL', stream .. ':cancel:' .. id)
+  cancelled = cancelled + 1
+end
 local function bury(id, fields, reason, err)
   dead_letter(dlq, fields, 1, max_fields, reason, err, failed_at, id, me, queue)
   redis.call('XACK', stream, group, id)
@@ -55,6 +67,8 @@ for i, item in ipairs(p) do
     local body = redis.call('XRANGE', stream, id, id)
     if #body == 0 then
       bury(id, {}, 'body_lost', 'body lost: the entry was trimmed or deleted before it was done')
+    elseif redis.call('EXISTS', stream .. ':cancel:' .. id) == 1 then
+      cancel(id, body[1][2])
     elseif n >= max_deliveries then
       bury(id, body[1][2], 'max_deliveries', 'started ' .. n .. ' times (limit ' ..
         max_deliveries .. ') without finishing; its worker may have died running it')
@@ -69,4 +83,4 @@ for i, item in ipairs(p) do
     end
   end
 end
-return {cursor, run, dead}
+return {cursor, run, dead, cancelled}

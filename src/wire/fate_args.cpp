@@ -10,6 +10,11 @@ void append_retry(Argv& argv, std::string_view queue, const Fields& copy) {
   for (const auto& [k, v] : copy) argv.add(k).add(v);
 }
 
+void append_hand_back(Argv& argv, std::string_view queue, const Fields& fields) {
+  argv.add("back").add(queue);
+  for (const auto& [k, v] : fields) argv.add(k).add(v);
+}
+
 void append_delayed_retry(Argv& argv, Millis delay, std::string nonce, std::string_view stream,
                           std::string_view queue, const Fields& copy, bool attempted) {
   argv.add(attempted ? "delay" : "hold")

@@ -20,6 +20,7 @@ inline constexpr std::int64_t move_not_owner = -1;   // another consumer owns th
 inline constexpr std::int64_t start_ok = 1;
 inline constexpr std::int64_t start_not_owner = 0;
 inline constexpr std::int64_t start_body_gone = -1;
+inline constexpr std::int64_t start_cancelled = -2;
 
 /// What a dead-letter or retry write tells the Lua that writes it (write_fate() in
 /// src/lua/lib/fate.lua): appends 'retry', `queue` and the copy's fields, or 'dead_letter', the
@@ -30,6 +31,9 @@ inline constexpr std::int64_t start_body_gone = -1;
 /// if it still holds the task's id; "" leaves both alone (a provisional record whose task still
 /// runs).
 void append_retry(Argv& argv, std::string_view queue, const Fields& copy);
+/// A task handed back unfinished and uncounted (its worker stopped while it ran): 'back',
+/// `queue` and its fields as they were; written into the stream at once, its record queued.
+void append_hand_back(Argv& argv, std::string_view queue, const Fields& fields);
 /// The same for a copy that waits in the delayed set for `delay` (by the server's clock) and
 /// then goes to `stream`: 'delay', the delay in ms, the member's nonce, the stream, `queue`, the
 /// fields; 'hold' instead of 'delay' when it was not `attempted` (put back unrun by a rate

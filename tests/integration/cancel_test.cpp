@@ -187,5 +187,67 @@ TEST_F(ControlTest, ACancelBeforeTheHandlerStartsKeepsItFromRunning) {
   EXPECT_EQ(pending(), 0);
 }
 
+// The worker holding a tracked task was killed; the task was cancelled while nobody ran it: the
+// worker that reclaims it must end it cancelled, not run it to done, and its request goes.
+TEST_F(ControlTest, ACancelReachesTheWorkerThatReclaimsTheTask) {
+  Producer p = producer();
+  const std::string id = p.enqueue("t", "{}", {.max_retries = 3, .retention = Retention{.done = 1h}});
+  const auto held = read_as("killed-worker", 1);  // it held the task and died
+  ASSERT_EQ(held.size(), 1U);
+  Inspector in({.connection = {.url = server.url()}});
+  EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
+  std::atomic<int> ran{0};
+  RunningConsumer worker(fast(), [&](Consumer& c) { c.on("t", [&](const Task&) { ++ran; }); });
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
+  worker.stop();
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(worker.consumer().metrics().done, 0U);
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(pending(), 0);
+  EXPECT_EQ(client.cmd({"KEYS", stream + ":cancel:*"}).view().size(), 0U) << "the request goes with the task";
+  const auto record = in.record(stream, id);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, TaskRecord::State::cancelled);
+  EXPECT_EQ(record->attempts, 0);
+}
+
+// A cancel is pushed to the holder: it reaches a running handler long before the holder's next
+// lease renewal (every 10 s here), and a waiter is told the task was cancelled.
+TEST_F(ControlTest, ACancelReachesARunningHandlerWithoutWaitingForTheLeaseRenewal) {
+  Producer p = producer();
+  const std::string id = p.enqueue("t", "{}", {.retention = Retention{.done = 1h}});
+  std::atomic<bool> started{false};
+  std::atomic<std::int64_t> stopped_at_ns{0};
+  std::string why;
+  ConsumerOptions o = options();
+  o.heartbeat_interval = 10s;
+  o.claim_min_idle = 60s;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("t", [&](const Task& task) {
+      started = true;
+      why = wait_for_stop(task, 30s);
+      stopped_at_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
+  std::this_thread::sleep_for(300ms);  // its subscription is up (it was before the task ran)
+  Inspector in({.connection = {.url = server.url()}});
+  const auto asked = std::chrono::steady_clock::now();
+  EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
+  ASSERT_TRUE(wait_until([&] { return stopped_at_ns.load() != 0; }, 30s));
+  const auto took = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(stopped_at_ns.load())) - asked;
+  // The push takes a few milliseconds; the renewal would have taken up to 10 s. (The bound is
+  // loose for the sanitizer builds.)
+  EXPECT_LT(took, 3s) << "the cancel waited for the lease renewal";
+  EXPECT_EQ(why, "cancelled");
+  try {
+    p.wait(id, 10s);
+    ADD_FAILURE() << "a cancelled task's wait did not throw";
+  } catch (const TaskFailedError& e) {
+    EXPECT_EQ(e.record().state, TaskRecord::State::cancelled);
+    EXPECT_NE(std::string(e.what()).find("cancel"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace streamq::test

@@ -164,6 +164,84 @@ TEST_F(ConsumerTest, HandlerPastTheGracePeriodKeepsItsEntryAndBlocksNeitherRunNo
   ASSERT_TRUE(wait_until([&] { return reran == 1 && xlen(stream) == 0 && pending() == 0; }));
 }
 
+// A deploy does not burn a retry: a handler that throws after its worker asked it to stop
+// (stop_reason() "shutdown") hands its task back: queued again at once with its retry count as it
+// was, its record queued, no backoff. Here the task has no retry left, so counting the
+// interrupted attempt would have dead-lettered it.
+TEST_F(ConsumerTest, AHandlerThatThrowsAtShutdownHandsItsTaskBack) {
+  const std::string id = producer().enqueue("long", "{}", {.max_retries = 0, .retention = Retention{.done = 1h}});
+  std::atomic<bool> started{false};
+  std::string why;
+  {
+    auto o = options();
+    o.retry_backoff = {.base = std::chrono::hours(1), .cap = std::chrono::hours(1), .jitter = false};  // a counted retry would wait
+    RunningConsumer rc(o, [&](Consumer& c) {
+      c.on("long", [&](const Task& t) {
+        started = true;
+        std::mutex m;
+        std::condition_variable_any cv;
+        std::unique_lock lock(m);
+        cv.wait_for(lock, t.stop_token(), 60s, [] { return false; });
+        why = std::string(t.stop_reason());
+        throw std::runtime_error("interrupted by the deploy");
+      });
+    });
+    ASSERT_TRUE(wait_until([&] { return started.load(); }));
+    rc.stop();
+    EXPECT_EQ(rc.consumer().metrics().retried, 0U);
+    EXPECT_EQ(rc.consumer().metrics().dead_lettered, 0U);
+    EXPECT_EQ(rc.consumer().metrics().handed_back, 1U);
+  }
+  EXPECT_EQ(why, "shutdown");
+  EXPECT_EQ(xlen(dlq), 0);
+  EXPECT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 0) << "no backoff";
+  const auto entries = client.xrange(stream);
+  ASSERT_EQ(entries.size(), 1U);
+  EXPECT_EQ(Client::get(entries[0].second, "task_id"), id);
+  EXPECT_EQ(Client::get(entries[0].second, "retry_count"), "0");
+  // (The stopping worker's read may have taken the new entry: then it released it with the rest.)
+  const auto held = pending_entry(entries[0].first);
+  EXPECT_TRUE(held.owner.empty() || held.idle_ms > 1'000'000'000) << "held by " << held.owner;
+  Inspector in({.connection = {.url = server.url()}});
+  EXPECT_EQ(in.record(stream, id)->state, TaskRecord::State::queued);
+  // The next worker runs it as the same attempt of the task's retries.
+  std::atomic<int> retry_count{-1};
+  RunningConsumer next(options(), [&](Consumer& c) { c.on("long", [&](const Task& t) { retry_count = t.retry_count(); }); });
+  ASSERT_TRUE(wait_until([&] { return in.record(stream, id)->state == TaskRecord::State::done; }));
+  EXPECT_EQ(retry_count.load(), 0);
+}
+
+// HandlerOptions::hand_back_on_shutdown = false: a type that must count every start counts
+// the interrupted one as a failed attempt, as any failure.
+TEST_F(ConsumerTest, ATypeMayCountAnAttemptInterruptedByShutdown) {
+  const std::string id = producer().enqueue("long", "{}", {.max_retries = 3, .retention = Retention{.done = 1h}});
+  std::atomic<bool> started{false};
+  {
+    RunningConsumer rc(options(), [&](Consumer& c) {
+      c.on(
+          "long",
+          [&](const Task& t) {
+            started = true;
+            std::mutex m;
+            std::condition_variable_any cv;
+            std::unique_lock lock(m);
+            cv.wait_for(lock, t.stop_token(), 60s, [] { return false; });
+            throw std::runtime_error("interrupted by the deploy");
+          },
+          {.hand_back_on_shutdown = false});
+    });
+    ASSERT_TRUE(wait_until([&] { return started.load(); }));
+    rc.stop();
+    EXPECT_EQ(rc.consumer().metrics().retried, 1U);
+    EXPECT_EQ(rc.consumer().metrics().handed_back, 0U);
+  }
+  const auto entries = client.xrange(stream);
+  ASSERT_EQ(entries.size(), 1U);
+  EXPECT_EQ(Client::get(entries[0].second, "retry_count"), "1");
+  Inspector in({.connection = {.url = server.url()}});
+  EXPECT_EQ(in.record(stream, id)->state, TaskRecord::State::retrying);
+}
+
 TEST_F(ConsumerTest, PreviousSignalHandlersAreRestored) {
   struct sigaction custom {
   }, before_int{}, before_term{};

@@ -22,6 +22,9 @@
 //   limited    with ConcurrencyLimit{limit} (key limit=, default 3): SADD <stream>:now-running
 //              "<consumer>/<task_id>", raise <stream>:most to SCARD of it, sleep "ms", SREM,
 //              then record like work
+//   fenced     with ConcurrencyLimit{limit}: as limited, but runs until asked to stop (at most
+//              "ms"), then SET <stream>:stopped:<task_id> to the time it saw the request (ms since
+//              the Unix epoch, this machine's clock) and its stop reason, SREM, and throws
 // Records go through the test's own Redis connection (one per handler thread).
 #include <atomic>
 #include <chrono>
@@ -173,6 +176,30 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(ms(task.json().value("ms", 0)));
         recorder().command(streamq::detail::Argv{"SREM", stream + ":now-running", me}).view().check();
         record(stream + ":done", task.id());
+      },
+      {.concurrency = {.limit = static_cast<int>(get("limit", 3))}});
+  consumer.on(
+      "fenced",
+      [&](const streamq::Task& task) {
+        const std::string me = std::string(argv[3]) + "/" + task.id();
+        recorder()
+            .command(streamq::detail::Argv{
+                "EVAL",
+                "redis.call('SADD', KEYS[1], ARGV[1]) local n = redis.call('SCARD', KEYS[1]) "
+                "if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end",
+                "2", stream + ":now-running", stream + ":most", me})
+            .view()
+            .check();
+        const auto until = std::chrono::steady_clock::now() + ms(task.json().value("ms", 0));
+        while (!task.stop_requested() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(ms(2));
+        const auto seen = std::chrono::duration_cast<ms>(std::chrono::system_clock::now().time_since_epoch());
+        recorder()
+            .command(streamq::detail::Argv{"SET", stream + ":stopped:" + task.id(),
+                                           std::to_string(seen.count()) + " " + std::string(task.stop_reason())})
+            .view()
+            .check();
+        recorder().command(streamq::detail::Argv{"SREM", stream + ":now-running", me}).view().check();
+        throw std::runtime_error("stopped");
       },
       {.concurrency = {.limit = static_cast<int>(get("limit", 3))}});
   consumer.on("crash", [&](const streamq::Task& task) {

@@ -53,6 +53,8 @@ end
 --   copy's fields: a member of dest (the delayed set) due that long from the server's now
 --   (the script must include lib/clock.lua and lib/delayed.lua before this library);
 --   'hold', as 'delay', for a task put back unrun (a rate limit): no retry, no failure;
+--   'back', queue, then the task's fields as they were: a task handed back unfinished and
+--   uncounted (its worker stopped while it ran): XADD to dest (the stream), its record queued;
 --   'dead_letter', reason, error, failed_at, max_fields, queue (the stream name whose unique
 --   lock to release, '' for none), then the fields read: a dead-letter entry in dest (the
 --   dead-letter stream), built by dead_letter() above.
@@ -65,11 +67,11 @@ end
 -- entry id.
 local function cancelled_instead(stream, first, original_id)
   local kind = ARGV[first]
-  if kind ~= 'retry' and kind ~= 'delay' and kind ~= 'hold' then return false end
+  if kind ~= 'retry' and kind ~= 'back' and kind ~= 'delay' and kind ~= 'hold' then return false end
   local request = stream .. ':cancel:' .. original_id
   if redis.call('EXISTS', request) == 0 then return false end
   local queue, fields = ARGV[first + 1], first + 2
-  if kind ~= 'retry' then queue, fields = ARGV[first + 4], first + 5 end
+  if kind == 'delay' or kind == 'hold' then queue, fields = ARGV[first + 4], first + 5 end
   release_unique(queue, ARGV, fields)
   track_state(queue, ARGV, fields, 'cancelled', 'cancelled')
   redis.call('DEL', request)
@@ -80,6 +82,11 @@ local function write_fate(dest, first, original_id, consumer)
   if ARGV[first] == 'retry' then
     local id = redis.call('XADD', dest, '*', unpack(ARGV, first + 2))
     track_state(ARGV[first + 1], ARGV, first + 2, 'retrying', 'retry', {'error', fate_error(ARGV, first + 2)})
+    return id
+  end
+  if ARGV[first] == 'back' then
+    local id = redis.call('XADD', dest, '*', unpack(ARGV, first + 2))
+    track_state(ARGV[first + 1], ARGV, first + 2, 'queued', 'handed_back')
     return id
   end
   if ARGV[first] == 'delay' or ARGV[first] == 'hold' then

@@ -23,10 +23,11 @@ int cancel(const Context& g, const CancelArgs& a) {
   switch (in.cancel(a.queue, a.id)) {
     case CancelOutcome::cancelled: std::cout << "cancelled " << a.id << "\n"; return ok;
     case CancelOutcome::running:
+      // Not cancelled yet (exit 1, as docs/cli-and-dashboard.md says): asked.
       std::cout << "cancelling " << a.id
-                << ": a consumer holds it; its worker asks the handler to stop within a heartbeat, "
-                   "and it ends cancelled\n";
-      return ok;
+                << ": a consumer holds it; its worker asks the handler to stop now, and it ends cancelled "
+                   "(a worker that takes it over does not run it)\n";
+      return failed;
     case CancelOutcome::missing:
       std::cerr << "streamq: no queued or delayed task " << a.id << "\n";
       return not_found;
