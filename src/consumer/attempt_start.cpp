@@ -27,7 +27,8 @@ Start start_suspect(const Shared& s, Work& w, std::unique_ptr<Channel>& ch) {
     if (result == start_body_gone) return Start::gone;
     if (result == start_cancelled) {
       Metrics::add(s.metrics.cancelled, 1);
-      log(LogLevel::info, "entry " + w.key.id + " was cancelled by an operator before it started; it ended cancelled");
+      log(LogLevel::info,
+          "entry " + w.key.id + " was cancelled by an operator before it started; it ended cancelled");
       return Start::not_ours;
     }
   } catch (const std::exception& e) {

@@ -45,7 +45,8 @@ void CancelFollower::follow(std::vector<std::string>& positions) {
   if (positions.empty()) {
     // From the newest push on: what came before is the lease renewal's to find.
     for (std::uint16_t level = 0; level < levels; ++level) {
-      const Reply r = conn_.command(Argv{"XREVRANGE", cancels_key(s_.keys(level).stream), "+", "-", "COUNT", "1"});
+      const Reply r =
+          conn_.command(Argv{"XREVRANGE", cancels_key(s_.keys(level).stream), "+", "-", "COUNT", "1"});
       const ReplyView v = r.view().check();
       positions.push_back(v.size() > 0 ? std::string(v[0][0].str()) : "0-0");
     }

@@ -306,7 +306,8 @@ struct Consumer::Impl {
     // 1. No more reads: wake each fetcher from its BLOCK now rather than after up to `block`.
     for (const auto& e : engines) e->fetcher.request_stop();
     for (const auto& e : engines) {
-      while (!e->fetcher.wait_finished(kUnblockRetry)) unblock(*e, e->fetcher.client_id(), e->fetcher.server());
+      while (!e->fetcher.wait_finished(kUnblockRetry))
+        unblock(*e, e->fetcher.client_id(), e->fetcher.server());
       e->fetcher.join();
     }
     // 2. Running handlers get the grace period, their leases still renewed.
@@ -320,7 +321,8 @@ struct Consumer::Impl {
     // 3. No more pushed cancels nor renewals, then hand the unstarted entries back.
     for (const auto& e : engines) e->cancels.request_stop();
     for (const auto& e : engines) {
-      while (!e->cancels.wait_finished(kUnblockRetry)) unblock(*e, e->cancels.client_id(), e->cancels.server());
+      while (!e->cancels.wait_finished(kUnblockRetry))
+        unblock(*e, e->cancels.client_id(), e->cancels.server());
       e->cancels.join();
     }
     for (const auto& e : engines) {

@@ -65,7 +65,7 @@ struct Registered {
 // Step 1: what the entry holds. A completion (a dead letter) when it cannot run: no body, too
 // many fields, not a task, no handler for its type, or its deadline passed before it started.
 std::optional<Completion> refuse_unrunnable(Shared& s, const Work& w, std::optional<Task>& decoded_task,
-                                           Registered& r) {
+                                            Registered& r) {
   if (!w.fields) {
     return dead_letter(s, w.key, nullptr, reason::body_lost,
                        "body lost: the entry was trimmed or deleted before it ran");
@@ -85,10 +85,12 @@ std::optional<Completion> refuse_unrunnable(Shared& s, const Work& w, std::optio
     r = {&it->second.handler, &it->second.options, it->second.running.get()};
   }
   if (!*r.handler) {
-    return dead_letter(s, w.key, w.fields, reason::no_handler, "no handler for task type \"" + task.type() + "\"");
+    return dead_letter(s, w.key, w.fields, reason::no_handler,
+                       "no handler for task type \"" + task.type() + "\"");
   }
   if (const auto deadline = deadline_of(task); deadline && *deadline <= std::chrono::system_clock::now()) {
-    return dead_letter(s, w.key, w.fields, reason::deadline, "deadline: the task's deadline passed before it started");
+    return dead_letter(s, w.key, w.fields, reason::deadline,
+                       "deadline: the task's deadline passed before it started");
   }
   return std::nullopt;
 }
@@ -128,8 +130,8 @@ std::optional<Completion> take_limits(Shared& s, const Work& w, const Task& task
     limits.push_back(options->concurrency.limit);
   }
   const auto unchecked = [&](const char* what, const std::exception& e) {
-    log(LogLevel::warning, std::string(what) + " of \"" + task.type() + "\" could not be checked (" + e.what() +
-                               "); task " + task.id() + " is put back for a second");
+    log(LogLevel::warning, std::string(what) + " of \"" + task.type() + "\" could not be checked (" +
+                               e.what() + "); task " + task.id() + " is put back for a second");
     channel.reset();
     return put_back(w, Millis(1000));
   };
@@ -171,16 +173,13 @@ std::optional<Completion> take_limits(Shared& s, const Work& w, const Task& task
 std::unique_ptr<Span> set_up_attempt(Shared& s, const Work& w, Task& task, const HandlerOptions* options,
                                      const std::shared_ptr<TaskControl>& control,
                                      std::unique_ptr<Channel>& channel) {
+  std::shared_ptr<TaskReports> reports;
   if (task.field(field::retention)) {
     mark_running(s, w, tracking_fields(task), channel);
-    control->reports = std::make_shared<TaskReports>(s, channel, s.opt.stream, task.id());
-    TaskAccess::attach(task, control->reports);
+    reports = std::make_shared<TaskReports>(s, channel, s.opt.stream, task.id());
+    TaskAccess::attach(task, reports);
   }
   TaskAccess::attach(task, control);
-  control->work = &w;
-  control->task = &task;
-  control->options = options;
-  // The span before the control is shared (the watchdog reads it when it gives the task up).
   std::unique_ptr<Span> span;
   if (s.opt.tracer) {
     try {
@@ -191,11 +190,21 @@ std::unique_ptr<Span> set_up_attempt(Shared& s, const Work& w, Task& task, const
     } catch (...) {
       log(LogLevel::warning, "tracer: start_attempt threw an unknown exception");
     }
+  }
+  {
+    // Under its lock: the watchdog may hold the control already (a concurrency slot's fence),
+    // and gives the task up from these.
+    std::lock_guard lock(control->mutex);
+    control->reports = std::move(reports);
+    control->work = &w;
+    control->task = &task;
+    control->options = options;
     control->span = span.get();
   }
   s.inflight.entering(w, control);
   const auto deadline = deadline_of(task);
-  if (const Millis timeout = options != nullptr ? options->timeout : Millis(0); timeout.count() > 0 || deadline) {
+  if (const Millis timeout = options != nullptr ? options->timeout : Millis(0);
+      timeout.count() > 0 || deadline) {
     Clock::time_point at = Clock::time_point::max();
     StopWhy why = StopWhy::timeout;
     if (timeout.count() > 0) at = Clock::now() + timeout;
@@ -219,13 +228,15 @@ struct Returned {
 };
 
 // Step 4: the handler, through the middleware, in a child process with the process executor.
-// Unless the task was cancelled before it started (while it waited in the prefetch) or given up
-// already (its deadline came while it was being set up).
+// Unless the task was cancelled before it started (while it waited in the prefetch), fenced (its
+// slot's lease could not be renewed meanwhile) or given up already (its deadline came while it
+// was being set up).
 Returned run_handler(Shared& s, const Task& task, const Registered& r, TaskControl& control,
                      std::unique_ptr<Channel>& channel) {
   {
     std::lock_guard lock(control.mutex);
-    if (control.why() == StopWhy::cancelled || control.abandoned) return {};
+    const StopWhy why = control.why();
+    if (why == StopWhy::cancelled || why == StopWhy::lease_lost || control.abandoned) return {};
   }
   try {
     Handler in_child;
@@ -297,7 +308,8 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
   release_slots(s, *control, control->slot_keys.size(), channel);
   if (given_up) {
     if (control->reports) control->reports->close();
-    log(LogLevel::warning, "task " + task.id() + " was given up on and its handler has returned now; what it " +
+    log(LogLevel::warning, "task " + task.id() +
+                               " was given up on and its handler has returned now; what it " +
                                "returned is dropped");
     end_span(span, control->given_up_as,
              "given up: its handler did not return within timeout_grace of being asked to stop");

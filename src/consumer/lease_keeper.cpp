@@ -92,7 +92,8 @@ void renew_slots(Shared& s, ScriptRunner& scripts) {
   std::size_t next = 0;
   for (const auto& c : running) {
     bool held = true;
-    for (std::size_t i = 0; i < c->slot_keys.size(); ++i) held = replies[next++].view().check().integer() == 1 && held;
+    for (std::size_t i = 0; i < c->slot_keys.size(); ++i)
+      held = replies[next++].view().check().integer() == 1 && held;
     if (held) {
       s.watchdog->fence(c, sent + fence_after(s.opt.claim_min_idle));
       continue;

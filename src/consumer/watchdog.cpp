@@ -147,7 +147,8 @@ void Watchdog::fire(const std::shared_ptr<TaskControl>& c, bool hard, StopWhy so
     return;
   }
   std::unique_lock lock(c->mutex);
-  if (c->returned || c->abandoned) return;
+  // (A task fenced before its set-up has nothing to give up: it will not start.)
+  if (c->returned || c->abandoned || c->task == nullptr) return;
   c->abandoned = true;
   const std::string id = c->task->id();
   try {

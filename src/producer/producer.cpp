@@ -113,13 +113,14 @@ std::future<TaskRecord> Producer::wait_async(const std::string& task_id, std::ch
   detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
   auto promise = std::make_shared<std::promise<TaskRecord>>();
   std::future<TaskRecord> result = promise->get_future();
-  impl_->waiter().wait(task_id, timeout, std::nullopt, options.wait_for_enqueue, [promise](detail::WaitOutcome o) {
-    try {
-      promise->set_value(std::move(o).take());
-    } catch (const Error&) {
-      promise->set_exception(std::current_exception());
-    }
-  });
+  impl_->waiter().wait(task_id, timeout, std::nullopt, options.wait_for_enqueue,
+                       [promise](detail::WaitOutcome o) {
+                         try {
+                           promise->set_value(std::move(o).take());
+                         } catch (const Error&) {
+                           promise->set_exception(std::current_exception());
+                         }
+                       });
   return result;
 }
 
@@ -127,7 +128,8 @@ TaskRecord Producer::wait(const std::string& task_id, std::chrono::milliseconds 
   return wait(task_id, timeout, WaitOptions{});
 }
 
-TaskRecord Producer::wait(const std::string& task_id, std::chrono::milliseconds timeout, WaitOptions options) {
+TaskRecord Producer::wait(const std::string& task_id, std::chrono::milliseconds timeout,
+                          WaitOptions options) {
   detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
   return impl_->wait_here(task_id, timeout, std::nullopt, options);
 }
@@ -141,7 +143,8 @@ TaskRecord Producer::enqueue_and_wait(std::string_view task_type, const Payload&
   }
   // A record that goes with the task's end could go before this wait reads it (a quick task):
   // kept for the minute a record someone waits on is kept (src/lua/watch.lua).
-  Retention& kept = options.retention ? *options.retention : options.retention.emplace(*impl_->options.retention);
+  Retention& kept =
+      options.retention ? *options.retention : options.retention.emplace(*impl_->options.retention);
   if (kept.done.count() == 0) kept.done = std::chrono::minutes(1);
   if (kept.dead && kept.dead->count() == 0) kept.dead = std::chrono::minutes(1);
   const std::string id = enqueue(task_type, std::string_view(payload.text()), options);

@@ -15,15 +15,16 @@ namespace {
 // The longest one XREAD blocks: how late a wait registered meanwhile on a queue without events
 // is first read by the thread, and how often waits without a record are looked at again.
 constexpr Millis kBlock{100};
-constexpr std::int64_t kPage = 1000;            // events per stream per read
-constexpr std::size_t kRemembered = 10000;      // final events remembered
+constexpr std::int64_t kPage = 1000;        // events per stream per read
+constexpr std::size_t kRemembered = 10000;  // final events remembered
 constexpr std::string_view kNoRecord =
     " was found: it was not enqueued with a Retention (EnqueueOptions::retention), its record expired, or "
     "it is another queue's (WaitOptions::wait_for_enqueue waits for a task enqueued later)";
 
 std::string describe_failure(const TaskRecord& r) {
   // A cancelled task's error field is its last failed attempt's, not why it ended.
-  if (r.state == TaskRecord::State::cancelled) return "task " + r.task_id + " ended cancelled: an operator cancelled it";
+  if (r.state == TaskRecord::State::cancelled)
+    return "task " + r.task_id + " ended cancelled: an operator cancelled it";
   std::string m = "task " + r.task_id + " ended " + std::string(to_string(r.state));
   if (!r.reason.empty()) m += " (" + r.reason + ")";
   if (!r.error.empty()) m += ": " + r.error;
@@ -84,7 +85,8 @@ Waiter::~Waiter() {
   // waiting_ is no longer the first one's alone.)
   std::lock_guard lock(mutex_);
   const auto abandon = [](Pending& p) {
-    p.answer({WaitOutcome::Kind::timed_out, std::nullopt, "the Producer waiting for task " + p.task_id + " was destroyed"});
+    p.answer({WaitOutcome::Kind::timed_out, std::nullopt,
+              "the Producer waiting for task " + p.task_id + " was destroyed"});
   };
   for (auto& p : incoming_) abandon(*p);
   for (auto& [id, p] : waiting_) abandon(*p);
@@ -180,7 +182,8 @@ void Waiter::keep_deadlines(const std::stop_token& stop) {
     }
     const Clock::time_point due = deadlines_.begin()->first;
     if (Clock::now() < due) {
-      deadline_cv_.wait_until(lock, stop, due, [&] { return !deadlines_.empty() && deadlines_.begin()->first < due; });
+      deadline_cv_.wait_until(lock, stop, due,
+                              [&] { return !deadlines_.empty() && deadlines_.begin()->first < due; });
       continue;
     }
     const PendingPtr p = deadlines_.begin()->second.lock();
@@ -240,7 +243,8 @@ void Waiter::remember(const QueueEvent& event, std::size_t queue) {
   }
 }
 
-void Waiter::settle(const std::string& task_id, std::size_t queue, const std::optional<TaskRecord>& fallback) {
+void Waiter::settle(const std::string& task_id, std::size_t queue,
+                    const std::optional<TaskRecord>& fallback) {
   if (waiting_.count(task_id) == 0) return;
   std::vector<std::size_t> where{queue};
   std::optional<TaskRecord> r = read_record(task_id, where);
@@ -311,7 +315,8 @@ void Waiter::sweep(Clock::time_point now) {
     // No record for the grace period: once more, then it fails saying so.
     std::optional<TaskRecord> r = read_record(p.task_id, p.queues);
     if (!r) {
-      p.answer({WaitOutcome::Kind::timed_out, std::nullopt, "no record of task " + p.task_id + std::string(kNoRecord)});
+      p.answer({WaitOutcome::Kind::timed_out, std::nullopt,
+                "no record of task " + p.task_id + std::string(kNoRecord)});
       it = waiting_.erase(it);
       continue;
     }

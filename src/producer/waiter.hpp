@@ -62,8 +62,8 @@ class Waiter {
   /// Redis. `partition` (an index into the queues) when the caller knows it; otherwise every
   /// partition is asked. `for_enqueue`: a task without a record yet is waited for (it may be
   /// enqueued later) instead of failing after kNoRecordGrace.
-  void wait(const std::string& task_id, Millis timeout, std::optional<std::size_t> partition, bool for_enqueue,
-            std::function<void(WaitOutcome)> deliver);
+  void wait(const std::string& task_id, Millis timeout, std::optional<std::size_t> partition,
+            bool for_enqueue, std::function<void(WaitOutcome)> deliver);
 
  private:
   struct Pending {

@@ -78,7 +78,9 @@ inline std::string cancel_key(std::string_view level_stream, std::string_view id
 
 /// Where cancel.lua pushes the ids of the held entries of `level_stream` an operator cancels
 /// (a short stream every consumer follows: src/consumer/cancel_follower.hpp).
-inline std::string cancels_key(std::string_view level_stream) { return std::string(level_stream) + ":cancels"; }
+inline std::string cancels_key(std::string_view level_stream) {
+  return std::string(level_stream) + ":cancels";
+}
 
 /// The record of periodic task `name` (see the schedule_tick script): the newest tick handled.
 inline std::string schedule_key(std::string_view stream, std::string_view name) {

@@ -235,7 +235,8 @@ TEST_F(ControlTest, ACancelReachesARunningHandlerWithoutWaitingForTheLeaseRenewa
   const auto asked = std::chrono::steady_clock::now();
   EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
   ASSERT_TRUE(wait_until([&] { return stopped_at_ns.load() != 0; }, 30s));
-  const auto took = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(stopped_at_ns.load())) - asked;
+  const auto took =
+      std::chrono::steady_clock::time_point(std::chrono::nanoseconds(stopped_at_ns.load())) - asked;
   // The push takes a few milliseconds; the renewal would have taken up to 10 s. (The bound is
   // loose for the sanitizer builds.)
   EXPECT_LT(took, 3s) << "the cancel waited for the lease renewal";

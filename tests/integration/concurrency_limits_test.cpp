@@ -109,14 +109,13 @@ TEST_F(ControlTest, AHolderWhoseSlotIsGoneStopsItsTaskAndPutsItBack) {
   std::atomic<int> runs{0};
   std::string why;
   RunningConsumer worker(fast(), [&](Consumer& c) {
-    c.on(
-        "t",
-        [&](const Task& task) {
-          if (++runs > 1) return;
-          why = wait_for_stop(task, 20s);
-          throw std::runtime_error("stopped");
-        },
-        {.concurrency = {.limit = 1}});
+    c.on("t",
+         [&](const Task& task) {
+           if (++runs > 1) return;
+           why = wait_for_stop(task, 20s);
+           throw std::runtime_error("stopped");
+         },
+         {.concurrency = {.limit = 1}});
   });
   ASSERT_TRUE(wait_until([&] { return runs.load() == 1; }, 10s));
   ASSERT_TRUE(wait_until([&] { return client.integer({"ZCARD", stream + ":running:t"}) == 1; }, 10s));
@@ -142,15 +141,14 @@ TEST_F(ControlTest, AHolderCutOffFromRedisStopsItsTaskBeforeItsSlotExpires) {
   o.claim_min_idle = 2000ms;
   o.connection.socket_timeout = 1200ms;
   RunningConsumer worker(o, [&](Consumer& c) {
-    c.on(
-        "t",
-        [&](const Task& task) {
-          if (++runs > 1) return;
-          why = wait_for_stop(task, 20s);
-          stopped = true;
-          throw std::runtime_error("stopped");
-        },
-        {.concurrency = {.limit = 1}});
+    c.on("t",
+         [&](const Task& task) {
+           if (++runs > 1) return;
+           why = wait_for_stop(task, 20s);
+           stopped = true;
+           throw std::runtime_error("stopped");
+         },
+         {.concurrency = {.limit = 1}});
   });
   ASSERT_TRUE(wait_until([&] { return runs.load() == 1; }, 10s));
   server.pause();

@@ -33,7 +33,9 @@ TEST_F(InspectorTest, APausedQueueIsNotReadUntilResumed) {
     bool reading = false;
     for (std::string line; std::getline(clients, line);) {
       const std::size_t flags = line.find(" flags=");
-      const bool blocked = flags != std::string::npos && line.substr(flags + 7, line.find(' ', flags + 7) - flags - 7).find('b') != std::string::npos;
+      const bool blocked =
+          flags != std::string::npos &&
+          line.substr(flags + 7, line.find(' ', flags + 7) - flags - 7).find('b') != std::string::npos;
       reading = reading || (blocked && line.find(" cmd=xreadgroup") != std::string::npos);
     }
     return log.count(LogLevel::info, "is paused") == pauses && !reading;

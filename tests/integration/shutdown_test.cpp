@@ -169,12 +169,15 @@ TEST_F(ConsumerTest, HandlerPastTheGracePeriodKeepsItsEntryAndBlocksNeitherRunNo
 // was, its record queued, no backoff. Here the task has no retry left, so counting the
 // interrupted attempt would have dead-lettered it.
 TEST_F(ConsumerTest, AHandlerThatThrowsAtShutdownHandsItsTaskBack) {
-  const std::string id = producer().enqueue("long", "{}", {.max_retries = 0, .retention = Retention{.done = 1h}});
+  const std::string id =
+      producer().enqueue("long", "{}", {.max_retries = 0, .retention = Retention{.done = 1h}});
   std::atomic<bool> started{false};
   std::string why;
   {
     auto o = options();
-    o.retry_backoff = {.base = std::chrono::hours(1), .cap = std::chrono::hours(1), .jitter = false};  // a counted retry would wait
+    o.retry_backoff = {.base = std::chrono::hours(1),
+                       .cap = std::chrono::hours(1),
+                       .jitter = false};  // a counted retry would wait
     RunningConsumer rc(o, [&](Consumer& c) {
       c.on("long", [&](const Task& t) {
         started = true;
@@ -206,7 +209,8 @@ TEST_F(ConsumerTest, AHandlerThatThrowsAtShutdownHandsItsTaskBack) {
   EXPECT_EQ(in.record(stream, id)->state, TaskRecord::State::queued);
   // The next worker runs it as the same attempt of the task's retries.
   std::atomic<int> retry_count{-1};
-  RunningConsumer next(options(), [&](Consumer& c) { c.on("long", [&](const Task& t) { retry_count = t.retry_count(); }); });
+  RunningConsumer next(
+      options(), [&](Consumer& c) { c.on("long", [&](const Task& t) { retry_count = t.retry_count(); }); });
   ASSERT_TRUE(wait_until([&] { return in.record(stream, id)->state == TaskRecord::State::done; }));
   EXPECT_EQ(retry_count.load(), 0);
 }
@@ -214,21 +218,21 @@ TEST_F(ConsumerTest, AHandlerThatThrowsAtShutdownHandsItsTaskBack) {
 // HandlerOptions::hand_back_on_shutdown = false: a type that must count every start counts
 // the interrupted one as a failed attempt, as any failure.
 TEST_F(ConsumerTest, ATypeMayCountAnAttemptInterruptedByShutdown) {
-  const std::string id = producer().enqueue("long", "{}", {.max_retries = 3, .retention = Retention{.done = 1h}});
+  const std::string id =
+      producer().enqueue("long", "{}", {.max_retries = 3, .retention = Retention{.done = 1h}});
   std::atomic<bool> started{false};
   {
     RunningConsumer rc(options(), [&](Consumer& c) {
-      c.on(
-          "long",
-          [&](const Task& t) {
-            started = true;
-            std::mutex m;
-            std::condition_variable_any cv;
-            std::unique_lock lock(m);
-            cv.wait_for(lock, t.stop_token(), 60s, [] { return false; });
-            throw std::runtime_error("interrupted by the deploy");
-          },
-          {.hand_back_on_shutdown = false});
+      c.on("long",
+           [&](const Task& t) {
+             started = true;
+             std::mutex m;
+             std::condition_variable_any cv;
+             std::unique_lock lock(m);
+             cv.wait_for(lock, t.stop_token(), 60s, [] { return false; });
+             throw std::runtime_error("interrupted by the deploy");
+           },
+           {.hand_back_on_shutdown = false});
     });
     ASSERT_TRUE(wait_until([&] { return started.load(); }));
     rc.stop();

@@ -191,11 +191,13 @@ int main(int argc, char** argv) {
             .view()
             .check();
         const auto until = std::chrono::steady_clock::now() + ms(task.json().value("ms", 0));
-        while (!task.stop_requested() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(ms(2));
+        while (!task.stop_requested() && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(ms(2));
         const auto seen = std::chrono::duration_cast<ms>(std::chrono::system_clock::now().time_since_epoch());
         recorder()
-            .command(streamq::detail::Argv{"SET", stream + ":stopped:" + task.id(),
-                                           std::to_string(seen.count()) + " " + std::string(task.stop_reason())})
+            .command(
+                streamq::detail::Argv{"SET", stream + ":stopped:" + task.id(),
+                                      std::to_string(seen.count()) + " " + std::string(task.stop_reason())})
             .view()
             .check();
         recorder().command(streamq::detail::Argv{"SREM", stream + ":now-running", me}).view().check();
