@@ -14,9 +14,10 @@ std::size_t EntryKeyHash::operator()(const EntryKey& k) const noexcept {
   return std::hash<std::string_view>{}(k.id) * 31 + k.stream;
 }
 
-InFlight::InFlight(std::size_t prefetch, Metrics& metrics, bool by_level)
+InFlight::InFlight(std::size_t prefetch, Metrics& metrics, bool by_level, std::int64_t max_deliveries)
     : prefetch_(prefetch),
       by_level_(by_level),
+      max_deliveries_(max_deliveries),
       low_water_(prefetch - std::max<std::size_t>(1, prefetch / 2)),
       flush_batch_(std::max<std::size_t>(1, prefetch / 4)),
       metrics_(metrics) {
@@ -119,9 +120,20 @@ std::vector<std::string> InFlight::held_ids(std::uint16_t stream) {
 
 // ------------------------------------------------------------------ executor
 
+bool InFlight::last_chance(const Work& w) const {
+  return w.suspect() && (max_deliveries_ <= 0 || w.deliveries + 1 >= max_deliveries_);
+}
+
 std::deque<Work>::iterator InFlight::next_runnable() {
-  if (!suspect_running_) return ready_.begin();
-  return std::find_if(ready_.begin(), ready_.end(), [](const Work& w) { return !w.suspect(); });
+  return std::find_if(ready_.begin(), ready_.end(), [&](const Work& w) {
+    if (!w.suspect()) return true;
+    if (last_chance_running_) return false;
+    return !last_chance(w) || suspects_running_ == 0;
+  });
+}
+
+void InFlight::suspect_ended() {
+  if (suspects_running_ > 0 && --suspects_running_ == 0) last_chance_running_ = false;
 }
 
 std::optional<Work> InFlight::take() {
@@ -172,7 +184,10 @@ std::optional<Work> InFlight::take_locked(std::unique_lock<std::mutex>& lock) {
     w.gates = by_level_ && !ready_.empty() && ready_.back().key.stream > w.key.stream;
     if (w.gates) gates_.push_back(w.key);
     it->second.state = w.suspect() ? State::taken : State::running;
-    suspect_running_ = suspect_running_ || w.suspect();
+    if (w.suspect()) {
+      ++suspects_running_;
+      last_chance_running_ = last_chance_running_ || last_chance(w);
+    }
     ++running_;
     if (idle_handlers_ > 0 && next_runnable() != ready_.end()) work_cv_.notify_one();
     return w;
@@ -193,7 +208,7 @@ StartVerdict InFlight::started(const EntryKey& key, std::int64_t counted_from) {
     lift_gate(key);
     it->second.state = State::queued;
     it->second.restore_count = counted_from;
-    suspect_running_ = false;
+    suspect_ended();
     --running_;
   }
   idle_cv_.notify_all();
@@ -210,7 +225,7 @@ void InFlight::not_run(const EntryKey& key, bool suspect) {
       room_freed();
     }
     Metrics::add(metrics_.skipped, 1);
-    if (suspect) suspect_running_ = false;
+    if (suspect) suspect_ended();
     --running_;
     if (completer_waiting_ && flush_now(Clock::now())) done_cv_.notify_one();
   }
@@ -311,7 +326,7 @@ std::optional<Work> InFlight::finish_and_take(std::optional<Completion> done, bo
     }
   }
   if (suspect) {
-    suspect_running_ = false;
+    suspect_ended();
     if (idle_handlers_ > 0) work_cv_.notify_one();  // the next suspect may go
   }
   if (--running_ == 0) idle_cv_.notify_all();

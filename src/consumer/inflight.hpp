@@ -62,8 +62,9 @@ struct Work {
   /// Set by take() when less important entries wait behind this one (strict level order):
   /// they are not handed out until its handler is about to run (InFlight::entering).
   bool gates = false;
-  /// Replayed and reclaimed entries may be what killed their previous worker: they run one at
-  /// a time, and their start is counted in Redis before they run.
+  /// Replayed and reclaimed entries may be what killed their previous worker: their start is
+  /// counted in Redis before they run, and one whose next start may be its last (see
+  /// InFlight::last_chance) runs with no other suspect beside it.
   bool suspect() const noexcept { return origin != Origin::fresh; }
 };
 
@@ -142,8 +143,12 @@ class InFlight {
  public:
   /// `by_level`: the ready queue keeps entries in level order (EntryKey::stream, lower first;
   /// FIFO within a level), so a more important entry runs before less important ones
-  /// delivered earlier (strict priority order); otherwise it is FIFO.
-  InFlight(std::size_t prefetch, Metrics& metrics, bool by_level = false);
+  /// delivered earlier (strict priority order); otherwise it is FIFO. `max_deliveries`
+  /// (ConsumerOptions::max_deliveries): suspects run beside each other, with the consumer's full
+  /// concurrency, but one whose next start may be its last runs alone among suspects, so a
+  /// crash-looping entry that kills the worker cannot use up another's last start; 0: every
+  /// suspect runs alone.
+  InFlight(std::size_t prefetch, Metrics& metrics, bool by_level = false, std::int64_t max_deliveries = 0);
 
   // ---- fetcher and reclaimer
   /// Adds entries to the ready queue; entries already held are not handed out twice.
@@ -160,17 +165,17 @@ class InFlight {
   /// its to replace).
   std::size_t take_acks(std::vector<EntryKey>& out, std::size_t reserved);
   /// How many suspects the reclaimer may take now: at most `cap`, and none while earlier
-  /// suspects still wait to run (they run one at a time; a dead worker's backlog must not
-  /// crowd out fresh work here while other consumers could share it).
+  /// suspects still wait to run (a dead worker's backlog must not crowd out fresh work here
+  /// while other consumers could share it).
   std::size_t reclaim_room(std::size_t cap);
   /// Ids of `stream` held now (scripts must not hand these out again).
   std::vector<std::string> held_ids(std::uint16_t stream);
 
   // ---- executor
-  /// Blocks for the next runnable entry; nullopt once stop() was called. Suspects are handed
-  /// out one at a time; entries whose lease was lost or whose body was found deleted meanwhile
-  /// are skipped (counted in `skipped`). A fresh entry is marked running; a suspect is marked
-  /// running by started().
+  /// Blocks for the next runnable entry; nullopt once stop() was called. A suspect on its last
+  /// chance is handed out only when no other suspect runs, and none beside it; entries whose lease was lost
+  /// or whose body was found deleted meanwhile are skipped (counted in `skipped`). A fresh entry is marked
+  /// running; a suspect is marked running by started().
   std::optional<Work> take();
   /// The start script allowed `key` to run, having raised its delivery count from
   /// `counted_from`. Skip when the entry is no longer held (its body went away meanwhile and
@@ -279,6 +284,9 @@ class InFlight {
 
   std::optional<Work> take_locked(std::unique_lock<std::mutex>& lock);
   std::deque<Work>::iterator next_runnable();
+  /// A suspect whose start may be its last (max_deliveries): it runs alone among suspects.
+  bool last_chance(const Work& w) const;
+  void suspect_ended();                         // a suspect's handler is done (or it did not start)
   bool flush_now(Clock::time_point now) const;  // the completer should write what is queued now
   // (acks_ can name entries no longer held, e.g. lost ones: never below 0.)
   std::size_t unacked() const { return held_.size() > acks_.size() ? held_.size() - acks_.size() : 0; }
@@ -290,6 +298,7 @@ class InFlight {
 
   const std::size_t prefetch_;
   const bool by_level_;
+  const std::int64_t max_deliveries_;
   const std::size_t low_water_;    // the fetcher reads again once at most this many are held
   const std::size_t flush_batch_;  // completions worth a write even while handlers are busy
   Metrics& metrics_;
@@ -308,7 +317,8 @@ class InFlight {
   Clock::time_point acks_since_{};  // when acks_ last became non-empty
   std::size_t idle_handlers_ = 0;   // handlers waiting in take()
   std::size_t running_ = 0;         // handlers between take() and finish()/not_run()
-  bool suspect_running_ = false;
+  std::size_t suspects_running_ = 0;
+  bool last_chance_running_ = false;
   bool completer_waiting_ = false;
   bool stopping_ = false;
   bool completer_stopping_ = false;

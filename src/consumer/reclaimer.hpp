@@ -4,7 +4,7 @@
 // and sooner while more may wait. It walks the group's pending list of every priority level
 // (the most important first) with a cursor per level, so each call is bounded; entries whose body is gone or
 // that were started max_deliveries times are dead-lettered by the same script instead of being run. Reclaimed
-// entries are suspects: they run one at a time, so it takes at most `concurrency` of them, and none while
+// entries are suspects (see InFlight::last_chance): it takes at most `concurrency` of them, and none while
 // earlier ones still wait. It starts only after the fetcher's first replay of this consumer's own entries, or
 // both would fetch what a previous run under this name left. Runs on the duty thread; talks to the
 // in-flight set and Redis.

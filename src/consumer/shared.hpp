@@ -84,7 +84,8 @@ struct Shared {
         limits{opt.max_payload_bytes, opt.max_payload_depth, opt.default_max_retries},
         metrics_owner(std::move(counters)),
         metrics(*metrics_owner),
-        inflight(static_cast<std::size_t>(opt.prefetch), metrics, opt.priority_weights.empty()) {}
+        inflight(static_cast<std::size_t>(opt.prefetch), metrics, opt.priority_weights.empty(),
+                 opt.max_deliveries) {}
 
   const ConsumerOptions opt;
   /// The queue's name, for what the whole queue shares across partitions (rate limits).

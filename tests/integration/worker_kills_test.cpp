@@ -151,6 +151,30 @@ TEST(Reliability, TaskThatKillsItsWorkerIsDeadLetteredAfterTheLimit) {
   EXPECT_EQ(deaths, 3);
 }
 
+// A worker killed while it ran five tasks is restarted under its name: it resumes all five at
+// once, with its full concurrency, not one after another.
+TEST(Reliability, ARestartedWorkerResumesItsOwnWorkWithItsFullConcurrency) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  std::vector<TaskSpec> batch(5, TaskSpec{"limited", R"({"ms":1500})"});
+  producer.enqueue_batch(batch);
+  // (limited: its handlers record how many run at once; a limit of 100 never holds one back.)
+  const std::vector<std::string> args{STREAMQ_TEST_WORKER, server.url(), stream,     "w0",
+                                      "concurrency=5",     "prefetch=5", "limit=100"};
+  WorkerProcess first(args);
+  const std::string running = stream + ":now-running";
+  ASSERT_TRUE(wait_until([&] { return client.integer({"SCARD", running}) == 5; }, 20s));
+  first.kill9();
+  client.cmd({"DEL", running});
+  client.cmd({"SET", stream + ":most", "0"});
+  WorkerProcess again(args);  // the same name: it replays its own pending entries at once
+  ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) == 5; }, 30s));
+  EXPECT_EQ(std::string(client.cmd({"GET", stream + ":most"}).view().str()), "5");
+  again.signal_and_wait(SIGTERM);
+}
+
 TEST(Reliability, WorkerKilledAfterItsRunningEntryWasDeletedLeavesTheCopyItRead) {
   RedisServer server;
   Client client(server.url());

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <thread>
 
@@ -65,6 +66,39 @@ TEST_F(InFlightTest, SuspectsRunOneAtATimeBesideFreshWork) {
   auto b = f.finish_and_take(Completion{a->key, Outcome::ack, {}}, true);
   ASSERT_TRUE(b);
   EXPECT_EQ(b->key.id, "2-0");
+}
+
+// With max_deliveries, suspects run side by side (a restarted worker resumes its own work with
+// its full concurrency), but one whose next start may be its last runs with no other suspect.
+TEST(InFlightSuspects, RunSideBySideButALastChanceRunsAlone) {
+  Metrics metrics;
+  InFlight f{8, metrics, false, 5};
+  Work last = work("3-0", Origin::reclaimed);
+  last.deliveries = 4;  // started 4 times: a 5th start is its last
+  std::vector<Work> v{work("1-0", Origin::replayed), work("2-0", Origin::replayed), last, work("4-0")};
+  f.deliver(v);
+  auto a = f.take();
+  auto b = f.take();
+  auto c = f.take();
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(a->key.id, "1-0");
+  EXPECT_EQ(b->key.id, "2-0");  // beside 1-0
+  EXPECT_EQ(c->key.id, "4-0");  // 3-0 waits until no other suspect runs
+  f.not_run(b->key, true);
+  auto d = f.finish_and_take(Completion{a->key, Outcome::ack, {}}, true);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->key.id, "3-0");
+  // While it runs, no other suspect starts beside it.
+  std::vector<Work> more{work("5-0", Origin::reclaimed)};
+  f.deliver(more);
+  auto next = std::async(std::launch::async, [&] { return f.take(); });
+  EXPECT_EQ(next.wait_for(200ms), std::future_status::timeout);
+  f.not_run(d->key, true);
+  ASSERT_EQ(next.wait_for(5s), std::future_status::ready);
+  const auto e = next.get();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->key.id, "5-0");
+  f.stop();
 }
 
 TEST_F(InFlightTest, ReclaimRoomIsCappedByPrefetchAndTheCap) {
