@@ -45,17 +45,19 @@ Fields tracking_fields(const Task& task) {
   return f;
 }
 
-void mark_running(const Shared& s, const Work& w, const Fields& tracking, std::unique_ptr<Channel>& ch) {
+std::int64_t mark_running(const Shared& s, const Work& w, const Fields& tracking,
+                          std::unique_ptr<Channel>& ch) {
   try {
     if (!ch) ch = std::make_unique<Channel>(s.connection);
     Argv argv = ch->scripts.begin(ScriptId::running, 1);
     argv.add(s.keys(w.key.stream).stream).add(s.opt.group).add(s.opt.consumer_name).add(w.key.id);
     argv.add(s.opt.stream);
     for (const auto& [k, v] : tracking) argv.add(k).add(v);
-    ch->scripts.call(ScriptId::running, argv).view().check();
+    return ch->scripts.call(ScriptId::running, argv).view().check().integer();
   } catch (const std::exception& e) {
     ch.reset();
     log(LogLevel::warning, "entry " + w.key.id + ": its record could not be marked running: " + e.what());
+    return 0;
   }
 }
 

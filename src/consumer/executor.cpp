@@ -175,8 +175,8 @@ std::unique_ptr<Span> set_up_attempt(Shared& s, const Work& w, Task& task, const
                                      std::unique_ptr<Channel>& channel) {
   std::shared_ptr<TaskReports> reports;
   if (task.field(field::retention)) {
-    mark_running(s, w, tracking_fields(task), channel);
-    reports = std::make_shared<TaskReports>(s, channel, s.opt.stream, task.id());
+    const std::int64_t attempt = mark_running(s, w, tracking_fields(task), channel);
+    reports = std::make_shared<TaskReports>(s, channel, s.opt.stream, task.id(), attempt);
     TaskAccess::attach(task, reports);
   }
   TaskAccess::attach(task, control);

@@ -11,11 +11,12 @@ namespace streamq {
 namespace detail {
 
 TaskReports::TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::string queue,
-                         std::string task_id)
+                         std::string task_id, std::int64_t attempt)
     : s_(s),
       channel_(channel),
       queue_(std::move(queue)),
       task_id_(std::move(task_id)),
+      attempt_(std::to_string(attempt)),
       key_(task_key(queue_, task_id_)) {}
 
 void TaskReports::set_result(std::string bytes) {
@@ -30,7 +31,7 @@ bool TaskReports::write(std::string_view what, const std::string& value) {
   try {
     if (!channel_) channel_ = std::make_unique<Channel>(s_.connection);
     Argv argv = channel_->scripts.begin(ScriptId::report, 1);
-    argv.add(key_).add(queue_).add(what).add(value).add(task_id_);
+    argv.add(key_).add(queue_).add(what).add(value).add(task_id_).add(s_.opt.consumer_name).add(attempt_);
     return channel_->scripts.call(ScriptId::report, argv).view().check().integer() == 1;
   } catch (const std::exception& e) {
     channel_.reset();  // rebuilt on the next need

@@ -5,6 +5,7 @@
 // of the Task kept past that writes nothing.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -18,8 +19,11 @@ namespace streamq::detail {
 
 class TaskReports {
  public:
-  /// `channel` is the handler thread's (made on first need); `queue` the partition's stream.
-  TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::string queue, std::string task_id);
+  /// `channel` is the handler thread's (made on first need); `queue` the partition's stream;
+  /// `attempt` the attempt's number in the record (running.lua; 0: unknown, nothing is written):
+  /// a report is written only while the record says this consumer runs this attempt.
+  TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::string queue, std::string task_id,
+              std::int64_t attempt);
 
   void set_result(std::string bytes);
   /// Writes `value` as the record's `what` ("progress" or "result") now; see Task.
@@ -32,6 +36,7 @@ class TaskReports {
   std::unique_ptr<Channel>& channel_;
   const std::string queue_;
   const std::string task_id_;
+  const std::string attempt_;
   const std::string key_;
   std::mutex mutex_;
   std::optional<std::string> result_;

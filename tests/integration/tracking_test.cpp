@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -178,6 +179,31 @@ TEST_F(TrackingTest, AResultIsTheSucceedingAttemptsAndAKeyOfAnotherTypeIsLeftAlo
   EXPECT_EQ(record(id)->attempts, 2);
   EXPECT_EQ(client.cmd({"GET", stream + ":task:" + other_id}).view().str(), "someone else's");
   EXPECT_EQ(xlen(dlq), 0);
+}
+
+// A stale holder (its entry was reclaimed and started again elsewhere while its handler ran on)
+// must not write its progress or partial result into the newer attempt's record.
+TEST_F(TrackingTest, AStaleHolderCannotReportIntoANewerAttemptsRecord) {
+  const std::string id = producer().enqueue("long", "{}", {.retention = Retention{.done = 1min}});
+  std::atomic<bool> started{false}, newer{false};
+  std::atomic<int> own = -1, stale = -1;
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("long", [&](const Task& t) {
+      own = t.set_progress(0.25) ? 1 : 0;  // its own attempt: written
+      started = true;
+      while (!newer) std::this_thread::sleep_for(5ms);
+      stale = t.set_progress(0.75) || t.write_partial_result("stale") ? 1 : 0;
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return started.load(); }));
+  // Another worker took the entry over and started it: attempt 2, its worker, its progress.
+  client.cmd({"HSET", stream + ":task:" + id, "attempts", "2", "worker", "new-holder", "progress", "0.1"});
+  newer = true;
+  ASSERT_TRUE(wait_until([&] { return stale.load() != -1; }));
+  rc.stop();
+  EXPECT_EQ(own.load(), 1);
+  EXPECT_EQ(stale.load(), 0) << "a stale holder wrote into the newer attempt's record";
+  EXPECT_EQ(std::string(client.cmd({"HGET", stream + ":task:" + id, "progress"}).view().str()), "0.1");
 }
 
 TEST_F(TrackingTest, UntrackedTasksHaveNoRecordAndNoEvents) {
