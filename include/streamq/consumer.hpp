@@ -123,16 +123,12 @@ class Consumer {
   /// since on() would drop the value. Register it with on<T> (its return is the task's result),
   /// or call Task::set_result and return nothing.
   template <class F>
-  requires(std::invocable<F&, const Task&> &&
-           !std::is_void_v<std::invoke_result_t<F&, const Task&>>) void on(std::string task_type, F handler,
-                                                                           HandlerOptions options = {}) {
+  requires(std::invocable<F&, const Task&> && !std::is_void_v<std::invoke_result_t<F&, const Task&>>) void on(
+      const std::string& /*task_type*/, const F& /*handler*/, const HandlerOptions& /*options*/ = {}) {
     static_assert(sizeof(F) == 0,
                   "streamq::Consumer::on: this handler returns a value, which an untyped handler would "
                   "drop; register it with on<T>(type, handler) to make its return the task's result, or "
                   "call task.set_result(...) and return nothing");
-    (void)task_type;
-    (void)handler;
-    (void)options;
   }
 
   /// Handler for task types nobody registered; without one they are dead-lettered
