@@ -131,7 +131,7 @@ std::vector<QueueInfo> Inspector::queues() {
     std::vector<Argv> argvs;
     std::vector<detail::QueueKeys> keys;
     for (std::size_t i = 0; i < n; ++i) keys.push_back(detail::queue_keys(names[start + i]));
-    constexpr std::size_t kPer = 9;
+    constexpr std::size_t kPer = 11;
     for (const detail::QueueKeys& k : keys) {
       argvs.push_back(Argv{"TYPE", k.stream});
       argvs.push_back(Argv{"XRANGE", k.stream, "-", "+", "COUNT", "1"});
@@ -142,6 +142,8 @@ std::vector<QueueInfo> Inspector::queues() {
       argvs.push_back(Argv{"XLEN", k.dlq});
       argvs.push_back(Argv{"ZCARD", k.delayed});
       argvs.push_back(Argv{"EXISTS", k.paused});
+      argvs.push_back(Argv{"EXISTS", k.high});  // (a level's stream may exist empty: a worker made it)
+      argvs.push_back(Argv{"EXISTS", k.low});
     }
     const auto r = impl_->connected().pipeline(argvs);
     for (std::size_t i = 0; i < n; ++i) {
@@ -160,9 +162,9 @@ std::vector<QueueInfo> Inspector::queues() {
       info.dlq_length = count(6);
       info.delayed_count = count(7);
       info.paused = count(8) == 1;
-      if (high > 0) info.levels.push_back(Priority::high);
+      if (high > 0 || count(9) == 1) info.levels.push_back(Priority::high);
       if (is_stream) info.levels.push_back(Priority::normal);
-      if (low > 0) info.levels.push_back(Priority::low);
+      if (low > 0 || count(10) == 1) info.levels.push_back(Priority::low);
       bool task_shaped = false, has_group = false;
       if (is_stream) {
         const ReplyView first = q[1].view();

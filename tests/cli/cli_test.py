@@ -74,7 +74,7 @@ class CliTest(RedisTestCase):
         self.assertEqual(self.cli("delayed", "run", self.q, "nothing", check=False).returncode, 3)
         self.assertEqual(self.cli("tasks", check=False).returncode, 2)  # queue missing
         self.assertEqual(self.cli("tasks", self.q, "--state", "nonsense", check=False).returncode, 2)
-        self.assertEqual(self.cli("enqueue", self.q, "t", "not json", check=False).returncode, 1)
+        self.assertEqual(self.cli("enqueue", self.q, "t", "not json", check=False).returncode, 2)
         bad = self.cli("enqueue", self.q, "--stdin", stdin='{"type":"t"}\nnot json\n', check=False)
         self.assertEqual(bad.returncode, 2)
         self.assertIn("line 2", bad.stderr)
@@ -83,6 +83,17 @@ class CliTest(RedisTestCase):
         self.assertEqual(typo.returncode, 2, typo.stderr)
         self.assertEqual(self.r.xlen(self.q), 2)
         self.assertEqual(self.cli("--url", "redis://127.0.0.1:1", "queues", check=False).returncode, 1)
+        # cancel: 0 cancelled, 1 a worker holds it (asked to stop, not cancelled yet), 3 no such task.
+        q = self.q + "-cancel"
+        held = self.cli("enqueue", q, "t").stdout.strip()
+        queued = self.cli("enqueue", q, "t").stdout.strip()
+        self.r.xgroup_create(q, "workers", id="0")
+        self.r.xreadgroup("workers", "busy-worker", {q: ">"}, count=1)
+        running = self.cli("cancel", q, held, "--yes", check=False)
+        self.assertEqual(running.returncode, 1, running.stderr)
+        self.assertIn("asks the handler to stop", running.stdout)
+        self.assertEqual(self.cli("cancel", q, queued, "--yes", check=False).returncode, 0)
+        self.assertEqual(self.cli("cancel", q, queued, "--yes", check=False).returncode, 3)
         self.assertEqual(self.cli("--help").returncode, 0)
         for sub in ("queues", "stats", "tasks", "task", "dlq", "delayed", "enqueue", "pause", "resume",
                     "consumers", "doctor", "exporter", "cancel", "events"):
@@ -135,7 +146,11 @@ class CliTest(RedisTestCase):
         # Done, it left the stream: the record still says what became of it.
         record = json.loads(self.cli("task", self.q, tracked, "--format", "json").stdout)["record"]
         self.assertEqual((record["state"], record["attempts"]), ("done", 1))
-        self.assertIn("record.state", self.cli("task", self.q, tracked).stdout)
+        table = self.cli("task", self.q, tracked).stdout
+        self.assertIn("record.state", table)
+        # One form of time in the table: ISO 8601 UTC, as the task's created_at field.
+        self.assertRegex(table, r"record\.finished_at +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+        self.assertNotRegex(table, r"_at_ms|\b1\d{12}\b")
 
     def test_a_partitioned_queue_is_one_queue(self):
         parts = ["{%s:%d}" % (self.q, i) for i in range(3)]

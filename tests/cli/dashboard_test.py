@@ -79,8 +79,12 @@ class DashboardTest(RedisTestCase):
         q = "web-access"
         self.cli("enqueue", q, "ping")
         base = self.start_dashboard()
-        status, _, _ = http(base + "/api/queues")
+        self.r.xgroup_create(q + ":p:high", "workers", id="0", mkstream=True)  # as a worker makes it
+        status, _, text = http(base + "/api/queues")
         self.assertEqual(status, 200)
+        listed = {x["name"]: x for x in json.loads(text)["queues"]}
+        self.assertEqual(listed[q]["partitions"], 1, "a queue of one stream is one partition")
+        self.assertEqual(listed[q]["levels"], ["high", "normal"], "an empty level stream is a level")
         # No action answers a GET.
         for action in ("replay", "delete", "run_now", "cancel", "pause", "resume"):
             status, headers, _ = http(base + "/api/" + action)

@@ -48,6 +48,10 @@ TEST_F(InspectorTest, DiscoversQueuesByShapeAndSkipsOtherStreams) {
   EXPECT_FALSE(found.count("someone-elses-log"));
   EXPECT_FALSE(found.count(stream + ":dlq")) << "a dead-letter stream is part of its queue";
   EXPECT_FALSE(found.count(stream + "-high:p:high"));
+  // A level's stream that a worker made (XGROUP CREATE ... MKSTREAM) is a level, empty or not.
+  client.cmd({"XGROUP", "CREATE", stream + ":p:low", "workers", "$", "MKSTREAM"});
+  for (QueueInfo& q : inspector.queues()) found[q.name] = std::move(q);
+  EXPECT_EQ(found[stream].levels, (std::vector<Priority>{Priority::normal, Priority::low}));
 }
 
 TEST_F(InspectorTest, ListsEachStateWithItsDetailsAndPagesWithoutGapsOrRepeats) {

@@ -37,6 +37,9 @@ int run(int argc, char** argv) {
   } catch (const ConfigError& e) {
     std::cerr << "streamq: " << e.what() << "\n";
     return usage;
+  } catch (const PayloadError& e) {  // bad input (a payload that is not JSON): nothing was sent
+    std::cerr << "streamq: " << e.what() << "\n";
+    return usage;
   } catch (const std::exception& e) {  // streamq::Error (the server refused, or is out of reach) too
     std::cerr << "streamq: " << e.what() << "\n";
     return failed;

@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 
 namespace streamq::cli {
@@ -104,6 +105,16 @@ void ProgressLine::update(std::int64_t done, std::int64_t total) {
 
 void ProgressLine::finish() {
   if (tty_ && shown_) std::cerr << "\n";
+}
+
+std::string utc_text(std::int64_t ms_since_epoch) {
+  const std::time_t seconds = static_cast<std::time_t>(ms_since_epoch / 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[40];
+  std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(ms_since_epoch % 1000));
+  return text;
 }
 
 std::string ms_text(std::int64_t ms) {

@@ -59,5 +59,8 @@ class ProgressLine {
 };
 
 std::string ms_text(std::int64_t ms);
+/// A time in ms since the Unix epoch as ISO 8601 UTC with milliseconds, `2026-11-29T18:00:00.123Z`
+/// (the tables' one form of a time; JSON output keeps the ms).
+std::string utc_text(std::int64_t ms_since_epoch);
 
 }  // namespace streamq::cli

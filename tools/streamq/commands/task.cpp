@@ -16,17 +16,17 @@ namespace {
 
 /// A record's rows: state, attempts, times, worker, error, result, progress.
 void add_record_rows(Table& table, const TaskRecord& r) {
+  // (UTC, as the task's created_at field: one form of time in the table.)
   const auto time = [](const std::optional<std::chrono::system_clock::time_point>& t) {
-    return t ? std::to_string(
-                   std::chrono::duration_cast<std::chrono::milliseconds>(t->time_since_epoch()).count())
+    return t ? utc_text(std::chrono::duration_cast<std::chrono::milliseconds>(t->time_since_epoch()).count())
              : std::string("-");
   };
   table.add({"record.state", std::string(to_string(r.state))});
   table.add({"record.attempts", std::to_string(r.attempts)});
-  table.add({"record.enqueued_at_ms", time(r.enqueued_at)});
-  table.add({"record.started_at_ms", time(r.started_at)});
-  table.add({"record.finished_at_ms", time(r.finished_at)});
-  if (r.due_at) table.add({"record.due_at_ms", time(r.due_at)});
+  table.add({"record.enqueued_at", time(r.enqueued_at)});
+  table.add({"record.started_at", time(r.started_at)});
+  table.add({"record.finished_at", time(r.finished_at)});
+  if (r.due_at) table.add({"record.due_at", time(r.due_at)});
   if (!r.worker.empty()) table.add({"record.worker", cell(r.worker, 200)});
   if (!r.error.empty()) table.add({"record.error", cell(r.error, 200)});
   if (!r.reason.empty()) table.add({"record.reason", cell(r.reason, 200)});
@@ -65,7 +65,7 @@ int task(const Context& g, const std::string& queue, const std::string& id) {
     table.add({"idle", ms_text(t->idle_ms)});
     table.add({"deliveries", std::to_string(t->deliveries)});
   }
-  if (t->state == TaskState::delayed) table.add({"due_ms", std::to_string(t->due_ms)});
+  if (t->state == TaskState::delayed) table.add({"due_at", utc_text(t->due_ms)});
   for (const auto& [k, v] : t->fields) table.add({cell(k, 40), cell(v, 200)});
   if (record) add_record_rows(table, *record);
   std::cout << table.str();

@@ -3,6 +3,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -128,7 +129,7 @@ void add_api(httplib::Server& server, const Api& api) {
       json levels = json::array();
       for (const Priority p : q.levels) levels.push_back(to_string(p));
       list.push_back({{"name", q.name},
-                      {"partitions", q.partitions.size()},
+                      {"partitions", std::max<std::size_t>(1, q.partitions.size())},
                       {"levels", levels},
                       {"length", q.length},
                       {"dlq_length", q.dlq_length},
