@@ -83,6 +83,24 @@ struct TaskInfo {
   std::string consumer;
   std::int64_t idle_ms = 0;
   std::int64_t deliveries = 0;
+  /// Pending only, filled by Inspector::task (listings leave it unset): what the holder's name
+  /// lock (`<stream>:live:...`, renewed with every heartbeat, kept claim_min_idle after the last
+  /// renewal) says of it. Unset when the holder has no name lock: it stopped cleanly, or has
+  /// been gone for claim_min_idle, and any consumer's next reclaim pass takes the entry.
+  struct Holder {
+    /// Since its last renewal, by the server's clock.
+    std::int64_t silent_ms = 0;
+    /// Its claim_min_idle (the lease), as the name lock's time to live tells.
+    std::int64_t lease_ms = 0;
+    /// Its heartbeats come: silent for less than a third of its lease (a heartbeat is at most
+    /// that). False: it is frozen, cut off or dead (a `running` record of the task says what it
+    /// last wrote, not that it runs).
+    bool renewing = false;
+    /// When another consumer may take the entry over, if the holder does not renew its lease:
+    /// its lease less the entry's idle time (0: now).
+    std::int64_t reclaim_in_ms = 0;
+  };
+  std::optional<Holder> holder{};
   /// Delayed only: when it is due (ms since the Unix epoch, the server's clock).
   std::int64_t due_ms = 0;
   /// The record of a tracked task (one with a `retention` field), when Inspector::task found it
@@ -94,9 +112,10 @@ struct TaskInfo {
   std::string_view task_id() const noexcept { return field("task_id"); }
   std::string_view task_type() const noexcept { return field("task_type"); }
   std::string_view payload() const noexcept { return field("payload"); }
-  /// A JSON object: state, level, key, id, fields (an object), and consumer, idle_ms and
-  /// deliveries (pending) or due_ms (delayed), partition when it is set, and record when there
-  /// is one. Bytes that are not UTF-8 are replaced (U+FFFD).
+  /// A JSON object: state, level, key, id, fields (an object), and consumer, idle_ms,
+  /// deliveries and holder (pending: an object with silent_ms, lease_ms, renewing and
+  /// reclaim_in_ms, or null when unknown) or due_ms (delayed), partition when it is set, and
+  /// record when there is one. Bytes that are not UTF-8 are replaced (U+FFFD).
   std::string to_json() const;
 };
 

@@ -65,6 +65,11 @@ std::string TaskInfo::to_json() const {
     j["consumer"] = consumer;
     j["idle_ms"] = idle_ms;
     j["deliveries"] = deliveries;
+    j["holder"] = holder ? nlohmann::ordered_json{{"silent_ms", holder->silent_ms},
+                                                  {"lease_ms", holder->lease_ms},
+                                                  {"renewing", holder->renewing},
+                                                  {"reclaim_in_ms", holder->reclaim_in_ms}}
+                         : nlohmann::ordered_json(nullptr);
   }
   if (state == TaskState::delayed) j["due_ms"] = due_ms;
   if (!partition.empty()) j["partition"] = partition;

@@ -74,6 +74,9 @@ struct Inspector::Impl {
   std::string last_delivered(const std::string& stream);
   /// Marks the tasks the group holds as pending, with their consumer, idle time and deliveries.
   void add_pending_details(std::vector<TaskInfo>& tasks);
+  /// A pending task's holder, from its name lock (TaskInfo::holder); `queue` is the queue's first
+  /// partition's stream, where consumers hold their names.
+  void add_holder(const std::string& queue, TaskInfo& t);
 
   TaskPage stream_page(const detail::QueueKeys& keys, const TaskQuery& q);
   TaskPage delayed_tasks(const detail::QueueKeys& keys, const TaskQuery& q);

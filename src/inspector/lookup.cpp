@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The Inspector finding one task by entry id or task_id: in the level streams, the dead-letter
 // stream, then the delayed set.
+#include <algorithm>
+#include <charconv>
+
 #include "inspector_impl.hpp"
 #include "inspector_util.hpp"
 #include "streamq/errors.hpp"
@@ -90,6 +93,34 @@ std::optional<TaskInfo> Inspector::Impl::find_in_streams(const detail::QueueKeys
   return std::nullopt;
 }
 
+void Inspector::Impl::add_holder(const std::string& queue, TaskInfo& t) {
+  // The name lock holds "<client id> <token> <ms of its last renewal>" (consumer/name_lock.hpp)
+  // and lives claim_min_idle after that renewal.
+  const std::string key = detail::live_key(queue, options.group, t.consumer);
+  std::vector<Argv> argvs;
+  argvs.push_back(Argv{"GET", key});
+  argvs.push_back(Argv{"PTTL", key});
+  argvs.push_back(Argv{"TIME"});
+  const std::vector<Reply> r = connected().pipeline(argvs);
+  const detail::ReplyView value = r[0].view(), ttl = r[1].view(), time = r[2].view().check();
+  if (!value.is_string() || !ttl.is_integer() || ttl.integer() < 0)
+    return;  // no name lock (or not streamq's)
+  const std::string text(value.str());
+  const std::size_t last_space = text.rfind(' ');
+  std::int64_t renewed = 0;
+  if (last_space == std::string::npos ||
+      std::from_chars(text.data() + last_space + 1, text.data() + text.size(), renewed).ec != std::errc()) {
+    return;
+  }
+  const std::int64_t now = time[0].as_int() * 1000 + time[1].as_int() / 1000;
+  TaskInfo::Holder h;
+  h.silent_ms = std::max<std::int64_t>(0, now - renewed);
+  h.lease_ms = ttl.integer() + h.silent_ms;
+  h.renewing = h.silent_ms * 3 < h.lease_ms;
+  h.reclaim_in_ms = std::max<std::int64_t>(0, h.lease_ms - t.idle_ms);
+  t.holder = h;
+}
+
 std::optional<TaskInfo> Inspector::task(const std::string& queue, const std::string& id) {
   check_queue(queue);
   if (id.empty()) throw ConfigError("id must not be empty");
@@ -99,6 +130,8 @@ std::optional<TaskInfo> Inspector::task(const std::string& queue, const std::str
     if (!t.part.empty() && part != t.part) continue;
     if (auto found = impl_->find(detail::queue_keys(part), t.id)) {
       if (parts.size() > 1) found->partition = part;
+      // (A consumer's name lock is in its first partition's keys.)
+      if (found->state == TaskState::pending) impl_->add_holder(parts.front(), *found);
       if (!found->field("retention").empty()) found->record = record(part, std::string(found->task_id()));
       return found;
     }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -173,6 +174,39 @@ TEST(Reliability, ARestartedWorkerResumesItsOwnWorkWithItsFullConcurrency) {
   ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) == 5; }, 30s));
   EXPECT_EQ(std::string(client.cmd({"GET", stream + ":most"}).view().str()), "5");
   again.signal_and_wait(SIGTERM);
+}
+
+// After kill -9 the status tells the truth: Inspector::task of the task the dead worker held says
+// that its holder no longer renews its lease and when the entry will be reclaimed.
+TEST(Reliability, TheStatusOfATaskWhoseWorkerWasKilledSaysItsHolderIsSilent) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  const std::string id = producer.enqueue("hang", R"({"ms":60000})");
+  WorkerProcess worker(
+      {STREAMQ_TEST_WORKER, server.url(), stream, "w0", "min_idle_ms=6000", "heartbeat_ms=300"});
+  ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":started"}) == 1; }, 20s));
+  Inspector in({.connection = {.url = server.url()}});
+  std::optional<TaskInfo> t = in.task(stream, id);
+  ASSERT_TRUE(t && t->holder);
+  EXPECT_EQ(t->state, TaskState::pending);
+  EXPECT_TRUE(t->holder->renewing);
+  EXPECT_GT(t->holder->lease_ms, 5000);
+  EXPECT_LE(t->holder->lease_ms, 6000);
+  worker.kill9();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        t = in.task(stream, id);
+        return t && t->holder && !t->holder->renewing;
+      },
+      10s));
+  EXPECT_GE(t->holder->silent_ms, 2000);
+  // Its entry's lease was renewed with its name (one heartbeat apart at most): reclaimed about
+  // a lease after the holder went silent.
+  EXPECT_GT(t->holder->reclaim_in_ms, 0);
+  EXPECT_LT(t->holder->reclaim_in_ms, t->holder->lease_ms - t->holder->silent_ms + 1000);
+  EXPECT_NE(t->to_json().find("\"renewing\":false"), std::string::npos) << t->to_json();
 }
 
 TEST(Reliability, WorkerKilledAfterItsRunningEntryWasDeletedLeavesTheCopyItRead) {

@@ -64,6 +64,17 @@ int task(const Context& g, const std::string& queue, const std::string& id) {
     table.add({"consumer", cell(t->consumer, 200)});
     table.add({"idle", ms_text(t->idle_ms)});
     table.add({"deliveries", std::to_string(t->deliveries)});
+    if (!t->holder) {
+      table.add({"holder", "gone (no name lock): the next reclaim pass of any consumer takes it"});
+    } else {
+      table.add({"holder", t->holder->renewing
+                               ? "renewing its lease"
+                               : "silent for " + ms_text(t->holder->silent_ms) +
+                                     ": frozen, cut off or dead (its record may still say running)"});
+      table.add({"reclaim in", t->holder->reclaim_in_ms == 0 ? std::string("now, at the next reclaim pass")
+                                                             : ms_text(t->holder->reclaim_in_ms) +
+                                                                   " unless the holder renews its lease"});
+    }
   }
   if (t->state == TaskState::delayed) table.add({"due_at", utc_text(t->due_ms)});
   for (const auto& [k, v] : t->fields) table.add({cell(k, 40), cell(v, 200)});
