@@ -61,38 +61,60 @@ TEST_F(ConsumerTest, DeadWorkersEntriesAreReclaimedByAnother) {
   EXPECT_EQ(rc.consumer().metrics().replayed, 0u);  // taken from another consumer: not a replay
 }
 
-TEST_F(ConsumerTest, ReclaimedEntriesRunOneAtATimeBesideFreshWork) {
-  auto p = producer();
-  for (int i = 0; i < 6; ++i) p.enqueue("work", "{}");
-  ASSERT_EQ(read_as("dead-worker", 6).size(), 6u);  // its worker died holding them
-  for (int i = 0; i < 12; ++i) p.enqueue("work", "{}");
-  std::atomic<int> suspects_now{0}, suspects_max{0}, running_now{0}, running_max{0}, done{0};
-  auto raise = [](std::atomic<int>& now, std::atomic<int>& max) {
-    const int n = ++now;
-    for (int m = max.load(); n > m && !max.compare_exchange_weak(m, n);) {
-    }
-  };
-  auto o = options();
-  o.concurrency = 4;
-  o.claim_min_idle = 300ms;
-  o.heartbeat_interval = 100ms;
-  o.reclaim_interval = 50ms;
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("work", [&](const Task& t) {
-      const bool suspect = t.deliveries() > 1;
-      if (suspect) raise(suspects_now, suspects_max);
-      raise(running_now, running_max);
-      std::this_thread::sleep_for(100ms);  // the task's own work
-      --running_now;
-      if (suspect) --suspects_now;
-      ++done;
+struct ReclaimedRun {
+  int suspects_max = 0;
+  int running_max = 0;
+};
+
+class ReclaimTest : public ConsumerTest {
+ protected:
+  /// Six entries of a dead worker, reclaimed, among twelve fresh ones: the most reclaimed ones
+  /// and the most tasks that ran at once.
+  ReclaimedRun run_reclaimed_beside_fresh(ConsumerOptions o) {
+    Producer p = producer();
+    for (int i = 0; i < 6; ++i) p.enqueue("work", "{}");
+    EXPECT_EQ(read_as("dead-worker", 6).size(), 6u);  // its worker died holding them
+    for (int i = 0; i < 12; ++i) p.enqueue("work", "{}");
+    std::atomic<int> suspects_now{0}, suspects_max{0}, running_now{0}, running_max{0}, done{0};
+    auto raise = [](std::atomic<int>& now, std::atomic<int>& max) {
+      const int n = ++now;
+      for (int m = max.load(); n > m && !max.compare_exchange_weak(m, n);) {
+      }
+    };
+    o.concurrency = 4;
+    o.claim_min_idle = 300ms;
+    o.heartbeat_interval = 100ms;
+    o.reclaim_interval = 50ms;
+    RunningConsumer rc(o, [&](Consumer& c) {
+      c.on("work", [&](const Task& task) {
+        const bool suspect = task.deliveries() > 1;
+        if (suspect) raise(suspects_now, suspects_max);
+        raise(running_now, running_max);
+        std::this_thread::sleep_for(100ms);  // the task's own work
+        --running_now;
+        if (suspect) --suspects_now;
+        ++done;
+      });
     });
-  });
-  ASSERT_TRUE(wait_until([&] { return done == 18 && pending() == 0; }, 30s));
-  rc.stop();
-  EXPECT_EQ(suspects_max, 1);  // reclaimed ones one at a time ...
-  EXPECT_GE(running_max, 2);   // ... while fresh work runs beside them
-  EXPECT_EQ(rc.consumer().metrics().reclaimed, 6u);
+    EXPECT_TRUE(wait_until([&] { return done == 18 && pending() == 0; }, 30s));
+    rc.stop();
+    EXPECT_EQ(rc.consumer().metrics().reclaimed, 6u);
+    return {suspects_max.load(), running_max.load()};
+  }
+};
+
+TEST_F(ReclaimTest, ReclaimedEntriesRunSideBySideWithFreshWork) {
+  const ReclaimedRun r = run_reclaimed_beside_fresh(options());
+  EXPECT_GE(r.suspects_max, 2);  // reclaimed ones beside each other ...
+  EXPECT_GE(r.running_max, 2);
+}
+
+TEST_F(ReclaimTest, ReclaimedEntriesOnTheirLastStartRunOneAtATimeBesideFreshWork) {
+  ConsumerOptions o = options();
+  o.max_deliveries = 2;  // delivered once to the dead worker: the next start is the last
+  const ReclaimedRun r = run_reclaimed_beside_fresh(o);
+  EXPECT_EQ(r.suspects_max, 1);  // ... but one on its last start alone among them ...
+  EXPECT_GE(r.running_max, 2);   // ... while fresh work runs beside it
 }
 
 TEST_F(ConsumerTest, SameNameRestartReplaysOwnPendingAtOnceAndDeadLettersLostBodies) {
