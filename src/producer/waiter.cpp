@@ -290,15 +290,15 @@ void Waiter::check_records(bool all) {
     } else {
       p.missing_since.reset();
     }
-    const bool finished = r && r->finished();
-    p.note(std::move(r));
-    if (finished) {
-      complete(p, *p.last);
-      it = waiting_.erase(it);
-    } else {
-      ++it;
-    }
+    it = answered_by(p, std::move(r)) ? waiting_.erase(it) : std::next(it);
   }
+}
+
+bool Waiter::answered_by(Pending& p, std::optional<TaskRecord> r) {
+  const bool finished = r && r->finished();
+  p.note(std::move(r));
+  if (finished) complete(p, *p.last);
+  return finished;
 }
 
 void Waiter::sweep(Clock::time_point now) {
@@ -321,14 +321,7 @@ void Waiter::sweep(Clock::time_point now) {
       continue;
     }
     p.missing_since.reset();
-    const bool finished = r->finished();
-    p.note(std::move(r));
-    if (finished) {
-      complete(p, *p.last);
-      it = waiting_.erase(it);
-    } else {
-      ++it;
-    }
+    it = answered_by(p, std::move(r)) ? waiting_.erase(it) : std::next(it);
   }
 }
 

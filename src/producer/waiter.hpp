@@ -110,6 +110,8 @@ class Waiter {
   /// Remembers a final event (the last kRemembered of them).
   void remember(const QueueEvent& event, std::size_t queue);
   static void complete(Pending& p, const TaskRecord& r);
+  /// Notes the record read of `p` and completes it when it tells the end: true then.
+  static bool answered_by(Pending& p, std::optional<TaskRecord> r);
   static WaitOutcome timed_out(Pending& p);
 
   const std::vector<std::string> queues_;

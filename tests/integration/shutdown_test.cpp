@@ -22,6 +22,7 @@
 
 #include "chaos.hpp"
 #include "consumer_fixture.hpp"
+#include "control_fixture.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
 
@@ -89,11 +90,7 @@ TEST_F(ConsumerTest, HandlersSeeTheStopRequest) {
   RunningConsumer rc(options(), [&](Consumer& c) {
     c.on("long", [&](const Task& t) {
       started = true;
-      std::mutex m;
-      std::condition_variable_any cv;
-      std::unique_lock lock(m);
-      // A long task that checkpoints and returns early when its worker stops.
-      cv.wait_for(lock, t.stop_token(), 60s, [] { return false; });
+      wait_for_stop(t, 60s);  // returns early when its worker stops
       saw_stop = t.stop_requested();
     });
   });
@@ -181,11 +178,7 @@ TEST_F(ConsumerTest, AHandlerThatThrowsAtShutdownHandsItsTaskBack) {
     RunningConsumer rc(o, [&](Consumer& c) {
       c.on("long", [&](const Task& t) {
         started = true;
-        std::mutex m;
-        std::condition_variable_any cv;
-        std::unique_lock lock(m);
-        cv.wait_for(lock, t.stop_token(), 60s, [] { return false; });
-        why = std::string(t.stop_reason());
+        why = wait_for_stop(t, 60s);
         throw std::runtime_error("interrupted by the deploy");
       });
     });
@@ -226,10 +219,7 @@ TEST_F(ConsumerTest, ATypeMayCountAnAttemptInterruptedByShutdown) {
       c.on("long",
            [&](const Task& t) {
              started = true;
-             std::mutex m;
-             std::condition_variable_any cv;
-             std::unique_lock lock(m);
-             cv.wait_for(lock, t.stop_token(), 60s, [] { return false; });
+             wait_for_stop(t, 60s);  // returns early when its worker stops
              throw std::runtime_error("interrupted by the deploy");
            },
            {.hand_back_on_shutdown = false});

@@ -60,6 +60,19 @@ void record(const std::string& key, const std::string& task_id) {
   recorder().command(streamq::detail::Argv{"HINCRBY", key, task_id, "1"}).view().check();
 }
 
+/// A limited or fenced handler starts: SADD <stream>:now-running `me`, and <stream>:most raised to
+/// how many are in it now.
+void enter_running(const std::string& stream, const std::string& me) {
+  recorder()
+      .command(streamq::detail::Argv{
+          "EVAL",
+          "redis.call('SADD', KEYS[1], ARGV[1]) local n = redis.call('SCARD', KEYS[1]) "
+          "if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end",
+          "2", stream + ":now-running", stream + ":most", me})
+      .view()
+      .check();
+}
+
 std::atomic<bool> g_stop{false};
 
 /// The soak's producer: "mark" tasks 0, 1, ... at `rate` per second for `seconds`.
@@ -161,49 +174,34 @@ int main(int argc, char** argv) {
     if (was.view().check().integer() == 1)
       recorder().command(streamq::detail::Argv{"INCR", stream + ":again"}).view().check();
   });
-  consumer.on(
-      "limited",
-      [&](const streamq::Task& task) {
-        const std::string me = std::string(argv[3]) + "/" + task.id();
-        recorder()
-            .command(streamq::detail::Argv{
-                "EVAL",
-                "redis.call('SADD', KEYS[1], ARGV[1]) local n = redis.call('SCARD', KEYS[1]) "
-                "if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end",
-                "2", stream + ":now-running", stream + ":most", me})
-            .view()
-            .check();
-        std::this_thread::sleep_for(ms(task.json().value("ms", 0)));
-        recorder().command(streamq::detail::Argv{"SREM", stream + ":now-running", me}).view().check();
-        record(stream + ":done", task.id());
-      },
-      {.concurrency = {.limit = static_cast<int>(get("limit", 3))}});
-  consumer.on(
-      "fenced",
-      [&](const streamq::Task& task) {
-        const std::string me = std::string(argv[3]) + "/" + task.id();
-        recorder()
-            .command(streamq::detail::Argv{
-                "EVAL",
-                "redis.call('SADD', KEYS[1], ARGV[1]) local n = redis.call('SCARD', KEYS[1]) "
-                "if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end",
-                "2", stream + ":now-running", stream + ":most", me})
-            .view()
-            .check();
-        const auto until = std::chrono::steady_clock::now() + ms(task.json().value("ms", 0));
-        while (!task.stop_requested() && std::chrono::steady_clock::now() < until)
-          std::this_thread::sleep_for(ms(2));
-        const auto seen = std::chrono::duration_cast<ms>(std::chrono::system_clock::now().time_since_epoch());
-        recorder()
-            .command(
-                streamq::detail::Argv{"SET", stream + ":stopped:" + task.id(),
-                                      std::to_string(seen.count()) + " " + std::string(task.stop_reason())})
-            .view()
-            .check();
-        recorder().command(streamq::detail::Argv{"SREM", stream + ":now-running", me}).view().check();
-        throw std::runtime_error("stopped");
-      },
-      {.concurrency = {.limit = static_cast<int>(get("limit", 3))}});
+  consumer.on("limited",
+              [&](const streamq::Task& task) {
+                const std::string me = std::string(argv[3]) + "/" + task.id();
+                enter_running(stream, me);
+                std::this_thread::sleep_for(ms(task.json().value("ms", 0)));
+                recorder().command(streamq::detail::Argv{"SREM", stream + ":now-running", me}).view().check();
+                record(stream + ":done", task.id());
+              },
+              {.concurrency = {.limit = static_cast<int>(get("limit", 3))}});
+  consumer.on("fenced",
+              [&](const streamq::Task& task) {
+                const std::string me = std::string(argv[3]) + "/" + task.id();
+                enter_running(stream, me);
+                const auto until = std::chrono::steady_clock::now() + ms(task.json().value("ms", 0));
+                while (!task.stop_requested() && std::chrono::steady_clock::now() < until)
+                  std::this_thread::sleep_for(ms(2));
+                const auto seen =
+                    std::chrono::duration_cast<ms>(std::chrono::system_clock::now().time_since_epoch());
+                recorder()
+                    .command(streamq::detail::Argv{
+                        "SET", stream + ":stopped:" + task.id(),
+                        std::to_string(seen.count()) + " " + std::string(task.stop_reason())})
+                    .view()
+                    .check();
+                recorder().command(streamq::detail::Argv{"SREM", stream + ":now-running", me}).view().check();
+                throw std::runtime_error("stopped");
+              },
+              {.concurrency = {.limit = static_cast<int>(get("limit", 3))}});
   consumer.on("crash", [&](const streamq::Task& task) {
     record(stream + ":attempts", task.id());
     std::abort();
