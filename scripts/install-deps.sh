@@ -11,6 +11,7 @@ packages=(cmake g++ make pkg-config libhiredis-dev nlohmann-json3-dev libgtest-d
           redis-server redis-tools python3 python3-redis
           libcli11-dev libcpp-httplib-dev libjs-chart.js)  # the streamq command (tools/)
 if [[ ${1:-} == --test ]]; then
+  packages+=(ccache)                    # scripts/test.sh: compilations cached between runs
   packages+=(clang-format)              # scripts/format.sh --check
   packages+=(clang-tidy)                # the tidy stage (run-clang-tidy)
   packages+=(clang libclang-rt-14-dev)  # tests/fuzz: libFuzzer and clang's sanitizers (the fuzz stage)

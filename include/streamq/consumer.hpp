@@ -159,8 +159,10 @@ class Consumer {
   /// handler use ConsumerOptions::stop_on_signals instead.
   void stop() noexcept;
 
-  /// This consumer's name in the group.
-  const std::string& name() const noexcept;
+  /// This consumer's name in the group: ConsumerOptions::consumer_name, or, when that was left
+  /// empty, the name run() took at start (`<hostname>-<n>`, see consumer_name); "" until then.
+  /// Thread-safe.
+  std::string name() const;
   ConsumerMetrics metrics() const noexcept;
 
  private:

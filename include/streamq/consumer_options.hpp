@@ -133,12 +133,16 @@ struct ConsumerOptions {
   /// Consumer group; created at id 0 with MKSTREAM if missing, so tasks enqueued before the
   /// first worker started are run.
   std::string group = "workers";
-  /// Name in the group. Empty = "<hostname>-<pid>-<random>", unique per process. A stable
-  /// name (one per worker slot) lets a restarted worker replay its own pending entries at once
-  /// instead of waiting for claim_min_idle. While it runs, a consumer holds its name (key
-  /// `<stream>:live:...`): run() of a second live process with the same name in the same group
-  /// throws ConfigError, and a consumer whose name another process took while it was stopped
-  /// for longer than claim_min_idle stops, its run() throwing ConfigError.
+  /// Name in the group. A stable name lets a restarted worker replay its own pending entries at
+  /// once instead of waiting for claim_min_idle. Empty (default) = the lowest
+  /// "<hostname>-<n>" (n = 1, 2, ...) that no live process holds, chosen by run() at start: a
+  /// worker restarted after a crash takes the name its predecessor held and replays its work at
+  /// once. When the ACL user may not read the name keys or run CLIENT LIST (so which names are
+  /// free cannot be told), "<hostname>-<pid>-<8 hex digits>", unique per process, with a warning.
+  /// While it runs, a consumer holds its name (key `<stream>:live:...`): run() of a second live
+  /// process with the same name in the same group throws ConfigError, and a consumer whose name
+  /// another process took while it was stopped for longer than claim_min_idle stops, its run()
+  /// throwing ConfigError.
   std::string consumer_name{};
   /// Handler threads.
   int concurrency = 4;

@@ -16,7 +16,7 @@ Start start_suspect(const Shared& s, Work& w, std::unique_ptr<Channel>& ch) {
   try {
     if (!ch) ch = std::make_unique<Channel>(s.connection);
     Argv argv = ch->scripts.begin(ScriptId::start, 1);
-    argv.add(s.keys(w.key.stream).stream).add(s.opt.group).add(s.opt.consumer_name).add(w.key.id);
+    argv.add(s.keys(w.key.stream).stream).add(s.opt.group).add(s.consumer_name).add(w.key.id);
     argv.add(w.deliveries + 1).add(s.opt.stream);
     const Reply r = ch->scripts.call(ScriptId::start, argv);
     const std::int64_t result = r.view().check().integer();
@@ -50,7 +50,7 @@ std::int64_t mark_running(const Shared& s, const Work& w, const Fields& tracking
   try {
     if (!ch) ch = std::make_unique<Channel>(s.connection);
     Argv argv = ch->scripts.begin(ScriptId::running, 1);
-    argv.add(s.keys(w.key.stream).stream).add(s.opt.group).add(s.opt.consumer_name).add(w.key.id);
+    argv.add(s.keys(w.key.stream).stream).add(s.opt.group).add(s.consumer_name).add(w.key.id);
     argv.add(s.opt.stream);
     for (const auto& [k, v] : tracking) argv.add(k).add(v);
     return ch->scripts.call(ScriptId::running, argv).view().check().integer();

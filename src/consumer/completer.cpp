@@ -183,7 +183,7 @@ void Completer::flush(std::vector<Completion>& batch) {
   plan.write.assign(batch.size(), Write::none);
   plan.reply.assign(batch.size(), 0);
   const std::string& group = s_.opt.group;
-  const std::string& me = s_.opt.consumer_name;
+  const std::string& me = s_.consumer_name;
 
   // Successes: one MULTI per stream. A success is final even if the lease was lost meanwhile:
   // the task is done, and the new owner's completion of it then finds nothing to do. An

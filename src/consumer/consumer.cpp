@@ -132,8 +132,14 @@ struct Consumer::Impl {
   explicit Impl(ConsumerOptions o) {
     const ConsumerOptions opt = detail::validated(std::move(o));
     auto metrics = std::make_shared<detail::Metrics>();
+    // Until the name lock chooses one (NameLock::claim), a consumer given no name goes by a
+    // unique one, the same in every partition.
+    const std::string first_name =
+        opt.consumer_name.empty() ? detail::unique_consumer_name() : opt.consumer_name;
+    if (!opt.consumer_name.empty()) name = opt.consumer_name;
     for (int i = 0; i < opt.partitions; ++i) {
-      parts.push_back(std::make_shared<detail::Shared>(partition_options(opt, i), opt.stream, metrics));
+      parts.push_back(
+          std::make_shared<detail::Shared>(partition_options(opt, i), opt.stream, metrics, first_name));
       parts.back()->watchdog = std::make_shared<detail::Watchdog>(*parts.back());
     }
   }
@@ -146,6 +152,8 @@ struct Consumer::Impl {
   std::mutex mutex;
   std::condition_variable cv;
   bool stop_requested = false;
+  /// Consumer::name(): the name given, or the one chosen at start ("" until then).
+  std::string name;
   int signals_seen = 0;
 
   void request_stop() noexcept {
@@ -176,6 +184,14 @@ struct Consumer::Impl {
     }
   }
 
+  /// Every partition goes by the name partition 0's name lock took; before any of their
+  /// threads start.
+  void adopt_name(const std::string& chosen) {
+    for (const auto& p : parts) p->consumer_name = chosen;
+    std::lock_guard lock(mutex);
+    name = chosen;
+  }
+
   /// Connects and creates the groups of one partition, and takes the consumer name with
   /// `name_lock` (partition 0's); connection failures and passing server states are retried
   /// with backoff until stop(). False when stopped first.
@@ -201,6 +217,7 @@ struct Consumer::Impl {
         detail::check_paused(s, conn);  // a consumer started on a paused queue reads nothing
         if (name_lock != nullptr) {
           name_lock->claim(conn);  // ConfigError when a live process has the name
+          adopt_name(s.consumer_name);
           warn_on_eviction(conn);
         }
         return true;
@@ -272,7 +289,7 @@ struct Consumer::Impl {
       for (const auto& e : engines) e->start();
       const detail::Shared& s = *parts[0];
       detail::log(LogLevel::info,
-                  "consumer " + s.opt.consumer_name + " running on " +
+                  "consumer " + s.consumer_name + " running on " +
                       (parts.size() == 1 ? s.keys().stream + " and its priority levels"
                                          : std::to_string(parts.size()) + " partitions of " + s.queue + " (" +
                                                s.keys().stream + " ...) and their priority levels") +
@@ -406,7 +423,10 @@ void Consumer::use(Middleware middleware) {
 
 void Consumer::run() { impl_->run(); }
 void Consumer::stop() noexcept { impl_->request_stop(); }
-const std::string& Consumer::name() const noexcept { return impl_->parts[0]->opt.consumer_name; }
+std::string Consumer::name() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->name;
+}
 ConsumerMetrics Consumer::metrics() const noexcept { return impl_->parts[0]->metrics.snapshot(); }
 
 }  // namespace streamq

@@ -118,7 +118,7 @@ void Fetcher::replay_own(const std::stop_token& stop) {
       if (const std::size_t n = s_.inflight.deliver(batch.works); n > 0) {
         Metrics::add(s_.metrics.replayed, n);
         log(LogLevel::info, "replaying " + std::to_string(n) + " pending entries of consumer " +
-                                s_.opt.consumer_name + " on " + s_.keys(level).stream);
+                                s_.consumer_name + " on " + s_.keys(level).stream);
       }
       if (batch.cursor == "0-0") break;
       cursor = std::move(batch.cursor);
@@ -130,7 +130,7 @@ void Fetcher::replay_own(const std::stop_token& stop) {
 
 void Fetcher::append_read(std::vector<Argv>& argvs, const std::vector<std::uint16_t>& levels,
                           std::size_t count, bool block) const {
-  Argv read{"XREADGROUP", "GROUP", s_.opt.group, s_.opt.consumer_name, "COUNT"};
+  Argv read{"XREADGROUP", "GROUP", s_.opt.group, s_.consumer_name, "COUNT"};
   read.add(static_cast<std::int64_t>(count));
   if (block) read.add("BLOCK").add(block_text_);
   read.add("STREAMS");

@@ -21,7 +21,7 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   const QueueKeys& keys = s_.keys();
   Argv argv = scripts.begin(ScriptId::forward, 6);
   argv.add(keys.delayed).add(keys.dlq).add(keys.forwarder).add(keys.stream).add(keys.high).add(keys.low);
-  argv.add(kMostPerPass).add(s_.opt.consumer_name).add(static_cast<std::int64_t>(lease_.count()));
+  argv.add(kMostPerPass).add(s_.consumer_name).add(static_cast<std::int64_t>(lease_.count()));
   const std::string failed_at = format_timestamp(std::chrono::system_clock::now());
   argv.add(failed_at).add(static_cast<std::int64_t>(kMaxFields));
   const Reply reply = scripts.call(ScriptId::forward, argv);

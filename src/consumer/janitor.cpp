@@ -26,7 +26,7 @@ void Janitor::tick(ScriptRunner& scripts, Clock::time_point now) {
   for (std::uint16_t level = 0; level < s_.stream_count(); ++level) {
     const QueueKeys& keys = s_.keys(level);
     Argv argv = scripts.begin(ScriptId::forget_idle_consumers, 1);
-    argv.add(keys.stream).add(s_.opt.group).add(s_.opt.consumer_name);
+    argv.add(keys.stream).add(s_.opt.group).add(s_.consumer_name);
     argv.add(static_cast<std::int64_t>(s_.opt.idle_consumer_timeout.count())).add(kMostPerCall);
     const Reply reply = scripts.call(ScriptId::forget_idle_consumers, argv);
     const ReplyView v = reply.view();

@@ -26,7 +26,7 @@ void lease(Shared& s, ScriptRunner& scripts, std::uint16_t stream, const std::ve
   for (std::size_t first = 0; first < ids.size(); first += kLeaseChunk) {
     const std::size_t last = std::min(ids.size(), first + kLeaseChunk);
     Argv argv = scripts.begin(ScriptId::lease, 1);
-    argv.add(s.keys(stream).stream).add(s.opt.group).add(s.opt.consumer_name).add(idle).add(count);
+    argv.add(s.keys(stream).stream).add(s.opt.group).add(s.consumer_name).add(idle).add(count);
     for (std::size_t i = first; i < last; ++i) argv.add(ids[i]);
     const Reply reply = scripts.call(ScriptId::lease, argv);
     const ReplyView r = reply.view().check();

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "log.hpp"
+#include "options.hpp"
 #include "redis/error_code.hpp"
 #include "streamq/errors.hpp"
 
@@ -16,6 +17,8 @@ namespace {
 
 constexpr int kLiveChecks = 3;
 constexpr Millis kLiveCheckPause{100};
+// The most "<host>-<n>" names a consumer given none looks at.
+constexpr int kMostSlots = 128;
 
 std::string random_token() {
   std::random_device rd;
@@ -38,9 +41,20 @@ std::string client_field(std::string_view line, std::string_view key) {
 
 NameLock::NameLock(Shared& shared, std::function<void()> on_lost)
     : s_(shared),
-      key_(live_key(shared.keys().stream, shared.opt.group, shared.opt.consumer_name)),
+      chosen_here_(shared.opt.consumer_name.empty()),
+      unique_name_(shared.consumer_name),
+      key_(live_key(shared.keys().stream, shared.opt.group, shared.consumer_name)),
       token_(random_token()),
       on_lost_(std::move(on_lost)) {}
+
+std::string NameLock::who() const {
+  return "consumer_name \"" + s_.consumer_name + "\" (group " + s_.opt.group + " of " + s_.queue + ")";
+}
+
+void NameLock::rename(std::string name) {
+  s_.consumer_name = std::move(name);
+  key_ = live_key(s_.keys().stream, s_.opt.group, s_.consumer_name);
+}
 
 std::optional<NameLock::Holder> NameLock::call(ScriptRunner& scripts, const char* mode,
                                                const std::string& found) {
@@ -56,62 +70,111 @@ std::optional<NameLock::Holder> NameLock::call(ScriptRunner& scripts, const char
 
 void NameLock::claim(Connection& conn) {
   try {
-    try_claim(conn);
+    if (chosen_here_) {
+      claim_free_slot(conn);
+    } else {
+      try_claim(conn);
+    }
   } catch (const ReplyError& e) {
     // A full server (OOM) refuses the write; a queue must still drain then, so the consumer
     // starts, and takes its name once the server takes writes again.
     if (!is_transient_error(e.what())) throw;
+    if (chosen_here_) rename(unique_name_);
     claim_pending_ = true;
-    log(LogLevel::warning, "cannot hold consumer_name \"" + s_.opt.consumer_name + "\" now (" + e.what() +
+    log(LogLevel::warning, "cannot hold " + who() + " now (" + e.what() +
                                "): starting without it, and taking it when the server allows");
   }
 }
 
 void NameLock::try_claim(Connection& conn) {
+  switch (try_take(conn, false)) {
+    case Take::taken: return;
+    case Take::unknown:
+      log(LogLevel::warning, "cannot hold " + who() + " in " + key_ + " (" + unknown_why_ +
+                                 "): a second process started with this name would not be refused; grant "
+                                 "the consumer's ACL user ~" +
+                                 s_.keys().stream + ":live:* and +client|list");
+      return;
+    case Take::in_use:
+      throw ConfigError(who() + " is in use by a live process (" + live_client_ +
+                        "): give every worker process a name of its own, or leave consumer_name empty for "
+                        "one chosen per host");
+    case Take::contended: break;
+  }
+  throw ConfigError(who() + " is being claimed by other processes at the same time");
+}
+
+void NameLock::claim_free_slot(Connection& conn) {
+  const std::string host = host_name();
+  for (int n = 1; n <= kMostSlots; ++n) {
+    rename(host + "-" + std::to_string(n));
+    switch (try_take(conn, true)) {
+      case Take::taken: return;
+      case Take::in_use:
+      case Take::contended: continue;
+      case Take::unknown:
+        rename(unique_name_);
+        log(LogLevel::warning, "consumer_name left empty, and which of " + host +
+                                   "-<n> are free cannot be told (" + unknown_why_ + "): running as \"" +
+                                   unique_name_ +
+                                   "\", so a restart waits claim_min_idle for this worker's tasks; grant the "
+                                   "consumer's ACL user ~" +
+                                   s_.keys().stream + ":live:* and +client|list, or set consumer_name");
+        try_claim(conn);
+        return;
+    }
+  }
+  rename(unique_name_);
+  log(LogLevel::warning, "consumer_name left empty, and " + host + "-1 to " + host + "-" +
+                             std::to_string(kMostSlots) + " are all held by live processes: running as \"" +
+                             unique_name_ + "\"");
+  try_claim(conn);
+}
+
+NameLock::Take NameLock::try_take(Connection& conn, bool must_know) {
   ScriptRunner scripts(conn);
-  const std::string who =
-      "consumer_name \"" + s_.opt.consumer_name + "\" (group " + s_.opt.group + " of " + s_.queue + ")";
   for (int attempt = 0; attempt < 5; ++attempt) {
     std::optional<Holder> holder;
     try {
       holder = call(scripts, "hold");
     } catch (const ReplyError& e) {
       if (error_code(e.what()) != "NOPERM") throw;
-      log(LogLevel::warning, "cannot hold " + who + " in " + key_ + " (" + e.what() +
-                                 "): a second process started with this name would not be refused; grant "
-                                 "the consumer's ACL user ~" +
-                                 s_.keys().stream + ":live:* and +client|list");
-      return;
+      unknown_why_ = e.what();
+      return Take::unknown;
     }
     if (!holder) {
       held_ = true;
-      return;
+      return Take::taken;
     }
     // "<client id> <token> <ms written>"
     const std::string id = holder->value.substr(0, holder->value.find(' '));
     std::int64_t written = 0;
     const std::string_view tail = std::string_view(holder->value).substr(holder->value.rfind(' ') + 1);
     std::from_chars(tail.data(), tail.data() + tail.size(), written);
-    const std::int64_t since_written = holder->now_ms - written;
-    if (!holder_is_live(conn, id, since_written, who)) {
-      // Its process crashed or was killed (the server closed its connection): a restart takes
-      // the name at once, if nobody else took it meanwhile.
-      if (!call(scripts, "take", holder->value)) {
-        log(LogLevel::info, who + ": the process that held it (client " + id + ") is gone; taking it over");
-        held_ = true;
-        return;
-      }
-      continue;
+    switch (holder_liveness(conn, id, holder->now_ms - written)) {
+      case Liveness::live: return Take::in_use;
+      case Liveness::unknown:
+        if (must_know) return Take::unknown;
+        log(LogLevel::warning,
+            who() + " is held by client " + id + ", which this user may not look up (" + unknown_why_ +
+                "): taking the name without knowing whether that process still runs; grant "
+                "the consumer's ACL user +client|list");
+        break;
+      case Liveness::gone: break;
     }
-    throw ConfigError(who + " is in use by a live process (" + live_client_ +
-                      "): give every worker process a name of its own, or leave consumer_name empty for a "
-                      "unique one");
+    // Its process crashed or was killed (the server closed its connection): a restart takes
+    // the name at once, if nobody else took it meanwhile.
+    if (!call(scripts, "take", holder->value)) {
+      log(LogLevel::info, who() + ": the process that held it (client " + id + ") is gone; taking it over");
+      held_ = true;
+      return Take::taken;
+    }
   }
-  throw ConfigError(who + " is being claimed by other processes at the same time");
+  return Take::contended;
 }
 
-bool NameLock::holder_is_live(Connection& conn, const std::string& id, std::int64_t since_written,
-                              const std::string& who) {
+NameLock::Liveness NameLock::holder_liveness(Connection& conn, const std::string& id,
+                                             std::int64_t since_written) {
   // A process killed a moment ago may still be listed: the server sees its connection close in
   // the same event loop turn as this one's command, maybe after it. A live holder is still
   // there after kLiveChecks looks.
@@ -121,24 +184,21 @@ bool NameLock::holder_is_live(Connection& conn, const std::string& id, std::int6
     const ReplyView v = listed.view();
     if (v.is_error()) {
       if (error_code(v.error()) != "NOPERM") v.check();
-      log(LogLevel::warning, who + " is held by client " + id + ", which this user may not look up (" +
-                                 std::string(v.error()) +
-                                 "): taking the name without knowing whether that process still runs; grant "
-                                 "the consumer's ACL user +client|list");
-      return false;
+      unknown_why_ = std::string(v.error());
+      return Liveness::unknown;
     }
     const std::string line = v.is_string() ? std::string(v.str()) : std::string();
-    if (line.find("id=") == std::string::npos) return false;
+    if (line.find("id=") == std::string::npos) return Liveness::gone;
     // Client ids start again from 1 when Redis restarts: a client connected after the
     // holder's last write is not the holder (the holder was connected when it wrote).
     std::int64_t age_s = 0;
     const std::string age = client_field(line, "age");
     std::from_chars(age.data(), age.data() + age.size(), age_s);
-    if (age_s * 1000 + 1000 < since_written) return false;
+    if (age_s * 1000 + 1000 < since_written) return Liveness::gone;
     live_client_ =
         "client " + id + " from " + client_field(line, "addr") + ", named " + client_field(line, "name");
   }
-  return true;
+  return Liveness::live;
 }
 
 void NameLock::tick(ScriptRunner& scripts, Clock::time_point now) {
@@ -150,7 +210,7 @@ void NameLock::tick(ScriptRunner& scripts, Clock::time_point now) {
     if (claim_pending_) {
       try_claim(conn);  // ConfigError when a live process has the name by now
       claim_pending_ = false;
-      if (held_) log(LogLevel::info, "consumer_name \"" + s_.opt.consumer_name + "\" held now");
+      if (held_) log(LogLevel::info, who() + " held now");
       return;
     }
     const std::optional<Holder> holder = call(scripts, "hold");
@@ -158,8 +218,7 @@ void NameLock::tick(ScriptRunner& scripts, Clock::time_point now) {
       full_logged_ = false;
       return;
     }
-    lose("consumer_name \"" + s_.opt.consumer_name + "\" (group " + s_.opt.group + " of " + s_.queue +
-         ") was taken by another process (client " + holder->value.substr(0, holder->value.find(' ')) +
+    lose(who() + " was taken by another process (client " + holder->value.substr(0, holder->value.find(' ')) +
          ") while this one could not renew it for claim_min_idle (stopped, or cut off from Redis)");
   } catch (const ConfigError& e) {
     lose(e.what());

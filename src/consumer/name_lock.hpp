@@ -16,6 +16,9 @@
 //   ConfigError: two processes never go on sharing a name.
 // - A user whose ACL does not reach the key, or may not run CLIENT LIST (set up before this
 //   existed), runs without the check, with a warning that says what to grant.
+// - A consumer given no name takes the lowest "<host>-<n>" whose key no live client holds, so
+//   a worker restarted after a crash replays its own pending entries at once. When which names
+//   are free cannot be told (the ACL, as above), it keeps its unique name (unique_consumer_name).
 // A duty of partition 0's duty runner (during shutdown too). Talks to: Redis only.
 #pragma once
 
@@ -34,9 +37,12 @@ class NameLock final : public Duty {
   /// `on_lost` runs on the duty thread when another process took the name.
   NameLock(Shared& shared, std::function<void()> on_lost);
 
-  /// At start, on a connected `conn`: takes the name, or throws ConfigError when a live
-  /// process holds it. When the server refuses the write for now (OOM: a full server), the
-  /// consumer starts anyway and the duty runner takes the name once it can.
+  /// At start, on a connected `conn`: takes the name (Shared::consumer_name), or throws
+  /// ConfigError when a live process holds it. A consumer given no name (an empty
+  /// opt.consumer_name) takes the lowest free "<host>-<n>" instead, and sets
+  /// Shared::consumer_name to it. When the server refuses the write for now (OOM: a full
+  /// server), the consumer starts anyway (a consumer given no name under its unique name) and
+  /// the duty runner takes the name once it can.
   void claim(Connection& conn);
   /// At the end of a clean stop: deletes the key if it is still this run's. Never throws.
   void release(Connection& conn) noexcept;
@@ -57,18 +63,40 @@ class NameLock final : public Duty {
     std::string value;
     std::int64_t now_ms = 0;
   };
+  /// What a try to take the current name came to.
+  enum class Take {
+    taken,      // this run holds it
+    in_use,     // a live process holds it (live_client_ says which)
+    unknown,    // the ACL user cannot tell (unknown_why_ says why); not taken
+    contended,  // other processes took and dropped it while this one tried
+  };
+  /// Whether a holder's connection is there.
+  enum class Liveness { live, gone, unknown };
+
   /// Runs the name script with this connection's client id; nullopt when done.
   std::optional<Holder> call(ScriptRunner& scripts, const char* mode, const std::string& found = {});
+  /// Takes the current name unless a live process holds it. `must_know`: a holder whose
+  /// liveness cannot be told is left alone (Take::unknown) instead of taken over.
+  Take try_take(Connection& conn, bool must_know);
+  /// try_take for a given name: ConfigError when it is in use.
   void try_claim(Connection& conn);
+  /// For a consumer given no name: the lowest free "<host>-<n>", else the unique name.
+  void claim_free_slot(Connection& conn);
+  /// Goes by `name` (Shared::consumer_name and the key).
+  void rename(std::string name);
+  /// "consumer_name \"...\" (group ... of ...)", for messages.
+  std::string who() const;
   /// Marks the name lost (`why` is what run() throws) and stops the consumer.
   void lose(std::string why);
   /// Whether client `id` is connected and could be the one that wrote the name
-  /// `since_written` ms ago (CLIENT LIST ID); sets live_client_ when it is.
-  bool holder_is_live(Connection& conn, const std::string& id, std::int64_t since_written,
-                      const std::string& who);
+  /// `since_written` ms ago (CLIENT LIST ID); sets live_client_ when it is, unknown_why_ when
+  /// this user may not look.
+  Liveness holder_liveness(Connection& conn, const std::string& id, std::int64_t since_written);
 
   Shared& s_;
-  const std::string key_;
+  const bool chosen_here_;         // the consumer was given no name: claim() chooses one
+  const std::string unique_name_;  // its name until then, and when none can be chosen
+  std::string key_;
   const std::string token_;
   std::function<void()> on_lost_;
   Clock::time_point next_{};
@@ -78,6 +106,7 @@ class NameLock final : public Duty {
   std::atomic<bool> lost_{false};
   std::string lost_reason_;  // written before lost_ is set
   std::string live_client_;  // the live holder found by claim(), for its message
+  std::string unknown_why_;  // why a holder's liveness, or the key, could not be read
 };
 
 }  // namespace streamq::detail

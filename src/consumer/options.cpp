@@ -13,20 +13,23 @@
 
 namespace streamq::detail {
 
-std::string default_consumer_name() {
+std::string host_name() {
   char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "host");
+  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "host";
+  return host;
+}
+
+std::string unique_consumer_name() {
   std::random_device rd;
   char suffix[9];
   std::snprintf(suffix, sizeof suffix, "%08x", rd());
-  return std::string(host) + "-" + std::to_string(getpid()) + "-" + suffix;
+  return host_name() + "-" + std::to_string(getpid()) + "-" + suffix;
 }
 
 ConsumerOptions validated(ConsumerOptions o) {
   using std::chrono::milliseconds;
   if (o.stream.empty()) throw ConfigError("stream must not be empty");
   if (o.group.empty()) throw ConfigError("group must not be empty");
-  if (o.consumer_name.empty()) o.consumer_name = default_consumer_name();
   if (o.concurrency < 1) throw ConfigError("concurrency must be >= 1");
   if (o.prefetch < o.concurrency) throw ConfigError("prefetch must be >= concurrency");
   check_partitions(o.partitions, o.stream);

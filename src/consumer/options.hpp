@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Consumer option checks and the default consumer name. Pure: no thread, no connection.
+// Consumer option checks and the consumer names. Pure: no thread, no connection.
 #pragma once
 
 #include <string>
@@ -8,8 +8,9 @@
 
 namespace streamq::detail {
 
-/// Checks every field (ConfigError names the first bad one) and fills in the default consumer
-/// name. The connection options are checked by make_connection_config.
+/// Checks every field (ConfigError names the first bad one); an empty consumer_name stays
+/// empty (the name lock chooses one at start). The connection options are checked by
+/// make_connection_config.
 ConsumerOptions validated(ConsumerOptions options);
 
 /// Checks a backoff (`name` prefixes the field in the ConfigError).
@@ -17,7 +18,10 @@ void check_backoff(const RetryBackoff& backoff, const std::string& name);
 /// Checks the options of one Consumer::on.
 void check_handler_options(const HandlerOptions& options);
 
-/// "<hostname>-<pid>-<8 hex digits>": unique per process and per Consumer.
-std::string default_consumer_name();
+/// This machine's host name ("host" when it has none).
+std::string host_name();
+/// "<hostname>-<pid>-<8 hex digits>": unique per process and per Consumer. The name of a
+/// consumer given none when the name lock cannot tell which per-host names are free.
+std::string unique_consumer_name();
 
 }  // namespace streamq::detail

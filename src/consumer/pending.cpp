@@ -42,7 +42,7 @@ PendingBatch fetch_pending(Shared& s, ScriptRunner& scripts, std::uint16_t strea
   const std::string failed_at = format_timestamp(std::chrono::system_clock::now());
   Argv argv = scripts.begin(ScriptId::fetch_pending, 2);
   argv.add(keys.stream).add(keys.dlq);
-  argv.add(s.opt.group).add(s.opt.consumer_name).add(mode == PendingMode::own ? "own" : "auto").add(cursor);
+  argv.add(s.opt.group).add(s.consumer_name).add(mode == PendingMode::own ? "own" : "auto").add(cursor);
   argv.add(static_cast<std::int64_t>(count)).add(static_cast<std::int64_t>(s.opt.claim_min_idle.count()));
   argv.add(static_cast<std::int64_t>(s.opt.max_deliveries)).add(failed_at);
   argv.add(static_cast<std::int64_t>(kMaxFields)).add(s.opt.stream);

@@ -75,10 +75,13 @@ class PauseFlag {
 
 struct Shared {
   /// `validated_options` of one partition (its stream is the partition's; see Consumer), `queue`
-  /// the queue's name (ConsumerOptions::stream), `counters` shared by every partition.
-  Shared(ConsumerOptions validated_options, std::string queue_name, std::shared_ptr<Metrics> counters)
+  /// the queue's name (ConsumerOptions::stream), `counters` shared by every partition, `name`
+  /// the consumer's name until the name lock chooses another (see consumer_name).
+  Shared(ConsumerOptions validated_options, std::string queue_name, std::shared_ptr<Metrics> counters,
+         std::string name)
       : opt(std::move(validated_options)),
         queue(std::move(queue_name)),
+        consumer_name(std::move(name)),
         connection(make_connection_config(opt.connection, "consumer", opt.stream)),
         streams(level_keys(opt.stream)),
         limits{opt.max_payload_bytes, opt.max_payload_depth, opt.default_max_retries},
@@ -90,6 +93,10 @@ struct Shared {
   const ConsumerOptions opt;
   /// The queue's name, for what the whole queue shares across partitions (rate limits).
   const std::string queue;
+  /// The consumer's name in the group: opt.consumer_name, or, when that is empty, the one the
+  /// name lock chose at start (NameLock::claim). Written only by run() before the engines'
+  /// threads start; read-only after that.
+  std::string consumer_name;
   const ConnectionConfig connection;
   /// The streams this consumer reads, one per priority level (index = level_index(): high,
   /// normal, low); an EntryKey's `stream` indexes it. Each element's `stream` is its level's

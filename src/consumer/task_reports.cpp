@@ -31,7 +31,7 @@ bool TaskReports::write(std::string_view what, const std::string& value) {
   try {
     if (!channel_) channel_ = std::make_unique<Channel>(s_.connection);
     Argv argv = channel_->scripts.begin(ScriptId::report, 1);
-    argv.add(key_).add(queue_).add(what).add(value).add(task_id_).add(s_.opt.consumer_name).add(attempt_);
+    argv.add(key_).add(queue_).add(what).add(value).add(task_id_).add(s_.consumer_name).add(attempt_);
     return channel_->scripts.call(ScriptId::report, argv).view().check().integer() == 1;
   } catch (const std::exception& e) {
     channel_.reset();  // rebuilt on the next need

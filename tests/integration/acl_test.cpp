@@ -3,6 +3,8 @@
 // lines are read from that page, given this test's queue name, and run on a private server.
 // Each role does its job through the library and is refused what belongs to the others, with
 // a NOPERM ReplyError at once (never a retry loop).
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,6 +22,7 @@
 
 #include <streamq/streamq.hpp>
 
+#include "log_capture.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
 
@@ -204,6 +207,38 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
   EXPECT_EQ(refusal_of(as_worker, {"FLUSHDB"}), "NOPERM");
   EXPECT_EQ(refusal_of(as_worker, {"CONFIG", "SET", "maxmemory", "1"}), "NOPERM");
   EXPECT_EQ(refusal_of(as_worker, {"EXISTS", queue + ":paused"}), "accepted") << "it reads the pause flag";
+}
+
+// A worker given no consumer_name whose user may not run CLIENT LIST cannot tell whether the
+// process that holds "<host>-1" still runs: it does not take that name (two live processes
+// would share a pending list) but runs under its unique "<host>-<pid>-<hex>", with a warning.
+TEST_F(AclRoles, AWorkerThatCannotTellWhichNamesAreFreeRunsUnderAUniqueName) {
+  if (!supported()) return;
+  std::vector<std::string> no_list = documented_roles(queue).at("worker");
+  no_list.push_back("-client|list");
+  ASSERT_FALSE(admin.cmd(no_list).view().is_error());
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  ConsumerOptions o{.connection = {.url = url("worker")}, .stream = queue, .stop_on_signals = false};
+  const auto noop = [](Consumer& c) { c.on("ok", [](const Task&) {}); };
+  const auto named = [](RunningConsumer& c) {
+    EXPECT_TRUE(wait_until([&] { return !c.consumer().name().empty() || c.finished(); }));
+    return c.consumer().name();
+  };
+  o.connection.url = server.url();  // the administrator's worker takes <host>-1
+  RunningConsumer first(o, noop);
+  ASSERT_EQ(named(first), std::string(host) + "-1");
+  o.connection.url = url("worker");
+  LogCapture logs(LogLevel::warning);
+  RunningConsumer second(o, noop);
+  const std::string prefix = std::string(host) + "-" + std::to_string(getpid()) + "-";
+  EXPECT_EQ(named(second).substr(0, prefix.size()), prefix) << second.consumer().name();
+  EXPECT_EQ(logs.count(LogLevel::warning, "which of " + std::string(host) + "-<n> are free cannot be told"),
+            1u);
+  Producer p({.connection = {.url = url("producer")}, .stream = queue});
+  for (int i = 0; i < 10; ++i) p.enqueue("ok", "{}");
+  ASSERT_TRUE(
+      wait_until([&] { return first.consumer().metrics().done + second.consumer().metrics().done == 10; }));
 }
 
 TEST_F(AclRoles, StatsReadsAndChangesNothing) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -102,6 +103,83 @@ TEST(Reliability, ARestartAfterAKillTakesTheConsumerNameAtOnce) {
   EXPECT_NE(run_token(after), run_token(before)) << "another run's token";
   EXPECT_NE(slurp(log).find("is gone; taking it over"), std::string::npos) << slurp(log);
   EXPECT_FALSE(again.died());
+}
+
+/// This machine's host name, the stem of the names chosen for consumers given none.
+std::string this_host() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// A worker given no consumer_name goes by the lowest "<host>-<n>" no live process holds, so a
+// worker restarted after a kill -9, with nothing configured, takes its predecessor's name and
+// replays its pending entry at once, long before claim_min_idle (10 minutes here). (Before,
+// an empty name was "<host>-<pid>-<random>", and the restart ran nothing for claim_min_idle.)
+TEST(Reliability, AWorkerGivenNoNameIsRestartedUnderItsNameAndResumesAtOnce) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  const std::string key = detail::live_key(stream, "workers", this_host() + "-1");
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  const std::string held = producer.enqueue("hang", nlohmann::json{{"ms", 600000}});
+  const std::vector<std::string> args{STREAMQ_TEST_WORKER,  server.url(),         stream, "",
+                                      "min_idle_ms=600000", "heartbeat_ms=200000"};
+  WorkerProcess first(args);
+  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":started").count(held) == 1; }));
+  EXPECT_EQ(client.integer({"EXISTS", key}), 1) << "the first worker is " << this_host() << "-1";
+  first.kill9();
+  const std::string log = server.dir() + "/again.log";
+  WorkerProcess again(args, log);
+  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":started").at(held) == 2; }, 10s))
+      << "the restart did not run its predecessor's pending entry: " << slurp(log);
+  EXPECT_NE(slurp(log).find("consumer " + this_host() + "-1 running on"), std::string::npos) << slurp(log);
+  EXPECT_FALSE(again.died());
+}
+
+// Consumers given no name take the lowest free "<host>-<n>": the second live one the next, a
+// clean stop frees its name for the next start. name() is "" until run() has chosen.
+TEST(ConsumerName, ConsumersGivenNoNameTakeTheLowestFreeNameOfTheirHost) {
+  RedisServer server;
+  const std::string stream = unique_key();
+  ConsumerOptions o{.connection = {.url = server.url()}, .stream = stream, .stop_on_signals = false};
+  const auto noop = [](Consumer& c) { c.on("work", [](const Task&) {}); };
+  const auto named = [](RunningConsumer& c) {
+    EXPECT_TRUE(wait_until([&] { return !c.consumer().name().empty() || c.finished(); }));
+    return c.consumer().name();
+  };
+  Consumer not_started(o);
+  EXPECT_EQ(not_started.name(), "");
+  auto first = std::make_unique<RunningConsumer>(o, noop);
+  EXPECT_EQ(named(*first), this_host() + "-1");
+  RunningConsumer second(o, noop);
+  EXPECT_EQ(named(second), this_host() + "-2");
+  first->stop();
+  first.reset();
+  RunningConsumer third(o, noop);
+  EXPECT_EQ(named(third), this_host() + "-1") << "the name freed by a clean stop";
+  // A name given is kept, whatever is free.
+  o.consumer_name = "slot-7";
+  RunningConsumer given(o, noop);
+  EXPECT_EQ(given.consumer().name(), "slot-7");
+  // Every partition of a partitioned queue goes by the one name.
+  ConsumerOptions p{.connection = {.url = server.url()},
+                    .stream = unique_key(),
+                    .concurrency = 4,
+                    .partitions = 3,
+                    .stop_on_signals = false};
+  Producer producer({.connection = {.url = server.url()}, .stream = p.stream, .partitions = 3});
+  RunningConsumer partitioned(p, noop);
+  EXPECT_EQ(named(partitioned), this_host() + "-1") << "another queue's names are its own";
+  for (int i = 0; i < 30; ++i) producer.enqueue("work", "{}");
+  Client client(server.url());
+  ASSERT_TRUE(wait_until([&] { return partitioned.consumer().metrics().done == 30; }));
+  for (int i = 0; i < 3; ++i) {
+    const detail::Reply r =
+        client.cmd({"XINFO", "CONSUMERS", detail::partition_stream(p.stream, 3, i), "workers"});
+    ASSERT_EQ(r.view().size(), 1u) << "partition " << i;
+    EXPECT_EQ(r.view()[0][1].str(), this_host() + "-1") << "partition " << i;
+  }
 }
 
 // A holder stopped (SIGSTOP) for longer than claim_min_idle cannot renew its name: it expires,

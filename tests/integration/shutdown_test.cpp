@@ -124,8 +124,8 @@ TEST_F(ConsumerTest, HandlerPastTheGracePeriodKeepsItsEntryAndBlocksNeitherRunNo
         handler_returned = true;
       });
     });
-    name = rc->consumer().name();
     ASSERT_TRUE(wait_until([&] { return started.load(); }));
+    name = rc->consumer().name();  // chosen at start
     // If stop() or the destructor waited for the handler, this would open it after 20 s.
     std::thread watchdog([&] {
       std::unique_lock lock(m);

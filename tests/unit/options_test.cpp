@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "consumer/options.hpp"
 #include "redis/cluster.hpp"
 #include "redis/connection.hpp"
 #include "streamq/streamq.hpp"
@@ -251,18 +252,21 @@ TEST(Durations, ValuesThatWouldOverflowAreConfigErrors) {
   EXPECT_NO_THROW(Consumer({.shutdown_grace = std::chrono::hours(24 * 365 * 10)}));
 }
 
-TEST(ConsumerName, DefaultIsHostPidAndRandomSuffix) {
+TEST(ConsumerName, TheUniqueNameIsHostPidAndRandomSuffix) {
   char host[256] = {};
   ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  EXPECT_EQ(streamq::detail::host_name(), host);
   const std::string prefix = std::string(host) + "-" + std::to_string(getpid()) + "-";
-  const Consumer a;
-  const Consumer b;
-  for (const std::string& name : {a.name(), b.name()}) {
+  const std::string a = streamq::detail::unique_consumer_name();
+  const std::string b = streamq::detail::unique_consumer_name();
+  for (const std::string& name : {a, b}) {
     ASSERT_EQ(name.size(), prefix.size() + 8) << name;
     EXPECT_EQ(name.substr(0, prefix.size()), prefix) << name;
     EXPECT_TRUE(std::regex_match(name.substr(prefix.size()), std::regex("[0-9a-f]{8}"))) << name;
   }
-  EXPECT_NE(a.name(), b.name());
+  EXPECT_NE(a, b);
+  // A consumer given no name has none until run() chooses one (see consumer_name_lock_test).
+  EXPECT_EQ(Consumer().name(), "");
 }
 
 TEST(ConsumerName, GivenNameIsKept) {
