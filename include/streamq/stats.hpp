@@ -67,9 +67,14 @@ struct LevelStats {
   std::optional<std::int64_t> oldest_entry_age_ms;
 };
 
-/// A snapshot of one queue's health. The fields before `levels` describe the queue's own
-/// stream (normal priority, the one the seed's code uses), as they always have; `levels` and
-/// the totals cover every priority level.
+/// A snapshot of one queue's health. `length` and `pending_total`, the numbers to alert on,
+/// count the whole queue: every priority level. The other fields before `levels` describe the
+/// queue's own stream (normal priority, the one the seed's code uses); `levels` has each
+/// level's numbers.
+// The deprecated fields warn where a program uses them, not in the members the compiler
+// writes for the struct (copy, move, construction), which are reported at its own line.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct QueueStats {
   /// The stream; with StatsOptions::partitions > 1 the queue's name, every number below the
   /// sum over its partitions (ages and the oldest pending idle time the largest, due times the
@@ -79,13 +84,16 @@ struct QueueStats {
   std::string stream;
   /// The partitions read (StatsOptions::partitions).
   int partitions = 1;
-  /// False when the stream key does not exist (every number is then 0).
+  /// False when the queue's own stream (the normal level) does not exist (its numbers are then
+  /// 0; `length` and `pending_total` still count the other levels).
   bool exists = false;
-  /// XLEN: unfinished entries (streamq deletes finished ones).
+  /// Unfinished entries of the whole queue (streamq deletes finished ones): the XLEN of every
+  /// priority level, summed. (Before 0.2: the normal level's only; see levels.)
   std::int64_t length = 0;
-  /// Entries ever added to the stream (Redis >= 7.0; 0 when unknown).
+  /// Entries ever added to the queue's own stream (Redis >= 7.0; 0 when unknown).
   std::int64_t entries_added = 0;
-  /// Sum of every reported group's pending count.
+  /// Delivered, unacknowledged entries of the whole queue: every reported group's pending
+  /// count on every level, summed. (Before 0.2: the normal level's only; see levels.)
   std::int64_t pending_total = 0;
   /// XLEN of `<stream>:dlq`.
   std::int64_t dlq_length = 0;
@@ -103,24 +111,27 @@ struct QueueStats {
   std::string oldest_entry_id;
   /// Age of that entry by the server's clock (its id's millisecond part vs TIME).
   std::optional<std::int64_t> oldest_entry_age_ms;
+  /// The groups of the queue's own stream (the normal level).
   std::vector<GroupInfo> groups;
-  /// Every priority level, in order high, normal, low (the normal one repeats the numbers above).
+  /// Every priority level, in order high, normal, low.
   std::vector<LevelStats> levels;
-  /// Unfinished entries over every level (the sum of the levels' `length`).
-  std::int64_t total_length = 0;
-  /// Pending entries over every level (the sum of the levels' `pending`).
-  std::int64_t total_pending = 0;
+  /// The same as `length`; removed in 0.3.
+  [[deprecated("QueueStats::length counts every level now")]] std::int64_t total_length = 0;
+  /// The same as `pending_total`; removed in 0.3.
+  [[deprecated("QueueStats::pending_total counts every level now")]] std::int64_t total_pending = 0;
 
-  /// JSON object; the seed's keys (queue_length, pending_total, consumers_active,
+  /// JSON object; the seed's keys (queue_length = `length`, pending_total, consumers_active,
   /// dlq_length, oldest_message) plus everything above (`levels`: an array of objects with
   /// `level`, `stream`, `exists`, `length`, `entries_added`, `pending`, `lag`,
-  /// `oldest_entry_age_ms`; `total_length`, `total_pending`).
+  /// `oldest_entry_age_ms`; `total_length` and `total_pending`, deprecated: the same as
+  /// `queue_length` and `pending_total`).
   std::string to_json() const;
   /// Prometheus text exposition (format 0.0.4): `streamq_*` metrics with `stream`, `group`
   /// and `consumer` labels, each with # HELP and # TYPE lines; the per-level families
   /// (`streamq_level_*`) carry a `level` label ("high", "normal", "low").
   std::string to_prometheus() const;
 };
+#pragma GCC diagnostic pop
 
 /// The Prometheus text exposition of several queues (what QueueStats::to_prometheus writes
 /// for one): each metric family once, with a sample per queue, so the text parses as one

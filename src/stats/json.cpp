@@ -53,8 +53,8 @@ std::string QueueStats::to_json() const {
       {"oldest_entry_age_ms", oldest_entry_age_ms ? json(*oldest_entry_age_ms) : json(nullptr)},
       {"groups", groups_json},
       {"levels", levels_json},
-      {"total_length", total_length},
-      {"total_pending", total_pending},
+      {"total_length", length},          // deprecated, removed in 0.3
+      {"total_pending", pending_total},  // deprecated, removed in 0.3
   };
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }

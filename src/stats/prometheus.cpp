@@ -74,7 +74,8 @@ std::string to_prometheus(const std::vector<QueueStats>& queues) {
   const auto each = [&](auto&& write) {
     for (const QueueStats& q : queues) write(q, std::string_view(q.stream));
   };
-  e.family("streamq_stream_length", "gauge", "Entries in the stream (unfinished tasks).");
+  e.family("streamq_stream_length", "gauge",
+           "Entries in the queue, every priority level (unfinished tasks).");
   each([&](const QueueStats& q, std::string_view s) {
     e.sample("streamq_stream_length", {{"stream", s}}, q.length);
   });
@@ -82,7 +83,8 @@ std::string to_prometheus(const std::vector<QueueStats>& queues) {
   each([&](const QueueStats& q, std::string_view s) {
     e.sample("streamq_entries_added_total", {{"stream", s}}, q.entries_added);
   });
-  e.family("streamq_pending", "gauge", "Delivered, unacknowledged entries over all groups.");
+  e.family("streamq_pending", "gauge",
+           "Delivered, unacknowledged entries of the queue, every priority level, over all groups.");
   each([&](const QueueStats& q, std::string_view s) {
     e.sample("streamq_pending", {{"stream", s}}, q.pending_total);
   });

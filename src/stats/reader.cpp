@@ -145,13 +145,13 @@ class StatsQuery {
     LevelStats high = read_level(Priority::high, keys.high, r[8], r[9], r[10], now_ms);
     LevelStats low = read_level(Priority::low, keys.low, r[11], r[12], r[13], now_ms);
     LevelStats normal = read_level(Priority::normal, keys.stream, r[1], r[4], r[5], now_ms);
-    st.total_length = high.length + normal.length + low.length;
-    st.total_pending = high.pending + normal.pending + low.pending;
+    st.length = high.length + normal.length + low.length;
+    st.pending_total = high.pending + normal.pending + low.pending;
+    detail::fill_deprecated_totals(st);
     st.levels = {std::move(high), std::move(normal), std::move(low)};
     if (!st.exists) return st;  // XINFO answered "no such key"; nothing else to read
 
     const detail::ReplyView info = r[4].view().check();
-    st.length = count_of(info.field("length"), "length");
     if (auto added = info.field("entries-added"); !added.is_nil())
       st.entries_added = count_of(added, "entries-added");
     if (auto first_entry = info.field("first-entry"); !first_entry.is_nil()) {
@@ -168,7 +168,6 @@ class StatsQuery {
       gi.pending = count_of(g.field("pending"), "pending");
       gi.last_delivered_id = std::string(g.field("last-delivered-id").str());
       gi.lag = optional_count(g.field("lag"), "lag");
-      st.pending_total += gi.pending;
       st.groups.push_back(std::move(gi));
     }
     return st;

@@ -23,4 +23,7 @@ QueueStats parse_queue_stats(const StatsOptions& options, const std::vector<Repl
 /// QueueStats for how each number combines).
 QueueStats sum_partitions(const std::string& queue, std::vector<QueueStats> parts);
 
+/// Sets the deprecated total_length and total_pending to length and pending_total.
+void fill_deprecated_totals(QueueStats& stats);
+
 }  // namespace streamq::detail

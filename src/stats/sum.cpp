@@ -66,8 +66,6 @@ QueueStats sum_partitions(const std::string& queue, std::vector<QueueStats> part
     total.dlq_length += p.dlq_length;
     total.dlq_entries_added += p.dlq_entries_added;
     total.delayed += p.delayed;
-    total.total_length += p.total_length;
-    total.total_pending += p.total_pending;
     keep_min(total.next_delayed_due_ms, p.next_delayed_due_ms);
     keep_min(total.next_delayed_due_in_ms, p.next_delayed_due_in_ms);
     if (p.oldest_entry_age_ms &&
@@ -91,7 +89,16 @@ QueueStats sum_partitions(const std::string& queue, std::vector<QueueStats> part
       keep_max(l.oldest_entry_age_ms, p.levels[i].oldest_entry_age_ms);
     }
   }
+  fill_deprecated_totals(total);
   return total;
+}
+
+void fill_deprecated_totals(QueueStats& stats) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  stats.total_length = stats.length;
+  stats.total_pending = stats.pending_total;
+#pragma GCC diagnostic pop
 }
 
 }  // namespace detail

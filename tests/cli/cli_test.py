@@ -56,7 +56,7 @@ class CliTest(RedisTestCase):
         queues = json.loads(self.cli("queues", "--format", "json").stdout)
         self.assertIn(self.q, [q["name"] for q in queues])
         stats = json.loads(self.cli("stats", self.q, "--format", "json").stdout)
-        self.assertEqual(stats[0]["total_length"], 1202)
+        self.assertEqual(stats[0]["queue_length"], 1202)
 
     def test_bulk_enqueue_into_a_full_queue_says_how_many_got_in(self):
         lines = "".join(json.dumps({"type": "reindex", "payload": {"n": i}}) + "\n" for i in range(1500))
@@ -160,7 +160,7 @@ class CliTest(RedisTestCase):
         queues = json.loads(self.cli("queues", "--format", "json").stdout)
         self.assertEqual([(q["name"], q["partitions"], q["length"]) for q in queues], [(self.q, parts, 6)])
         stats = json.loads(self.cli("stats", self.q, "--format", "json").stdout)
-        self.assertEqual((stats[0]["partitions"], stats[0]["total_length"]), (3, 6))
+        self.assertEqual((stats[0]["partitions"], stats[0]["queue_length"]), (3, 6))
         page = json.loads(self.cli("tasks", self.q, "--format", "json").stdout)
         self.assertEqual(sorted(t["partition"] for t in page["tasks"]), sorted(parts * 2))
         # One entry id in two partitions' dead letters: an action must name the partition.
@@ -183,7 +183,7 @@ class CliTest(RedisTestCase):
                                 capture_output=True, text=True, timeout=120)
         self.assertEqual(worker.returncode, 0, worker.stderr)
         stats = json.loads(self.cli("stats", self.q, "--format", "json").stdout)
-        self.assertEqual((stats[0]["total_length"], stats[0]["dlq_length"]), (0, 0), worker.stdout)
+        self.assertEqual((stats[0]["queue_length"], stats[0]["dlq_length"]), (0, 0), worker.stdout)
         self.assertEqual(len([line for line in worker.stdout.splitlines() if line.startswith("done")]), 7,
                          worker.stdout)
 

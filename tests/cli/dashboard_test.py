@@ -257,7 +257,7 @@ class DashboardTest(RedisTestCase):
         self.add_dead(q, 24)
         self.add_dead(q, 1, task_type="render", payload=XSS)
         before = self.stats(q)
-        self.assertEqual((before["total_length"], before["total_pending"], before["delayed"], before["dlq_length"]),
+        self.assertEqual((before["queue_length"], before["pending_total"], before["delayed"], before["dlq_length"]),
                          (4, 1, 1, 25))
 
         base = self.start_dashboard()
@@ -316,8 +316,8 @@ class DashboardTest(RedisTestCase):
 
         # The numbers are Stats' numbers.
         self.assertEqual(text("queue-name"), q)
-        self.assertEqual(text("stat-queued"), str(before["total_length"] - before["total_pending"]))
-        self.assertEqual(text("stat-pending"), str(before["total_pending"]))
+        self.assertEqual(text("stat-queued"), str(before["queue_length"] - before["pending_total"]))
+        self.assertEqual(text("stat-pending"), str(before["pending_total"]))
         self.assertEqual(text("stat-delayed"), str(before["delayed"]))
         self.assertEqual(text("stat-dead"), str(before["dlq_length"]))
         self.assertEqual(text("stat-consumers"), str(before["consumers_active"]))
@@ -384,7 +384,7 @@ class DashboardTest(RedisTestCase):
         wait.until(lambda d: text("stat-dead") == "0" and text("stat-queued") == "28")
         self.assertEqual(self.r.xlen(q + ":dlq"), 0)
         after = self.stats(q)
-        self.assertEqual(after["total_length"] - after["total_pending"], 28)
+        self.assertEqual(after["queue_length"] - after["pending_total"], 28)
         replayed = [f for _, f in self.r.xrange(q) if b"replay_count" in f]
         self.assertEqual(len(replayed), 24)
         self.assertTrue(all(f[b"retry_count"] == b"0" and f[b"replay_count"] == b"1" for f in replayed))

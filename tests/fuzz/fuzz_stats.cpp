@@ -59,7 +59,7 @@ bool has_huge_aggregate(std::string_view s) {
 
 void check(const QueueStats& st) {
   require(st.length >= 0 && st.pending_total >= 0 && st.dlq_length >= 0 && st.delayed >= 0);
-  require(st.total_length >= 0 && st.total_pending >= 0);
+  require(st.length >= st.levels.at(1).length && st.pending_total >= st.levels.at(1).pending);
   for (const GroupInfo& g : st.groups) {
     require(g.pending >= 0);
     for (const ConsumerInfo& c : g.consumers) require(c.pending >= 0 && c.idle_ms >= 0);

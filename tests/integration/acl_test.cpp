@@ -245,7 +245,7 @@ TEST_F(AclRoles, StatsReadsAndChangesNothing) {
   if (!supported()) return;
   Producer({.connection = {.url = url("producer")}, .stream = queue}).enqueue("t", R"({})");
   StatsReader stats({.connection = {.url = url("stats")}, .stream = queue});
-  EXPECT_EQ(stats.read().total_length, 1);
+  EXPECT_EQ(stats.read().length, 1);
   Client as_stats(url("stats"));
   EXPECT_EQ(refusal_of(as_stats, {"XADD", queue, "*", "a", "b"}), "NOPERM");
   EXPECT_EQ(refusal_of(as_stats, {"XDEL", queue, "1-1"}), "NOPERM");

@@ -84,7 +84,7 @@ TEST_P(Names, GoThroughEveryPathUnchanged) {
   StatsReader stats({.connection = {.url = server.url()}, .stream = stream, .group = "group:" + odd});
   const QueueStats s = stats.read();
   EXPECT_EQ(s.stream, stream);
-  EXPECT_EQ(s.total_length, 0);
+  EXPECT_EQ(s.length, 0);
   EXPECT_EQ(s.dlq_length, 1);
   ASSERT_EQ(s.groups.size(), 1u);
   EXPECT_EQ(s.groups[0].name, "group:" + odd);

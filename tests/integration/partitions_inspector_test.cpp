@@ -46,7 +46,7 @@ TEST_F(InspectorPartitionsTest, DiscoveryAndStatsSeeOneQueue) {
   for (const std::string& name : {stream, base}) {
     const QueueStats st = inspector.stats(name);
     EXPECT_EQ(st.partitions, kParts) << name;
-    EXPECT_EQ(st.total_length, 10) << name;
+    EXPECT_EQ(st.length, 10) << name;
     EXPECT_EQ(st.delayed, 2) << name;
     EXPECT_EQ(st.dlq_length, 3) << name;
   }
@@ -63,7 +63,7 @@ TEST_F(InspectorPartitionsTest, DiscoveryAndStatsSeeOneQueue) {
   EXPECT_EQ(found[stream].partitions.size(), 4u);
   EXPECT_EQ(found[stream].partitions.back(), stream);
   EXPECT_EQ(found[stream].length, 11);
-  EXPECT_EQ(inspector.stats(stream).total_length, 11);
+  EXPECT_EQ(inspector.stats(stream).length, 11);
   EXPECT_EQ(inspector.stats(stream).partitions, 4);
 
   // Queues that only look like partitions (no partition 0) stay queues of their own.

@@ -82,15 +82,15 @@ TEST(Cluster, APartitionedQueueSpreadsOverTheMasters) {
   StatsReader stats({.connection = {.url = url}, .stream = queue, .partitions = kPartitions});
   QueueStats before = stats.read();
   EXPECT_EQ(before.partitions, kPartitions);
-  EXPECT_EQ(before.total_length, static_cast<std::int64_t>(expected.size()) + 1);
+  EXPECT_EQ(before.length, static_cast<std::int64_t>(expected.size()) + 1);
   // The operator's view: one queue over the masters, its partitions summed.
   Inspector inspector({.connection = {.url = url}});
   const std::vector<QueueInfo> found = inspector.queues();
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].name, queue);
   EXPECT_EQ(found[0].partitions.size(), static_cast<std::size_t>(kPartitions));
-  EXPECT_EQ(found[0].length, before.total_length);
-  EXPECT_EQ(inspector.stats(queue).total_length, before.total_length);
+  EXPECT_EQ(found[0].length, before.length);
+  EXPECT_EQ(inspector.stats(queue).length, before.length);
 
   RunLog log;
   const auto handler = [&](Consumer& c) {
@@ -109,7 +109,7 @@ TEST(Cluster, APartitionedQueueSpreadsOverTheMasters) {
     ASSERT_TRUE(wait_until(
         [&] {
           const QueueStats s = stats.read();
-          return s.total_length == 0 && s.total_pending == 0 && s.dlq_length == 1;
+          return s.length == 0 && s.pending_total == 0 && s.dlq_length == 1;
         },
         30s));
     w1.stop();
@@ -146,7 +146,7 @@ TEST(Cluster, APartitionedQueueSpreadsOverTheMasters) {
   EXPECT_EQ(
       inspector.replay(queue, {.filter = {.ids = {dead.tasks[0].partition + "/" + dead.tasks[0].id}}}).done,
       1);
-  EXPECT_EQ(inspector.stats(queue).total_length, 1) << "back in its partition";
+  EXPECT_EQ(inspector.stats(queue).length, 1) << "back in its partition";
 
   // Each partition needs a handler thread.
   ConsumerOptions too_few = o1;
@@ -194,7 +194,7 @@ TEST(Partitions, TheCountOfALiveQueueChangesWithoutLosingATask) {
   };
   const auto empty = [&](const std::string& stream) {
     const QueueStats s = StatsReader({.connection = {.url = server.url()}, .stream = stream}).read();
-    return s.total_length == 0 && s.total_pending == 0 && s.delayed == 0;
+    return s.length == 0 && s.pending_total == 0 && s.delayed == 0;
   };
 
   // 3 partitions, shrinking to 2: the producers move first.

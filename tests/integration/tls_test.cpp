@@ -136,7 +136,7 @@ TEST_F(Tls, AProducerAndAWorkerRunTasksOverTls) {
   EXPECT_EQ(ran, expected);
   EXPECT_EQ(client.integer({"XLEN", "q"}), 0);
   StatsReader stats({.connection = {.url = server.tls_url(), .tls = trusting()}, .stream = "q"});
-  EXPECT_EQ(stats.read().total_length, 0);
+  EXPECT_EQ(stats.read().length, 0);
   // With the host's name instead of its address, checked against the certificate's DNS name.
   Producer by_name(
       {.connection = {.url = "rediss://localhost:" + std::to_string(server.tls_port()), .tls = trusting()},

@@ -84,7 +84,7 @@ TEST(StatsParse, ReadsARealSnapshot) {
   ASSERT_EQ(st.groups[0].consumers.size(), 1u);
   EXPECT_EQ(st.groups[0].consumers[0].name, "w1");
   EXPECT_EQ(st.groups[0].oldest_pending_idle_ms, 1500);
-  EXPECT_EQ(st.total_length, 5);
+  EXPECT_EQ(st.length, 5);
 }
 
 TEST(StatsParse, RefusesNumbersNoServerSends) {

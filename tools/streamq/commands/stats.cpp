@@ -37,7 +37,7 @@ void print_stats(const Context& g, const std::vector<QueueStats>& all) {
     for (const LevelStats& l : s.levels) {
       if (l.oldest_entry_age_ms) oldest = std::max(oldest.value_or(0), *l.oldest_entry_age_ms);
     }
-    t.add({cell(s.stream), std::to_string(s.total_length), std::to_string(s.total_pending),
+    t.add({cell(s.stream), std::to_string(s.length), std::to_string(s.pending_total),
            std::to_string(s.delayed), std::to_string(s.dlq_length), std::to_string(consumers),
            oldest ? ms_text(*oldest) : "-", idle ? ms_text(*idle) : "-"});
   }

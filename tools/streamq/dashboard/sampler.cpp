@@ -20,8 +20,8 @@ std::int64_t now_ms() {
 Sample sample_of(const QueueStats& s, std::int64_t t_ms) {
   Sample x;
   x.t_ms = t_ms;
-  x.pending = s.total_pending;
-  x.queued = std::max<std::int64_t>(0, s.total_length - s.total_pending);
+  x.pending = s.pending_total;
+  x.queued = std::max<std::int64_t>(0, s.length - s.pending_total);
   x.delayed = s.delayed;
   x.dead = s.dlq_length;
   // Redis < 7.0 reports no entries-added (0). On 7.0 and later a stream that ever held an entry
@@ -37,7 +37,7 @@ Sample sample_of(const QueueStats& s, std::int64_t t_ms) {
     if (l.oldest_entry_age_ms)
       x.oldest_age_ms = std::max(x.oldest_age_ms.value_or(0), *l.oldest_entry_age_ms);
   }
-  if (added > 0) x.left = added - s.total_length;
+  if (added > 0) x.left = added - s.length;
   for (const GroupInfo& g : s.groups) {
     if (g.oldest_pending_idle_ms) {
       x.oldest_pending_idle_ms = std::max(x.oldest_pending_idle_ms.value_or(0), *g.oldest_pending_idle_ms);

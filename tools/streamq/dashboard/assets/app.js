@@ -153,8 +153,8 @@ async function loadQueue() {
   try {
     const d = await get(`/api/queue?name=${encodeURIComponent(queue)}`);
     const s = d.stats;
-    setText('stat-queued', Math.max(0, s.total_length - s.total_pending));
-    setText('stat-pending', s.total_pending);
+    setText('stat-queued', Math.max(0, s.queue_length - s.pending_total));
+    setText('stat-pending', s.pending_total);
     setText('stat-delayed', s.delayed);
     setText('stat-dead', s.dlq_length);
     setText('stat-consumers', s.consumers_active);
