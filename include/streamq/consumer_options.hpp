@@ -274,7 +274,7 @@ struct ConsumerMetrics {
   std::uint64_t given_up = 0;
   /// Started tasks handed back unfinished and uncounted (not a failed attempt): interrupted by
   /// the worker's stop (HandlerOptions::hand_back_on_shutdown), or stopped because their holder
-  /// lost a concurrency slot's lease (stop_reason() "lease_lost").
+  /// could not keep its entry's or a concurrency slot's lease (stop_reason() "lease_lost").
   std::uint64_t handed_back = 0;
 };
 

@@ -95,17 +95,22 @@ class Task {
   /// SIGINT/SIGTERM with stop_on_signals), its timeout (HandlerOptions::timeout) or deadline
   /// (EnqueueOptions::deadline) passed, or an operator cancelled it (Inspector::cancel). A long
   /// handler checks it (or waits on stop_token()) and ends early. When the worker stops,
-  /// returning completes the task and throwing retries it as any failure does; after a timeout,
-  /// a deadline or a cancel the attempt ends as that, whatever the handler does (see
-  /// stop_reason()). Handlers still running when the shutdown grace period ends keep running,
-  /// but the Consumer no longer waits for them.
+  /// returning completes the task and throwing hands it back uncounted
+  /// (HandlerOptions::hand_back_on_shutdown); after a timeout, a deadline or a cancel the
+  /// attempt ends as that, whatever the handler does; after a lost lease (the worker could not
+  /// renew it, and another may take the task over) returning completes the task and throwing
+  /// puts it back uncounted (see stop_reason()). Handlers still running when the shutdown grace
+  /// period ends keep running, but the Consumer no longer waits for them.
   bool stop_requested() const noexcept { return stop_.stop_requested(); }
-  /// Why stop_requested() is true: "" (not asked to stop, or the worker is stopping),
-  /// "timeout", "deadline" or "cancelled". Thread-safe.
+  /// Why stop_requested() is true: "" (not asked to stop), "shutdown" (the worker is
+  /// stopping), "timeout", "deadline", "cancelled" or "lease_lost" (its entry's or a
+  /// concurrency slot's lease could not be renewed in time, or another consumer took the
+  /// entry). Thread-safe.
   std::string_view stop_reason() const noexcept;
   /// The same as a std::stop_token, e.g. for std::condition_variable_any::wait or a
   /// std::stop_callback. A stop_callback runs on the thread that asks the task to stop (the
-  /// consumer's watchdog for a timeout or a deadline, its lease keeper for a cancel, the thread
+  /// consumer's watchdog for a timeout, a deadline or a fence, its lease keeper or cancel
+  /// follower for a cancel, the thread
   /// calling Consumer::stop): keep it short and non-blocking.
   const std::stop_token& stop_token() const noexcept { return stop_; }
 

@@ -45,9 +45,13 @@ Completion conclude(Shared& s, const Work& w, const Task& task, const HandlerOpt
     unique_lock(c);
     return c;
   }
-  // Fenced: its holder could not keep a concurrency slot's lease. Whatever the handler did, the
-  // task goes back unrun and uncounted, after the wait of a start that found no free slot.
-  if (why == StopWhy::lease_lost) return hand_back(w, slot_wait());
+  // Fenced: its holder could not keep its entry's or a concurrency slot's lease. Unless the
+  // handler succeeded (a success is final, lease or not), the task goes back unrun and
+  // uncounted, after the wait of a start that found no free slot; the owner check of the
+  // put-back refuses it when another consumer reclaimed the entry meanwhile (its fate is theirs).
+  if (why == StopWhy::lease_lost && attempt.result != AttemptResult::succeeded) {
+    return hand_back(w, slot_wait());
+  }
   // Interrupted by its worker's stop (a deploy): a throw then is no failure of the task.
   if (why == StopWhy::shutdown && attempt.result != AttemptResult::succeeded &&
       (options == nullptr || options->hand_back_on_shutdown)) {

@@ -72,6 +72,7 @@ struct Engine {
   }
 
   void start() {
+    s->watchdog->watch_entry_leases();  // a holder that cannot renew its entries stops their handlers
     completer.start();
     executor.start();
     duties.start();

@@ -282,6 +282,27 @@ std::vector<std::shared_ptr<TaskControl>> InFlight::running_controls() {
   return out;
 }
 
+std::vector<std::shared_ptr<TaskControl>> InFlight::running_controls(std::uint16_t stream,
+                                                                     const std::vector<std::string>& ids) {
+  std::vector<std::shared_ptr<TaskControl>> out;
+  std::lock_guard lock(mutex_);
+  for (const auto& id : ids) {
+    const auto it = held_.find(EntryKey{stream, id});
+    if (it != held_.end() && it->second.control && it->second.state == State::running)
+      out.push_back(it->second.control);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::shared_ptr<TaskControl>, Clock::time_point>> InFlight::running_leases() {
+  std::vector<std::pair<std::shared_ptr<TaskControl>, Clock::time_point>> out;
+  std::lock_guard lock(mutex_);
+  for (const auto& [key, h] : held_) {
+    if (h.control && h.state == State::running && !h.lost) out.emplace_back(h.control, h.lease_at);
+  }
+  return out;
+}
+
 bool InFlight::give_up(Completion c, std::uint64_t seq) {
   {
     std::lock_guard lock(mutex_);

@@ -247,6 +247,11 @@ class InFlight {
   /// The controls of the tasks whose handler runs now (for the renewal of their concurrency
   /// slots).
   std::vector<std::shared_ptr<TaskControl>> running_controls();
+  /// The controls of those of `ids` (entries of `stream`) whose handler runs now.
+  std::vector<std::shared_ptr<TaskControl>> running_controls(std::uint16_t stream,
+                                                             const std::vector<std::string>& ids);
+  /// Each running task's control, and when its entry's lease was last renewed.
+  std::vector<std::pair<std::shared_ptr<TaskControl>, Clock::time_point>> running_leases();
   /// Entries never started, for release at shutdown.
   std::vector<Unstarted> unstarted();
 

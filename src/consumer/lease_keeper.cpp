@@ -19,6 +19,25 @@ namespace {
 constexpr const char* kReleaseIdle = "100000000000";
 constexpr std::size_t kLeaseChunk = 500;  // ids per lease script call
 
+/// The running handlers of entries whose lease another consumer took (it reclaimed them while
+/// this worker was frozen or cut off for claim_min_idle, or an operator moved them) or that are
+/// no longer pending: they are stopped (lease_lost) and their attempts put back, which the
+/// owner check of the put-back then refuses: the entry's fate is its new owner's (a handler
+/// that still returns successfully completes the task, as a success is final).
+void fence_lost(Shared& s, std::uint16_t stream, const std::vector<std::string>& lost) {
+  for (const auto& c : s.inflight.running_controls(stream, lost)) {
+    log(LogLevel::warning, "the entry of task " + c->task_id + " of " + s.keys(stream).stream +
+                               " was taken by another consumer while its handler ran (this worker could "
+                               "not renew its lease for claim_min_idle): the handler is stopped");
+    c->request(StopWhy::lease_lost);
+    s.watchdog->asked(c);
+  }
+  if (const std::size_t n = s.inflight.lost(stream, lost); n > 0) {
+    log(LogLevel::warning, std::to_string(n) + " held entries of " + s.keys(stream).stream +
+                               " were taken by another consumer or are no longer pending; not running them");
+  }
+}
+
 /// Runs the lease script over `ids` in chunks: idle "0" renews, kReleaseIdle releases;
 /// `count` "-1" keeps the delivery counter. Reports lost and gone entries.
 void lease(Shared& s, ScriptRunner& scripts, std::uint16_t stream, const std::vector<std::string>& ids,
@@ -28,21 +47,23 @@ void lease(Shared& s, ScriptRunner& scripts, std::uint16_t stream, const std::ve
     Argv argv = scripts.begin(ScriptId::lease, 1);
     argv.add(s.keys(stream).stream).add(s.opt.group).add(s.consumer_name).add(idle).add(count);
     for (std::size_t i = first; i < last; ++i) argv.add(ids[i]);
+    const Clock::time_point sent = Clock::now();  // each lease ends no earlier than a lease from now
     const Reply reply = scripts.call(ScriptId::lease, argv);
     const ReplyView r = reply.view().check();
-    const std::vector<std::string> chunk(ids.begin() + static_cast<std::ptrdiff_t>(first),
-                                         ids.begin() + static_cast<std::ptrdiff_t>(last));
-    s.inflight.renewed(stream, chunk, Clock::now());
     std::vector<std::string> lost, gone, cancel;
     for (std::size_t i = 0; i < r[0].size(); ++i) lost.emplace_back(r[0][i].str());
     for (std::size_t i = 0; i < r[1].size(); ++i) gone.emplace_back(r[1][i].str());
     for (std::size_t i = 0; i < r[2].size(); ++i) cancel.emplace_back(r[2][i].str());
-    ask_cancelled(s, stream, cancel);
-    if (const std::size_t n = s.inflight.lost(stream, lost); n > 0) {
-      log(LogLevel::warning,
-          std::to_string(n) + " held entries of " + s.keys(stream).stream +
-              " were taken by another consumer or are no longer pending; not running them");
+    std::vector<std::string> owned;
+    owned.reserve(last - first);
+    for (std::size_t i = first; i < last; ++i) {
+      if (std::find(lost.begin(), lost.end(), ids[i]) == lost.end() &&
+          std::find(gone.begin(), gone.end(), ids[i]) == gone.end())
+        owned.push_back(ids[i]);
     }
+    s.inflight.renewed(stream, owned, sent);  // what the watchdog's fences count from
+    ask_cancelled(s, stream, cancel);
+    fence_lost(s, stream, lost);
     report_gone(s, stream, gone);
   }
 }

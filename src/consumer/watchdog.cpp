@@ -48,6 +48,43 @@ void Watchdog::asked(const std::shared_ptr<TaskControl>& c) {
   set_locked(c, Clock::now() + s_.opt.timeout_grace, true);
 }
 
+void Watchdog::watch_entry_leases() {
+  std::lock_guard lock(mutex_);
+  if (stopped_ || sweeping_) return;
+  sweeping_ = true;
+  next_sweep_ = Clock::now() + sweep_period(s_.opt.heartbeat_interval, s_.opt.claim_min_idle);
+  if (!thread_.joinable()) {
+    thread_ = std::jthread([this](const std::stop_token& stop) { main(stop); });
+  } else {
+    cv_.notify_one();
+  }
+}
+
+void Watchdog::sweep_entry_leases() {
+  const Clock::time_point stale = Clock::now() - fence_after(s_.opt.claim_min_idle);
+  for (const auto& [c, lease_at] : s_.inflight.running_leases()) {
+    if (lease_at <= stale) fence_now(c, "its entry's lease");
+  }
+}
+
+void Watchdog::fence_now(const std::shared_ptr<TaskControl>& c, std::string_view what) {
+  {
+    // One that returned meanwhile has nothing to stop; one asked to stop already (a timeout, a
+    // cancel, an earlier fence) is being given up.
+    std::lock_guard held(c->mutex);
+    const StopWhy why = c->why();
+    if (c->returned || (why != StopWhy::none && why != StopWhy::shutdown)) return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    set_locked(c, Clock::now() + s_.opt.timeout_grace, true);
+  }
+  log(LogLevel::warning, "task " + c->task_id + ": " + std::string(what) +
+                             " could not be renewed for most of claim_min_idle; it is stopped and put back "
+                             "before another worker may take it over");
+  c->request(StopWhy::lease_lost);
+}
+
 void Watchdog::fence(const std::shared_ptr<TaskControl>& c, Clock::time_point at) {
   std::lock_guard lock(mutex_);
   if (stopped_) return;
@@ -79,6 +116,8 @@ void Watchdog::stop() {
   {
     std::lock_guard lock(mutex_);
     stopped_ = true;
+    sweeping_ = false;
+    next_sweep_ = Clock::time_point::max();
     for (auto& [at, weak] : timers_) {
       if (auto c = weak.lock()) c->timer.reset();
     }
@@ -98,19 +137,26 @@ void Watchdog::main(const std::stop_token& stop) {
   std::unique_lock lock(mutex_);
   // The earliest of the time limits and the fences.
   const auto earliest = [&] {
-    auto at = Clock::time_point::max();
-    if (!timers_.empty()) at = timers_.begin()->first;
+    auto at = next_sweep_;
+    if (!timers_.empty()) at = std::min(at, timers_.begin()->first);
     if (!fences_.empty()) at = std::min(at, fences_.begin()->first);
     return at;
   };
   while (!stop.stop_requested()) {
-    if (timers_.empty() && fences_.empty()) {
-      cv_.wait(lock, stop, [&] { return !timers_.empty() || !fences_.empty(); });
+    if (timers_.empty() && fences_.empty() && !sweeping_) {
+      cv_.wait(lock, stop, [&] { return !timers_.empty() || !fences_.empty() || sweeping_; });
       continue;
     }
     const Clock::time_point due = earliest();
     if (Clock::now() < due) {
       cv_.wait_until(lock, stop, due, [&] { return earliest() < due; });
+      continue;
+    }
+    if (due == next_sweep_) {
+      next_sweep_ = Clock::now() + sweep_period(s_.opt.heartbeat_interval, s_.opt.claim_min_idle);
+      lock.unlock();
+      sweep_entry_leases();
+      lock.lock();
       continue;
     }
     if (!fences_.empty() && fences_.begin()->first == due) {
@@ -119,12 +165,8 @@ void Watchdog::main(const std::stop_token& stop) {
       fences_.erase(fences_.begin());
       if (!c) continue;
       c->fence_timer.reset();
-      set_locked(c, Clock::now() + s_.opt.timeout_grace, true);
       lock.unlock();
-      log(LogLevel::warning, "task " + c->task_id +
-                                 ": its concurrency slot could not be renewed for most of its lease; "
-                                 "it is stopped and put back before the slot can go to another worker");
-      c->request(StopWhy::lease_lost);
+      fence_now(c, "its concurrency slot");
       lock.lock();
       continue;
     }

@@ -7,6 +7,7 @@
 // leave the group.
 #include <atomic>
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -19,6 +20,7 @@
 #include <streamq/streamq.hpp>
 
 #include "consumer_fixture.hpp"
+#include "control_fixture.hpp"
 #include "gate.hpp"
 #include "handler_ending.hpp"
 #include "running_consumer.hpp"
@@ -231,6 +233,91 @@ TEST_P(StaleWorker, OnlyItsSuccessIsWrittenOnceAnotherConsumerOwnsTheEntry) {
     EXPECT_EQ(rc.consumer().metrics().retried + rc.consumer().metrics().dead_lettered, 0u);
   }
   rc.stop();
+}
+
+// A running handler whose entry another consumer took (an XCLAIM, as a reclaimer does once the
+// holder went silent for claim_min_idle) is stopped at its holder's next lease renewal
+// (stop_reason() "lease_lost") rather than running on beside the new owner; what it throws
+// then writes nothing: the entry and its fate are the new owner's. (On 377e4b4 the handler ran
+// on until its own end.)
+TEST_F(ControlTest, AHandlerWhoseEntryAnotherConsumerTookIsStopped) {
+  producer().enqueue("slow", "{}", {.max_retries = 0});
+  std::mutex m;
+  std::string entry_id, why;
+  std::atomic<bool> ended{false};
+  RunningConsumer rc(fast(), [&](Consumer& c) {
+    c.on("slow", [&](const Task& t) {
+      {
+        std::lock_guard lock(m);
+        entry_id = t.entry_id();
+      }
+      const std::string reason = wait_for_stop(t, 20s);
+      {
+        std::lock_guard lock(m);
+        why = reason;
+      }
+      ended = true;
+      throw std::runtime_error("stopped");
+    });
+  });
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(m);
+    return !entry_id.empty();
+  }));
+  const std::string id = [&] {
+    std::lock_guard lock(m);
+    return entry_id;
+  }();
+  client.cmd({"XCLAIM", stream, "workers", "thief", "0", id}).view().check();
+  ASSERT_TRUE(wait_until([&] { return ended.load(); }, 5s)) << "the handler ran on beside the new owner";
+  {
+    std::lock_guard lock(m);
+    EXPECT_EQ(why, "lease_lost");
+  }
+  ASSERT_TRUE(wait_until([&] { return rc.consumer().metrics().stale == 1; }));
+  EXPECT_EQ(xlen(stream), 1);  // the original only: no put-back copy
+  EXPECT_EQ(xlen(dlq), 0);
+  EXPECT_EQ(pending_entry(id).owner, "thief");
+  EXPECT_EQ(rc.consumer().metrics().retried + rc.consumer().metrics().dead_lettered, 0u);
+  rc.stop();
+}
+
+// Redis out of reach (frozen) for longer than the entry's lease: the holder of a task that holds
+// no concurrency slot stops it by its own clock (four fifths of claim_min_idle after the
+// entry's last renewal), while the server is still frozen, before another worker could reclaim
+// it; the attempt is put back uncounted and runs again once the server is back. (On 377e4b4 the
+// handler ran on, frozen server or not.)
+TEST_F(ControlTest, AHolderCutOffFromRedisStopsItsTaskBeforeItsEntryCanBeReclaimed) {
+  producer().enqueue("t", "{}", {.max_retries = 0});
+  std::atomic<int> runs{0};
+  std::atomic<bool> stopped{false};
+  std::string why;
+  ConsumerOptions o = fast();
+  o.claim_min_idle = 2000ms;
+  o.connection.socket_timeout = 1200ms;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("t", [&](const Task& task) {
+      if (++runs > 1) return;
+      why = wait_for_stop(task, 20s);
+      stopped = true;
+      throw std::runtime_error("stopped");
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return runs.load() == 1; }, 10s));
+  const auto paused = std::chrono::steady_clock::now();
+  server.pause();
+  const bool fenced = wait_until([&] { return stopped.load(); }, 6s);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - paused);
+  server.resume();
+  ASSERT_TRUE(fenced) << "the task ran on while its entry's lease ran out";
+  std::cout << "stopped " << took.count() << " ms after the server froze (lease 2000 ms)\n";
+  EXPECT_EQ(why, "lease_lost");
+  ASSERT_TRUE(wait_until([&] { return runs.load() == 2 && xlen(stream) == 0 && pending() == 0; }, 30s));
+  worker.stop();
+  EXPECT_EQ(worker.consumer().metrics().retried, 0U) << "a fenced attempt is not a failure";
+  EXPECT_EQ(worker.consumer().metrics().handed_back, 1U);
+  EXPECT_EQ(xlen(dlq), 0) << "max_retries 0: a counted failure would have dead-lettered it";
 }
 
 INSTANTIATE_TEST_SUITE_P(Endings, StaleWorker,
