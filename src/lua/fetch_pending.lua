@@ -29,6 +29,7 @@
 -- @include lib/delayed.lua
 -- @include lib/unique.lua
 -- @include lib/track.lua
+-- @include lib/cancelled.lua
 -- @include lib/fate.lua
 local stream, dlq, group, me, mode = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local want, min_idle, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -37,11 +38,7 @@ local held = {}
 for i = 11, #ARGV do held[ARGV[i]] = true end
 local dead, cancelled = 0, 0
 local function cancel(id, fields)
-  redis.call('XACK', stream, group, id)
-  redis.call('XDEL', stream, id)
-  release_unique(queue, fields, 1)
-  track_state(queue, fields, 1, 'cancelled', 'cancelled')
-  redis.call('DEL', stream .. ':cancel:' .. id)
+  end_cancelled(stream, group, id, queue, fields, 1)
   cancelled = cancelled + 1
 end
 local function bury(id, fields, reason, err)

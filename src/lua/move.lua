@@ -5,7 +5,7 @@
 --           write_fate() in lib/fate.lua takes it.
 -- Returns the new entry's id ('delayed' for a delayed retry), 'cancelled' when a retry or a
 -- put-back found the entry's cancel request (the task ends cancelled instead, see
--- cancelled_instead() in lib/fate.lua); 0 when the entry is no longer
+-- cancelled_instead() in lib/cancelled.lua); 0 when the entry is no longer
 -- pending (acked or gone); -1 when another consumer owns it (it was reclaimed: that consumer
 -- decides its fate).
 -- One script: XACK alone does not check ownership, and the new entry and the removal of the
@@ -15,15 +15,12 @@
 -- @include lib/delayed.lua
 -- @include lib/unique.lua
 -- @include lib/track.lua
+-- @include lib/cancelled.lua
 -- @include lib/fate.lua
 local owner = pending_owner(KEYS[1], ARGV[1], ARGV[3])
 if owner == nil then return 0 end
 if owner ~= ARGV[2] then return -1 end
-if cancelled_instead(KEYS[1], 4, ARGV[3]) then
-  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-  redis.call('XDEL', KEYS[1], ARGV[3])
-  return 'cancelled'
-end
+if cancelled_instead(KEYS[1], ARGV[1], 4, ARGV[3]) then return 'cancelled' end
 local id = write_fate(KEYS[2], 4, ARGV[3], ARGV[2])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])

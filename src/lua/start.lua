@@ -14,16 +14,12 @@
 -- @include lib/clock.lua
 -- @include lib/unique.lua
 -- @include lib/track.lua
+-- @include lib/cancelled.lua
 if pending_owner(KEYS[1], ARGV[1], ARGV[3]) ~= ARGV[2] then return 0 end
 local body = redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3])
 if #body == 0 then return -1 end
-local request = KEYS[1] .. ':cancel:' .. ARGV[3]
-if redis.call('EXISTS', request) == 1 then
-  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-  redis.call('XDEL', KEYS[1], ARGV[3])
-  release_unique(ARGV[5], body[1][2], 1)
-  track_state(ARGV[5], body[1][2], 1, 'cancelled', 'cancelled')
-  redis.call('DEL', request)
+if redis.call('EXISTS', KEYS[1] .. ':cancel:' .. ARGV[3]) == 1 then
+  end_cancelled(KEYS[1], ARGV[1], ARGV[3], ARGV[5], body[1][2], 1)
   return -2
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', ARGV[4], 'JUSTID')

@@ -59,24 +59,6 @@ end
 --   lock to release, '' for none), then the fields read: a dead-letter entry in dest (the
 --   dead-letter stream), built by dead_letter() above.
 -- `queue` is the queue's stream: a tracked task's record there says what became of it.
--- cancelled_instead(stream, first, original_id): when the fate ARGV[first..] is a retry or a
--- put-back and an operator cancelled entry `original_id` of `stream` meanwhile (its cancel
--- request, see cancel.lua, exists), the task ends cancelled instead: its unique lock released,
--- its record and event `cancelled`, the request deleted. True then (the caller acknowledges and
--- deletes the entry); false otherwise (nothing written). A cancel must not be lost to a new
--- entry id.
-local function cancelled_instead(stream, first, original_id)
-  local kind = ARGV[first]
-  if kind ~= 'retry' and kind ~= 'back' and kind ~= 'delay' and kind ~= 'hold' then return false end
-  local request = stream .. ':cancel:' .. original_id
-  if redis.call('EXISTS', request) == 0 then return false end
-  local queue, fields = ARGV[first + 1], first + 2
-  if kind == 'delay' or kind == 'hold' then queue, fields = ARGV[first + 4], first + 5 end
-  release_unique(queue, ARGV, fields)
-  track_state(queue, ARGV, fields, 'cancelled', 'cancelled')
-  redis.call('DEL', request)
-  return true
-end
 
 local function write_fate(dest, first, original_id, consumer)
   if ARGV[first] == 'retry' then
