@@ -25,17 +25,6 @@ void CancelFollower::start() {
   thread_ = std::jthread([this](const std::stop_token& stop) { main(stop); });
 }
 
-void CancelFollower::request_stop() noexcept {
-  thread_.request_stop();
-  finished_cv_.notify_all();
-}
-
-bool CancelFollower::wait_finished(Millis timeout) {
-  if (!thread_.joinable()) return true;  // never started
-  std::unique_lock lock(finished_mutex_);
-  return finished_cv_.wait_for(lock, timeout, [&] { return finished_; });
-}
-
 void CancelFollower::join() {
   if (thread_.joinable()) thread_.join();
 }
@@ -83,11 +72,7 @@ void CancelFollower::main(const std::stop_token& stop) {
     try {
       if (!conn_.connected()) {
         conn_.connect();
-        {
-          std::lock_guard lock(server_mutex_);
-          server_ = conn_.describe();
-        }
-        client_id_.store(conn_.client_id());
+        reader_.connected(conn_);
         positions.clear();  // pushes missed meanwhile are found by the lease renewal
       }
       follow(positions);
@@ -99,14 +84,10 @@ void CancelFollower::main(const std::stop_token& stop) {
                               "; cancels reach running tasks with the lease renewal until it reads again");
     }
     const Millis delay = conn_.backoff_delay();
-    std::unique_lock lock(finished_mutex_);
-    finished_cv_.wait_for(lock, stop, std::max(delay, Millis(100)), [] { return false; });
+    std::unique_lock lock(pause_mutex_);
+    pause_cv_.wait_for(lock, stop, std::max(delay, Millis(100)), [] { return false; });
   }
-  {
-    std::lock_guard lock(finished_mutex_);
-    finished_ = true;
-  }
-  finished_cv_.notify_all();
+  reader_.finished();
 }
 
 }  // namespace streamq::detail

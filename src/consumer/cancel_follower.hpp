@@ -7,7 +7,6 @@
 // by the scripts that hand it out (fetch_pending.lua, start.lua).
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -15,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "blocked_reader.hpp"
 #include "redis/connection.hpp"
 #include "shared.hpp"
 
@@ -28,19 +28,14 @@ class CancelFollower {
   CancelFollower& operator=(const CancelFollower&) = delete;
 
   void start();
-  /// Asks the thread to stop; a blocked XREAD returns only when someone sends
-  /// CLIENT UNBLOCK <client_id()> (see Consumer shutdown) or its BLOCK runs out.
-  void request_stop() noexcept;
-  /// Waits up to `timeout` for the thread to leave its loop; true once it has.
-  bool wait_finished(Millis timeout);
+  /// Asks the thread to stop; a blocked XREAD returns only when someone sends CLIENT UNBLOCK
+  /// to reader().client_id() (see Consumer shutdown) or its BLOCK runs out.
+  void request_stop() noexcept { thread_.request_stop(); }
+  /// Waits up to `timeout` for the thread to leave its loop; true once it has (or never ran).
+  bool wait_finished(Millis timeout) { return !thread_.joinable() || reader_.wait_finished(timeout); }
   void join();
-  /// CLIENT ID of the connection the thread reads on (-1 before it connected).
-  std::int64_t client_id() const noexcept { return client_id_.load(); }
-  /// Connection::describe() of that connection: the server the id belongs to.
-  std::string server() const {
-    std::lock_guard lock(server_mutex_);
-    return server_;
-  }
+  /// The reading connection, for CLIENT UNBLOCK.
+  const BlockedReader& reader() const noexcept { return reader_; }
 
  private:
   void main(const std::stop_token& stop);
@@ -49,12 +44,9 @@ class CancelFollower {
 
   Shared& s_;
   Connection conn_;
-  std::atomic<std::int64_t> client_id_{-1};
-  mutable std::mutex server_mutex_;
-  std::string server_;  // guarded by server_mutex_
-  std::mutex finished_mutex_;
-  std::condition_variable_any finished_cv_;
-  bool finished_ = false;
+  BlockedReader reader_;
+  std::mutex pause_mutex_;
+  std::condition_variable_any pause_cv_;  // the pause after an error, cut short by the stop
   std::jthread thread_;
 };
 

@@ -323,11 +323,7 @@ struct Consumer::Impl {
     for (const auto& e : engines) e->forwarding.stop();  // it holds no entry: nothing to finish
     // 1. No more reads: wake each fetcher from its BLOCK now rather than after up to `block`.
     for (const auto& e : engines) e->fetcher.request_stop();
-    for (const auto& e : engines) {
-      while (!e->fetcher.wait_finished(kUnblockRetry))
-        unblock(*e, e->fetcher.client_id(), e->fetcher.server());
-      e->fetcher.join();
-    }
+    for (const auto& e : engines) stop_reader(*e, e->fetcher);
     // 2. Running handlers get the grace period, their leases still renewed.
     for (const auto& e : engines) e->duties.shutting_down();
     for (const auto& e : engines) {
@@ -338,11 +334,7 @@ struct Consumer::Impl {
     }
     // 3. No more pushed cancels nor renewals, then hand the unstarted entries back.
     for (const auto& e : engines) e->cancels.request_stop();
-    for (const auto& e : engines) {
-      while (!e->cancels.wait_finished(kUnblockRetry))
-        unblock(*e, e->cancels.client_id(), e->cancels.server());
-      e->cancels.join();
-    }
+    for (const auto& e : engines) stop_reader(*e, e->cancels);
     for (const auto& e : engines) {
       e->duties.stop();
       try {
@@ -373,11 +365,20 @@ struct Consumer::Impl {
     for (const auto& e : engines) e->executor.release_threads();
   }
 
-  /// CLIENT UNBLOCK of a blocked read (the fetcher's, the cancel follower's) on connection `id`
-  /// of server `where`.
-  static void unblock(Engine& e, std::int64_t id, const std::string& where) {
+  /// Waits for a thread asked to stop that reads with BLOCK (the fetcher, the cancel follower)
+  /// to leave its loop, unblocking its read meanwhile, then joins it.
+  template <class Reader>
+  static void stop_reader(Engine& e, Reader& reader) {
+    while (!reader.wait_finished(kUnblockRetry)) unblock(e, reader.reader());
+    reader.join();
+  }
+
+  /// CLIENT UNBLOCK of a blocked read on the reader's connection.
+  static void unblock(Engine& e, const detail::BlockedReader& reader) {
     try {
+      const std::int64_t id = reader.client_id();
       if (id < 0) return;
+      const std::string where = reader.server();
       detail::Connection& control = e.control;
       if (!control.config().endpoint.is_sentinel() && !control.config().endpoint.is_cluster()) {
         control.command(detail::Argv{"CLIENT", "UNBLOCK"}.add(id));

@@ -337,11 +337,7 @@ void Fetcher::main(const std::stop_token& stop) {
       if (!conn_.connected()) {
         conn_.connect();
         count_reconnect(conn_, s_.metrics);
-        {
-          std::lock_guard lock(server_mutex_);
-          server_ = conn_.describe();
-        }
-        client_id_.store(conn_.client_id());
+        reader_.connected(conn_);
       }
       if (conn_.generation() != replayed_generation) {
         order_.reset();  // nothing is known about the levels after a reconnect
@@ -385,17 +381,7 @@ void Fetcher::main(const std::stop_token& stop) {
     }
   }
   drop_requests();
-  {
-    std::lock_guard lock(finished_mutex_);
-    finished_ = true;
-  }
-  finished_cv_.notify_all();
-}
-
-bool Fetcher::wait_finished(Millis timeout) {
-  if (!thread_.joinable()) return true;  // never started
-  std::unique_lock lock(finished_mutex_);
-  return finished_cv_.wait_for(lock, timeout, [&] { return finished_; });
+  reader_.finished();
 }
 
 }  // namespace streamq::detail

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "blocked_reader.hpp"
 #include "completer.hpp"
 #include "level_order.hpp"
 #include "redis/connection.hpp"
@@ -48,19 +49,14 @@ class Fetcher {
   Fetcher& operator=(const Fetcher&) = delete;
 
   void start();
-  /// Asks the thread to stop; a blocked XREADGROUP returns only when someone sends
-  /// CLIENT UNBLOCK <client_id()> (see Consumer shutdown) or BLOCK runs out.
+  /// Asks the thread to stop; a blocked XREADGROUP returns only when someone sends CLIENT
+  /// UNBLOCK to reader().client_id() (see Consumer shutdown) or BLOCK runs out.
   void request_stop() noexcept;
-  /// Waits up to `timeout` for the thread to leave its loop; true once it has.
-  bool wait_finished(Millis timeout);
+  /// Waits up to `timeout` for the thread to leave its loop; true once it has (or never ran).
+  bool wait_finished(Millis timeout) { return !thread_.joinable() || reader_.wait_finished(timeout); }
   void join();
-  /// CLIENT ID of the connection the thread reads on (-1 before it connected).
-  std::int64_t client_id() const noexcept { return client_id_.load(); }
-  /// Connection::describe() of that connection: the server the id belongs to.
-  std::string server() const {
-    std::lock_guard lock(server_mutex_);
-    return server_;
-  }
+  /// The reading connection, for CLIENT UNBLOCK.
+  const BlockedReader& reader() const noexcept { return reader_; }
   bool replayed_once() const noexcept { return replayed_once_.load(); }
 
  private:
@@ -103,13 +99,8 @@ class Fetcher {
   std::size_t reserved_ = 0;      // entries the reads in flight may still bring
   bool group_gone_ = false;       // recreate the group once the pipeline is drained
   std::vector<Work> works_;       // reused between reads
-  std::atomic<std::int64_t> client_id_{-1};
-  mutable std::mutex server_mutex_;
-  std::string server_;  // guarded by server_mutex_
+  BlockedReader reader_;
   std::atomic<bool> replayed_once_{false};
-  std::mutex finished_mutex_;
-  std::condition_variable finished_cv_;
-  bool finished_ = false;
   std::jthread thread_;
 };
 

@@ -129,40 +129,6 @@ TEST_F(ControlTest, AHolderWhoseSlotIsGoneStopsItsTaskAndPutsItBack) {
   EXPECT_EQ(xlen(dlq), 0) << "max_retries 0: a counted failure would have dead-lettered it";
 }
 
-// Redis out of reach (frozen) for longer than the slot's lease: the holder stops the task by its
-// own clock before the lease can end, without a word from the server.
-TEST_F(ControlTest, AHolderCutOffFromRedisStopsItsTaskBeforeItsSlotExpires) {
-  Producer p = producer();
-  const std::string id = p.enqueue("t", "{}", {.max_retries = 0});
-  std::atomic<int> runs{0};
-  std::atomic<bool> stopped{false};
-  std::string why;
-  ConsumerOptions o = fast();
-  o.claim_min_idle = 2000ms;
-  o.connection.socket_timeout = 1200ms;
-  RunningConsumer worker(o, [&](Consumer& c) {
-    c.on("t",
-         [&](const Task& task) {
-           if (++runs > 1) return;
-           why = wait_for_stop(task, 20s);
-           stopped = true;
-           throw std::runtime_error("stopped");
-         },
-         {.concurrency = {.limit = 1}});
-  });
-  ASSERT_TRUE(wait_until([&] { return runs.load() == 1; }, 10s));
-  server.pause();
-  // Stopped while the server is still frozen: by the holder's own clock.
-  const bool fenced = wait_until([&] { return stopped.load(); }, 6s);
-  server.resume();
-  EXPECT_TRUE(fenced) << "the task ran on without its slot";
-  EXPECT_EQ(why, "lease_lost");
-  ASSERT_TRUE(wait_until([&] { return runs.load() == 2 && xlen(stream) == 0 && pending() == 0; }, 30s));
-  worker.stop();
-  EXPECT_EQ(worker.consumer().metrics().retried, 0U);
-  EXPECT_EQ(xlen(dlq), 0);
-}
-
 // What the fence cannot prevent, measured: a holder whose whole process is frozen (SIGSTOP) past
 // its slot's lease signals nothing while frozen; another worker takes the slot; once resumed, the
 // frozen holder's handler runs on until the fence's time, long past, is seen. The test measures

@@ -282,12 +282,15 @@ TEST_F(ControlTest, AHandlerWhoseEntryAnotherConsumerTookIsStopped) {
   rc.stop();
 }
 
-// Redis out of reach (frozen) for longer than the entry's lease: the holder of a task that holds
-// no concurrency slot stops it by its own clock (four fifths of claim_min_idle after the
-// entry's last renewal), while the server is still frozen, before another worker could reclaim
-// it; the attempt is put back uncounted and runs again once the server is back. (On 377e4b4 the
-// handler ran on, frozen server or not.)
-TEST_F(ControlTest, AHolderCutOffFromRedisStopsItsTaskBeforeItsEntryCanBeReclaimed) {
+// Redis out of reach (frozen) for longer than the leases: the holder stops the task by its own
+// clock (four fifths of claim_min_idle after the last renewal of its entry's lease, or of its
+// concurrency slot's), while the server is still frozen, before another worker could reclaim
+// the entry or take the slot; the attempt is put back uncounted and runs again once the server
+// is back. (On 377e4b4 a task without a slot ran on, frozen server or not.)
+class CutOffHolder : public ControlTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CutOffHolder, StopsItsTaskBeforeItsLeaseEnds) {
+  const bool slot = GetParam();
   producer().enqueue("t", "{}", {.max_retries = 0});
   std::atomic<int> runs{0};
   std::atomic<bool> stopped{false};
@@ -295,13 +298,18 @@ TEST_F(ControlTest, AHolderCutOffFromRedisStopsItsTaskBeforeItsEntryCanBeReclaim
   ConsumerOptions o = fast();
   o.claim_min_idle = 2000ms;
   o.connection.socket_timeout = 1200ms;
+  HandlerOptions limited;
+  if (slot) limited.concurrency = {.limit = 1};
   RunningConsumer worker(o, [&](Consumer& c) {
-    c.on("t", [&](const Task& task) {
-      if (++runs > 1) return;
-      why = wait_for_stop(task, 20s);
-      stopped = true;
-      throw std::runtime_error("stopped");
-    });
+    c.on(
+        "t",
+        [&](const Task& task) {
+          if (++runs > 1) return;
+          why = wait_for_stop(task, 20s);
+          stopped = true;
+          throw std::runtime_error("stopped");
+        },
+        limited);
   });
   ASSERT_TRUE(wait_until([&] { return runs.load() == 1; }, 10s));
   const auto paused = std::chrono::steady_clock::now();
@@ -310,7 +318,7 @@ TEST_F(ControlTest, AHolderCutOffFromRedisStopsItsTaskBeforeItsEntryCanBeReclaim
   const auto took =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - paused);
   server.resume();
-  ASSERT_TRUE(fenced) << "the task ran on while its entry's lease ran out";
+  ASSERT_TRUE(fenced) << "the task ran on while its leases ran out";
   std::cout << "stopped " << took.count() << " ms after the server froze (lease 2000 ms)\n";
   EXPECT_EQ(why, "lease_lost");
   ASSERT_TRUE(wait_until([&] { return runs.load() == 2 && xlen(stream) == 0 && pending() == 0; }, 30s));
@@ -319,6 +327,9 @@ TEST_F(ControlTest, AHolderCutOffFromRedisStopsItsTaskBeforeItsEntryCanBeReclaim
   EXPECT_EQ(worker.consumer().metrics().handed_back, 1U);
   EXPECT_EQ(xlen(dlq), 0) << "max_retries 0: a counted failure would have dead-lettered it";
 }
+
+INSTANTIATE_TEST_SUITE_P(Leases, CutOffHolder, ::testing::Bool(),
+                         [](const auto& info) { return std::string(info.param ? "Slot" : "Entry"); });
 
 INSTANTIATE_TEST_SUITE_P(Endings, StaleWorker,
                          ::testing::Values(Ending::returns, Ending::throws, Ending::permanent),
