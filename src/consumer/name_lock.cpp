@@ -105,6 +105,12 @@ void NameLock::try_claim(Connection& conn) {
 }
 
 void NameLock::claim_free_slot(Connection& conn) {
+  if (held_) {
+    // A start tried again (its connection failed after the name was taken): the same name,
+    // not a lower one freed meanwhile, which would leave this one held until it expires.
+    try_claim(conn);
+    return;
+  }
   const std::string host = host_name();
   for (int n = 1; n <= kMostSlots; ++n) {
     rename(host + "-" + std::to_string(n));
