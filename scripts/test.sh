@@ -95,9 +95,10 @@ bash scripts/install-deps.sh --test
 passed+=("dependencies")
 
 # Every compilation, the nested CMake projects of the package tests' included, goes through
-# ccache (CMake reads CMAKE_CXX_COMPILER_LAUNCHER from the environment): a rerun, or a fresh
-# clone, compiles only what changed. Paths under the checkout are hashed relative to it, so a
-# clone in another folder finds the same entries.
+# ccache (CMake reads CMAKE_CXX_COMPILER_LAUNCHER from the environment): a rerun in the same
+# folder compiles only what changed. (Paths under the checkout are hashed relative to it, but a
+# unity build's sources name the files they include by absolute path: a clone in another folder
+# measured 6% hits.)
 if [[ -z ${CMAKE_CXX_COMPILER_LAUNCHER:-} ]] && command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER=ccache
   export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
