@@ -298,7 +298,10 @@ std::vector<std::pair<std::shared_ptr<TaskControl>, Clock::time_point>> InFlight
   std::vector<std::pair<std::shared_ptr<TaskControl>, Clock::time_point>> out;
   std::lock_guard lock(mutex_);
   for (const auto& [key, h] : held_) {
-    if (h.control && h.state == State::running && !h.lost) out.emplace_back(h.control, h.lease_at);
+    // Leased as due_for_lease() has it: an entry whose body went away is no longer leased (its
+    // provisional record's note is renewed instead, and its handler's outcome decides).
+    if (h.control && h.state == State::running && !h.lost && !h.gone && h.orphan_id.empty())
+      out.emplace_back(h.control, h.lease_at);
   }
   return out;
 }

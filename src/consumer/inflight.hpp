@@ -250,7 +250,8 @@ class InFlight {
   /// The controls of those of `ids` (entries of `stream`) whose handler runs now.
   std::vector<std::shared_ptr<TaskControl>> running_controls(std::uint16_t stream,
                                                              const std::vector<std::string>& ids);
-  /// Each running task's control, and when its entry's lease was last renewed.
+  /// Each running task whose entry is leased (not lost, its body not gone): its control, and
+  /// when its entry's lease was last renewed.
   std::vector<std::pair<std::shared_ptr<TaskControl>, Clock::time_point>> running_leases();
   /// Entries never started, for release at shutdown.
   std::vector<Unstarted> unstarted();

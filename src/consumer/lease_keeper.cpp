@@ -54,14 +54,11 @@ void lease(Shared& s, ScriptRunner& scripts, std::uint16_t stream, const std::ve
     for (std::size_t i = 0; i < r[0].size(); ++i) lost.emplace_back(r[0][i].str());
     for (std::size_t i = 0; i < r[1].size(); ++i) gone.emplace_back(r[1][i].str());
     for (std::size_t i = 0; i < r[2].size(); ++i) cancel.emplace_back(r[2][i].str());
-    std::vector<std::string> owned;
-    owned.reserve(last - first);
-    for (std::size_t i = first; i < last; ++i) {
-      if (std::find(lost.begin(), lost.end(), ids[i]) == lost.end() &&
-          std::find(gone.begin(), gone.end(), ids[i]) == gone.end())
-        owned.push_back(ids[i]);
-    }
-    s.inflight.renewed(stream, owned, sent);  // what the watchdog's fences count from
+    // What the watchdog's fences count from (lost and gone entries, marked below, are no longer
+    // fenced by their lease).
+    const std::vector<std::string> chunk(ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                         ids.begin() + static_cast<std::ptrdiff_t>(last));
+    s.inflight.renewed(stream, chunk, sent);
     ask_cancelled(s, stream, cancel);
     fence_lost(s, stream, lost);
     report_gone(s, stream, gone);

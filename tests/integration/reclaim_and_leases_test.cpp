@@ -282,6 +282,46 @@ TEST_F(ControlTest, AHandlerWhoseEntryAnotherConsumerTookIsStopped) {
   rc.stop();
 }
 
+// The fence counts from the last renewal of an entry this worker still holds, and an entry
+// whose body was deleted under its running handler is still held (its provisional dead-letter
+// record waits for the handler's outcome): a handler running for several leases after the XDEL
+// is not fenced, and its success is the task's fate.
+TEST_F(ControlTest, AHandlerWhoseEntryWasDeletedUnderItIsNotFenced) {
+  producer().enqueue("long", "{}");
+  std::mutex m;
+  std::string entry_id, why = "not returned";
+  RunningConsumer rc(fast(), [&](Consumer& c) {
+    c.on("long", [&](const Task& t) {
+      {
+        std::lock_guard lock(m);
+        entry_id = t.entry_id();
+      }
+      const auto until = std::chrono::steady_clock::now() + 2500ms;  // 2.5 leases of 1000 ms
+      while (!t.stop_requested() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(5ms);
+      std::lock_guard lock(m);
+      why = std::string(t.stop_reason());
+    });
+  });
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(m);
+    return !entry_id.empty();
+  }));
+  const std::string id = [&] {
+    std::lock_guard lock(m);
+    return entry_id;
+  }();
+  client.cmd({"XDEL", stream, id}).view().check();
+  ASSERT_TRUE(wait_until([&] { return rc.consumer().metrics().done == 1; }, 10s));
+  {
+    std::lock_guard lock(m);
+    EXPECT_EQ(why, "") << "the handler was stopped";
+  }
+  EXPECT_EQ(xlen(dlq), 0) << "its provisional record was replaced by its success";
+  EXPECT_EQ(rc.consumer().metrics().handed_back, 0U);
+  rc.stop();
+}
+
 // Redis out of reach (frozen) for longer than the leases: the holder stops the task by its own
 // clock (four fifths of claim_min_idle after the last renewal of its entry's lease, or of its
 // concurrency slot's), while the server is still frozen, before another worker could reclaim
