@@ -47,7 +47,7 @@ batch=" tasks_per_s=$(median "${bat[@]}") peak_rss_mb=$(field peak_rss_mb "$batc
 # Drain against its reference, a bare hiredis loop doing the same Redis work per task
 # (XREADGROUP COUNT 64, XACK + XDEL pipelined with the next read): five interleaved rounds, as
 # both are bound by wake-up latencies that vary more on this machine than throughput does.
-dr=() raw=() lv=() tr=() pr=()
+dr=() raw=() lv=() tr=() pr=() pf=() cold=()
 for round in 1 2 3 4 5; do
   run preload --stream b:drain --count 200000 >/dev/null
   drain=$(run drain --stream b:drain --count 200000); cli DEL b:drain
@@ -60,11 +60,17 @@ for round in 1 2 3 4 5; do
     tr+=("$(field tasks_per_s "$tracked")")
     redis-cli -p "$port" --scan --pattern 'b:tr:task:*' | xargs -r -n 500 redis-cli -p "$port" DEL >/dev/null
     cli DEL b:tr b:tr:events
-    # The process executor: a fork per task (HandlerExecutor::process), fewer tasks.
-    run preload --stream b:pr --count 10000 >/dev/null
-    processed=$(run drain --stream b:pr --count 10000 --executor process)
+    # The process executor (HandlerExecutor::process): its pool warm (the rate after the first
+    # task), and every task in a new child (tasks_per_child 1: what a replacement costs).
+    run preload --stream b:pr --count 50000 >/dev/null
+    processed=$(run drain --stream b:pr --count 50000 --executor process)
     pr+=("$(field tasks_per_s "$processed")")
     cli DEL b:pr
+    run preload --stream b:pf --count 3000 >/dev/null
+    fresh=$(run drain --stream b:pf --count 3000 --executor process --tasks-per-child 1)
+    pf+=("$(field tasks_per_s "$fresh")")
+    cold+=("$(field cold_start_ms "$processed")")
+    cli DEL b:pf
   fi
   run preload --stream b:raw --count 200000 >/dev/null
   raw+=("$(field tasks_per_s "$(run drain-raw --stream b:raw --count 200000)")"); cli DEL b:raw
@@ -77,7 +83,8 @@ ref_drain=$(median "${raw[@]}")
 drain=" tasks_per_s=$(median "${dr[@]}") peak_rss_mb=$(field peak_rss_mb "$drain")"
 drain_levels=" tasks_per_s=$(median "${lv[@]}") peak_rss_mb=$(field peak_rss_mb "$levels")"
 drain_tracked=" tasks_per_s=$(median "${tr[@]}") peak_rss_mb=$(field peak_rss_mb "$tracked")"
-drain_process=" tasks_per_s=$(median "${pr[@]}") peak_rss_mb=$(field peak_rss_mb "$processed")"
+drain_process=" tasks_per_s=$(median "${pr[@]}") peak_rss_mb=$(field tree_rss_mb "$processed")"
+process_fresh=" tasks_per_s=$(median "${pf[@]}") peak_rss_mb=$(field tree_rss_mb "$fresh")"
 wait_rt=$(run wait --stream b:wait --count 2000 --tracked 1); cli DEL b:wait b:wait:events
 progress=$(run progress --stream b:prog --count 20000); cli DEL b:prog b:prog:events
 latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
@@ -105,6 +112,7 @@ line drain "$drain" "$ref_drain"
 line drain-3-levels "$drain_levels" "$ref_drain"
 line drain-tracked "$drain_tracked" "$ref_drain"
 line drain-process "$drain_process" "$ref_drain"
+line process-fresh "$process_fresh" "$ref_drain"
 line wait-round-trip "$wait_rt" ""
 line set_progress "$progress" ""
 line "latency@5k/s" "$latency" ""
@@ -112,6 +120,10 @@ line retry "$retry" ""
 line retry-backoff "$retry_backoff" ""
 line forward "$forward" ""
 echo
-echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked and drain-process vs drain-raw;"
+echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked, drain-process and process-fresh vs drain-raw;"
+echo "drain-process vs drain (the thread executor): $(ratio "$(median "${pr[@]}")" "$(median "${dr[@]}")"); process-fresh vs drain: $(ratio "$(median "${pf[@]}")" "$(median "${dr[@]}")")"
+echo "drain-process: the process executor, 4 children, after the first task (cold start, run() to the first task's end: ${cold[*]} ms);"
+echo "process-fresh: a new child for every task (tasks_per_child 1, what a replacement after a kill costs); their peak_rss_mb is the worker's, the fork server's"
+echo "and the children's resident sets summed (shared pages counted in each; PSS: $(field tree_pss_mb "$processed") MB for drain-process)"
 echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls (20,000), tasks/s = calls/s;"
-echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]})"
+echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"

@@ -4,7 +4,10 @@
 //                 [--concurrency C] [--prefetch F]   (consumer scenarios; default: the Consumer's)
 //                 [--partitions P]   (the queue's partitions: producers and consumers alike)
 //                 [--tracked 1]      (tasks enqueued with a Retention: record and events)
-//                 [--executor process]   (drain: each handler call in a child process)
+//                 [--executor process]   (drain: each handler call in a child process of the
+//                                         pool; prints the warm rate, the cold start and the
+//                                         process tree's peak memory)
+//                 [--tasks-per-child K]  (with --executor process: ProcessLimits::tasks_per_child)
 // Scenarios:
 //   enqueue        N single enqueues on one connection
 //   enqueue-batch  N tasks through enqueue_batch in batches of B (default 1000)
@@ -29,14 +32,19 @@
 //   progress       one tracked task whose handler calls Task::set_progress N times: the
 //                  latency of each call
 // Every scenario prints the process's peak RSS (getrusage ru_maxrss).
+#include <dirent.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -66,6 +74,7 @@ struct Args {
   int partitions = 1;
   bool tracked = false;
   bool process = false;
+  int tasks_per_child = 1000;
 };
 
 Args parse(int argc, char** argv) {
@@ -94,6 +103,8 @@ Args parse(int argc, char** argv) {
       a.tracked = v == "1";
     else if (k == "--executor")
       a.process = v == "process";
+    else if (k == "--tasks-per-child")
+      a.tasks_per_child = std::stoi(v);
     else
       throw std::invalid_argument("unknown flag " + k);
   }
@@ -224,28 +235,122 @@ std::string percentiles(std::vector<double>& us) {
   return buf;
 }
 
+/// The processes whose parent is `parent` (/proc/<pid>/stat).
+std::vector<int> children_of(int parent) {
+  std::vector<int> out;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return out;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(std::atoi(e->d_name));
+  }
+  closedir(d);
+  return out;
+}
+
+/// A field of /proc/<pid>/smaps_rollup ("Rss:", "Pss:"), kB.
+long smaps_kb(int pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
+  std::string key;
+  long kb = 0;
+  while (in >> key) {
+    if (key == field) {
+      in >> kb;
+      return kb;
+    }
+    std::getline(in, key);
+  }
+  return 0;
+}
+
+/// Samples the memory of this process and its descendants (the fork server and its children)
+/// every 200 ms: the peak of the sums of their resident sets and of their proportional sets
+/// (PSS: a page shared by n processes counts 1/n in each), kB.
+class TreeMemory {
+ public:
+  TreeMemory()
+      : thread_([this](const std::stop_token& stop) {
+          while (!stop.stop_requested()) {
+            sample();
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          }
+        }) {}
+  std::string report() {
+    thread_.request_stop();
+    thread_.join();
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " tree_rss_mb=%.1f tree_pss_mb=%.1f", static_cast<double>(rss_) / 1024.0,
+                  static_cast<double>(pss_) / 1024.0);
+    return buf;
+  }
+
+ private:
+  void sample() {
+    long rss = 0, pss = 0;
+    std::vector<int> todo{static_cast<int>(getpid())};
+    while (!todo.empty()) {
+      const int pid = todo.back();
+      todo.pop_back();
+      rss += smaps_kb(pid, "Rss:");
+      pss += smaps_kb(pid, "Pss:");
+      for (const int c : children_of(pid)) todo.push_back(c);
+    }
+    rss_ = std::max(rss_, rss);
+    pss_ = std::max(pss_, pss);
+  }
+  long rss_ = 0, pss_ = 0;
+  std::jthread thread_;
+};
+
 /// drain and drain-levels: a Consumer with a no-op handler runs the a.count queued tasks;
 /// reports the time from run() to the last ack (run() returns after the final acks are
-/// flushed).
+/// flushed). With the process executor: the rate from the first task's end on (the pool warm),
+/// the cold start (run() to the first task's end: the fork server's fork and a child's), and the
+/// process tree's peak memory.
 void time_drain(const Args& a) {
   std::atomic<long> done{0};
   std::atomic<bool> finished{false};
   streamq::Consumer c(consumer_options(a));
+  Clock::time_point first_done{};
   if (a.process) {
     // Each task in a child process: counted around it, in the worker (a middleware).
     c.use([&](const streamq::Task&, const streamq::Next& next) {
       next();
-      if (++done == a.count) finish(finished);
+      const long n = ++done;
+      if (n == 1) first_done = Clock::now();
+      if (n == a.count) finish(finished);
     });
-    c.on("send_email", [](const streamq::Task&) {}, {.executor = streamq::HandlerExecutor::process});
+    c.on("send_email", [](const streamq::Task&) {},
+         {.executor = streamq::HandlerExecutor::process, .limits = {.tasks_per_child = a.tasks_per_child}});
   } else {
     c.on("send_email", [&](const streamq::Task&) {
       if (++done == a.count) finish(finished);
     });
   }
+  std::optional<TreeMemory> memory;
+  if (a.process) memory.emplace();
   const auto t = Clock::now();
   run_until(c, finished);
-  report(a, seconds_since(t));
+  const double seconds = seconds_since(t);
+  if (!a.process) {
+    report(a, seconds);
+    return;
+  }
+  const double cold = std::chrono::duration<double>(first_done - t).count();
+  Args warm = a;
+  warm.count = a.count - 1;
+  report(warm, seconds - cold,
+         " cold_start_ms=" + std::to_string(static_cast<long>(cold * 1000.0 + 0.5)) +
+             " tasks_per_child=" + std::to_string(a.tasks_per_child) + memory->report());
 }
 
 int scenario_main(const Args& a) {

@@ -154,6 +154,15 @@ class Consumer {
   ///   not renew it for claim_min_idle.
   void run();
 
+  /// Starts the process executor's fork server now (HandlerExecutor::process), from the calling
+  /// thread, instead of at run(): a copy of the process as it is now, with the handlers
+  /// registered so far. Call it at the top of main, after registering the process handlers and
+  /// before the application starts threads, so no lock another thread holds is copied held into
+  /// the children. A process handler registered after it is refused.
+  /// @throws ConfigError (after run(), twice, or with no handler of the process executor),
+  ///   Error when the fork fails.
+  void start_fork_server();
+
   /// Asks run() to return: reading stops at once, running handlers finish. Thread-safe;
   /// callable before run() (run() then returns at once). Not async-signal-safe: from a signal
   /// handler use ConsumerOptions::stop_on_signals instead.

@@ -60,34 +60,42 @@ enum class HandlerExecutor {
   /// On one of the consumer's handler threads (the default): cheapest; a timeout can only ask
   /// the handler to stop (see HandlerOptions::timeout).
   thread,
-  /// Each attempt in a child process forked from the worker by its handler thread, which waits
-  /// for it: a timeout, a deadline or a cancel sends the child's process group SIGTERM, and
-  /// SIGKILL half a timeout_grace later if it is still there, so runaway work really stops;
-  /// ProcessLimits bound its memory and CPU; a crash or a kill of the child (a segfault, an
-  /// abort, a limit) is a failure of that task alone, retried as any failure, never of the
-  /// worker. The child is killed when the worker dies. It is a fork of a multi-threaded
-  /// process: it runs the handler (the middleware around it stays in the worker) and leaves
-  /// with _exit, so it must not wait for a lock another thread of the worker may have held at
-  /// the fork (a logger's, a connection pool's), use a connection the worker shares (a
-  /// Producer, a database pool: the socket is the worker's too; open its own), nor start
-  /// threads. In the child, Task::stop_token() never fires (the worker stops it with signals);
-  /// Task::set_result, set_progress and write_partial_result work (the child opens its own
-  /// connection for the last two). At a shutdown the child is not signalled: like a thread it
-  /// gets shutdown_grace, then keeps running until it ends or the worker's process exits.
-  /// Costs a fork per attempt: see `drain-process` in docs/performance.md.
+  /// Each attempt in a child process, one of a pool of reusable children forked by a fork
+  /// server: a copy of the worker made at Consumer::run() (or Consumer::start_fork_server()),
+  /// before streamq starts any thread, with the handlers registered then. A handler thread hands
+  /// the task to an idle child over a Unix socket and waits for its report; a child runs one task
+  /// at a time, for ProcessLimits::tasks_per_child tasks. A timeout, a deadline, a cancel or a
+  /// lost lease sends the child's process group SIGTERM, and SIGKILL half a timeout_grace later
+  /// if it is still there, so runaway work really stops; the fork server forks a replacement.
+  /// ProcessLimits bound its memory and CPU per task; a crash or a kill of the child (a segfault,
+  /// an abort, a limit) is a failure of that task alone, retried as any failure, never of the
+  /// worker. Nothing outlives the worker: when it dies (any signal, kill -9), the fork server
+  /// kills every child's process group and what they started; a child whose leases the worker
+  /// stopped renewing (the worker frozen) is killed within one lease. The middleware around the
+  /// handler stays in the worker. In the child, Task::stop_token() never fires (the worker stops
+  /// it with signals); Task::set_result, set_progress and write_partial_result work (the worker
+  /// writes them). What a handler in a child may and may not do: docs/control.md.
   process,
 };
 
-/// Bounds of a handler run in a child process (HandlerExecutor::process), set with setrlimit in
-/// the child before the handler runs. 0 = the worker's own limits.
+/// Bounds of a handler run in a child process (HandlerExecutor::process). The first two are set
+/// with setrlimit in the child before each task of the type and set back after it (soft limits:
+/// the hard ones stay the worker's, so a handler could raise them again). 0 = the worker's own
+/// limits.
 struct ProcessLimits {
   /// RLIMIT_AS: the child's address space, bytes, counting what it inherits of the worker's
-  /// (its threads' stacks, its heap). An allocation past it fails (std::bad_alloc: a failure of
-  /// the attempt). Not usable under AddressSanitizer or ThreadSanitizer, which reserve
-  /// terabytes of address space. A limit the kernel refuses to set fails the attempt.
+  /// (its heap at the fork server's fork; not the worker's later threads). An allocation past it
+  /// fails (std::bad_alloc: a failure of the attempt). Not usable under AddressSanitizer or
+  /// ThreadSanitizer, which reserve terabytes of address space. A limit the kernel refuses to
+  /// set fails the attempt.
   std::uint64_t address_space = 0;
-  /// RLIMIT_CPU: CPU seconds; past it the kernel kills the child (SIGXCPU).
+  /// RLIMIT_CPU: CPU seconds per task; past it the kernel kills the child (SIGXCPU).
   std::chrono::seconds cpu{0};
+  /// A child leaves after this many tasks (>= 1; 1: a new child for every task), and the fork
+  /// server forks a new one at the next need, as Celery's max_tasks_per_child.
+  int tasks_per_child = 1000;
+  /// A child whose resident set is over this many bytes after a task leaves (0: no limit).
+  std::uint64_t memory_per_child = 0;
 };
 
 /// Per task type options for Consumer::on.

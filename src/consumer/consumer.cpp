@@ -28,6 +28,7 @@
 #include "name_lock.hpp"
 #include "options.hpp"
 #include "pause_watch.hpp"
+#include "process_pool.hpp"
 #include "reclaimer.hpp"
 #include "shared.hpp"
 #include "streamq/errors.hpp"
@@ -149,6 +150,8 @@ struct Consumer::Impl {
   /// One per partition (one with a single partition); parts[0] holds the handlers registered.
   std::vector<std::shared_ptr<detail::Shared>> parts;
   bool started = false;  // run() was called (handlers are frozen)
+  /// The process executor's fork server and children (start_pool).
+  std::shared_ptr<detail::ProcessPool> pool;
 
   std::mutex mutex;
   std::condition_variable cv;
@@ -238,6 +241,24 @@ struct Consumer::Impl {
     }
   }
 
+  /// The process executor's fork server, forked now from the calling thread (before any thread
+  /// of streamq's), when a handler uses it.
+  void start_pool() {
+    if (pool) return;
+    const auto& handlers = parts[0]->handlers;
+    if (std::none_of(handlers.begin(), handlers.end(),
+                     [](const auto& h) { return h.second.options.executor == HandlerExecutor::process; })) {
+      return;
+    }
+    pool = std::make_shared<detail::ProcessPool>(handlers, static_cast<std::size_t>(concurrency()));
+    for (const auto& s : parts) s->pool = pool;
+  }
+
+  /// No child starts any more; the fork server leaves once the children out are back.
+  void close_pool() {
+    if (pool) pool->close();
+  }
+
   void run() {
     if (started) throw ConfigError("Consumer::run() can be called only once");
     started = true;
@@ -245,6 +266,11 @@ struct Consumer::Impl {
       std::lock_guard lock(mutex);
       if (stop_requested) return;
     }
+    start_pool();
+    struct PoolCloser {
+      Impl& impl;
+      ~PoolCloser() { impl.close_pool(); }
+    } const pool_closer{*this};
     // Every partition runs the handlers registered: the same objects, not copies of them (a
     // handler with state of its own keeps one state).
     if (parts.size() > 1) {
@@ -406,6 +432,10 @@ void Consumer::on(std::string task_type, Handler handler, HandlerOptions options
   if (task_type.empty()) throw ConfigError("task_type must not be empty");
   if (!handler) throw ConfigError("handler for \"" + task_type + "\" is empty");
   detail::check_handler_options(options);
+  if (impl_->pool && options.executor == HandlerExecutor::process) {
+    throw ConfigError("the process handler for \"" + task_type +
+                      "\" must be registered before start_fork_server(): the fork server would not have it");
+  }
   auto running = options.max_in_flight > 0 ? std::make_shared<std::atomic<int>>(0) : nullptr;
   const auto [it, added] = impl_->parts[0]->handlers.emplace(
       std::move(task_type), detail::Registration{std::move(handler), options, std::move(running)});
@@ -424,6 +454,12 @@ void Consumer::use(Middleware middleware) {
 }
 
 void Consumer::run() { impl_->run(); }
+void Consumer::start_fork_server() {
+  if (impl_->started) throw ConfigError("start_fork_server() must be called before run()");
+  if (impl_->pool) throw ConfigError("start_fork_server() was called already");
+  impl_->start_pool();
+  if (!impl_->pool) throw ConfigError("start_fork_server(): no handler uses HandlerExecutor::process");
+}
 void Consumer::stop() noexcept { impl_->request_stop(); }
 std::string Consumer::name() const {
   std::lock_guard lock(impl_->mutex);

@@ -231,8 +231,7 @@ struct Returned {
 // Unless the task was cancelled before it started (while it waited in the prefetch), fenced (its
 // slot's lease could not be renewed meanwhile) or given up already (its deadline came while it
 // was being set up).
-Returned run_handler(Shared& s, const Task& task, const Registered& r, TaskControl& control,
-                     std::unique_ptr<Channel>& channel) {
+Returned run_handler(Shared& s, const Task& task, const Registered& r, TaskControl& control) {
   {
     std::lock_guard lock(control.mutex);
     const StopWhy why = control.why();
@@ -243,8 +242,8 @@ Returned run_handler(Shared& s, const Task& task, const Registered& r, TaskContr
     const Handler* run = r.handler;
     if (r.options != nullptr && r.options->executor == HandlerExecutor::process) {
       in_child = [&](const Task& t) {
-        run_in_child(
-            t, [&] { (*r.handler)(t); }, r.options->limits, control, s.opt.timeout_grace, channel);
+        if (!s.pool) throw Error("process executor: no fork server (the handler was registered after run())");
+        run_in_child(*s.pool, t, control, s.opt.timeout_grace, dead_man_after(s.opt.claim_min_idle));
       };
       run = &in_child;
     }
@@ -293,7 +292,7 @@ std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Chan
   if (auto back = take_limits(s, w, task, registered, control, place, channel)) return back;
 
   const std::unique_ptr<Span> span = set_up_attempt(s, w, task, registered.options, control, channel);
-  Returned returned = run_handler(s, task, registered, *control, channel);
+  Returned returned = run_handler(s, task, registered, *control);
 
   // Step 5: the handler is back. From now on nothing asks it to stop: its outcome is `why`.
   bool given_up = false;

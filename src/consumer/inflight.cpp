@@ -294,14 +294,16 @@ std::vector<std::shared_ptr<TaskControl>> InFlight::running_controls(std::uint16
   return out;
 }
 
-std::vector<std::pair<std::shared_ptr<TaskControl>, Clock::time_point>> InFlight::running_leases() {
-  std::vector<std::pair<std::shared_ptr<TaskControl>, Clock::time_point>> out;
+std::vector<std::pair<std::shared_ptr<TaskControl>, std::optional<Clock::time_point>>>
+InFlight::running_leases() {
+  std::vector<std::pair<std::shared_ptr<TaskControl>, std::optional<Clock::time_point>>> out;
   std::lock_guard lock(mutex_);
   for (const auto& [key, h] : held_) {
+    if (!h.control || h.state != State::running) continue;
     // Leased as due_for_lease() has it: an entry whose body went away is no longer leased (its
     // provisional record's note is renewed instead, and its handler's outcome decides).
-    if (h.control && h.state == State::running && !h.lost && !h.gone && h.orphan_id.empty())
-      out.emplace_back(h.control, h.lease_at);
+    const bool leased = !h.lost && !h.gone && h.orphan_id.empty();
+    out.emplace_back(h.control, leased ? std::optional<Clock::time_point>(h.lease_at) : std::nullopt);
   }
   return out;
 }

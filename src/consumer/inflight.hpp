@@ -250,9 +250,9 @@ class InFlight {
   /// The controls of those of `ids` (entries of `stream`) whose handler runs now.
   std::vector<std::shared_ptr<TaskControl>> running_controls(std::uint16_t stream,
                                                              const std::vector<std::string>& ids);
-  /// Each running task whose entry is leased (not lost, its body not gone): its control, and
-  /// when its entry's lease was last renewed.
-  std::vector<std::pair<std::shared_ptr<TaskControl>, Clock::time_point>> running_leases();
+  /// Each running task: its control, and when its entry's lease was last renewed (nullopt when
+  /// the entry is not leased: lost, or its body gone).
+  std::vector<std::pair<std::shared_ptr<TaskControl>, std::optional<Clock::time_point>>> running_leases();
   /// Entries never started, for release at shutdown.
   std::vector<Unstarted> unstarted();
 

@@ -96,7 +96,11 @@ void check_handler_options(const HandlerOptions& h) {
     throw ConfigError("executor must be HandlerExecutor::thread or HandlerExecutor::process");
   }
   if (h.limits.cpu.count() < 0) throw ConfigError("limits.cpu must be >= 0");
-  if (h.executor == HandlerExecutor::thread && (h.limits.cpu.count() > 0 || h.limits.address_space > 0)) {
+  if (h.limits.tasks_per_child < 1) throw ConfigError("limits.tasks_per_child must be >= 1");
+  const ProcessLimits none{};
+  if (h.executor == HandlerExecutor::thread &&
+      (h.limits.cpu.count() > 0 || h.limits.address_space > 0 ||
+       h.limits.tasks_per_child != none.tasks_per_child || h.limits.memory_per_child > 0)) {
     throw ConfigError(
         "limits need executor = HandlerExecutor::process (a thread's memory and CPU cannot be bounded)");
   }

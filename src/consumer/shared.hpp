@@ -26,7 +26,8 @@
 namespace streamq::detail {
 
 using Handler = std::function<void(const Task&)>;
-class Watchdog;  // watchdog.hpp
+class Watchdog;     // watchdog.hpp
+class ProcessPool;  // process_pool.hpp
 
 /// The keys of each level: the queue's keys with `stream` set to that level's stream.
 inline std::vector<QueueKeys> level_keys(const std::string& stream) {
@@ -115,6 +116,9 @@ struct Shared {
   std::stop_source stopping;
   /// Time limits of running tasks (set by the facade; see watchdog.hpp).
   std::shared_ptr<Watchdog> watchdog;
+  /// The process executor's children (process_pool.hpp), one pool for every partition; set
+  /// before the engines start when a handler uses HandlerExecutor::process.
+  std::shared_ptr<ProcessPool> pool;
   /// The queue's pause flag (see PauseWatch), and whether the ACL user may not read it.
   PauseFlag pause;
   std::atomic<bool> pause_unreadable{false};

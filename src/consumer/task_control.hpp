@@ -87,6 +87,18 @@ struct TaskControl {
   // Its fence (Watchdog::fence), guarded by the watchdog's mutex: when its concurrency slots
   // were last known held for a lease from then, by this process's clock.
   std::optional<std::multimap<Clock::time_point, std::weak_ptr<TaskControl>>::iterator> fence_timer;
+
+  // Until when its leases are known to hold (lease_time(); 0: not known yet), for the dead man's
+  // switch of a child process (HandlerExecutor::process): its entry's, as the watchdog's sweep
+  // last saw it, and its concurrency slots' fence (Watchdog::fence).
+  std::atomic<std::int64_t> entry_lease_until{0};
+  std::atomic<std::int64_t> slot_lease_until{0};
 };
+
+/// A steady-clock time as nanoseconds (the clock is the machine's CLOCK_MONOTONIC, the same in
+/// every process), for what other processes read.
+inline std::int64_t lease_time(Clock::time_point at) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+}
 
 }  // namespace streamq::detail

@@ -12,12 +12,21 @@ namespace detail {
 
 TaskReports::TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::string queue,
                          std::string task_id, std::int64_t attempt)
-    : s_(s),
-      channel_(channel),
-      queue_(std::move(queue)),
-      task_id_(std::move(task_id)),
-      attempt_(std::to_string(attempt)),
-      key_(task_key(queue_, task_id_)) {}
+    : write_([&s, &channel, queue = std::move(queue), task_id = std::move(task_id),
+              attempt = std::to_string(attempt)](std::string_view what, const std::string& value) {
+        const std::string key = task_key(queue, task_id);
+        try {
+          if (!channel) channel = std::make_unique<Channel>(s.connection);
+          Argv argv = channel->scripts.begin(ScriptId::report, 1);
+          argv.add(key).add(queue).add(what).add(value).add(task_id).add(s.consumer_name).add(attempt);
+          return channel->scripts.call(ScriptId::report, argv).view().check().integer() == 1;
+        } catch (const std::exception& e) {
+          channel.reset();  // rebuilt on the next need
+          log(LogLevel::warning,
+              "task " + task_id + ": its " + std::string(what) + " could not be written: " + e.what());
+          return false;
+        }
+      }) {}
 
 void TaskReports::set_result(std::string bytes) {
   std::lock_guard lock(mutex_);
@@ -28,17 +37,7 @@ bool TaskReports::write(std::string_view what, const std::string& value) {
   std::lock_guard lock(mutex_);
   if (!open_) return false;
   if (what == "result") result_ = value;
-  try {
-    if (!channel_) channel_ = std::make_unique<Channel>(s_.connection);
-    Argv argv = channel_->scripts.begin(ScriptId::report, 1);
-    argv.add(key_).add(queue_).add(what).add(value).add(task_id_).add(s_.consumer_name).add(attempt_);
-    return channel_->scripts.call(ScriptId::report, argv).view().check().integer() == 1;
-  } catch (const std::exception& e) {
-    channel_.reset();  // rebuilt on the next need
-    log(LogLevel::warning,
-        "task " + task_id_ + ": its " + std::string(what) + " could not be written: " + e.what());
-    return false;
-  }
+  return write_(what, value);
 }
 
 std::optional<std::string> TaskReports::close() {

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 // What a running tracked task sends about itself (Task::set_result, write_partial_result,
 // set_progress): the final result, kept for its completion, and the reports written at once
-// (report.lua) on its handler thread's connection. Closed when the handler returns, so a copy
-// of the Task kept past that writes nothing.
+// (report.lua) on its handler thread's connection, or, in a process executor's child, sent to
+// the worker, which writes them. Closed when the handler returns, so a copy of the Task kept past
+// that writes nothing.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +26,10 @@ class TaskReports {
   /// a report is written only while the record says this consumer runs this attempt.
   TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::string queue, std::string task_id,
               std::int64_t attempt);
+  /// Writes what `write(what, value)` is given (true when it was written): a child's reports,
+  /// sent to its worker.
+  using Writer = std::function<bool(std::string_view what, const std::string& value)>;
+  explicit TaskReports(Writer write) : write_(std::move(write)) {}
 
   void set_result(std::string bytes);
   /// Writes `value` as the record's `what` ("progress" or "result") now; see Task.
@@ -32,12 +38,7 @@ class TaskReports {
   std::optional<std::string> close();
 
  private:
-  const Shared& s_;
-  std::unique_ptr<Channel>& channel_;
-  const std::string queue_;
-  const std::string task_id_;
-  const std::string attempt_;
-  const std::string key_;
+  Writer write_;
   std::mutex mutex_;
   std::optional<std::string> result_;
   bool open_ = true;
@@ -46,6 +47,7 @@ class TaskReports {
 /// Attaches reports to a Task (Task's private member).
 struct TaskAccess {
   static void attach(Task& task, std::shared_ptr<TaskReports> reports) { task.reports_ = std::move(reports); }
+  static const std::shared_ptr<const Fields>& fields(const Task& task) { return task.fields_; }
   /// The task's own stop source and stop reason (TaskControl) replace the worker's token.
   static void attach(Task& task, const std::shared_ptr<TaskControl>& control);
 };

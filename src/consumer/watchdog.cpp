@@ -61,9 +61,14 @@ void Watchdog::watch_entry_leases() {
 }
 
 void Watchdog::sweep_entry_leases() {
-  const Clock::time_point stale = Clock::now() - fence_after(s_.opt.claim_min_idle);
+  const Clock::time_point now = Clock::now();
+  const Clock::time_point stale = now - fence_after(s_.opt.claim_min_idle);
   for (const auto& [c, lease_at] : s_.inflight.running_leases()) {
-    if (lease_at <= stale) fence_now(c, "its entry's lease");
+    // A child process's dead man's switch: its entry's lease, or, for an entry no longer leased,
+    // this sweep (the worker is alive).
+    c->entry_lease_until.store(lease_time(lease_at.value_or(now) + dead_man_after(s_.opt.claim_min_idle)),
+                               std::memory_order_relaxed);
+    if (lease_at && *lease_at <= stale) fence_now(c, "its entry's lease");
   }
 }
 
@@ -86,6 +91,7 @@ void Watchdog::fence_now(const std::shared_ptr<TaskControl>& c, std::string_view
 }
 
 void Watchdog::fence(const std::shared_ptr<TaskControl>& c, Clock::time_point at) {
+  c->slot_lease_until.store(lease_time(at), std::memory_order_relaxed);
   std::lock_guard lock(mutex_);
   if (stopped_) return;
   if (c->fence_timer) fences_.erase(*c->fence_timer);

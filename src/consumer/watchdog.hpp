@@ -75,6 +75,12 @@ class Watchdog {
 /// has the last fifth to end before another worker may take the entry or the slot.
 constexpr Millis fence_after(Millis lease) { return lease * 4 / 5; }
 
+/// How long after a renewal of an entry's `lease` a child process's dead man's switch (see
+/// process_pool.hpp) kills it: after the worker's own fence (a live worker stops its child
+/// first), before the lease ends (a frozen worker's child is gone before another worker may
+/// take its task over).
+constexpr Millis dead_man_after(Millis lease) { return lease * 9 / 10; }
+
 /// How often the watchdog looks at the running tasks' entry leases: a quarter of a heartbeat
 /// (and a tenth of the lease at most), so a fence comes well within the lease's last fifth
 /// (which is at least 0.6 heartbeats: claim_min_idle >= 3 heartbeats).

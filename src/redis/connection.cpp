@@ -18,6 +18,7 @@
 #include "streamq/errors.hpp"
 #include "tls.hpp"
 #include "util/durations.hpp"
+#include "util/owned_fds.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -122,6 +123,7 @@ void Connection::for_each_master(const std::function<void(Connection&)>& visit) 
 void Connection::disconnect() noexcept {
   if (cluster_) cluster_->drop();
   if (ctx_ != nullptr) {
+    disown_fd(ctx_->fd);
     redisFree(ctx_);
     ctx_ = nullptr;
   }
@@ -178,6 +180,7 @@ void Connection::connect() {
                             : redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
   if (ctx_ == nullptr) throw ConnectionError("redis " + describe() + ": cannot allocate a context");
   if (ctx_->err != 0) fail("connect");
+  own_fd(ctx_->fd);  // close-on-exec, and closed by the process executor's fork server
   // The handshake is bounded by the connect timeout; commands by the socket timeout.
   set_timeout(config_.connect_timeout);
   if (config_.tls) {

@@ -22,14 +22,23 @@
 //   limited    with ConcurrencyLimit{limit} (key limit=, default 3): SADD <stream>:now-running
 //              "<consumer>/<task_id>", raise <stream>:most to SCARD of it, sleep "ms", SREM,
 //              then record like work
+//   sleeper    (process executor) writes its pid to payload "file" + ".child", then runs
+//              system("echo $$ > <file>; exec sleep 40"): a grandchild that holds what the child
+//              holds, its pid in "file"
+//   spinner    (process executor) writes its pid to payload "file", then spins until killed
 //   fenced     with ConcurrencyLimit{limit}: as limited, but runs until asked to stop (at most
 //              "ms"), then SET <stream>:stopped:<task_id> to the time it saw the request (ms since
 //              the Unix epoch, this machine's clock) and its stop reason, SREM, and throws
 // Records go through the test's own Redis connection (one per handler thread).
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -71,6 +80,15 @@ void enter_running(const std::string& stream, const std::string& me) {
           "2", stream + ":now-running", stream + ":most", me})
       .view()
       .check();
+}
+
+/// Writes this process's pid to `file` (whole: written aside, then renamed).
+void write_pid(const std::string& file) {
+  {
+    std::ofstream out(file + ".tmp");
+    out << getpid() << "\n";
+  }
+  std::rename((file + ".tmp").c_str(), file.c_str());
 }
 
 std::atomic<bool> g_stop{false};
@@ -202,6 +220,25 @@ int main(int argc, char** argv) {
                 throw std::runtime_error("stopped");
               },
               {.concurrency = {.limit = static_cast<int>(get("limit", 3))}});
+  consumer.on(
+      "sleeper",
+      [](const streamq::Task& task) {
+        const std::string file = task.json().at("file").get<std::string>();
+        write_pid(file + ".child");
+        if (std::system(
+                ("echo $$ > " + file + ".tmp && mv " + file + ".tmp " + file + "; exec sleep 40").c_str()) !=
+            0) {
+          throw std::runtime_error("sleep ended early");
+        }
+      },
+      {.executor = streamq::HandlerExecutor::process});
+  consumer.on("spinner",
+              [](const streamq::Task& task) {
+                write_pid(task.json().at("file").get<std::string>());
+                std::atomic<std::uint64_t> n{0};
+                for (;;) n.fetch_add(1, std::memory_order_relaxed);
+              },
+              {.executor = streamq::HandlerExecutor::process});
   consumer.on("crash", [&](const streamq::Task& task) {
     record(stream + ":attempts", task.id());
     std::abort();

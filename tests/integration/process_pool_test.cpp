@@ -1,0 +1,313 @@
+// SPDX-License-Identifier: MIT
+// The process executor's pool: children are reused and replaced, nothing outlives a worker
+// killed with SIGKILL (its grandchildren, its Redis connections), a frozen worker's child stops
+// within one lease, a lock another thread of the application holds is not copied held into the
+// children, and many tasks through retiring children leave no zombie and no descriptor.
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "chaos.hpp"
+#include "control_fixture.hpp"
+#include "redis_server.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// The pid written in `file`, 0 until it is there.
+int read_pid(const std::string& file) {
+  std::ifstream in(file);
+  int pid = 0;
+  in >> pid;
+  return pid;
+}
+
+/// A process's state letter (R, S, Z, ...), 0 when it is gone.
+char state_of(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  const auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? 0 : line[close + 2];
+}
+
+/// Gone, or a zombie waiting for its reaper.
+bool gone(int pid) {
+  const char s = state_of(pid);
+  return s == 0 || s == 'Z';
+}
+
+/// The processes whose parent is `parent`, with their states.
+std::vector<std::pair<int, char>> children_of(int parent) {
+  std::vector<std::pair<int, char>> out;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return out;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.emplace_back(std::atoi(e->d_name), state);
+  }
+  closedir(d);
+  return out;
+}
+
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n - 1;  // the directory's own
+}
+
+std::int64_t client_count(Client& c) {
+  const std::string list(c.cmd({"CLIENT", "LIST"}).view().check().str());
+  std::int64_t n = 0;
+  for (const char ch : list) n += ch == '\n' ? 1 : 0;
+  return n;
+}
+
+std::string temp_file(const std::string& what) {
+  return ::testing::TempDir() + "streamq-" + what + "-" + std::to_string(getpid());
+}
+
+TEST(ProcessPool, AKilledWorkersGrandchildAndConnectionsAreGoneWithinASecond) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  const std::string file = temp_file("sleeper");
+  std::remove(file.c_str());
+  std::remove((file + ".child").c_str());
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  producer.enqueue("sleeper", nlohmann::json{{"file", file}}.dump(), {.max_retries = 0});
+  const std::int64_t with_producer = client_count(client);
+  const std::vector<std::string> args = {STREAMQ_TEST_WORKER, server.url(), stream, "w1", "min_idle_ms=1000"};
+  WorkerProcess worker(args);
+  ASSERT_TRUE(wait_until([&] { return read_pid(file) > 0 && read_pid(file + ".child") > 0; }, 20s))
+      << "the handler's grandchild did not start";
+  const int grandchild = read_pid(file);
+  const int child = read_pid(file + ".child");
+  EXPECT_GT(client_count(client), with_producer) << "the worker's connections";
+  worker.kill9();
+  const auto killed = std::chrono::steady_clock::now();
+  EXPECT_TRUE(wait_until([&] { return gone(grandchild) && gone(child); }, 1s))
+      << "the child " << child << " (" << state_of(child) << ") or the grandchild " << grandchild << " ("
+      << state_of(grandchild) << ") outlived the worker by a second";
+  EXPECT_TRUE(wait_until([&] { return client_count(client) == with_producer; },
+                         std::chrono::duration_cast<std::chrono::milliseconds>(
+                             1s - (std::chrono::steady_clock::now() - killed))))
+      << client_count(client) - with_producer << " connections of the killed worker are still open";
+  // A worker started again under the name is not refused it: no live process holds it.
+  WorkerProcess again(args);
+  EXPECT_EQ(again.wait_exit(1500ms), -1) << "the restarted worker exited (refused its name?)";
+  std::remove(file.c_str());
+  std::remove((file + ".child").c_str());
+}
+
+TEST(ProcessPool, AFrozenWorkersChildStopsWithinOneLease) {
+  RedisServer server;
+  const std::string stream = unique_key();
+  const std::string file = temp_file("spinner");
+  std::remove(file.c_str());
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  producer.enqueue("spinner", nlohmann::json{{"file", file}}.dump());
+  constexpr auto lease = 1500ms;
+  WorkerProcess worker(
+      {STREAMQ_TEST_WORKER, server.url(), stream, "w1", "min_idle_ms=" + std::to_string(lease.count())});
+  ASSERT_TRUE(wait_until([&] { return read_pid(file) > 0; }, 20s)) << "the handler did not start";
+  const int child = read_pid(file);
+  worker.signal(SIGSTOP);
+  const auto frozen = std::chrono::steady_clock::now();
+  const bool stopped = wait_until([&] { return gone(child); }, 2 * lease);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - frozen);
+  worker.signal(SIGCONT);
+  ASSERT_TRUE(stopped) << "the frozen worker's child still ran " << took.count() << " ms after the freeze";
+  EXPECT_LE(took, lease) << "the child stopped " << took.count() << " ms after the freeze";
+  std::printf("[ figure ] a frozen worker's child stopped %lld ms after the freeze (lease %lld ms)\n",
+              static_cast<long long>(took.count()), static_cast<long long>(lease.count()));
+  std::remove(file.c_str());
+}
+
+/// Appends this process's pid to `file` (one short write: appends do not interleave).
+void append_pid(const std::string& file) {
+  if (FILE* f = std::fopen(file.c_str(), "a")) {
+    std::fprintf(f, "%d\n", static_cast<int>(getpid()));
+    std::fclose(f);
+  }
+}
+
+std::vector<int> pids_in(const std::string& file) {
+  std::vector<int> out;
+  std::ifstream in(file);
+  for (int pid = 0; in >> pid;) out.push_back(pid);
+  return out;
+}
+
+TEST_F(ControlTest, AChildIsReusedAndOneKilledAtItsTimeoutIsReplaced) {
+  const std::string file = temp_file("pids");
+  std::remove(file.c_str());
+  Producer p = producer();
+  ConsumerOptions o = fast();
+  o.concurrency = 1;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("pid", [&](const Task&) { append_pid(file); }, {.executor = HandlerExecutor::process});
+    c.on("spin",
+         [](const Task&) {
+           for (;;) pause();
+         },
+         {.timeout = 300ms, .executor = HandlerExecutor::process});
+  });
+  const auto done = [&](std::uint64_t n) { return wait_until([&] { return worker.consumer().metrics().done == n; }, 20s); };
+  p.enqueue("pid", "{}");
+  ASSERT_TRUE(done(1));
+  p.enqueue("pid", "{}");
+  ASSERT_TRUE(done(2));
+  p.enqueue("spin", "{}", {.max_retries = 0});
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 20s));
+  p.enqueue("pid", "{}");
+  ASSERT_TRUE(done(3)) << "the task after the killed one did not run";
+  worker.stop();
+  const std::vector<int> pids = pids_in(file);
+  ASSERT_EQ(pids.size(), 3U);
+  EXPECT_EQ(pids[0], pids[1]) << "the second task ran in another child: the first was not reused";
+  EXPECT_NE(pids[2], pids[0]) << "the killed child ran the next task";
+  EXPECT_EQ(Client::get(dead_letter(), "reason"), "timeout");
+  std::remove(file.c_str());
+}
+
+TEST_F(ControlTest, AHandlerTakesAMutexAnotherThreadTookAfterRun) {
+  // Another thread of the application takes a mutex after run() started and holds it while the
+  // task runs: the child was forked from a copy made before, in which the mutex is free.
+  Producer p = producer();
+  std::mutex shared_mutex;
+  std::atomic<bool> started{false};
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.use([&](const Task&, const Next& next) {
+      started = true;
+      next();
+    });
+    c.on("locks", [&](const Task&) { std::lock_guard lock(shared_mutex); }, {.executor = HandlerExecutor::process});
+  });
+  ASSERT_TRUE(wait_until([&] { return !worker.consumer().name().empty(); }, 10s));
+  std::atomic<bool> held{false};
+  std::thread app([&] {
+    std::lock_guard lock(shared_mutex);
+    held = true;
+    wait_until([&] { return started.load(); }, 10s);
+    std::this_thread::sleep_for(1s);
+  });
+  ASSERT_TRUE(wait_until([&] { return held.load(); }, 5s));
+  p.enqueue("locks", "{}", {.max_retries = 0});
+  EXPECT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 1; }, 10s))
+      << "the handler waits for a lock held at the fork";
+  app.join();
+  worker.stop();
+}
+
+TEST_F(ControlTest, AForkServerStartedEarlyHasNoLockTheApplicationTookBeforeRun) {
+  Producer p = producer();
+  std::mutex shared_mutex;
+  std::atomic<bool> started{false}, held{false}, release{false};
+  std::thread app;
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.use([&](const Task&, const Next& next) {
+      started = true;
+      next();
+    });
+    c.on("locks", [&](const Task&) { std::lock_guard lock(shared_mutex); }, {.executor = HandlerExecutor::process});
+    c.start_fork_server();  // before the application's thread takes the mutex
+    EXPECT_THROW(c.start_fork_server(), ConfigError);
+    EXPECT_THROW(c.on("late", [](const Task&) {}, {.executor = HandlerExecutor::process}), ConfigError);
+    app = std::thread([&] {
+      std::lock_guard lock(shared_mutex);  // held from before run() until the task ran
+      held = true;
+      wait_until([&] { return release.load(); }, 20s);
+    });
+    wait_until([&] { return held.load(); }, 5s);
+  });
+  p.enqueue("locks", "{}", {.max_retries = 0});
+  EXPECT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 1; }, 10s))
+      << "the handler waits for a lock held at the fork";
+  EXPECT_TRUE(started.load());
+  release = true;
+  app.join();
+  worker.stop();
+}
+
+TEST_F(ControlTest, RetiringChildrenLeaveNoZombieAndNoDescriptor) {
+  const std::string file = temp_file("retiring");
+  std::remove(file.c_str());
+  const std::size_t fds_before = open_descriptors();
+  {
+    Producer p = producer();
+    std::vector<TaskSpec> batch(1000, TaskSpec{"pid", "{}"});
+    p.enqueue_batch(batch);
+    ConsumerOptions o = fast();
+    o.concurrency = 1;
+    RunningConsumer worker(o, [&](Consumer& c) {
+      c.on("pid", [&](const Task&) { append_pid(file); },
+           {.executor = HandlerExecutor::process, .limits = {.tasks_per_child = 100}});
+    });
+    ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 1000; }, 60s));
+    // The fork server is this process's child (with the fixture's redis-server); none of its
+    // children is a zombie.
+    int servers = 0;
+    for (const auto& [pid, state] : children_of(getpid())) {
+      EXPECT_NE(state, 'Z') << "zombie " << pid;
+      std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+      std::string name;
+      comm >> name;
+      if (name.find("redis") != std::string::npos) continue;
+      ++servers;
+      for (const auto& [grandchild, s] : children_of(pid)) EXPECT_NE(s, 'Z') << "zombie child " << grandchild;
+      EXPECT_LE(children_of(pid).size(), 1U);
+    }
+    EXPECT_EQ(servers, 1) << "one fork server";
+    worker.stop();
+  }
+  const std::vector<int> pids = pids_in(file);
+  EXPECT_EQ(pids.size(), 1000U);
+  EXPECT_EQ(std::set<int>(pids.begin(), pids.end()).size(), 10U) << "100 tasks per child";
+  EXPECT_EQ(open_descriptors(), fds_before) << "descriptors leaked";
+  for (const auto& [pid, state] : children_of(getpid())) EXPECT_NE(state, 'Z') << "zombie " << pid;
+  std::remove(file.c_str());
+}
+
+TEST_F(ControlTest, TheForkServersOptionsAreChecked) {
+  Consumer c(options());
+  EXPECT_THROW(c.on("a", [](const Task&) {}, {.executor = HandlerExecutor::process, .limits = {.tasks_per_child = 0}}),
+               ConfigError);
+  EXPECT_THROW(c.on("b", [](const Task&) {}, {.limits = {.tasks_per_child = 10}}), ConfigError);
+  EXPECT_THROW(c.on("c", [](const Task&) {}, {.limits = {.memory_per_child = 1 << 20}}), ConfigError);
+  EXPECT_THROW(c.start_fork_server(), ConfigError) << "no process handler";
+}
+
+}  // namespace
+}  // namespace streamq::test
