@@ -57,7 +57,8 @@ std::uint64_t resident_bytes() {
   unsigned long size = 0, resident = 0;
   const int n = std::fscanf(f, "%lu %lu", &size, &resident);
   std::fclose(f);
-  return n == 2 ? static_cast<std::uint64_t>(resident) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+  return n == 2 ? static_cast<std::uint64_t>(resident) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE))
+                : 0;
 }
 
 /// Seconds of CPU this process used so far, rounded up.
@@ -136,8 +137,9 @@ Report run_one(const Registrations& handlers, const Task& task, const rlimit& as
     if (!f) _exit(0);  // the worker is done with it
     std::optional<TaskMessage> m = f->kind == FrameKind::task ? decode_task(f->body) : std::nullopt;
     if (!m) _exit(4);
-    Task task = TaskFactory::make(std::move(m->entry_id), std::make_shared<const Fields>(std::move(m->fields)),
-                                  m->deliveries, m->created_at, m->retry_count, m->max_retries);
+    Task task =
+        TaskFactory::make(std::move(m->entry_id), std::make_shared<const Fields>(std::move(m->fields)),
+                          m->deliveries, m->created_at, m->retry_count, m->max_retries);
     std::shared_ptr<TaskReports> reports;
     if (m->tracked) {
       // Progress and partial results go to the worker, which writes them on its connection.
@@ -193,7 +195,8 @@ std::vector<pid_t> own_children() {
     const char* close_paren = std::strrchr(buf, ')');  // the name may hold spaces and parentheses
     char state = 0;
     int ppid = 0;
-    if (close_paren != nullptr && std::sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == self) {
+    if (close_paren != nullptr && std::sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 &&
+        ppid == self) {
       out.push_back(static_cast<pid_t>(std::atoi(e->d_name)));
     }
   }
@@ -203,7 +206,8 @@ std::vector<pid_t> own_children() {
 
 class ForkServer {
  public:
-  ForkServer(int control, const Registrations& handlers, std::atomic<std::int64_t>* deadlines, std::size_t slots)
+  ForkServer(int control, const Registrations& handlers, std::atomic<std::int64_t>* deadlines,
+             std::size_t slots)
       : control_(control), handlers_(handlers), deadlines_(deadlines), slots_(slots) {}
 
   [[noreturn]] void run() {
@@ -287,8 +291,9 @@ class ForkServer {
     }
     const Known k = it->second;
     known_.erase(it);
-    send_frame(control_, FrameKind::reaped,
-               WireWriter().u64(1).u64(static_cast<std::uint64_t>(k.status)).u64(k.by_deadline ? 1 : 0).take());
+    send_frame(
+        control_, FrameKind::reaped,
+        WireWriter().u64(1).u64(static_cast<std::uint64_t>(k.status)).u64(k.by_deadline ? 1 : 0).take());
   }
 
   /// Reaps what ended: a child's status is kept for the worker's reap; an adopted orphan's goes.

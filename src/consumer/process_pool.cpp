@@ -47,7 +47,9 @@ void warn_of_threads() {
 }  // namespace
 
 ProcessPool::ProcessPool(const Registrations& handlers, std::size_t max_children)
-    : handlers_(handlers), max_children_(max_children == 0 ? 1 : max_children), slot_used_(max_children_, false) {
+    : handlers_(handlers),
+      max_children_(max_children == 0 ? 1 : max_children),
+      slot_used_(max_children_, false) {
   void* page = mmap(nullptr, sizeof(std::atomic<std::int64_t>) * max_children_, PROT_READ | PROT_WRITE,
                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) throw Error(std::string("process executor: mmap: ") + std::strerror(errno));
@@ -132,7 +134,8 @@ std::unique_ptr<PoolChild> ProcessPool::acquire() {
   }
   std::size_t slot = 0;
   while (slot < max_children_ && slot_used_[slot]) ++slot;
-  if (slot == max_children_) throw Error("process executor: every child is out (more handler threads than children)");
+  if (slot == max_children_)
+    throw Error("process executor: every child is out (more handler threads than children)");
   for (int attempt = 0; attempt < 2; ++attempt) {
     int fd = -1;
     const std::optional<Frame> answer = ask_locked(FrameKind::spawn, WireWriter().u64(slot).take(), &fd);
@@ -199,7 +202,8 @@ ChildEnd ProcessPool::discard_locked(std::unique_ptr<PoolChild> child) {
   deadlines_[child->slot].store(0, std::memory_order_relaxed);
   disown_fd(child->fd);
   ::close(child->fd);  // a child waiting for its next task leaves at this
-  const std::optional<Frame> answer = ask_locked(FrameKind::reap, WireWriter().u64(static_cast<std::uint64_t>(child->pid)).take());
+  const std::optional<Frame> answer =
+      ask_locked(FrameKind::reap, WireWriter().u64(static_cast<std::uint64_t>(child->pid)).take());
   if (answer && answer->kind == FrameKind::reaped) {
     WireReader r(answer->body);
     std::uint64_t known = 0, status = 0, by_deadline = 0;
@@ -215,8 +219,9 @@ ChildEnd ProcessPool::discard_locked(std::unique_ptr<PoolChild> child) {
 
 void ProcessPool::signal(const PoolChild& child, int sig) {
   std::lock_guard lock(mutex_);
-  ask_locked(FrameKind::signal,
-             WireWriter().u64(static_cast<std::uint64_t>(child.pid)).u64(static_cast<std::uint64_t>(sig)).take());
+  ask_locked(
+      FrameKind::signal,
+      WireWriter().u64(static_cast<std::uint64_t>(child.pid)).u64(static_cast<std::uint64_t>(sig)).take());
 }
 
 void ProcessPool::set_deadline(const PoolChild& child, std::int64_t until) noexcept {

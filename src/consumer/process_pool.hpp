@@ -92,7 +92,7 @@ class ProcessPool {
 
 /// The fork server's life (fork_server.cpp): serves `control` until the worker's end closes,
 /// then kills what it started and leaves.
-[[noreturn]] void serve_forks(int control, const Registrations& handlers, std::atomic<std::int64_t>* deadlines,
-                              std::size_t slots);
+[[noreturn]] void serve_forks(int control, const Registrations& handlers,
+                              std::atomic<std::int64_t>* deadlines, std::size_t slots);
 
 }  // namespace streamq::detail

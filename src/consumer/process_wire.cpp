@@ -80,7 +80,8 @@ bool read_all(int fd, char* data, std::size_t size, int* passed) {
     if (n <= 0) return false;
     if (passed != nullptr) {
       for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(passed, CMSG_DATA(c), sizeof(int));
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+          std::memcpy(passed, CMSG_DATA(c), sizeof(int));
       }
     }
     data += n;
@@ -192,7 +193,8 @@ std::optional<TaskMessage> decode_task(std::string_view in) {
     m.fields.emplace_back(std::move(k), std::move(v));
   }
   std::uint64_t deliveries = 0, created = 0, retry = 0, max = 0, tracked = 0;
-  if (!r.u64(deliveries) || !r.u64(created) || !r.u64(retry) || !r.u64(max) || !r.u64(tracked) || !r.at_end()) {
+  if (!r.u64(deliveries) || !r.u64(created) || !r.u64(retry) || !r.u64(max) || !r.u64(tracked) ||
+      !r.at_end()) {
     return std::nullopt;
   }
   m.deliveries = static_cast<std::int64_t>(deliveries);
@@ -216,8 +218,8 @@ std::optional<Report> decode_report(std::string_view in) {
   WireReader rd(in);
   Report r;
   std::uint64_t ended = 0, has_result = 0, retiring = 0;
-  if (!rd.u64(ended) || ended < 1 || ended > 5 || !rd.u64(r.retry_ms) || !rd.bytes(r.error) || !rd.u64(has_result) ||
-      has_result > 1) {
+  if (!rd.u64(ended) || ended < 1 || ended > 5 || !rd.u64(r.retry_ms) || !rd.bytes(r.error) ||
+      !rd.u64(has_result) || has_result > 1) {
     return std::nullopt;
   }
   r.ended = static_cast<Ended>(ended);

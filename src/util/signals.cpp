@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "owned_fds.hpp"
 #include "streamq/errors.hpp"
 
 namespace streamq::detail {
@@ -66,6 +67,8 @@ SignalRegistration::SignalRegistration(std::function<void()> on_signal) {
   std::lock_guard lock(h.mutex);
   if (h.callbacks.empty()) {
     if (pipe2(h.fds, O_CLOEXEC) != 0) throw Error("cannot create the signal pipe");
+    own_fd(h.fds[0]);
+    own_fd(h.fds[1]);
     g_pipe_write = h.fds[1];
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
@@ -92,6 +95,8 @@ SignalRegistration::~SignalRegistration() {
   const char quit = 'q';
   [[maybe_unused]] const auto n = write(h.fds[1], &quit, 1);
   h.watcher.join();  // without `mutex`: the watcher may be waiting for it to run callbacks
+  disown_fd(h.fds[0]);
+  disown_fd(h.fds[1]);
   close(h.fds[0]);
   close(h.fds[1]);
   h.fds[0] = h.fds[1] = -1;

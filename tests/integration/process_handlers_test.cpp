@@ -73,7 +73,7 @@ TEST_F(ControlTest, ACrashOfAProcessHandlerFailsThatTaskAloneAndItsResultsComeBa
     c.on("crashy",
          [](const Task& task) {
            if (task.retry_count() == 0) std::abort();
-           EXPECT_TRUE(task.set_progress(50));  // in the child, on a connection of its own
+           EXPECT_TRUE(task.set_progress(50));  // in the child: sent to the worker, which writes it
            task.set_result(R"("from the child")");
          },
          {.executor = HandlerExecutor::process});

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -146,12 +147,45 @@ TEST(ProcessPool, AFrozenWorkersChildStopsWithinOneLease) {
   worker.signal(SIGSTOP);
   const auto frozen = std::chrono::steady_clock::now();
   const bool stopped = wait_until([&] { return gone(child); }, 2 * lease);
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - frozen);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - frozen);
   worker.signal(SIGCONT);
   ASSERT_TRUE(stopped) << "the frozen worker's child still ran " << took.count() << " ms after the freeze";
   EXPECT_LE(took, lease) << "the child stopped " << took.count() << " ms after the freeze";
   std::printf("[ figure ] a frozen worker's child stopped %lld ms after the freeze (lease %lld ms)\n",
               static_cast<long long>(took.count()), static_cast<long long>(lease.count()));
+  std::remove(file.c_str());
+}
+
+/// The text of `file` (empty when missing).
+std::string text_of(const std::string& file) {
+  std::ifstream in(file);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(ProcessPool, AForkServerForkedWhileTheApplicationRunsThreadsIsWarnedOf) {
+  // Once per process, so each case is a worker process of its own: a thread of the
+  // application started before run() is warned of; a worker with no other thread is not.
+  RedisServer server;
+  const std::string file = temp_file("warned");
+  for (const bool app_thread : {true, false}) {
+    const std::string stream = unique_key(app_thread ? "threads" : "alone");
+    const std::string log = file + (app_thread ? ".threads" : ".alone");
+    std::remove(log.c_str());
+    std::remove(file.c_str());
+    Producer producer({.connection = {.url = server.url()}, .stream = stream});
+    producer.enqueue("spinner", nlohmann::json{{"file", file}}.dump(), {.max_retries = 0});
+    WorkerProcess worker({STREAMQ_TEST_WORKER, server.url(), stream, app_thread ? "threads" : "alone",
+                          "app_thread=" + std::string(app_thread ? "1" : "0")},
+                         log);
+    ASSERT_TRUE(wait_until([&] { return read_pid(file) > 0; }, 20s)) << "the handler did not start";
+    worker.kill9();
+    const std::string said = text_of(log);
+    EXPECT_EQ(said.find("the fork server was forked while this process ran 2 threads") != std::string::npos,
+              app_thread)
+        << said;
+    std::remove(log.c_str());
+  }
   std::remove(file.c_str());
 }
 
@@ -184,7 +218,9 @@ TEST_F(ControlTest, AChildIsReusedAndOneKilledAtItsTimeoutIsReplaced) {
          },
          {.timeout = 300ms, .executor = HandlerExecutor::process});
   });
-  const auto done = [&](std::uint64_t n) { return wait_until([&] { return worker.consumer().metrics().done == n; }, 20s); };
+  const auto done = [&](std::uint64_t n) {
+    return wait_until([&] { return worker.consumer().metrics().done == n; }, 20s);
+  };
   p.enqueue("pid", "{}");
   ASSERT_TRUE(done(1));
   p.enqueue("pid", "{}");
@@ -213,7 +249,8 @@ TEST_F(ControlTest, AHandlerTakesAMutexAnotherThreadTookAfterRun) {
       started = true;
       next();
     });
-    c.on("locks", [&](const Task&) { std::lock_guard lock(shared_mutex); }, {.executor = HandlerExecutor::process});
+    c.on("locks", [&](const Task&) { std::lock_guard lock(shared_mutex); },
+         {.executor = HandlerExecutor::process});
   });
   ASSERT_TRUE(wait_until([&] { return !worker.consumer().name().empty(); }, 10s));
   std::atomic<bool> held{false};
@@ -241,7 +278,8 @@ TEST_F(ControlTest, AForkServerStartedEarlyHasNoLockTheApplicationTookBeforeRun)
       started = true;
       next();
     });
-    c.on("locks", [&](const Task&) { std::lock_guard lock(shared_mutex); }, {.executor = HandlerExecutor::process});
+    c.on("locks", [&](const Task&) { std::lock_guard lock(shared_mutex); },
+         {.executor = HandlerExecutor::process});
     c.start_fork_server();  // before the application's thread takes the mutex
     EXPECT_THROW(c.start_fork_server(), ConfigError);
     EXPECT_THROW(c.on("late", [](const Task&) {}, {.executor = HandlerExecutor::process}), ConfigError);
@@ -302,8 +340,9 @@ TEST_F(ControlTest, RetiringChildrenLeaveNoZombieAndNoDescriptor) {
 
 TEST_F(ControlTest, TheForkServersOptionsAreChecked) {
   Consumer c(options());
-  EXPECT_THROW(c.on("a", [](const Task&) {}, {.executor = HandlerExecutor::process, .limits = {.tasks_per_child = 0}}),
-               ConfigError);
+  EXPECT_THROW(
+      c.on("a", [](const Task&) {}, {.executor = HandlerExecutor::process, .limits = {.tasks_per_child = 0}}),
+      ConfigError);
   EXPECT_THROW(c.on("b", [](const Task&) {}, {.limits = {.tasks_per_child = 10}}), ConfigError);
   EXPECT_THROW(c.on("c", [](const Task&) {}, {.limits = {.memory_per_child = 1 << 20}}), ConfigError);
   EXPECT_THROW(c.start_fork_server(), ConfigError) << "no process handler";

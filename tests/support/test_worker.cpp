@@ -10,7 +10,8 @@
 //   or failed enqueue, until SIGTERM or the time is up; prints "produced <count>": the soak's
 //   producer)
 //   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries, grace_ms,
-//   backoff_base_ms (retry backoff, default 0: at once), backoff_cap_ms
+//   backoff_base_ms (retry backoff, default 0: at once), backoff_cap_ms, app_thread (1: a thread
+//   of the application's own is started before run(), as an HTTP server's would be)
 // Task types:
 //   work       sleep payload "ms" milliseconds, then HINCRBY <stream>:done <task_id> 1
 //   hang       HINCRBY <stream>:started <task_id> 1, sleep "ms" ignoring stop requests, then
@@ -243,6 +244,8 @@ int main(int argc, char** argv) {
     record(stream + ":attempts", task.id());
     std::abort();
   });
+  if (get("app_thread", 0) == 1)
+    std::thread([] { std::this_thread::sleep_for(std::chrono::hours(1)); }).detach();
   try {
     consumer.run();
   } catch (const streamq::ConfigError& e) {  // e.g. its consumer name is in use
