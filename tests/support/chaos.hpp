@@ -70,6 +70,7 @@ class WorkerProcess {
     pid_ = -1;
     return status;
   }
+  pid_t pid() const noexcept { return pid_; }
   /// True when the process has died on its own (it is then reaped).
   bool died() {
     if (pid_ <= 0) return true;
