@@ -243,7 +243,13 @@ Returned run_handler(Shared& s, const Task& task, const Registered& r, TaskContr
     if (r.options != nullptr && r.options->executor == HandlerExecutor::process) {
       in_child = [&](const Task& t) {
         if (!s.pool) throw Error("process executor: no fork server (the handler was registered after run())");
-        run_in_child(*s.pool, t, control, s.opt.timeout_grace, dead_man_after(s.opt.claim_min_idle));
+        // The child's switch counts from the entry's last renewal (it may have waited in the
+        // prefetch), until the watchdog's sweeps move it on.
+        const std::optional<Clock::time_point> leased = s.inflight.lease_of(control.work->key);
+        control.entry_lease_until.store(
+            lease_time(leased.value_or(Clock::now()) + dead_man_after(s.opt.claim_min_idle)),
+            std::memory_order_relaxed);
+        run_in_child(*s.pool, t, control, s.opt.timeout_grace);
       };
       run = &in_child;
     }

@@ -5,6 +5,7 @@
 // and take no lock of the worker's.
 #include <dirent.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -119,9 +120,20 @@ Report run_one(const Registrations& handlers, const Task& task, const rlimit& as
   return r;
 }
 
+/// The child's socket, closed in every process a handler forks from the child (pthread_atfork):
+/// only the child may hold it, so that its end is seen the moment the child ends. (A program it
+/// starts with exec loses it anyway: the socket is close-on-exec.)
+int g_task_socket = -1;
+void close_task_socket_in_fork() {
+  if (g_task_socket >= 0) close(g_task_socket);
+  g_task_socket = -1;
+}
+
 /// A child: takes tasks from `fd` one at a time until the worker closes it, or until it retires.
 [[noreturn]] void child_main(int fd, pid_t server, const Registrations& handlers) {
   setpgid(0, 0);  // its own process group: what it starts is stopped with it
+  g_task_socket = fd;
+  pthread_atfork(nullptr, nullptr, close_task_socket_in_fork);
   struct sigaction gone {};
   gone.sa_handler = kill_own_group;
   sigaction(kServerGone, &gone, nullptr);
@@ -208,10 +220,14 @@ class ForkServer {
  public:
   ForkServer(int control, const Registrations& handlers, std::atomic<std::int64_t>* deadlines,
              std::size_t slots)
-      : control_(control), handlers_(handlers), deadlines_(deadlines), slots_(slots) {}
+      : control_(control), handlers_(handlers), deadlines_(deadlines), slots_(slots), worker_(getppid()) {}
 
   [[noreturn]] void run() {
     for (;;) {
+      // The worker ended, however: its end of the socket closes (below), unless a copy of it
+      // lives on in a process the application forked; the parent changing (to a subreaper or
+      // init) says it in any case.
+      if (getppid() != worker_) end_all();
       reap();
       const bool watching = enforce_deadlines();
       pollfd p{control_, POLLIN, 0};
@@ -284,24 +300,46 @@ class ForkServer {
     }
     if (!it->second.reaped) {
       kill(-pid, SIGKILL);  // with what it started
-      int status = 0;
-      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      // A process in uninterruptible sleep (a hung mount) ends only when its I/O does: after a
+      // second the worker is answered without its status, and the reap is left to reap().
+      for (const std::int64_t give_up = now_ns() + 1'000'000'000; !it->second.reaped && now_ns() < give_up;) {
+        int status = 0;
+        const pid_t got = waitpid(pid, &status, WNOHANG);
+        if (got == pid) {
+          it->second.reaped = true;
+          it->second.status = status;
+        } else if (got < 0 && errno != EINTR) {
+          break;
+        } else {
+          usleep(1000);
+        }
       }
-      it->second.status = status;
     }
     const Known k = it->second;
     known_.erase(it);
-    send_frame(
-        control_, FrameKind::reaped,
-        WireWriter().u64(1).u64(static_cast<std::uint64_t>(k.status)).u64(k.by_deadline ? 1 : 0).take());
+    send_frame(control_, FrameKind::reaped,
+               WireWriter()
+                   .u64(k.reaped ? 1 : 0)
+                   .u64(static_cast<std::uint64_t>(k.status))
+                   .u64(k.by_deadline ? 1 : 0)
+                   .take());
   }
 
   /// Reaps what ended: a child's status is kept for the worker's reap; an adopted orphan's goes.
+  /// A child that ended (a crash, its retirement) takes its group with it: what it started
+  /// there is killed while the child is still a zombie, so its pid, the group's id, cannot have
+  /// been given to another process yet.
   void reap() {
-    int status = 0;
-    pid_t pid = 0;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-      if (const auto it = known_.find(pid); it != known_.end()) {
+    for (;;) {
+      siginfo_t info{};
+      if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+      const pid_t pid = info.si_pid;
+      const auto it = known_.find(pid);
+      if (it != known_.end()) kill(-pid, SIGKILL);
+      int status = 0;
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      if (it != known_.end()) {
         it->second.reaped = true;
         it->second.status = status;
       }
@@ -348,6 +386,7 @@ class ForkServer {
   const Registrations& handlers_;
   std::atomic<std::int64_t>* const deadlines_;
   const std::size_t slots_;
+  const pid_t worker_;
   std::map<pid_t, Known> known_;
 };
 
@@ -361,6 +400,10 @@ void serve_forks(int control, const Registrations& handlers, std::atomic<std::in
   setpgid(0, 0);
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   reset_signals();
+  // A service manager's stop may signal every process of the service (systemd's
+  // KillMode=control-group): the fork server is ended by its socket, not by these. (Its children
+  // set them back to their defaults.)
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) std::signal(sig, SIG_IGN);
   ForkServer(control, handlers, deadlines, slots).run();
 }
 

@@ -300,12 +300,22 @@ InFlight::running_leases() {
   std::lock_guard lock(mutex_);
   for (const auto& [key, h] : held_) {
     if (!h.control || h.state != State::running) continue;
-    // Leased as due_for_lease() has it: an entry whose body went away is no longer leased (its
-    // provisional record's note is renewed instead, and its handler's outcome decides).
-    const bool leased = !h.lost && !h.gone && h.orphan_id.empty();
-    out.emplace_back(h.control, leased ? std::optional<Clock::time_point>(h.lease_at) : std::nullopt);
+    out.emplace_back(h.control, leased_at(h));
   }
   return out;
+}
+
+std::optional<Clock::time_point> InFlight::lease_of(const EntryKey& key) {
+  std::lock_guard lock(mutex_);
+  const auto it = held_.find(key);
+  return it == held_.end() ? std::nullopt : leased_at(it->second);
+}
+
+std::optional<Clock::time_point> InFlight::leased_at(const Held& h) {
+  // Leased as due_for_lease() has it: an entry whose body went away is no longer leased (its
+  // provisional record's note is renewed instead, and its handler's outcome decides).
+  const bool leased = !h.lost && !h.gone && h.orphan_id.empty();
+  return leased ? std::optional<Clock::time_point>(h.lease_at) : std::nullopt;
 }
 
 bool InFlight::give_up(Completion c, std::uint64_t seq) {

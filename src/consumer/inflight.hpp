@@ -253,6 +253,9 @@ class InFlight {
   /// Each running task: its control, and when its entry's lease was last renewed (nullopt when
   /// the entry is not leased: lost, or its body gone).
   std::vector<std::pair<std::shared_ptr<TaskControl>, std::optional<Clock::time_point>>> running_leases();
+  /// When the entry `key`'s lease was last renewed, as running_leases() has it (nullopt: not
+  /// held, or no longer leased).
+  std::optional<Clock::time_point> lease_of(const EntryKey& key);
   /// Entries never started, for release at shutdown.
   std::vector<Unstarted> unstarted();
 
@@ -289,6 +292,7 @@ class InFlight {
   using HeldMap = std::unordered_map<EntryKey, Held, EntryKeyHash>;
 
   std::optional<Work> take_locked(std::unique_lock<std::mutex>& lock);
+  static std::optional<Clock::time_point> leased_at(const Held& h);
   std::deque<Work>::iterator next_runnable();
   /// A suspect whose start may be its last (max_deliveries): it runs alone among suspects.
   bool last_chance(const Work& w) const;

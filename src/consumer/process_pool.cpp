@@ -2,6 +2,7 @@
 #include "process_pool.hpp"
 
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -33,6 +34,10 @@ std::size_t thread_count() {
 }
 
 std::atomic<bool> g_threads_warned{false};
+
+/// Held from a fork server's socketpair to the worker's close of the fork server's end, so that
+/// a fork server of another Consumer of this process, forked meanwhile, holds no copy of it.
+std::mutex g_fork_mutex;
 
 void warn_of_threads() {
   const std::size_t threads = thread_count();
@@ -80,6 +85,7 @@ ProcessPool::~ProcessPool() {
 
 void ProcessPool::start_server_locked() {
   warn_of_threads();
+  std::lock_guard forking(g_fork_mutex);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     throw Error(std::string("process executor: socketpair: ") + std::strerror(errno));
@@ -112,15 +118,37 @@ void ProcessPool::stop_server_locked() {
   disown_fd(control_);
   ::close(control_);
   control_ = -1;
-  int status = 0;
-  while (waitpid(server_, &status, 0) < 0 && errno == EINTR) {
+  if (server_ > 0) {
+    // It ends within two seconds (end_all); one that did not see the end (a copy of the socket's
+    // end lives on in a process the application forked) is killed, and its children with it
+    // (their parent-death signal).
+    const Clock::time_point give_up = Clock::now() + std::chrono::seconds(3);
+    pid_t got = 0;
+    while ((got = waitpid(server_, nullptr, WNOHANG)) == 0 && Clock::now() < give_up) usleep(2000);
+    if (got == 0) {
+      kill(server_, SIGKILL);
+      while (waitpid(server_, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
   }
   server_ = -1;
 }
 
 std::optional<Frame> ProcessPool::ask_locked(FrameKind kind, const std::string& body, int* passed) {
   if (control_ < 0 || !send_frame(control_, kind, body)) return std::nullopt;
-  return receive_frame(control_, passed);
+  for (;;) {
+    pollfd p{control_, POLLIN, 0};
+    const int ready = poll(&p, 1, 200);
+    if (ready > 0) return receive_frame(control_, passed);
+    if (ready < 0 && errno != EINTR) return std::nullopt;
+    // No answer yet (a fork server answers at once, or within a second for a reap): one that
+    // died while a copy of its socket's end lives on (in a process the application forked)
+    // would never answer.
+    if (ready == 0 && waitpid(server_, nullptr, WNOHANG) == server_) {
+      server_ = -1;
+      return std::nullopt;
+    }
+  }
 }
 
 std::unique_ptr<PoolChild> ProcessPool::acquire() {
@@ -165,7 +193,12 @@ std::unique_ptr<PoolChild> ProcessPool::acquire() {
       disown_fd(control_);
       ::close(control_);
       control_ = -1;
-      waitpid(server_, nullptr, WNOHANG);
+    }
+    if (server_ > 0) {
+      kill(server_, SIGKILL);  // gone, or not answering: its children go with it (their switch)
+      while (waitpid(server_, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      server_ = -1;
     }
     for (auto& c : idle_) {
       disown_fd(c->fd);

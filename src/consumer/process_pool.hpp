@@ -70,6 +70,8 @@ class ProcessPool {
   void close();
 
   pid_t server_pid() const;
+  /// At most this many children at once.
+  std::size_t capacity() const noexcept { return max_children_; }
 
  private:
   void start_server_locked();

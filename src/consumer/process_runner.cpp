@@ -29,13 +29,12 @@ std::string death(int status) {
   return "the handler's process ended without a report";
 }
 
-/// Until when the child may run: the earlier of its leases (the entry's, from `started` + `lease`
-/// until the watchdog's sweep has seen it; its slots', when it holds any).
-std::int64_t deadline(const TaskControl& c, std::int64_t started_plus_lease) {
+/// Until when the child may run: the earlier of its leases (the entry's; its slots', when it
+/// holds any).
+std::int64_t deadline(const TaskControl& c) {
   const std::int64_t entry = c.entry_lease_until.load(std::memory_order_relaxed);
   const std::int64_t slot = c.slot_lease_until.load(std::memory_order_relaxed);
-  const std::int64_t until = entry != 0 ? entry : started_plus_lease;
-  return slot != 0 && slot < until ? slot : until;
+  return slot != 0 && (entry == 0 || slot < entry) ? slot : entry;
 }
 
 /// Hands `task` to a child (a second one if the first is found gone before it took it).
@@ -49,11 +48,13 @@ std::unique_ptr<PoolChild> hand_over(ProcessPool& pool, const Task& task, bool t
   m.max_retries = task.max_retries();
   m.tracked = tracked;
   const std::string body = encode(m);
-  for (int attempt = 0;; ++attempt) {
+  // Every idle child may have left (killed while idle, by an operator or the OOM killer); the
+  // last try is a new child.
+  for (std::size_t attempt = 0;; ++attempt) {
     std::unique_ptr<PoolChild> child = pool.acquire();
     if (send_frame(child->fd, FrameKind::task, body)) return child;
-    pool.discard(std::move(child));  // it left (retired, killed) while idle
-    if (attempt == 1) throw Error("process executor: no child took the task");
+    pool.discard(std::move(child));
+    if (attempt == pool.capacity()) throw Error("process executor: no child took the task");
   }
 }
 
@@ -71,8 +72,8 @@ void rethrow(const Report& r) {
 
 }  // namespace
 
-void run_in_child(ProcessPool& pool, const Task& task, TaskControl& control, std::chrono::milliseconds grace,
-                  std::chrono::milliseconds lease) {
+void run_in_child(ProcessPool& pool, const Task& task, TaskControl& control,
+                  std::chrono::milliseconds grace) {
   {
     std::lock_guard lock(control.mutex);
     // Asked to stop (or given up) while a middleware ran: no task to hand over.
@@ -81,8 +82,8 @@ void run_in_child(ProcessPool& pool, const Task& task, TaskControl& control, std
                   ") before its process started");
     }
   }
-  const std::int64_t first_deadline = lease_time(Clock::now() + lease);
   std::unique_ptr<PoolChild> child = hand_over(pool, task, control.reports != nullptr);
+  pool.set_deadline(*child, deadline(control));
   FrameBuffer in;
   std::optional<Report> report;
   bool malformed = false, eof = false, terminated = false, killed = false;
@@ -100,26 +101,33 @@ void run_in_child(ProcessPool& pool, const Task& task, TaskControl& control, std
       killed = true;
     }
   };
-  while (!report && !malformed && !eof) {
-    pool.set_deadline(*child, deadline(control, first_deadline));
-    pollfd p{child->fd, POLLIN, 0};
-    if (poll(&p, 1, 50) > 0) {
-      eof = !in.fill(child->fd);
-      while (std::optional<Frame> f = in.next()) {
-        if (f->kind == FrameKind::write) {
-          WireReader r(f->body);
-          std::string what, value;
-          const bool ok =
-              r.bytes(what) && r.bytes(value) && control.reports && control.reports->write(what, value);
-          send_frame(child->fd, FrameKind::written, ok ? "1" : "0");
-          continue;
+  // The child's socket is read until its report or its end; a throw meanwhile (no memory)
+  // leaves it with no task: it is discarded, not kept.
+  try {
+    while (!report && !malformed && !eof) {
+      pool.set_deadline(*child, deadline(control));
+      pollfd p{child->fd, POLLIN, 0};
+      if (poll(&p, 1, 50) > 0) {
+        eof = !in.fill(child->fd);
+        while (std::optional<Frame> f = in.next()) {
+          if (f->kind == FrameKind::write) {
+            WireReader r(f->body);
+            std::string what, value;
+            const bool ok =
+                r.bytes(what) && r.bytes(value) && control.reports && control.reports->write(what, value);
+            send_frame(child->fd, FrameKind::written, ok ? "1" : "0");
+            continue;
+          }
+          report = f->kind == FrameKind::report ? decode_report(f->body) : std::nullopt;
+          malformed = !report;
+          break;
         }
-        report = f->kind == FrameKind::report ? decode_report(f->body) : std::nullopt;
-        malformed = !report;
-        break;
       }
+      if (!report) enforce();
     }
-    if (!report) enforce();
+  } catch (...) {
+    pool.discard(std::move(child));
+    throw;
   }
   pool.set_deadline(*child, 0);
   if (report && !report->retiring && !terminated) {

@@ -19,10 +19,9 @@ namespace streamq::detail {
 /// without a word (a signal, a limit, an exit) is a failure naming how it died, and one killed by
 /// its dead man's switch is also asked to stop for lease_lost. Once `control` is asked to stop for
 /// a timeout, a deadline, a cancel or a lost lease, the child's group gets SIGTERM, and SIGKILL
-/// `grace` / 2 later if it is still there. `lease` is how long from now the entry's lease is
-/// known to hold (dead_man_after(claim_min_idle)): the child's deadline until the watchdog's
-/// sweep tells a later one. @throws Error when no child can be had.
-void run_in_child(ProcessPool& pool, const Task& task, TaskControl& control, std::chrono::milliseconds grace,
-                  std::chrono::milliseconds lease);
+/// `grace` / 2 later if it is still there. The child's dead man's switch follows
+/// `control.entry_lease_until` (set before the call from the entry's last renewal, moved on by
+/// the watchdog's sweeps) and `control.slot_lease_until`. @throws Error when no child can be had.
+void run_in_child(ProcessPool& pool, const Task& task, TaskControl& control, std::chrono::milliseconds grace);
 
 }  // namespace streamq::detail

@@ -91,7 +91,11 @@ void Watchdog::fence_now(const std::shared_ptr<TaskControl>& c, std::string_view
 }
 
 void Watchdog::fence(const std::shared_ptr<TaskControl>& c, Clock::time_point at) {
-  c->slot_lease_until.store(lease_time(at), std::memory_order_relaxed);
+  // The child's switch comes after the fence (the live worker stops its child first), as for
+  // the entry's lease: at the same fraction of the lease as dead_man_after.
+  const Millis lease = s_.opt.claim_min_idle;
+  c->slot_lease_until.store(lease_time(at + (dead_man_after(lease) - fence_after(lease))),
+                            std::memory_order_relaxed);
   std::lock_guard lock(mutex_);
   if (stopped_) return;
   if (c->fence_timer) fences_.erase(*c->fence_timer);

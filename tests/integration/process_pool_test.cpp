@@ -162,6 +162,30 @@ TEST(ProcessPool, AChildWhoseForkServerIsKilledKillsItsGroupAndANewForkServerTak
   for (const auto& f : {file, file + ".child", next}) std::remove(f.c_str());
 }
 
+TEST(ProcessPool, AKilledWorkerWhoseApplicationForkedACopyOfItStillTakesItsChildrenAlong) {
+  // The application forks a helper without exec after run(): the helper holds a copy of the
+  // worker's end of the fork server's socket, which then never closes when the worker dies.
+  RedisServer server;
+  const std::string stream = unique_key();
+  const std::string file = temp_file("copied");
+  const std::string helper_file = temp_file("app-fork");
+  for (const auto& f : {file, file + ".child", helper_file}) std::remove(f.c_str());
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  producer.enqueue("sleeper", nlohmann::json{{"file", file}}.dump(), {.max_retries = 0});
+  WorkerProcess worker({STREAMQ_TEST_WORKER, server.url(), stream, "w1", "app_fork=" + helper_file});
+  ASSERT_TRUE(wait_until([&] { return read_pid(file) > 0 && read_pid(file + ".child") > 0; }, 20s));
+  ASSERT_TRUE(wait_until([&] { return read_pid(helper_file) > 0; }, 20s)) << "the application did not fork";
+  const int helper = read_pid(helper_file);
+  const int grandchild = read_pid(file);
+  const int child = read_pid(file + ".child");
+  worker.kill9();
+  EXPECT_TRUE(wait_until([&] { return gone(grandchild) && gone(child); }, 1s))
+      << "the child " << child << " or its grandchild " << grandchild
+      << " outlived the worker by a second (a fork of the application holds the worker's socket)";
+  kill(helper, SIGKILL);  // the application's own process: the test ends it
+  for (const auto& f : {file, file + ".child", helper_file}) std::remove(f.c_str());
+}
+
 TEST(ProcessPool, AFrozenWorkersChildStopsWithinOneLease) {
   RedisServer server;
   const std::string stream = unique_key();
@@ -364,6 +388,62 @@ TEST_F(ControlTest, RetiringChildrenLeaveNoZombieAndNoDescriptor) {
   EXPECT_EQ(std::set<int>(pids.begin(), pids.end()).size(), 10U) << "100 tasks per child";
   EXPECT_EQ(open_descriptors(), fds_before) << "descriptors leaked";
   for (const auto& [pid, state] : children_of(getpid())) EXPECT_NE(state, 'Z') << "zombie " << pid;
+  std::remove(file.c_str());
+}
+
+TEST_F(ControlTest, AChildThatDiesWhileAForkOfItsHoldsItsSocketFailsAtOnceAndTheForkGoes) {
+  // The handler forks a helper without exec (the helper has a copy of the child's socket), then
+  // the child crashes: the worker sees the end at once and the helper goes with its child.
+  const std::string file = temp_file("helper");
+  std::remove(file.c_str());
+  Producer p = producer();
+  RunningConsumer worker(fast(), [&](Consumer& c) {
+    c.on("forks",
+         [&](const Task&) {
+           if (fork() == 0) {
+             append_pid(file);
+             for (;;) pause();
+           }
+           wait_until([&] { return !pids_in(file).empty(); }, 5s);
+           std::abort();
+         },
+         {.executor = HandlerExecutor::process});
+  });
+  p.enqueue("forks", "{}", {.max_retries = 0});
+  ASSERT_TRUE(wait_until([&] { return !pids_in(file).empty(); }, 20s)) << "the handler did not fork";
+  const int helper = pids_in(file).front();
+  EXPECT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 5s)) << "the crash of the child was not seen";
+  EXPECT_TRUE(wait_until([&] { return gone(helper); }, 2s)) << "the handler's helper outlived its child";
+  worker.stop();
+  if (!gone(helper)) kill(helper, SIGKILL);
+  std::remove(file.c_str());
+}
+
+TEST_F(ControlTest, TheForkServerIgnoresTheSignalsOfAStopMeantForTheWorker) {
+  // A service manager's stop (systemd's KillMode=control-group) sends SIGTERM to every process
+  // of the service: the fork server keeps its children, which the worker's graceful stop ends.
+  const std::string file = temp_file("stopped");
+  std::remove(file.c_str());
+  Producer p = producer();
+  ConsumerOptions o = fast();
+  o.concurrency = 1;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("pid", [&](const Task&) { append_pid(file); }, {.executor = HandlerExecutor::process});
+  });
+  p.enqueue("pid", "{}");
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 1; }, 20s));
+  const int child = pids_in(file).front();
+  const int fork_server = parent_of(child);
+  ASSERT_GT(fork_server, 1);
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) kill(fork_server, sig);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(gone(fork_server)) << "the fork server died of a signal meant for the worker";
+  p.enqueue("pid", "{}");
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 2; }, 20s));
+  const std::vector<int> pids = pids_in(file);
+  ASSERT_EQ(pids.size(), 2U);
+  EXPECT_EQ(pids[1], pids[0]) << "the second task ran in a new child: the first was lost with the signal";
+  worker.stop();
   std::remove(file.c_str());
 }
 

@@ -11,7 +11,9 @@
 //   producer)
 //   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries, grace_ms,
 //   backoff_base_ms (retry backoff, default 0: at once), backoff_cap_ms, app_thread (1: a thread
-//   of the application's own is started before run(), as an HTTP server's would be)
+//   of the application's own is started before run(), as an HTTP server's would be), app_fork
+//   (a file: 300 ms after run() started, the application forks a helper without exec, which
+//   writes its pid there and sleeps until killed, holding copies of the worker's descriptors)
 // Task types:
 //   work       sleep payload "ms" milliseconds, then HINCRBY <stream>:done <task_id> 1
 //   hang       HINCRBY <stream>:started <task_id> 1, sleep "ms" ignoring stop requests, then
@@ -149,10 +151,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::map<std::string, long> kv;
+  std::string app_fork;  // the one key whose value is a path
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     const auto eq = a.find('=');
-    kv[a.substr(0, eq)] = std::stol(a.substr(eq + 1));
+    if (a.substr(0, eq) == "app_fork") {
+      app_fork = a.substr(eq + 1);
+    } else {
+      kv[a.substr(0, eq)] = std::stol(a.substr(eq + 1));
+    }
   }
   auto get = [&](const char* k, long def) { return kv.count(k) ? kv[k] : def; };
   using ms = std::chrono::milliseconds;
@@ -246,6 +253,17 @@ int main(int argc, char** argv) {
   });
   if (get("app_thread", 0) == 1)
     std::thread([] { std::this_thread::sleep_for(std::chrono::hours(1)); }).detach();
+  if (!app_fork.empty()) {
+    // The application forks a helper (no exec) after run() started the fork server: the helper
+    // holds a copy of every descriptor the worker had then, the fork server's socket among them.
+    std::thread([app_fork] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (fork() == 0) {
+        write_pid(app_fork);
+        for (;;) pause();
+      }
+    }).detach();
+  }
   try {
     consumer.run();
   } catch (const streamq::ConfigError& e) {  // e.g. its consumer name is in use
