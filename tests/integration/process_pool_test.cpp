@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -102,22 +103,64 @@ std::string temp_file(const std::string& what) {
   return ::testing::TempDir() + "streamq-" + what + "-" + std::to_string(getpid());
 }
 
+/// A "sleeper" task's processes: the child that runs its handler and the grandchild it started.
+struct Sleeper {
+  int child = 0;
+  int grandchild = 0;
+};
+
+/// Waits until the "sleeper" task given `file` runs (the two write their pids to `file`.child and
+/// `file`); zeros when it did not start within 20 s.
+Sleeper sleeper_running(const std::string& file) {
+  if (!wait_until([&] { return read_pid(file) > 0 && read_pid(file + ".child") > 0; }, 20s)) return {};
+  return {read_pid(file + ".child"), read_pid(file)};
+}
+
+void remove_files(std::initializer_list<std::string> files) {
+  for (const std::string& f : files) std::remove(f.c_str());
+}
+
+/// A private redis-server and a worker process (consumer w1, with `extra` arguments) that runs
+/// a "sleeper" task given temp_file(`name`).
+struct SleeperScene {
+  SleeperScene(const std::string& name, const std::vector<std::string>& extra)
+      : file(temp_file(name)), worker(arguments(extra)) {
+    remove_files({file, file + ".child"});
+    producer.enqueue("sleeper", nlohmann::json{{"file", file}}.dump(), {.max_retries = 0});
+    running = sleeper_running(file);
+  }
+  ~SleeperScene() { remove_files({file, file + ".child"}); }
+  SleeperScene(const SleeperScene&) = delete;
+  SleeperScene& operator=(const SleeperScene&) = delete;
+
+  RedisServer server;
+  const std::string stream = unique_key();
+  const std::string file;
+  Producer producer{{.connection = {.url = server.url()}, .stream = stream}};
+  WorkerProcess worker;
+  Sleeper running;  // zeros when it did not start
+
+ private:
+  std::vector<std::string> arguments(const std::vector<std::string>& extra) const {
+    std::vector<std::string> args = {STREAMQ_TEST_WORKER, server.url(), stream, "w1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+};
+
 TEST(ProcessPool, AKilledWorkersGrandchildAndConnectionsAreGoneWithinASecond) {
   RedisServer server;
   Client client(server.url());
   const std::string stream = unique_key();
   const std::string file = temp_file("sleeper");
-  std::remove(file.c_str());
-  std::remove((file + ".child").c_str());
+  remove_files({file, file + ".child"});
   Producer producer({.connection = {.url = server.url()}, .stream = stream});
   producer.enqueue("sleeper", nlohmann::json{{"file", file}}.dump(), {.max_retries = 0});
   const std::int64_t with_producer = client_count(client);
   const std::vector<std::string> args = {STREAMQ_TEST_WORKER, server.url(), stream, "w1", "min_idle_ms=1000"};
   WorkerProcess worker(args);
-  ASSERT_TRUE(wait_until([&] { return read_pid(file) > 0 && read_pid(file + ".child") > 0; }, 20s))
-      << "the handler's grandchild did not start";
-  const int grandchild = read_pid(file);
-  const int child = read_pid(file + ".child");
+  const auto [child, grandchild] = sleeper_running(file);
+  ASSERT_GT(grandchild, 0) << "the handler's grandchild did not start";
   EXPECT_GT(client_count(client), with_producer) << "the worker's connections";
   worker.kill9();
   const auto killed = std::chrono::steady_clock::now();
@@ -131,59 +174,46 @@ TEST(ProcessPool, AKilledWorkersGrandchildAndConnectionsAreGoneWithinASecond) {
   // A worker started again under the name is not refused it: no live process holds it.
   WorkerProcess again(args);
   EXPECT_EQ(again.wait_exit(1500ms), -1) << "the restarted worker exited (refused its name?)";
-  std::remove(file.c_str());
-  std::remove((file + ".child").c_str());
+  remove_files({file, file + ".child"});
 }
 
 TEST(ProcessPool, AChildWhoseForkServerIsKilledKillsItsGroupAndANewForkServerTakesOver) {
-  RedisServer server;
-  const std::string stream = unique_key();
-  const std::string file = temp_file("orphaned");
-  const std::string next = temp_file("after");
-  for (const auto& f : {file, file + ".child", next}) std::remove(f.c_str());
-  Producer producer({.connection = {.url = server.url()}, .stream = stream});
-  producer.enqueue("sleeper", nlohmann::json{{"file", file}}.dump(), {.max_retries = 0});
-  WorkerProcess worker({STREAMQ_TEST_WORKER, server.url(), stream, "w1"});
-  ASSERT_TRUE(wait_until([&] { return read_pid(file) > 0 && read_pid(file + ".child") > 0; }, 20s));
-  const int grandchild = read_pid(file);
-  const int child = read_pid(file + ".child");
+  SleeperScene scene("orphaned", {});
+  const auto [child, grandchild] = scene.running;
+  ASSERT_GT(grandchild, 0) << "the handler's grandchild did not start";
   const int fork_server = parent_of(child);
   ASSERT_GT(fork_server, 1);
-  ASSERT_NE(fork_server, worker.pid()) << "the child is the fork server's, not the worker's";
-  ASSERT_EQ(parent_of(fork_server), worker.pid());
+  ASSERT_NE(fork_server, scene.worker.pid()) << "the child is the fork server's, not the worker's";
+  ASSERT_EQ(parent_of(fork_server), scene.worker.pid());
   kill(fork_server, SIGKILL);
   EXPECT_TRUE(wait_until([&] { return gone(grandchild) && gone(child); }, 1s))
       << "the child " << child << " or its grandchild " << grandchild << " outlived their fork server";
   // The next process task gets a new fork server (forked from the running worker).
-  producer.enqueue("spinner", nlohmann::json{{"file", next}}.dump(), {.max_retries = 0});
+  const std::string next = temp_file("after");
+  std::remove(next.c_str());
+  scene.producer.enqueue("spinner", nlohmann::json{{"file", next}}.dump(), {.max_retries = 0});
   ASSERT_TRUE(wait_until([&] { return read_pid(next) > 0; }, 20s))
       << "no process task ran after the fork server died";
   EXPECT_NE(parent_of(read_pid(next)), fork_server);
-  for (const auto& f : {file, file + ".child", next}) std::remove(f.c_str());
+  std::remove(next.c_str());
 }
 
 TEST(ProcessPool, AKilledWorkerWhoseApplicationForkedACopyOfItStillTakesItsChildrenAlong) {
   // The application forks a helper without exec after run(): the helper holds a copy of the
   // worker's end of the fork server's socket, which then never closes when the worker dies.
-  RedisServer server;
-  const std::string stream = unique_key();
-  const std::string file = temp_file("copied");
   const std::string helper_file = temp_file("app-fork");
-  for (const auto& f : {file, file + ".child", helper_file}) std::remove(f.c_str());
-  Producer producer({.connection = {.url = server.url()}, .stream = stream});
-  producer.enqueue("sleeper", nlohmann::json{{"file", file}}.dump(), {.max_retries = 0});
-  WorkerProcess worker({STREAMQ_TEST_WORKER, server.url(), stream, "w1", "app_fork=" + helper_file});
-  ASSERT_TRUE(wait_until([&] { return read_pid(file) > 0 && read_pid(file + ".child") > 0; }, 20s));
+  std::remove(helper_file.c_str());
+  SleeperScene scene("copied", {"app_fork=" + helper_file});
+  const auto [child, grandchild] = scene.running;
+  ASSERT_GT(grandchild, 0) << "the handler's grandchild did not start";
   ASSERT_TRUE(wait_until([&] { return read_pid(helper_file) > 0; }, 20s)) << "the application did not fork";
   const int helper = read_pid(helper_file);
-  const int grandchild = read_pid(file);
-  const int child = read_pid(file + ".child");
-  worker.kill9();
+  scene.worker.kill9();
   EXPECT_TRUE(wait_until([&] { return gone(grandchild) && gone(child); }, 1s))
       << "the child " << child << " or its grandchild " << grandchild
       << " outlived the worker by a second (a fork of the application holds the worker's socket)";
   kill(helper, SIGKILL);  // the application's own process: the test ends it
-  for (const auto& f : {file, file + ".child", helper_file}) std::remove(f.c_str());
+  std::remove(helper_file.c_str());
 }
 
 TEST(ProcessPool, AFrozenWorkersChildStopsWithinOneLease) {
@@ -420,8 +450,8 @@ TEST_F(ControlTest, AChildThatDiesWhileAForkOfItsHoldsItsSocketFailsAtOnceAndThe
 }
 
 TEST_F(ControlTest, TheForkServerIgnoresTheSignalsOfAStopMeantForTheWorker) {
-  // A service manager's stop (systemd's KillMode=control-group) sends SIGTERM to every process
-  // of the service: the fork server keeps its children, which the worker's graceful stop ends.
+  // A signal meant for the worker that reaches the fork server (a service manager's stop sent to
+  // every process of the service) ends neither it nor its children: the worker's stop does.
   const std::string file = temp_file("stopped");
   std::remove(file.c_str());
   Producer p = producer();
