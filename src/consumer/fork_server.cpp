@@ -4,6 +4,7 @@
 // worker runs in them), log nothing (the log's lock may be held by a thread that is not here),
 // and take no lock of the worker's.
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -37,11 +38,16 @@ const int kServerGone = SIGRTMAX - 1;
 
 void kill_own_group(int) { kill(0, SIGKILL); }
 
-/// Default dispositions and an empty mask for what a worker may have set up.
-void reset_signals() {
-  for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGCHLD, SIGALRM}) {
-    std::signal(sig, SIG_DFL);
-  }
+/// The signals a stop of the worker's sends (a service manager may send them to every process
+/// of the service).
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP};
+
+/// Default dispositions (but the stop signals ignored when `ignore_stops`) and an empty mask,
+/// for what a worker may have set up; the dispositions before the mask, so that nothing pending
+/// from the fork's window meets the worker's handlers or a default it should not.
+void reset_signals(bool ignore_stops) {
+  for (const int sig : {SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGCHLD, SIGALRM}) std::signal(sig, SIG_DFL);
+  for (const int sig : kStopSignals) std::signal(sig, ignore_stops ? SIG_IGN : SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -123,9 +129,18 @@ Report run_one(const Registrations& handlers, const Task& task, const rlimit& as
 /// The child's socket, closed in every process a handler forks from the child (pthread_atfork):
 /// only the child may hold it, so that its end is seen the moment the child ends. (A program it
 /// starts with exec loses it anyway: the socket is close-on-exec.)
+/// (Its number is taken by /dev/null rather than freed: a handler's report in the fork then
+/// fails, as on a closed socket, instead of writing into whatever the fork opens next.)
 int g_task_socket = -1;
 void close_task_socket_in_fork() {
-  if (g_task_socket >= 0) close(g_task_socket);
+  if (g_task_socket < 0) return;
+  const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0 && dup3(null, g_task_socket, O_CLOEXEC) >= 0) {
+    close(null);
+  } else {
+    if (null >= 0) close(null);
+    close(g_task_socket);
+  }
   g_task_socket = -1;
 }
 
@@ -218,9 +233,9 @@ std::vector<pid_t> own_children() {
 
 class ForkServer {
  public:
-  ForkServer(int control, const Registrations& handlers, std::atomic<std::int64_t>* deadlines,
+  ForkServer(int control, pid_t worker, const Registrations& handlers, std::atomic<std::int64_t>* deadlines,
              std::size_t slots)
-      : control_(control), handlers_(handlers), deadlines_(deadlines), slots_(slots), worker_(getppid()) {}
+      : control_(control), handlers_(handlers), deadlines_(deadlines), slots_(slots), worker_(worker) {}
 
   [[noreturn]] void run() {
     for (;;) {
@@ -277,7 +292,7 @@ class ForkServer {
     if (pid == 0) {
       close(control_);
       close(sv[0]);
-      reset_signals();
+      reset_signals(false);
       child_main(sv[1], server, handlers_);
     }
     close(sv[1]);
@@ -392,19 +407,18 @@ class ForkServer {
 
 }  // namespace
 
-void serve_forks(int control, const Registrations& handlers, std::atomic<std::int64_t>* deadlines,
-                 std::size_t slots) {
+void serve_forks(int control, pid_t worker, const Registrations& handlers,
+                 std::atomic<std::int64_t>* deadlines, std::size_t slots) {
   silence_log();  // the log's lock may have been held by another worker thread at the fork
   // Its own process group, so a Ctrl-C for the worker's group leaves the children to the
   // worker's graceful stop; the subreaper of what its children start.
   setpgid(0, 0);
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  reset_signals();
   // A service manager's stop may signal every process of the service (systemd's
-  // KillMode=control-group): the fork server is ended by its socket, not by these. (Its children
-  // set them back to their defaults.)
-  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) std::signal(sig, SIG_IGN);
-  ForkServer(control, handlers, deadlines, slots).run();
+  // KillMode=control-group): the fork server is ended by its socket or its parent's end, not by
+  // these. (Its children set them back to their defaults.)
+  reset_signals(true);
+  ForkServer(control, worker, handlers, deadlines, slots).run();
 }
 
 }  // namespace streamq::detail

@@ -95,10 +95,11 @@ void ProcessPool::start_server_locked() {
   sigset_t all, before;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &before);
+  const pid_t worker = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
     close_owned_fds(sv[1]);  // the worker's Redis connections, its end of this socket, its children's
-    serve_forks(sv[1], handlers_, deadlines_, max_children_);
+    serve_forks(sv[1], worker, handlers_, deadlines_, max_children_);
   }
   const int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
@@ -144,9 +145,15 @@ std::optional<Frame> ProcessPool::ask_locked(FrameKind kind, const std::string& 
     // No answer yet (a fork server answers at once, or within a second for a reap): one that
     // died while a copy of its socket's end lives on (in a process the application forked)
     // would never answer.
-    if (ready == 0 && waitpid(server_, nullptr, WNOHANG) == server_) {
-      server_ = -1;
-      return std::nullopt;
+    if (ready == 0 && server_ > 0) {
+      const pid_t got = waitpid(server_, nullptr, WNOHANG);
+      if (got == server_ || (got < 0 && errno == ECHILD)) {  // (ECHILD: reaped by the application)
+        server_ = -1;
+        disown_fd(control_);
+        ::close(control_);
+        control_ = -1;
+        return std::nullopt;
+      }
     }
   }
 }
@@ -194,12 +201,14 @@ std::unique_ptr<PoolChild> ProcessPool::acquire() {
       ::close(control_);
       control_ = -1;
     }
-    if (server_ > 0) {
-      kill(server_, SIGKILL);  // gone, or not answering: its children go with it (their switch)
+    // Gone, or not answering: killed (its children go with it, their parent-death signal), but
+    // only while it is certainly still its pid's owner, a child not yet reaped.
+    if (server_ > 0 && waitpid(server_, nullptr, WNOHANG) == 0) {
+      kill(server_, SIGKILL);
       while (waitpid(server_, nullptr, 0) < 0 && errno == EINTR) {
       }
-      server_ = -1;
     }
+    server_ = -1;
     for (auto& c : idle_) {
       disown_fd(c->fd);
       ::close(c->fd);

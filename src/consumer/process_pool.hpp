@@ -94,7 +94,8 @@ class ProcessPool {
 
 /// The fork server's life (fork_server.cpp): serves `control` until the worker's end closes,
 /// then kills what it started and leaves.
-[[noreturn]] void serve_forks(int control, const Registrations& handlers,
+/// `worker` is the process it was forked from: once its parent is another, it leaves as well.
+[[noreturn]] void serve_forks(int control, pid_t worker, const Registrations& handlers,
                               std::atomic<std::int64_t>* deadlines, std::size_t slots);
 
 }  // namespace streamq::detail
