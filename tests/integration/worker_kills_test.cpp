@@ -193,7 +193,7 @@ TEST(Reliability, TheStatusOfATaskWhoseWorkerWasKilledSaysItsHolderIsSilent) {
   EXPECT_EQ(t->state, TaskState::pending);
   EXPECT_TRUE(t->holder->renewing);
   EXPECT_GT(t->holder->lease_ms, 5000);
-  EXPECT_LE(t->holder->lease_ms, 6000);
+  EXPECT_LE(t->holder->lease_ms, 6001);  // (from whole milliseconds: one may come of the rounding)
   worker.kill9();
   ASSERT_TRUE(wait_until(
       [&] {
