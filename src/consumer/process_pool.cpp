@@ -113,17 +113,19 @@ void ProcessPool::start_server_locked() {
   server_ = pid;
 }
 
-void ProcessPool::stop_server_locked() {
-  if (control_ < 0) return;
+void ProcessPool::stop_server_locked(std::chrono::milliseconds patience) {
   // Its socket's end is the fork server's signal to kill what it started and leave.
-  disown_fd(control_);
-  ::close(control_);
-  control_ = -1;
+  if (control_ >= 0) {
+    disown_fd(control_);
+    ::close(control_);
+    control_ = -1;
+  }
   if (server_ > 0) {
-    // It ends within two seconds (end_all); one that did not see the end (a copy of the socket's
-    // end lives on in a process the application forked) is killed, and its children with it
-    // (their parent-death signal).
-    const Clock::time_point give_up = Clock::now() + std::chrono::seconds(3);
+    // It ends within two seconds (end_all). One that did not (it does not answer, or a copy of
+    // the socket's end lives on in a process the application forked) is killed, and its
+    // children with it (their parent-death signal), but only while it is surely still its pid's
+    // owner, a child not yet reaped.
+    const Clock::time_point give_up = Clock::now() + patience;
     pid_t got = 0;
     while ((got = waitpid(server_, nullptr, WNOHANG)) == 0 && Clock::now() < give_up) usleep(2000);
     if (got == 0) {
@@ -149,9 +151,7 @@ std::optional<Frame> ProcessPool::ask_locked(FrameKind kind, const std::string& 
       const pid_t got = waitpid(server_, nullptr, WNOHANG);
       if (got == server_ || (got < 0 && errno == ECHILD)) {  // (ECHILD: reaped by the application)
         server_ = -1;
-        disown_fd(control_);
-        ::close(control_);
-        control_ = -1;
+        stop_server_locked(std::chrono::milliseconds(0));
         return std::nullopt;
       }
     }
@@ -196,19 +196,7 @@ std::unique_ptr<PoolChild> ProcessPool::acquire() {
     log(LogLevel::warning,
         "process executor: the fork server is gone; a new one is forked from the running worker (its other "
         "threads' locks are copied in the state they are in)");
-    if (control_ >= 0) {
-      disown_fd(control_);
-      ::close(control_);
-      control_ = -1;
-    }
-    // Gone, or not answering: killed (its children go with it, their parent-death signal), but
-    // only while it is certainly still its pid's owner, a child not yet reaped.
-    if (server_ > 0 && waitpid(server_, nullptr, WNOHANG) == 0) {
-      kill(server_, SIGKILL);
-      while (waitpid(server_, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
-    server_ = -1;
+    stop_server_locked(std::chrono::milliseconds(0));  // gone, or not answering
     for (auto& c : idle_) {
       disown_fd(c->fd);
       ::close(c->fd);

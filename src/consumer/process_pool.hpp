@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -75,7 +76,9 @@ class ProcessPool {
 
  private:
   void start_server_locked();
-  void stop_server_locked();
+  /// Closes the fork server's socket and reaps it, killed when it has not ended within
+  /// `patience`.
+  void stop_server_locked(std::chrono::milliseconds patience = std::chrono::seconds(3));
   /// One request to the fork server and its answer; nullopt when the fork server is gone.
   std::optional<Frame> ask_locked(FrameKind kind, const std::string& body, int* passed = nullptr);
   ChildEnd discard_locked(std::unique_ptr<PoolChild> child);

@@ -305,14 +305,24 @@ std::vector<int> pids_in(const std::string& file) {
   return out;
 }
 
+/// `o` with one handler thread, so one child at a time.
+ConsumerOptions one_child(ConsumerOptions o) {
+  o.concurrency = 1;
+  return o;
+}
+
+/// Registers "pid": a process handler that appends its child's pid to `file`.
+void on_pid(Consumer& c, const std::string& file, const ProcessLimits& limits = {}) {
+  c.on("pid", [file](const Task&) { append_pid(file); },
+       {.executor = HandlerExecutor::process, .limits = limits});
+}
+
 TEST_F(ControlTest, AChildIsReusedAndOneKilledAtItsTimeoutIsReplaced) {
   const std::string file = temp_file("pids");
   std::remove(file.c_str());
   Producer p = producer();
-  ConsumerOptions o = fast();
-  o.concurrency = 1;
-  RunningConsumer worker(o, [&](Consumer& c) {
-    c.on("pid", [&](const Task&) { append_pid(file); }, {.executor = HandlerExecutor::process});
+  RunningConsumer worker(one_child(fast()), [&](Consumer& c) {
+    on_pid(c, file);
     c.on("spin",
          [](const Task&) {
            for (;;) pause();
@@ -408,12 +418,8 @@ TEST_F(ControlTest, RetiringChildrenLeaveNoZombieAndNoDescriptor) {
     Producer p = producer();
     std::vector<TaskSpec> batch(1000, TaskSpec{"pid", "{}"});
     p.enqueue_batch(batch);
-    ConsumerOptions o = fast();
-    o.concurrency = 1;
-    RunningConsumer worker(o, [&](Consumer& c) {
-      c.on("pid", [&](const Task&) { append_pid(file); },
-           {.executor = HandlerExecutor::process, .limits = {.tasks_per_child = 100}});
-    });
+    RunningConsumer worker(one_child(fast()),
+                           [&](Consumer& c) { on_pid(c, file, {.tasks_per_child = 100}); });
     ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 1000; }, 60s));
     // The fork server is this process's child, a copy of this program (the fixture's server,
     // redis-server or valkey-server, is another); none of its children is a zombie.
@@ -470,19 +476,15 @@ TEST_F(ControlTest, TheForkServerIgnoresTheSignalsOfAStopMeantForTheWorker) {
   const std::string file = temp_file("stopped");
   std::remove(file.c_str());
   Producer p = producer();
-  ConsumerOptions o = fast();
-  o.concurrency = 1;
-  RunningConsumer worker(o, [&](Consumer& c) {
-    c.on("pid", [&](const Task&) { append_pid(file); }, {.executor = HandlerExecutor::process});
-  });
+  RunningConsumer worker(one_child(fast()), [&](Consumer& c) { on_pid(c, file); });
   p.enqueue("pid", "{}");
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 1; }, 20s));
   const int child = pids_in(file).front();
   const int fork_server = parent_of(child);
   ASSERT_GT(fork_server, 1);
   for (const int sig : {SIGTERM, SIGINT, SIGHUP}) kill(fork_server, sig);
-  std::this_thread::sleep_for(200ms);
-  EXPECT_FALSE(gone(fork_server)) << "the fork server died of a signal meant for the worker";
+  EXPECT_FALSE(wait_until([&] { return gone(fork_server); }, 200ms))
+      << "the fork server died of a signal meant for the worker";
   p.enqueue("pid", "{}");
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == 2; }, 20s));
   const std::vector<int> pids = pids_in(file);
