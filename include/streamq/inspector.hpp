@@ -216,9 +216,10 @@ std::string_view to_string(Finding::Severity s) noexcept;
 /// where it would act (cancel, replay and delete by id), the first found where it reads (task()).
 /// A partition's own name (`{orders:3}`) addresses that partition alone.
 ///
-/// Thread safety: calls on one Inspector must not overlap (it holds one connection).
-/// Movable, not copyable. Every call may throw ConnectionError / TimeoutError, or
-/// ReplyError (e.g. NOPERM for an ACL user without the command).
+/// Thread safety: calls may overlap from any number of threads. It holds one connection, and its
+/// calls take turns on it (one call at a time: an events() call that blocks holds the others up
+/// for its `block`). Movable, not copyable; moving it must not overlap a call. Every call may throw
+/// ConnectionError / TimeoutError, or ReplyError (e.g. NOPERM for an ACL user without the command).
 class Inspector {
  public:
   /// Validates the options (ConfigError); connects lazily.

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -226,6 +227,15 @@ struct TaskSpec {
   EnqueueOptions options{};
 };
 
+/// The completion of Producer::enqueue_async: `error` null and the task's id, or `error` holding
+/// what enqueue would have thrown (and an empty id). See Producer for the thread it runs on.
+using EnqueueHandler = std::function<void(std::exception_ptr error, std::string task_id)>;
+/// The completion of Producer::enqueue_batch_async: the ids, or what enqueue_batch would have
+/// thrown (QueueFullError and DuplicateTaskError carry the ids of the tasks written).
+using BatchHandler = std::function<void(std::exception_ptr error, std::vector<std::string> task_ids)>;
+/// The completion of Producer::wait_async: the record, or TaskFailedError / WaitTimeoutError.
+using WaitHandler = std::function<void(std::exception_ptr error, TaskRecord record)>;
+
 /// Enqueues tasks on one Redis stream.
 ///
 /// @code
@@ -235,8 +245,23 @@ struct TaskSpec {
 ///   producer.enqueue("send_email", R"({"to":"user@example.com"})");  // JSON text
 /// @endcode
 ///
-/// Thread safety: one Producer owns one connection; calls on the same Producer must not
-/// overlap (use one Producer per thread, or your own mutex). Movable, not copyable.
+/// Thread safety: every call may overlap with any other, from any number of threads; one
+/// Producer is meant to be shared by the whole service. It writes on one connection: the calls
+/// that arrive while a round trip is in flight go out together in the next write (automatic
+/// pipelining), and each caller gets its own answer, in order. A refusal (QueueFullError,
+/// DuplicateTaskError, a ReplyError) fails only its own call; a connection lost fails the calls
+/// whose replies were not read (their outcome is unknown, as for one caller), and the next write
+/// connects again. A second connection is made for waits, at the first wait. Movable, not
+/// copyable; moving it or destroying it must not overlap a call.
+///
+/// The `_async` calls return at once. Their completion runs on the Producer's completion thread
+/// (one per Producer, started at the first such call), never inside another call; it must not
+/// block for long, since the completions of every asynchronous call wait behind it (a batch
+/// whose chunks must be sent again, or that waits for replicas, is finished on that thread and
+/// holds it for that long). wait_async's completion runs on the waits' thread instead. Every
+/// outcome, a bad argument's too, reaches the completion (or the future), never the caller. The
+/// Producer's destructor answers the asynchronous calls still queued (their completions run)
+/// before it returns.
 class Producer {
  public:
   /// Validates the options (ConfigError names the bad field). Connects lazily, on the first
@@ -308,6 +333,18 @@ class Producer {
   /// @throws as enqueue.
   std::vector<std::string> enqueue_batch(const std::vector<TaskSpec>& tasks);
 
+  /// enqueue without blocking: the task is written with the next write, and `done` gets its id
+  /// or the error enqueue would have thrown. The middleware run in this call (next() adds the task
+  /// to the queue and sets its task_id); what the write then meets reaches only `done`.
+  void enqueue_async(std::string_view task_type, const Payload& payload, const EnqueueOptions& options,
+                     EnqueueHandler done);
+  /// The same, with a std::future of the id (get() throws what enqueue would have thrown).
+  std::future<std::string> enqueue_async(std::string_view task_type, const Payload& payload,
+                                         const EnqueueOptions& options = {});
+  /// enqueue_batch without blocking (see enqueue_async).
+  void enqueue_batch_async(std::vector<TaskSpec> tasks, BatchHandler done);
+  std::future<std::vector<std::string>> enqueue_batch_async(std::vector<TaskSpec> tasks);
+
   /// Adds a middleware around each enqueue (see ProducerMiddleware): the first added is the
   /// outermost; ProducerOptions::tracer's context is written innermost, after every middleware.
   /// For enqueue, next() writes the task (one round trip) and sets EnqueueCall::task_id. For
@@ -327,7 +364,7 @@ class Producer {
   /// a task whose record went with its end while the thread was reading events is answered from
   /// its final event. Every wait ends within `timeout` (give or take a few milliseconds),
   /// whatever Redis does: a server out of reach makes it a WaitTimeoutError saying so.
-  /// Thread-safe (unlike enqueue): any number of threads may wait at once.
+  /// Any number of threads may wait at once.
   /// @throws TaskFailedError (it ended dead or cancelled: what() says why, record() is its
   ///   record), WaitTimeoutError (not finished within `timeout`; or no record of it was found
   ///   within about a second: not tracked, expired, another queue's, or not enqueued yet, see
@@ -340,6 +377,10 @@ class Producer {
   std::future<TaskRecord> wait_async(const std::string& task_id, std::chrono::milliseconds timeout);
   std::future<TaskRecord> wait_async(const std::string& task_id, std::chrono::milliseconds timeout,
                                      WaitOptions options);
+  /// wait() with a completion, called once on the waits' thread (a ConfigError for the timeout
+  /// reaches it too).
+  void wait_async(const std::string& task_id, std::chrono::milliseconds timeout, WaitOptions options,
+                  WaitHandler done);
   /// Enqueues a task (as enqueue) and waits for it (as wait). It is tracked whatever the options
   /// say: with their retention, else ProducerOptions::retention, else one that keeps the record
   /// for max(timeout, 1 min) once done; a retention of 0 becomes a minute (the task could end

@@ -140,7 +140,8 @@ std::string to_prometheus(const std::vector<QueueStats>& queues);
 
 /// Reads queue health without changing anything (and without creating any key).
 ///
-/// Thread safety: calls on one StatsReader must not overlap. Movable, not copyable.
+/// Thread safety: calls may overlap from any number of threads; they take turns on its one
+/// connection. Movable, not copyable; moving it must not overlap a call.
 class StatsReader {
  public:
   /// Validates the options; connects lazily.

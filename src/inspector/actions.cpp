@@ -154,6 +154,7 @@ ActionResult Inspector::Impl::on_dead_of_parts(const std::string& queue, const D
 }
 
 ActionResult Inspector::replay(const std::string& queue, const ReplayOptions& options) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   return impl_->on_dead_of_parts(
       queue, options.filter, options.progress,
@@ -190,6 +191,7 @@ ActionResult Inspector::Impl::replay_one(const detail::QueueKeys& keys, const Re
 
 ActionResult Inspector::delete_dead(const std::string& queue, const DeadLetterFilter& filter,
                                     const ProgressCallback& progress) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   return impl_->on_dead_of_parts(queue, filter, progress,
                                  [&](const detail::QueueKeys& keys, const DeadLetterFilter& f,
@@ -236,6 +238,7 @@ std::int64_t Inspector::Impl::forget(const detail::QueueKeys& keys, const std::v
 }
 
 std::int64_t Inspector::purge_dead(const std::string& queue) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   std::int64_t n = 0;
   for (const std::string& part : impl_->parts(queue)) n += impl_->purge_one(detail::queue_keys(part));
@@ -253,6 +256,7 @@ std::int64_t Inspector::Impl::purge_one(const detail::QueueKeys& keys) {
 }
 
 std::optional<std::string> Inspector::run_now(const std::string& queue, const std::string& task_id) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   if (task_id.empty()) throw ConfigError("task_id must not be empty");
   const std::vector<std::string> parts = impl_->parts(queue);
@@ -278,6 +282,7 @@ std::optional<std::string> Inspector::Impl::run_now_one(const detail::QueueKeys&
 }
 
 CancelOutcome Inspector::cancel(const std::string& queue, const std::string& id) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   if (id.empty()) throw ConfigError("id must not be empty");
   const std::vector<std::string> parts = impl_->parts(queue);
@@ -362,17 +367,20 @@ std::vector<Reply> Inspector::Impl::on_pause_flags(const std::string& queue, std
 }
 
 void Inspector::pause(const std::string& queue) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   const std::string at = detail::format_timestamp(std::chrono::system_clock::now());
   impl_->on_pause_flags(queue, "SET", at);
 }
 
 void Inspector::resume(const std::string& queue) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   impl_->on_pause_flags(queue, "DEL", "");
 }
 
 bool Inspector::paused(const std::string& queue) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   for (const Reply& r : impl_->on_pause_flags(queue, "EXISTS", "")) {
     if (r.view().integer() != 1) return false;

@@ -113,6 +113,7 @@ std::string_view to_string(Finding::Severity s) noexcept {
 }
 
 std::vector<Finding> Inspector::doctor(const std::string& queue, const std::string& user) {
+  const std::lock_guard lock(impl_->calls);
   if (queue.empty()) throw ConfigError("queue must not be empty");
   // The ACL lines are per queue of one stream: a partitioned queue's first partition stands for all.
   const std::string checked = impl_->parts(queue).front();

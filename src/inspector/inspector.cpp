@@ -107,6 +107,7 @@ Inspector::Inspector(Inspector&&) noexcept = default;
 Inspector& Inspector::operator=(Inspector&&) noexcept = default;
 
 std::vector<QueueInfo> Inspector::queues() {
+  const std::lock_guard lock(impl_->calls);
   // Candidates: every stream, named by its queue (a level's or a dead-letter stream names its
   // queue), and every `:delayed` sorted set (a queue with only delayed tasks has no stream yet).
   std::set<std::string> bases;
@@ -187,6 +188,7 @@ std::vector<QueueInfo> Inspector::queues() {
 }
 
 QueueStats Inspector::stats(const std::string& queue) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   const std::vector<std::string> parts = impl_->parts(queue);
   StatsOptions o;
@@ -199,6 +201,9 @@ QueueStats Inspector::stats(const std::string& queue) {
   return detail::sum_partitions(queue, std::move(each));
 }
 
-std::int64_t Inspector::server_time_ms() { return impl_->server_ms(); }
+std::int64_t Inspector::server_time_ms() {
+  const std::lock_guard lock(impl_->calls);
+  return impl_->server_ms();
+}
 
 }  // namespace streamq

@@ -2,6 +2,8 @@
 // The Inspector's state and the reads its calls share (the files of src/inspector).
 #pragma once
 
+#include <mutex>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +19,10 @@ namespace streamq {
 
 struct Inspector::Impl {
   explicit Impl(InspectorOptions o);
+
+  /// Held by every public call: they take turns on the connection (recursive: a call may make
+  /// another).
+  std::recursive_mutex calls;
 
   /// The connection, connected (after the backoff delay if the last attempt failed).
   detail::Connection& connected();

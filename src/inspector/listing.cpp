@@ -235,6 +235,7 @@ TaskPage Inspector::Impl::dead_tasks(const detail::QueueKeys& keys, const TaskQu
 }
 
 TaskPage Inspector::tasks(const std::string& queue, const TaskQuery& query) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   if (query.count < 1 || query.count > kMostPageCount) {
     throw ConfigError("count must be 1 to " + std::to_string(kMostPageCount) + " (got " +

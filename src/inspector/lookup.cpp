@@ -122,6 +122,7 @@ void Inspector::Impl::add_holder(const std::string& queue, TaskInfo& t) {
 }
 
 std::optional<TaskInfo> Inspector::task(const std::string& queue, const std::string& id) {
+  const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   if (id.empty()) throw ConfigError("id must not be empty");
   const std::vector<std::string> parts = impl_->parts(queue);

@@ -15,6 +15,7 @@ using detail::Reply;
 using detail::ReplyView;
 
 std::optional<TaskRecord> Inspector::record(const std::string& queue, const std::string& task_id) {
+  const std::lock_guard lock(impl_->calls);
   detail::check_queue(queue);
   if (task_id.empty()) throw ConfigError("task_id must not be empty");
   const std::vector<std::string> parts = impl_->parts(queue);
@@ -38,6 +39,7 @@ std::optional<TaskRecord> Inspector::record(const std::string& queue, const std:
 
 Inspector::QueueEvents Inspector::events(const std::string& queue, const std::string& after,
                                          std::size_t count, std::chrono::milliseconds block) {
+  const std::lock_guard lock(impl_->calls);
   detail::check_queue(queue);
   if (count < 1 || count > 10000) throw ConfigError("count must be 1 to 10,000");
   detail::check_duration(block, std::chrono::milliseconds(0), "block");

@@ -81,64 +81,58 @@ void Producer::Impl::refuse_batch(const std::vector<std::string>& ids, const std
   throw ReplyError(failure + " (enqueue_batch " + batch_outcome(ids) + replication_of_written(ids) + ")");
 }
 
+std::vector<detail::SharedCommand> Producer::Impl::BatchWrite::commands() {
+  std::vector<detail::SharedCommand> c;
+  c.reserve(argvs.size());
+  for (detail::Argv& a : argvs)
+    c.push_back({&a, scripted ? detail::ScriptId::enqueue : detail::not_a_script});
+  return c;
+}
+
 std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec>& tasks) {
+  BatchWrite b;
+  build_batch(b, tasks);
+  if (tasks.empty()) return {};
+  // Without the script, a command sent where its slot no longer is goes again on its own (the
+  // shared connection follows it); with it, finish_batch decides what goes again, in order.
+  std::vector<detail::Reply> replies = link.run(b.commands(), !b.scripted);
+  return finish_batch(b, std::move(replies));
+}
+
+void Producer::Impl::build_batch(BatchWrite& b, const std::vector<TaskSpec>& tasks) {
   Impl& im = *this;
-  std::vector<std::string> ids(tasks.size());
-  std::vector<Prepared> prepared;
-  prepared.reserve(tasks.size());
-  const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
-  bool scripted = im.options.overflow == Overflow::reject;
+  b.ids.resize(tasks.size());
+  b.prepared.reserve(tasks.size());
+  b.created_at = detail::format_timestamp(std::chrono::system_clock::now());
+  b.scripted = im.options.overflow == Overflow::reject;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    prepared.push_back(
-        im.prepare(tasks[i].task_type, tasks[i].payload.text(), tasks[i].options, ids[i], created_at));
-    scripted = scripted || Impl::needs_script(prepared.back());
+    b.prepared.push_back(
+        im.prepare(tasks[i].task_type, tasks[i].payload.text(), tasks[i].options, b.ids[i], b.created_at));
+    b.scripted = b.scripted || Impl::needs_script(b.prepared.back());
   }
-  if (tasks.empty()) return ids;
-  std::vector<int> partition_of(prepared.size());
-  for (std::size_t i = 0; i < prepared.size(); ++i) partition_of[i] = prepared[i].partition;
-  im.conn.connect_with_backoff();
-
-  if (!scripted) {
-    std::vector<detail::Argv> argvs;
-    argvs.reserve(prepared.size());
-    for (const auto& t : prepared) argvs.push_back(im.trim_argv(t));
-    std::vector<detail::Reply> replies = im.conn.pipeline(argvs);
-    std::string failure;
-    for (std::size_t i = 0; i < replies.size(); ++i) {
-      // A command sent where its slot no longer is: again, on its own (command() follows it).
-      if (sent_to_wrong_place(replies[i])) replies[i] = im.conn.command(argvs[i]);
-      if (!replies[i].view().is_error()) continue;
-      if (failure.empty()) failure = std::string(replies[i].view().error());
-      ids[i].clear();
-    }
-    if (!failure.empty()) im.refuse_batch(ids, failure);
-    im.wait_for_replicas(ids);
-    return ids;
+  if (tasks.empty()) return;
+  if (!b.scripted) {
+    b.argvs.reserve(b.prepared.size());
+    for (const auto& t : b.prepared) b.argvs.push_back(im.trim_argv(t));
+    return;
   }
-
   // The tasks of each partition together, in batch order (with one partition, as given).
-  std::vector<std::size_t> order(prepared.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  b.order.resize(b.prepared.size());
+  for (std::size_t i = 0; i < b.order.size(); ++i) b.order[i] = i;
   if (im.options.partitions > 1) {
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return partition_of[a] < partition_of[b]; });
+    std::stable_sort(b.order.begin(), b.order.end(), [&](std::size_t x, std::size_t y) {
+      return b.prepared[x].partition < b.prepared[y].partition;
+    });
+    // (With one partition the tasks stay where they are: a second copy of a large batch costs
+    // its page faults, measured at a quarter of enqueue_batch's throughput.)
+    b.regrouped.reserve(b.prepared.size());
+    for (const std::size_t i : b.order) b.regrouped.push_back(std::move(b.prepared[i]));
   }
-  // (With one partition the tasks stay where they are: a second copy of a large batch costs
-  // its page faults, measured at a quarter of enqueue_batch's throughput.)
-  std::vector<Prepared> regrouped;
-  if (im.options.partitions > 1) {
-    regrouped.reserve(prepared.size());
-    for (const std::size_t i : order) regrouped.push_back(std::move(prepared[i]));
-  }
-  const std::vector<Prepared>& grouped = im.options.partitions > 1 ? regrouped : prepared;
+  const std::vector<Prepared>& grouped = b.grouped();
   // Chunks of at most kChunk tasks of one partition. A partition with more than one chunk has
   // a refusal mark of its own (in its slot): once one of its chunks is refused, every chunk of
   // it behind that one writes nothing (see the enqueue script), so what was written of each
   // partition's tasks is a prefix of them.
-  struct Chunk {
-    std::size_t first, last;
-  };
-  std::vector<Chunk> chunks;
   std::vector<std::size_t> per_partition(static_cast<std::size_t>(im.options.partitions), 0);
   for (std::size_t first = 0; first < grouped.size();) {
     std::size_t last = first;
@@ -146,34 +140,48 @@ std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec
            grouped[last].partition == grouped[first].partition) {
       ++last;
     }
-    chunks.push_back({first, last});
+    b.chunks.push_back({first, last});
     per_partition[static_cast<std::size_t>(grouped[first].partition)] += last - first;
     first = last;
   }
   const std::string token = detail::new_uuid_v4();
-  std::vector<std::string> marks(per_partition.size());
+  b.marks.resize(per_partition.size());
   for (std::size_t p = 0; p < per_partition.size(); ++p) {
-    if (per_partition[p] > kChunk) marks[p] = detail::batch_refused_key(im.keys[p].stream, token);
+    if (per_partition[p] > kChunk) b.marks[p] = detail::batch_refused_key(im.keys[p].stream, token);
   }
-  // Each chunk goes on the wire as soon as it is built, so Redis runs chunk k while the
-  // next one is being formatted.
-  std::vector<detail::Argv> argvs;
-  std::vector<detail::ScriptId> script_ids;
   std::vector<std::int64_t> position(per_partition.size(), 0);
-  for (const Chunk& c : chunks) {
+  b.argvs.reserve(b.chunks.size());
+  for (const BatchWrite::Chunk& c : b.chunks) {
     const auto p = static_cast<std::size_t>(grouped[c.first].partition);
-    argvs.push_back(im.script_argv(grouped, c.first, c.last, marks[p], ++position[p]));
-    script_ids.push_back(detail::ScriptId::enqueue);
-    im.conn.append(argvs.back());
-    im.conn.flush();
+    b.argvs.push_back(im.script_argv(grouped, c.first, c.last, b.marks[p], ++position[p]));
   }
-  std::vector<detail::Reply> replies = im.scripts.collect(script_ids, argvs, false);
+}
+
+std::vector<std::string> Producer::Impl::finish_batch(BatchWrite& b, std::vector<detail::Reply> replies) {
+  Impl& im = *this;
+  std::vector<std::string>& ids = b.ids;
+  if (!b.scripted) {
+    std::string failure;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (!replies[i].view().is_error()) continue;
+      if (failure.empty()) failure = std::string(replies[i].view().error());
+      ids[i].clear();
+    }
+    if (!failure.empty()) im.refuse_batch(ids, failure);
+    im.wait_for_replicas(ids);
+    return std::move(ids);
+  }
+  const std::vector<Prepared>& grouped = b.grouped();
+  const auto& chunks = b.chunks;
+  const auto& order = b.order;
+  auto task_of = [&](std::size_t k) { return order.empty() ? k : order[k]; };
+  const std::size_t partitions = b.marks.size();
   // A chunk that was not run (sent where its slot no longer is: MOVED, ASK, TRYAGAIN; a
   // script cache emptied by a failover or SCRIPT FLUSH: NOSCRIPT), and the chunks of its
   // partition behind it (the enqueue script writes nothing while an earlier chunk of its batch
   // has not run), go again, on their own, in order: what is written stays a prefix in order.
-  std::vector<bool> stuck(per_partition.size(), false);  // a chunk of it stays unwritten
-  std::vector<bool> left(replies.size(), false);         // not run: behind an unwritten chunk
+  std::vector<bool> stuck(partitions, false);     // a chunk of it stays unwritten
+  std::vector<bool> left(replies.size(), false);  // not run: behind an unwritten chunk
   for (std::size_t c = 0; c < replies.size(); ++c) {
     const auto p = static_cast<std::size_t>(grouped[chunks[c].first].partition);
     const bool not_run = sent_to_wrong_place(replies[c]) || detail::ScriptRunner::is_noscript(replies[c]) ||
@@ -182,7 +190,11 @@ std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec
       left[c] = true;
       continue;
     }
-    if (not_run) replies[c] = im.scripts.call(detail::ScriptId::enqueue, argvs[c]);
+    if (not_run) {
+      im.link.run_alone([&](detail::Connection&, detail::ScriptRunner& scripts) {
+        replies[c] = scripts.call(detail::ScriptId::enqueue, b.argvs[c]);
+      });
+    }
     const detail::ReplyView v = replies[c].view();
     if (v.is_error() || v.integer() <= 0) stuck[p] = true;
   }
@@ -192,7 +204,7 @@ std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec
   std::size_t duplicate_index = 0;
   for (std::size_t c = 0; c < replies.size(); ++c) {
     if (left[c]) {
-      for (std::size_t k = chunks[c].first; k < chunks[c].last; ++k) ids[order[k]].clear();
+      for (std::size_t k = chunks[c].first; k < chunks[c].last; ++k) ids[task_of(k)].clear();
       continue;
     }
     const bool full = is_queue_full(replies[c]);
@@ -202,14 +214,14 @@ std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec
       server_message = full ? std::string(replies[c].view().error()) : duplicate_message(*dup);
       if (dup) {
         duplicate = std::move(dup);
-        duplicate_index = order[chunks[c].first + duplicate->index];
+        duplicate_index = task_of(chunks[c].first + duplicate->index);
       }
     }
     if (!refused && replies[c].view().is_error() && failure.empty()) {
       failure = std::string(replies[c].view().error());
     }
     if (!refused && !replies[c].view().is_error() && replies[c].view().integer() > 0) continue;  // written
-    for (std::size_t k = chunks[c].first; k < chunks[c].last; ++k) ids[order[k]].clear();
+    for (std::size_t k = chunks[c].first; k < chunks[c].last; ++k) ids[task_of(k)].clear();
   }
   if (duplicate) {
     std::string message = partial_batch_message("duplicate task", ids, server_message) +
@@ -231,7 +243,7 @@ std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec
   }
   if (!failure.empty()) im.refuse_batch(ids, failure);
   im.wait_for_replicas(ids);
-  return ids;
+  return std::move(ids);
 }
 
 }  // namespace streamq

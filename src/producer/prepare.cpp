@@ -34,9 +34,8 @@ int Producer::Impl::partition_of(const EnqueueOptions& eo, std::string_view uniq
   if (options.partitions == 1) return 0;
   const std::string_view key = !eo.partition_key.empty() ? std::string_view(eo.partition_key) : unique_key;
   if (!key.empty()) return static_cast<int>(detail::crc16(key) % static_cast<unsigned>(options.partitions));
-  const int p = next_partition;
-  next_partition = (next_partition + 1) % options.partitions;
-  return p;
+  return static_cast<int>(next_partition.fetch_add(1, std::memory_order_relaxed) %
+                          static_cast<unsigned>(options.partitions));
 }
 
 Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload, const EnqueueOptions& eo,
@@ -118,7 +117,7 @@ detail::Argv Producer::Impl::script_argv(const std::vector<Prepared>& tasks, std
   std::size_t locks = 0;
   for (std::size_t i = first; i < last; ++i) locks += tasks[i].lock_key.empty() ? 0 : 1;
   const int numkeys = static_cast<int>(4 + locks + (refusal_mark.empty() ? 0 : 1));
-  detail::Argv argv = scripts.begin(detail::ScriptId::enqueue, numkeys);
+  detail::Argv argv = detail::ScriptRunner::begin_shared(detail::ScriptId::enqueue, numkeys);
   const detail::QueueKeys& k = keys[static_cast<std::size_t>(tasks[first].partition)];
   argv.add(k.stream).add(k.high).add(k.low).add(k.delayed);
   for (std::size_t i = first; i < last; ++i) {

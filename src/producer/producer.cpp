@@ -61,16 +61,24 @@ ProducerOptions validated(ProducerOptions o) {
 
 Producer::Impl::Impl(ProducerOptions o)
     : options(validated(std::move(o))),
-      conn(detail::make_connection_config(options.connection, "producer", first_partition(options))),
-      scripts(conn),
+      middleware(std::make_shared<const std::vector<ProducerMiddleware>>()),
+      link(detail::make_connection_config(options.connection, "producer", first_partition(options))),
       max_len_text(std::to_string(options.max_len)) {
   for (int i = 0; i < options.partitions; ++i) {
     keys.push_back(detail::queue_keys(detail::partition_stream(options.stream, options.partitions, i)));
   }
   // Producers that live for a few tasks (a request handler's, `streamq enqueue`) spread them too.
   if (options.partitions > 1) {
-    next_partition = static_cast<int>(std::random_device{}() % static_cast<unsigned>(options.partitions));
+    next_partition =
+        static_cast<unsigned>(std::random_device{}() % static_cast<unsigned>(options.partitions));
   }
+}
+
+Producer::Impl::~Impl() { link.close(); }
+
+std::shared_ptr<const std::vector<ProducerMiddleware>> Producer::Impl::middleware_now() {
+  std::lock_guard lock(middleware_mutex);
+  return middleware;
 }
 
 std::string Producer::Impl::first_partition(const ProducerOptions& o) {
@@ -82,7 +90,7 @@ detail::Waiter& Producer::Impl::waiter() {
   if (!waiter_) {
     std::vector<std::string> streams;
     for (const auto& k : keys) streams.push_back(k.stream);
-    waiter_ = std::make_unique<detail::Waiter>(conn.config(), std::move(streams));
+    waiter_ = std::make_unique<detail::Waiter>(link.config(), std::move(streams));
   }
   return *waiter_;
 }
@@ -147,8 +155,9 @@ TaskRecord Producer::enqueue_and_wait(std::string_view task_type, const Payload&
       options.retention ? *options.retention : options.retention.emplace(*impl_->options.retention);
   if (kept.done.count() == 0) kept.done = std::chrono::minutes(1);
   if (kept.dead && kept.dead->count() == 0) kept.dead = std::chrono::minutes(1);
-  const std::string id = enqueue(task_type, std::string_view(payload.text()), options);
-  return impl_->wait_here(id, timeout, impl_->last_partition, WaitOptions{});
+  std::size_t partition = 0;
+  const std::string id = impl_->enqueue_through_middleware(task_type, payload.text(), options, &partition);
+  return impl_->wait_here(id, timeout, partition, WaitOptions{});
 }
 
 namespace {
@@ -186,60 +195,210 @@ void around(const std::vector<ProducerMiddleware>& chain, Tracer* tracer, Enqueu
 
 void Producer::use(ProducerMiddleware middleware) {
   if (!middleware) throw ConfigError("middleware must not be empty");
-  impl_->middleware.push_back(std::move(middleware));
+  Impl& im = *impl_;
+  std::lock_guard lock(im.middleware_mutex);
+  auto more = std::make_shared<std::vector<ProducerMiddleware>>(*im.middleware);
+  more->push_back(std::move(middleware));
+  im.middleware = std::move(more);
+  im.has_middleware = true;
 }
 
 std::string Producer::enqueue(std::string_view task_type, std::string_view payload_json,
                               const EnqueueOptions& options) {
-  Impl& im = *impl_;
-  if (!im.middleware.empty() || im.options.tracer) {
-    EnqueueCall call{std::string(task_type), std::string(payload_json), options, {}};
-    around(im.middleware, im.options.tracer.get(), call,
-           [&](EnqueueCall& c) { c.task_id = im.enqueue_one(c.task_type, c.payload, c.options); });
-    return call.task_id;
-  }
-  return im.enqueue_one(task_type, payload_json, options);
+  return impl_->enqueue_through_middleware(task_type, payload_json, options, nullptr);
 }
 
-std::string Producer::Impl::enqueue_one(std::string_view task_type, std::string_view payload_json,
-                                        const EnqueueOptions& task_options) {
-  Impl& im = *this;
-  std::string id;
-  const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
-  std::vector<Prepared> one{im.prepare(task_type, payload_json, task_options, id, created_at)};
-  im.last_partition = static_cast<std::size_t>(one[0].partition);
-  im.conn.connect_with_backoff();
-  detail::Reply reply;
-  if (im.options.overflow == Overflow::trim_oldest && !Impl::needs_script(one[0])) {
-    reply = im.conn.command(im.trim_argv(one[0]));
-  } else {
-    detail::Argv argv = im.script_argv(one, 0, 1);
-    reply = im.scripts.call(detail::ScriptId::enqueue, argv);
+std::string Producer::Impl::enqueue_through_middleware(std::string_view task_type,
+                                                       std::string_view payload_json,
+                                                       const EnqueueOptions& task_options,
+                                                       std::size_t* partition) {
+  if (has_middleware.load() || options.tracer) {
+    EnqueueCall call{std::string(task_type), std::string(payload_json), task_options, {}};
+    around(*middleware_now(), options.tracer.get(), call,
+           [&](EnqueueCall& c) { c.task_id = enqueue_one(c.task_type, c.payload, c.options, partition); });
+    return call.task_id;
   }
+  return enqueue_one(task_type, payload_json, task_options, partition);
+}
+
+void Producer::Impl::build_one(OneWrite& w) {
+  w.created_at = detail::format_timestamp(std::chrono::system_clock::now());
+  w.one.push_back(prepare(w.type, w.payload, w.options, w.id, w.created_at));
+  if (options.overflow == Overflow::trim_oldest && !Impl::needs_script(w.one[0])) {
+    w.argv = trim_argv(w.one[0]);
+  } else {
+    w.argv = script_argv(w.one, 0, 1);
+    w.script = detail::ScriptId::enqueue;
+  }
+}
+
+std::string Producer::Impl::finish_one(const OneWrite& w, const detail::Reply& reply) {
   if (is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
   if (auto d = parse_duplicate(reply)) throw DuplicateTaskError(duplicate_message(*d), d->holder);
   reply.view().check();
-  im.wait_for_replicas({id});
+  return w.id;
+}
+
+std::string Producer::Impl::enqueue_one(std::string_view task_type, std::string_view payload_json,
+                                        const EnqueueOptions& task_options, std::size_t* partition) {
+  OneWrite w{.type = std::string(task_type), .payload = std::string(payload_json), .options = task_options};
+  build_one(w);
+  if (partition != nullptr) *partition = static_cast<std::size_t>(w.one[0].partition);
+  std::vector<detail::Reply> replies = link.run({{&w.argv, w.script}}, true);
+  std::string id = finish_one(w, replies[0]);
+  wait_for_replicas({id});
   return id;
+}
+
+std::vector<TaskSpec> Producer::Impl::through_middleware(const std::vector<TaskSpec>& tasks) {
+  // Each task through the chain first; the batch is written once every chain returned.
+  const auto chain = middleware_now();
+  std::vector<TaskSpec> passed;
+  passed.reserve(tasks.size());
+  for (const TaskSpec& t : tasks) {
+    EnqueueCall call{t.task_type, t.payload.text(), t.options, {}};
+    around(*chain, options.tracer.get(), call, [&](EnqueueCall& c) {
+      if (c.options.task_id.empty()) c.options.task_id = detail::new_uuid_v4();
+      c.task_id = c.options.task_id;
+      passed.push_back(TaskSpec{c.task_type, Payload(std::string(c.payload)), c.options});
+    });
+  }
+  return passed;
 }
 
 std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& tasks) {
   Impl& im = *impl_;
-  if (!im.middleware.empty() || im.options.tracer) {
-    // Each task through the chain first; the batch is written once every chain returned.
-    std::vector<TaskSpec> passed;
-    passed.reserve(tasks.size());
-    for (const TaskSpec& t : tasks) {
-      EnqueueCall call{t.task_type, t.payload.text(), t.options, {}};
-      around(im.middleware, im.options.tracer.get(), call, [&](EnqueueCall& c) {
-        if (c.options.task_id.empty()) c.options.task_id = detail::new_uuid_v4();
-        c.task_id = c.options.task_id;
-        passed.push_back(TaskSpec{c.task_type, Payload(std::string(c.payload)), c.options});
-      });
-    }
-    return im.enqueue_many(passed);
-  }
+  if (im.has_middleware.load() || im.options.tracer) return im.enqueue_many(im.through_middleware(tasks));
   return im.enqueue_many(tasks);
+}
+
+}  // namespace streamq
+
+// The asynchronous calls: built (and checked) on the caller's thread, answered on the completion
+// thread.
+namespace streamq {
+
+namespace {
+
+/// A completion that settles `promise`.
+template <class T>
+std::function<void(std::exception_ptr, T)> settling(std::shared_ptr<std::promise<T>> promise) {
+  return [promise = std::move(promise)](std::exception_ptr error, T value) {
+    if (error) {
+      promise->set_exception(error);
+    } else {
+      promise->set_value(std::move(value));
+    }
+  };
+}
+
+}  // namespace
+
+void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
+                             const EnqueueOptions& options, EnqueueHandler done) {
+  Impl& im = *impl_;
+  auto w = std::make_shared<Impl::OneWrite>();
+  try {
+    if (!done) throw ConfigError("enqueue_async: the completion must not be empty");
+    auto build = [&](const EnqueueCall& c) {
+      w->type = c.task_type;
+      w->payload = c.payload;
+      w->options = c.options;
+      im.build_one(*w);
+    };
+    EnqueueCall call{std::string(task_type), payload.text(), options, {}};
+    if (im.has_middleware.load() || im.options.tracer) {
+      around(*im.middleware_now(), im.options.tracer.get(), call, [&](EnqueueCall& c) {
+        build(c);
+        c.task_id = w->id;
+      });
+    } else {
+      build(call);
+    }
+  } catch (...) {
+    if (!done) throw;
+    im.link.post([done](detail::SharedOutcome o) { done(o.error, {}); }, {{}, std::current_exception()});
+    return;
+  }
+  im.link.submit({{&w->argv, w->script}}, true, [&im, w, done = std::move(done)](detail::SharedOutcome o) {
+    std::exception_ptr error = o.error;
+    std::string id;
+    if (!error) {
+      try {
+        id = im.finish_one(*w, o.replies[0]);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    if (error || im.options.min_replicas_acked == 0) return done(error, std::move(id));
+    im.replicas_then({id}, [done, id](std::exception_ptr e) { done(e, e ? std::string() : id); });
+  });
+}
+
+std::future<std::string> Producer::enqueue_async(std::string_view task_type, const Payload& payload,
+                                                 const EnqueueOptions& options) {
+  auto promise = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> f = promise->get_future();
+  enqueue_async(task_type, payload, options, settling(std::move(promise)));
+  return f;
+}
+
+void Producer::enqueue_batch_async(std::vector<TaskSpec> tasks, BatchHandler done) {
+  Impl& im = *impl_;
+  auto b = std::make_shared<Impl::BatchWrite>();
+  try {
+    if (!done) throw ConfigError("enqueue_batch_async: the completion must not be empty");
+    b->owned =
+        im.has_middleware.load() || im.options.tracer ? im.through_middleware(tasks) : std::move(tasks);
+    im.build_batch(*b, b->owned);
+  } catch (...) {
+    if (!done) throw;
+    im.link.post([done](detail::SharedOutcome o) { done(o.error, {}); }, {{}, std::current_exception()});
+    return;
+  }
+  if (b->owned.empty()) {
+    im.link.post([done](detail::SharedOutcome) { done(nullptr, {}); }, {});
+    return;
+  }
+  im.link.submit(b->commands(), !b->scripted, [&im, b, done = std::move(done)](detail::SharedOutcome o) {
+    if (o.error) return done(o.error, {});
+    std::vector<std::string> ids;
+    try {
+      ids = im.finish_batch(*b, std::move(o.replies));
+    } catch (...) {
+      return done(std::current_exception(), {});
+    }
+    done(nullptr, std::move(ids));
+  });
+}
+
+std::future<std::vector<std::string>> Producer::enqueue_batch_async(std::vector<TaskSpec> tasks) {
+  auto promise = std::make_shared<std::promise<std::vector<std::string>>>();
+  std::future<std::vector<std::string>> f = promise->get_future();
+  enqueue_batch_async(std::move(tasks), settling(std::move(promise)));
+  return f;
+}
+
+void Producer::wait_async(const std::string& task_id, std::chrono::milliseconds timeout, WaitOptions options,
+                          WaitHandler done) {
+  if (!done) throw ConfigError("wait_async: the completion must not be empty");
+  try {
+    detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
+  } catch (...) {
+    impl_->link.post([done](detail::SharedOutcome o) { done(o.error, {}); }, {{}, std::current_exception()});
+    return;
+  }
+  impl_->waiter().wait(task_id, timeout, std::nullopt, options.wait_for_enqueue,
+                       [done = std::move(done)](detail::WaitOutcome o) {
+                         TaskRecord record;
+                         std::exception_ptr error;
+                         try {
+                           record = std::move(o).take();
+                         } catch (...) {
+                           error = std::current_exception();
+                         }
+                         done(error, std::move(record));
+                       });
 }
 
 }  // namespace streamq

@@ -3,9 +3,12 @@
 // prepare.cpp, batch.cpp and replication.cpp.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -15,8 +18,8 @@
 
 #include "prepare.hpp"
 #include "redis/argv.hpp"
-#include "redis/connection.hpp"
 #include "redis/scripts.hpp"
+#include "redis/shared_connection.hpp"
 #include "streamq/producer.hpp"
 #include "waiter.hpp"
 #include "wire/keys.hpp"
@@ -24,11 +27,60 @@
 namespace streamq {
 
 struct Producer::Impl {
+  /// One task's write: what its command views (its type, payload, options, id) and the command.
+  /// Built by build_one(), answered by finish_one(); it must not move in between.
+  struct OneWrite {
+    std::string type;
+    std::string payload;
+    EnqueueOptions options;
+    std::string id{};
+    std::string created_at{};
+    std::vector<detail::Prepared> one{};
+    detail::Argv argv{};
+    detail::ScriptId script = detail::not_a_script;
+  };
+  /// A batch's write (see enqueue_batch): its tasks prepared, their chunks' commands, and which
+  /// task each chunk holds. Built by build_batch(), answered by finish_batch().
+  struct BatchWrite {
+    std::vector<TaskSpec> owned;  // the tasks, for an asynchronous batch (they are viewed)
+    std::string created_at;       // viewed by every task
+    std::vector<std::string> ids;
+    std::vector<detail::Prepared> prepared;
+    std::vector<detail::Prepared> regrouped;  // by partition (with more than one)
+    std::vector<std::size_t> order;           // grouped index -> index in the batch
+    struct Chunk {
+      std::size_t first, last;
+    };
+    std::vector<Chunk> chunks;
+    std::vector<std::string> marks;  // refusal marks, per partition
+    std::vector<detail::Argv> argvs;
+    bool scripted = false;
+    const std::vector<detail::Prepared>& grouped() const { return regrouped.empty() ? prepared : regrouped; }
+    std::vector<detail::SharedCommand> commands();
+  };
+
   // producer.cpp
   explicit Impl(ProducerOptions o);
+  /// Answers the asynchronous calls still queued (their completions use this state) first.
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
   static std::string first_partition(const ProducerOptions& o);
+  /// Checks the task and builds its command (throws before anything is sent).
+  void build_one(OneWrite& w);
+  /// The task's id, or the refusal its reply says (QueueFullError, DuplicateTaskError, ReplyError).
+  /// Without the WAIT for replicas.
+  std::string finish_one(const OneWrite& w, const detail::Reply& reply);
+  /// Producer::enqueue: the middleware (and the tracer) around enqueue_one.
+  std::string enqueue_through_middleware(std::string_view task_type, std::string_view payload_json,
+                                         const EnqueueOptions& task_options, std::size_t* partition);
+  /// A batch's tasks, each through the middleware (and the tracer), with their ids set.
+  std::vector<TaskSpec> through_middleware(const std::vector<TaskSpec>& tasks);
+  /// enqueue without the middleware: one task written. `partition`: the partition it went to.
   std::string enqueue_one(std::string_view task_type, std::string_view payload_json,
-                          const EnqueueOptions& task_options);
+                          const EnqueueOptions& task_options, std::size_t* partition = nullptr);
+  /// A copy of the middleware, taken under their lock (use() may add one meanwhile).
+  std::shared_ptr<const std::vector<ProducerMiddleware>> middleware_now();
   /// The waits' follower of the queue's events, made on the first wait.
   detail::Waiter& waiter();
   /// A wait on this thread: its outcome, turned into the record or an exception here. The waiter
@@ -56,6 +108,11 @@ struct Producer::Impl {
 
   // batch.cpp
   std::vector<std::string> enqueue_many(const std::vector<TaskSpec>& tasks);
+  /// Checks every task and builds the batch's commands (throws before anything is sent).
+  void build_batch(BatchWrite& b, const std::vector<TaskSpec>& tasks);
+  /// The batch's ids, or the refusal its replies say; chunks not run where they went are sent
+  /// again here, on their own (a synchronous call on the shared connection). With the WAIT.
+  std::vector<std::string> finish_batch(BatchWrite& b, std::vector<detail::Reply> replies);
   /// A batch some of whose commands Redis refused with `failure` (OOM, WRONGTYPE, a redirection
   /// that outlasted the retries, ...): that ReplyError, and when some tasks were written (`ids`,
   /// "" for the others) its message says which.
@@ -67,6 +124,15 @@ struct Producer::Impl {
   /// masters'. A server that has just turned replica refuses WAIT: none did (with a sentinel URL
   /// the connection is dropped, so the next call asks the sentinels again).
   std::int64_t replicas_acknowledging();
+  /// WAIT min_replicas_acked replicas_ack_timeout.
+  detail::Argv wait_argv() const;
+  /// The fewest replicas that acknowledged, of the WAIT replies (0 for a server that turned replica).
+  std::int64_t fewest_acknowledging(const std::vector<detail::Reply>& replies) const;
+  /// ReplicationError when `acked` is fewer than min_replicas_acked.
+  void check_replicas(const std::vector<std::string>& ids, std::int64_t acked) const;
+  /// wait_for_replicas without blocking: `then` gets the ReplicationError (or null) on the
+  /// completion thread.
+  void replicas_then(std::vector<std::string> ids, std::function<void(std::exception_ptr)> then);
   /// For a batch refused part-way (`ids`: the written ones, "" for the others): with
   /// min_replicas_acked, what the replicas acknowledged of the written part, for the refusal's
   /// message ("" when nothing was written, or the option is off).
@@ -76,13 +142,14 @@ struct Producer::Impl {
   void wait_for_replicas(const std::vector<std::string>& ids);
 
   ProducerOptions options;
-  std::vector<ProducerMiddleware> middleware;  // Producer::use
-  detail::Connection conn;
-  detail::ScriptRunner scripts;
+  std::mutex middleware_mutex;
+  std::shared_ptr<const std::vector<ProducerMiddleware>>
+      middleware;  // Producer::use; replaced, never changed
+  std::atomic<bool> has_middleware{false};
+  detail::SharedConnection link;        // every thread's calls, pipelined together
   std::vector<detail::QueueKeys> keys;  // one per partition
   std::string max_len_text;
-  int next_partition = 0;          // the partition of the next task without a key (the first: at random)
-  std::size_t last_partition = 0;  // of the last task enqueue() wrote
+  std::atomic<unsigned> next_partition{0};  // the next task without a key goes to this mod partitions
   std::mutex waiter_mutex;
   std::unique_ptr<detail::Waiter> waiter_;
 };

@@ -8,14 +8,47 @@
 
 namespace streamq {
 
-std::int64_t Producer::Impl::replicas_acknowledging() {
+detail::Argv Producer::Impl::wait_argv() const {
   detail::Argv wait{"WAIT"};
   wait.add(static_cast<std::int64_t>(options.min_replicas_acked));
   wait.add(static_cast<std::int64_t>(options.replicas_ack_timeout.count()));
+  return wait;
+}
+
+std::int64_t Producer::Impl::replicas_acknowledging() {
+  // Alone on the shared connection: the WAIT follows every write before it there (other
+  // callers' included), so it also covers this caller's.
+  const detail::Argv wait = wait_argv();
+  std::vector<detail::Reply> replies;
+  link.run_alone(
+      [&](detail::Connection& conn, detail::ScriptRunner&) { replies = conn.wait_where_sent(wait); });
+  return fewest_acknowledging(replies);
+}
+
+void Producer::Impl::replicas_then(std::vector<std::string> ids,
+                                   std::function<void(std::exception_ptr)> then) {
+  auto wait = std::make_shared<detail::Argv>(wait_argv());
+  auto replies = std::make_shared<std::vector<detail::Reply>>();
+  link.submit_alone([wait, replies](detail::Connection& conn,
+                                    detail::ScriptRunner&) { *replies = conn.wait_where_sent(*wait); },
+                    [this, ids = std::move(ids), replies, then = std::move(then)](detail::SharedOutcome o) {
+                      std::exception_ptr error = o.error;
+                      if (!error) {
+                        try {
+                          check_replicas(ids, fewest_acknowledging(*replies));
+                        } catch (...) {
+                          error = std::current_exception();
+                        }
+                      }
+                      then(error);
+                    });
+}
+
+std::int64_t Producer::Impl::fewest_acknowledging(const std::vector<detail::Reply>& replies) const {
   std::int64_t fewest = options.min_replicas_acked;
-  for (const detail::Reply& reply : conn.wait_where_sent(wait)) {
-    if (reply.view().is_error() &&
-        (conn.config().endpoint.is_sentinel() || conn.config().endpoint.is_cluster()) &&
+  const detail::Endpoint& endpoint = link.config().endpoint;
+  for (const detail::Reply& reply : replies) {
+    if (reply.view().is_error() && (endpoint.is_sentinel() || endpoint.is_cluster()) &&
         detail::is_demotion_error(reply.view().error())) {
       return 0;
     }
@@ -37,7 +70,10 @@ std::string Producer::Impl::replication_of_written(const std::vector<std::string
 
 void Producer::Impl::wait_for_replicas(const std::vector<std::string>& ids) {
   if (options.min_replicas_acked == 0) return;
-  const std::int64_t acked = replicas_acknowledging();
+  check_replicas(ids, replicas_acknowledging());
+}
+
+void Producer::Impl::check_replicas(const std::vector<std::string>& ids, std::int64_t acked) const {
   if (acked >= options.min_replicas_acked) return;
   throw ReplicationError(
       std::to_string(ids.size()) + (ids.size() == 1 ? " task (" + ids[0] + ")" : " tasks") +

@@ -33,6 +33,25 @@ Argv ScriptRunner::begin(ScriptId id, int numkeys) const {
   return argv;
 }
 
+Argv ScriptRunner::begin_shared(ScriptId id, int numkeys) {
+  Argv argv;
+  argv.add("EVALSHA").add(script_sha(id)).add(static_cast<std::int64_t>(numkeys));
+  return argv;
+}
+
+void ScriptRunner::choose_head(ScriptId id, Argv& argv) const {
+  if (known(id)) {
+    argv.set(0, "EVALSHA");
+    argv.set(1, script_sha(id));
+  } else {
+    use_eval(id, argv);
+  }
+}
+
+void ScriptRunner::note_reply(ScriptId id, const Reply& reply) {
+  if (!is_noscript(reply)) mark_known(id);
+}
+
 bool ScriptRunner::is_noscript(const Reply& r) {
   return r.view().is_error() && r.view().error().starts_with("NOSCRIPT");
 }

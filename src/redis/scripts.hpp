@@ -38,6 +38,15 @@ class ScriptRunner {
 
   /// Starts an argv for `id`: EVAL(SHA) <script> <numkeys>; append keys, then args.
   Argv begin(ScriptId id, int numkeys) const;
+  /// Starts an argv for `id` as begin() does, for a caller on another thread than the one that
+  /// writes it (SharedConnection): EVALSHA, until choose_head() picks the head on the writer's.
+  static Argv begin_shared(ScriptId id, int numkeys);
+  /// On the writing thread, just before the command is appended: EVAL when the script is not
+  /// known to be cached on the connection (see begin()).
+  void choose_head(ScriptId id, Argv& argv) const;
+  /// After reading the reply of a script call: a reply other than NOSCRIPT means the script is
+  /// cached on this connection now.
+  void note_reply(ScriptId id, const Reply& reply);
   /// Runs one script call built with begin(). Returns the reply (errors included).
   Reply call(ScriptId id, Argv& argv);
   /// Whether the server did not know the script (EVALSHA answered NOSCRIPT).

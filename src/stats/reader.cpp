@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <mutex>
 
 #include "redis/connection.hpp"
 #include "stats_read.hpp"
@@ -231,6 +232,7 @@ QueueStats parse_queue_stats(const StatsOptions& options, const std::vector<Repl
 }  // namespace detail
 
 struct StatsReader::Impl {
+  std::mutex calls;  // held by read(): calls take turns on the connection
   explicit Impl(StatsOptions o)
       : options(validated(std::move(o))),
         conn(detail::make_connection_config(
@@ -258,6 +260,9 @@ StatsReader::~StatsReader() = default;
 StatsReader::StatsReader(StatsReader&&) noexcept = default;
 StatsReader& StatsReader::operator=(StatsReader&&) noexcept = default;
 
-QueueStats StatsReader::read() { return impl_->read(); }
+QueueStats StatsReader::read() {
+  const std::lock_guard lock(impl_->calls);
+  return impl_->read();
+}
 
 }  // namespace streamq

@@ -50,6 +50,30 @@ TEST_F(WaitTest, EnqueueAndWaitReturnsWhatTheTypedHandlerReturned) {
   EXPECT_EQ(r.attempts, 1);
 }
 
+TEST_F(WaitTest, AWaitWithACompletionGetsTheRecordOrTheTimeout) {
+  auto worker = adder();
+  Producer p = producer();
+  const std::string id = p.enqueue("add", Sum{.a = 20, .b = 22}, {.retention = Retention{.done = 1min}});
+  std::promise<TaskRecord> done;
+  p.wait_async(id, 10s, {}, [&](std::exception_ptr error, TaskRecord r) {
+    if (error) return done.set_exception(error);
+    done.set_value(std::move(r));
+  });
+  EXPECT_EQ(done.get_future().get().result_json(), 42);
+  std::promise<TaskRecord> never;
+  p.wait_async("no-such-task", 200ms, {}, [&](std::exception_ptr error, TaskRecord r) {
+    if (error) return never.set_exception(error);
+    never.set_value(std::move(r));
+  });
+  EXPECT_THROW(never.get_future().get(), WaitTimeoutError);
+  std::promise<TaskRecord> refused;
+  p.wait_async(id, -1ms, {}, [&](std::exception_ptr error, TaskRecord r) {
+    if (error) return refused.set_exception(error);
+    refused.set_value(std::move(r));
+  });
+  EXPECT_THROW(refused.get_future().get(), ConfigError);
+}
+
 TEST_F(WaitTest, AWaitForATaskThatFinishedBeforeItIsAnsweredFromItsRecord) {
   auto worker = adder();
   Producer p = producer();

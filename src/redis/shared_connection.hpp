@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: MIT
+// One connection shared by many threads, with automatic pipelining: the commands of calls that
+// arrive while a round trip is in flight go out together in the next write, and each call gets
+// its own replies, in order.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "connection.hpp"
+#include "scripts.hpp"
+
+namespace streamq::detail {
+
+/// One command of a request: a script call (`script` set; its argv begun with
+/// ScriptRunner::begin_shared, the EVALSHA/EVAL head chosen when it is written) or a plain one.
+struct SharedCommand {
+  Argv* argv = nullptr;  // kept alive by the caller until the request is answered
+  ScriptId script = not_a_script;
+};
+
+/// What a request is answered with: one reply per command, or what ended it (ConnectionError,
+/// TimeoutError, ... thrown while it was written or read; the replies read before are lost).
+struct SharedOutcome {
+  std::vector<Reply> replies;
+  std::exception_ptr error;
+};
+
+/// A Connection and its ScriptRunner behind a queue of requests. There is no I/O thread for the
+/// synchronous calls: the first caller that finds no one writing becomes the writer ("leader"),
+/// writes every request queued, reads their replies, hands each its own, and passes the role on
+/// to a waiting caller. Calls that arrive meanwhile queue up and go out together in the next
+/// write. Asynchronous requests are written by whoever writes next, or by the completion thread
+/// (started at the first asynchronous request) when no one does; their completions always run on
+/// that thread, never inside another caller's call.
+///
+/// A request's commands are written back to back, in order, and no other request's command comes
+/// between them; requests are written in the order they were queued. After a connection failure
+/// the requests whose replies were not all read fail with it (their outcome is unknown); the
+/// next write connects again (after the connection's backoff).
+class SharedConnection {
+ public:
+  using Completion = std::function<void(SharedOutcome)>;
+  /// Runs with the connection to itself, nothing owed on it (a WAIT, a command that must follow
+  /// its redirections, a script call that may fall back to EVAL).
+  using Alone = std::function<void(Connection&, ScriptRunner&)>;
+
+  explicit SharedConnection(ConnectionConfig config);
+  /// close().
+  ~SharedConnection();
+  /// Answers every asynchronous request still queued (their completions run), then stops the
+  /// completion thread. No call may be running or made afterwards. Idempotent.
+  void close();
+  SharedConnection(const SharedConnection&) = delete;
+  SharedConnection& operator=(const SharedConnection&) = delete;
+
+  /// Writes `commands` with whatever else is queued, and returns their replies. A command
+  /// answered NOSCRIPT, MOVED, ASK or TRYAGAIN is sent again on its own when `rerun_not_run`
+  /// (a script with EVAL, a redirection followed), else that reply is returned.
+  /// @throws what writing or reading threw (ConnectionError, TimeoutError, ReplyError from the
+  ///   session set-up).
+  std::vector<Reply> run(const std::vector<SharedCommand>& commands, bool rerun_not_run);
+  /// Runs `alone` between the pipelined writes, in queue order. @throws what it throws.
+  void run_alone(const Alone& alone);
+  /// As run(), without waiting: `done` runs on the completion thread.
+  void submit(std::vector<SharedCommand> commands, bool rerun_not_run, Completion done);
+  /// As run_alone(), without waiting: `done` (with an empty replies vector) runs on the completion
+  /// thread.
+  void submit_alone(Alone alone, Completion done);
+
+  /// Runs `done` with `outcome` on the completion thread, without writing anything (an
+  /// asynchronous call refused before it was queued is answered where the others are).
+  void post(Completion done, SharedOutcome outcome);
+
+  const ConnectionConfig& config() const noexcept { return conn_.config(); }
+
+ private:
+  struct Request {
+    std::vector<SharedCommand> commands;
+    Alone alone;
+    bool rerun = false;
+    Completion completion;  // set for an asynchronous request
+    SharedOutcome outcome;
+    bool done = false;
+    std::condition_variable* wake = nullptr;  // a synchronous caller's, to wake it
+  };
+
+  SharedOutcome wait_for(Request& request);
+  void enqueue_async(std::unique_ptr<Request> request);
+  /// With the lock held and no leader: writes queued requests until `until` is answered (or,
+  /// for the completion thread, until the queue is empty), then passes the role on.
+  void lead(std::unique_lock<std::mutex>& lock, const Request* until);
+  /// Writes one batch and answers its requests (without the lock).
+  void write(std::vector<Request*>& batch);
+  void write_pipelined(std::vector<Request*>& batch, std::size_t first, std::size_t last);
+  void rerun(Request& r);
+  /// With the lock held: the next queued request's owner is told that no one writes now.
+  void pass_on();
+  void completion_loop();
+  /// With the lock held: starts the completion thread unless it runs.
+  void start_completion_thread();
+
+  Connection conn_;
+  ScriptRunner scripts_;
+
+  std::mutex mutex_;
+  std::deque<Request*> queue_;                       // asynchronous ones are owned by the queue
+  std::vector<std::unique_ptr<Request>> completed_;  // answered asynchronous ones, for the completion thread
+  std::size_t sync_queued_ = 0;  // synchronous requests in queue_
+  bool leading_ = false;
+  bool stopping_ = false;
+  std::condition_variable completion_wake_;
+  std::thread completion_thread_;
+};
+
+}  // namespace streamq::detail

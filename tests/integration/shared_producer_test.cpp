@@ -1,0 +1,328 @@
+// SPDX-License-Identifier: MIT
+// One Producer shared by every thread of a service: overlapping calls, pipelined together on one
+// connection, each caller answered on its own (its id, or its own refusal), through a restart.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "redis_server.hpp"
+#include "wire/codec.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class SharedProducerTest : public ::testing::Test {
+ protected:
+  RedisServer server{RedisServerOptions{.appendonly = true}};
+  Client client{server.url()};
+  std::string stream = unique_key();
+
+  ProducerOptions options() const {
+    return {.connection = {.url = server.url(), .client_name = "shared-producer"}, .stream = stream,
+            .max_len = 1'000'000};
+  }
+
+  /// How many connections named `name` the server has.
+  int connections_named(const std::string& name) {
+    std::istringstream list{std::string(client.cmd({"CLIENT", "LIST"}).view().check().str())};
+    int n = 0;
+    for (std::string line; std::getline(list, line);) {
+      if (line.find(" name=" + name + " ") != std::string::npos) ++n;
+    }
+    return n;
+  }
+
+  /// The task ids of the stream's entries.
+  std::vector<std::string> ids_in_stream() {
+    std::vector<std::string> ids;
+    for (const auto& [entry, fields] : client.xrange(stream)) ids.push_back(Client::get(fields, "task_id"));
+    return ids;
+  }
+};
+
+/// Runs `body(thread index)` on `threads` threads at once (they start together) and joins them.
+void on_threads(int threads, const std::function<void(int)>& body) {
+  std::atomic<int> ready{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < threads) std::this_thread::yield();
+      body(t);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+TEST_F(SharedProducerTest, SixteenThreadsEnqueueOnOneProducerOverOneConnection) {
+  Producer producer(options());
+  constexpr int kThreads = 16;
+  constexpr int kEach = 1000;
+  std::vector<std::vector<std::string>> ids(kThreads);
+  std::atomic<int> failures{0};
+  on_threads(kThreads, [&](int t) {
+    for (int i = 0; i < kEach; ++i) {
+      try {
+        ids[static_cast<std::size_t>(t)].push_back(
+            producer.enqueue("count", nlohmann::json{{"thread", t}, {"i", i}}));
+      } catch (const Error&) {
+        failures.fetch_add(1);
+      }
+    }
+  });
+  EXPECT_EQ(failures.load(), 0);
+  std::multiset<std::string> returned;
+  for (const auto& v : ids) returned.insert(v.begin(), v.end());
+  ASSERT_EQ(returned.size(), std::size_t{kThreads * kEach});
+  EXPECT_EQ(std::set<std::string>(returned.begin(), returned.end()).size(), returned.size())
+      << "an id was returned twice";
+  const std::vector<std::string> stored = ids_in_stream();
+  EXPECT_EQ(std::multiset<std::string>(stored.begin(), stored.end()), returned)
+      << "every task in the stream once, and only those";
+  // The calls of one thread land in the order it made them.
+  for (int t = 0; t < kThreads; ++t) {
+    std::vector<std::string> order;
+    for (const auto& id : stored) {
+      if (std::find(ids[static_cast<std::size_t>(t)].begin(), ids[static_cast<std::size_t>(t)].end(), id) !=
+          ids[static_cast<std::size_t>(t)].end()) {
+        order.push_back(id);
+      }
+    }
+    EXPECT_EQ(order, ids[static_cast<std::size_t>(t)]) << "thread " << t;
+  }
+  EXPECT_EQ(connections_named("shared-producer"), 1);
+}
+
+TEST_F(SharedProducerTest, ARefusedCallAmongConcurrentOnesFailsAlone) {
+  Producer producer(options());
+  producer.enqueue("job", R"({})", {.unique_for = 60s, .unique_key = "taken"});
+  constexpr int kThreads = 8;
+  constexpr int kEach = 300;
+  std::atomic<int> duplicates{0};
+  std::atomic<int> written{0};
+  std::atomic<int> other{0};
+  on_threads(kThreads, [&](int t) {
+    for (int i = 0; i < kEach; ++i) {
+      // Every other call of thread 0 is refused; its neighbours' calls, in the same writes, are not.
+      const bool refused = t == 0 && i % 2 == 0;
+      try {
+        if (refused) {
+          producer.enqueue("job", R"({})", {.unique_for = 60s, .unique_key = "taken"});
+        } else {
+          producer.enqueue("job", R"({})");
+        }
+        written.fetch_add(1);
+      } catch (const DuplicateTaskError&) {
+        duplicates.fetch_add(refused ? 1 : 1000000);
+      } catch (const Error&) {
+        other.fetch_add(1);
+      }
+    }
+  });
+  EXPECT_EQ(duplicates.load(), kEach / 2);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(written.load(), kThreads * kEach - kEach / 2);
+  EXPECT_EQ(client.integer({"XLEN", stream}), 1 + kThreads * kEach - kEach / 2);
+}
+
+TEST_F(SharedProducerTest, ARestartUnderConcurrentCallersLosesNoAcknowledgedEnqueue) {
+  ProducerOptions o = options();
+  o.connection.socket_timeout = 2s;
+  Producer producer(o);
+  constexpr int kThreads = 8;
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered_after_restart{0};
+  std::atomic<bool> restarted{false};
+  std::mutex m;
+  std::vector<std::string> acknowledged;
+  std::atomic<int> errors{0};
+  std::thread callers([&] {
+    on_threads(kThreads, [&](int) {
+      while (!stop.load()) {
+        try {
+          std::string id = producer.enqueue("job", R"({"n":1})");
+          std::lock_guard lock(m);
+          acknowledged.push_back(std::move(id));
+        } catch (const ConnectionError&) {  // TimeoutError too: the outcome is unknown
+          errors.fetch_add(1);
+        }
+        if (restarted.load() && answered_after_restart.fetch_add(1) > 2000) stop = true;
+      }
+    });
+  });
+  // On this thread: the server dies with the thread that started it (PR_SET_PDEATHSIG).
+  std::this_thread::sleep_for(300ms);
+  server.kill9();
+  server.restart();
+  restarted = true;
+  callers.join();
+  ASSERT_TRUE(restarted.load());
+  const std::vector<std::string> stored = ids_in_stream();
+  const std::set<std::string> in_stream(stored.begin(), stored.end());
+  EXPECT_EQ(in_stream.size(), stored.size()) << "a task in the stream twice";
+  std::size_t lost = 0;
+  for (const auto& id : acknowledged) lost += in_stream.count(id) == 0 ? 1 : 0;
+  EXPECT_EQ(lost, 0u) << "of " << acknowledged.size() << " acknowledged enqueues";
+  EXPECT_GT(errors.load(), 0) << "the restart was not seen by any caller";
+  EXPECT_GT(acknowledged.size(), 2000u);
+}
+
+TEST_F(SharedProducerTest, AsynchronousEnqueuesFromManyThreadsAreEachAnsweredOnceOnTheCompletionThread) {
+  Producer producer(options());
+  constexpr int kThreads = 4;
+  constexpr int kEach = 2000;
+  std::mutex m;
+  std::vector<std::string> ids;
+  std::set<std::thread::id> completion_threads;
+  std::set<std::thread::id> callers;
+  std::atomic<int> answered{0};
+  std::atomic<int> errors{0};
+  on_threads(kThreads, [&](int t) {
+    {
+      std::lock_guard lock(m);
+      callers.insert(std::this_thread::get_id());
+    }
+    for (int i = 0; i < kEach; ++i) {
+      producer.enqueue_async("count", nlohmann::json{{"thread", t}, {"i", i}}, {},
+                             [&](std::exception_ptr error, std::string id) {
+                               std::lock_guard lock(m);
+                               completion_threads.insert(std::this_thread::get_id());
+                               if (error) {
+                                 errors.fetch_add(1);
+                               } else {
+                                 ids.push_back(std::move(id));
+                               }
+                               answered.fetch_add(1);
+                             });
+    }
+  });
+  ASSERT_TRUE(wait_until([&] { return answered.load() == kThreads * kEach; }, 30s)) << answered.load();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(answered.load(), kThreads * kEach) << "a completion ran twice";
+  EXPECT_EQ(errors.load(), 0);
+  const std::set<std::string> unique(ids.begin(), ids.end());
+  EXPECT_EQ(unique.size(), ids.size());
+  const std::vector<std::string> stored = ids_in_stream();
+  EXPECT_EQ(std::set<std::string>(stored.begin(), stored.end()), unique);
+  EXPECT_EQ(stored.size(), ids.size());
+  ASSERT_EQ(completion_threads.size(), 1u) << "every completion on the one completion thread";
+  EXPECT_EQ(callers.count(*completion_threads.begin()), 0u) << "never inside a caller's call";
+  EXPECT_EQ(connections_named("shared-producer"), 1);
+}
+
+TEST_F(SharedProducerTest, TheFutureOfAnAsynchronousEnqueueHoldsItsIdOrItsOwnError) {
+  Producer producer(options());
+  std::future<std::string> written = producer.enqueue_async("job", R"({"a":1})");
+  std::future<std::string> not_json = producer.enqueue_async("job", "{not json");
+  std::future<std::string> first =
+      producer.enqueue_async("job", R"({})", {.unique_for = 60s, .unique_key = "one"});
+  std::future<std::string> second =
+      producer.enqueue_async("job", R"({})", {.unique_for = 60s, .unique_key = "one"});
+  const std::string id = written.get();
+  EXPECT_EQ(ids_in_stream().front(), id);
+  EXPECT_THROW(not_json.get(), PayloadError);
+  const std::string holder = first.get();
+  try {
+    second.get();
+    ADD_FAILURE() << "the second task with the unique key was written";
+  } catch (const DuplicateTaskError& e) {
+    EXPECT_EQ(e.existing_task_id(), holder);
+  }
+  EXPECT_EQ(client.integer({"XLEN", stream}), 2);
+}
+
+TEST_F(SharedProducerTest, AnAsynchronousBatchRefusedPartWayTellsWhichTasksWereWritten) {
+  ProducerOptions o = options();
+  o.max_len = 100;
+  Producer producer(o);
+  std::vector<TaskSpec> tasks;
+  for (int i = 0; i < 150; ++i) tasks.push_back({.task_type = "job", .payload = nlohmann::json{{"i", i}}});
+  std::future<std::vector<std::string>> f = producer.enqueue_batch_async(tasks);
+  try {
+    f.get();
+    ADD_FAILURE() << "150 tasks fitted in a queue of 100";
+  } catch (const QueueFullError& e) {
+    EXPECT_EQ(e.accepted(), 64u);
+    ASSERT_EQ(e.batch_ids().size(), 150u);
+    EXPECT_EQ(ids_in_stream(), std::vector<std::string>(e.batch_ids().begin(), e.batch_ids().begin() + 64));
+  }
+  const std::vector<std::string> ids =
+      producer.enqueue_batch_async(std::vector<TaskSpec>(tasks.begin(), tasks.begin() + 30)).get();
+  EXPECT_EQ(ids.size(), 30u);
+  // What the batch's commands viewed (its tasks, their time) lived until they were written.
+  const auto entries = client.xrange(stream);
+  const auto& last = entries.back().second;
+  EXPECT_EQ(Client::get(last, "task_id"), ids.back());
+  EXPECT_EQ(Client::get(last, "payload"), R"({"i":29})");
+  EXPECT_TRUE(detail::parse_timestamp(Client::get(last, "created_at")).has_value()) << Client::get(last, "created_at");
+  EXPECT_EQ(client.integer({"XLEN", stream}), 94);
+  EXPECT_TRUE(producer.enqueue_batch_async({}).get().empty());
+}
+
+TEST_F(SharedProducerTest, ADestroyedProducerFirstAnswersItsQueuedAsynchronousCalls) {
+  std::atomic<int> answered{0};
+  std::atomic<int> written{0};
+  {
+    Producer producer(options());
+    for (int i = 0; i < 3000; ++i) {
+      producer.enqueue_async("job", R"({})", {}, [&](std::exception_ptr error, const std::string&) {
+        written.fetch_add(error ? 0 : 1);
+        answered.fetch_add(1);
+      });
+    }
+  }
+  EXPECT_EQ(answered.load(), 3000);
+  EXPECT_EQ(written.load(), 3000);
+  EXPECT_EQ(client.integer({"XLEN", stream}), 3000);
+}
+
+TEST_F(SharedProducerTest, ACompletionMayCallTheProducerAgain) {
+  Producer producer(options());
+  std::promise<std::string> chained;
+  producer.enqueue_async("first", R"({})", {}, [&](std::exception_ptr error, const std::string&) {
+    if (error) return chained.set_exception(error);
+    try {
+      chained.set_value(producer.enqueue("second", R"({})"));  // a synchronous call, from the completion
+    } catch (...) {
+      chained.set_exception(std::current_exception());
+    }
+  });
+  std::future<std::string> f = chained.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(ids_in_stream().back(), f.get());
+  EXPECT_EQ(client.integer({"XLEN", stream}), 2);
+}
+
+TEST_F(SharedProducerTest, AnInspectorAndAStatsReaderAreSharedByThreads) {
+  Producer producer(options());
+  std::vector<TaskSpec> tasks(50, TaskSpec{.task_type = "job", .payload = R"({})"});
+  const std::vector<std::string> ids = producer.enqueue_batch(tasks);
+  Inspector inspector({.connection = {.url = server.url()}});
+  StatsReader stats({.connection = {.url = server.url()}, .stream = stream});
+  std::atomic<int> wrong{0};
+  on_threads(8, [&](int t) {
+    for (int i = 0; i < 40; ++i) {
+      if (stats.read().length != 50) wrong.fetch_add(1);
+      if (inspector.stats(stream).length != 50) wrong.fetch_add(1);
+      const auto found = inspector.task(stream, ids[static_cast<std::size_t>((t * 40 + i) % 50)]);
+      if (!found || found->task_id() != ids[static_cast<std::size_t>((t * 40 + i) % 50)]) wrong.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+}  // namespace
+}  // namespace streamq::test
