@@ -11,6 +11,9 @@
 // Scenarios:
 //   enqueue        N single enqueues on one connection
 //   enqueue-batch  N tasks through enqueue_batch in batches of B (default 1000)
+//   enqueue-shared N single enqueues from T threads (--threads, default 8) on one shared
+//                  Producer (pipelined together); prints the connections it used
+//   enqueue-async  N enqueue_async calls from one thread, at most 4096 unanswered at a time
 //   preload        N tasks enqueued in batches (setup for drain; prints nothing measured)
 //   drain          a Consumer with default options and a no-op handler runs the N preloaded
 //                  tasks; time from run() to the last ack
@@ -39,10 +42,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -75,6 +80,7 @@ struct Args {
   bool tracked = false;
   bool process = false;
   int tasks_per_child = 1000;
+  int threads = 8;
 };
 
 Args parse(int argc, char** argv) {
@@ -105,6 +111,8 @@ Args parse(int argc, char** argv) {
       a.process = v == "process";
     else if (k == "--tasks-per-child")
       a.tasks_per_child = std::stoi(v);
+    else if (k == "--threads")
+      a.threads = std::max(1, std::stoi(v));
     else
       throw std::invalid_argument("unknown flag " + k);
   }
@@ -353,6 +361,71 @@ void time_drain(const Args& a) {
              " tasks_per_child=" + std::to_string(a.tasks_per_child) + memory->report());
 }
 
+/// How many connections named `name` the server at `url` has (CLIENT LIST).
+int connections_named(const std::string& url, const std::string& name) {
+  const auto colon = url.rfind(':');
+  redisContext* c = redisConnect("127.0.0.1", std::stoi(url.substr(colon + 1)));
+  if (c == nullptr || c->err) throw std::runtime_error("connections_named: cannot connect");
+  auto* r = static_cast<redisReply*>(redisCommand(c, "CLIENT LIST"));
+  int n = 0;
+  if (r != nullptr && r->type == REDIS_REPLY_STRING) {
+    std::istringstream lines(std::string(r->str, r->len));
+    for (std::string line; std::getline(lines, line);)
+      n += line.find(" name=" + name + " ") != std::string::npos;
+  }
+  freeReplyObject(r);
+  redisFree(c);
+  return n;
+}
+
+/// enqueue-shared: T threads calling enqueue on one Producer.
+void time_shared_enqueue(const Args& a) {
+  streamq::Producer p(producer_options(a));
+  p.enqueue("send_email", kPayload);  // connect outside the timed part
+  std::vector<std::thread> threads;
+  const long each = a.count / a.threads;
+  const auto t = Clock::now();
+  for (int i = 0; i < a.threads; ++i) {
+    threads.emplace_back([&] {
+      for (long k = 0; k < each; ++k) p.enqueue("send_email", kPayload);
+    });
+  }
+  for (auto& th : threads) th.join();
+  const double seconds = seconds_since(t);
+  Args done = a;
+  done.count = each * a.threads;
+  report(done, seconds,
+         " threads=" + std::to_string(a.threads) +
+             " connections=" + std::to_string(connections_named(a.url, "streamq-producer")));
+}
+
+/// enqueue-async: one thread, at most kWindow calls unanswered.
+void time_async_enqueue(const Args& a) {
+  constexpr long kWindow = 4096;
+  streamq::Producer p(producer_options(a));
+  p.enqueue("send_email", kPayload);
+  std::mutex m;
+  std::condition_variable cv;
+  long answered = 0;
+  long failed = 0;
+  const auto t = Clock::now();
+  for (long i = 0; i < a.count; ++i) {
+    {
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return i - answered < kWindow; });
+    }
+    p.enqueue_async("send_email", kPayload, {}, [&](std::exception_ptr error, const std::string&) {
+      std::lock_guard lock(m);
+      ++answered;
+      failed += error ? 1 : 0;
+      cv.notify_one();
+    });
+  }
+  std::unique_lock lock(m);
+  cv.wait(lock, [&] { return answered == a.count; });
+  report(a, seconds_since(t), " failed=" + std::to_string(failed));
+}
+
 int scenario_main(const Args& a) {
   if (a.scenario == "enqueue") {
     streamq::Producer p(producer_options(a));
@@ -360,6 +433,10 @@ int scenario_main(const Args& a) {
     const auto t = Clock::now();
     for (long i = 0; i < a.count; ++i) p.enqueue("send_email", kPayload);
     report(a, seconds_since(t));
+  } else if (a.scenario == "enqueue-shared") {
+    time_shared_enqueue(a);
+  } else if (a.scenario == "enqueue-async") {
+    time_async_enqueue(a);
   } else if (a.scenario == "enqueue-batch" || a.scenario == "preload") {
     streamq::Producer p(producer_options(a));
     p.enqueue_batch({});
@@ -515,12 +592,13 @@ int main(int argc, char** argv) {
   try {
     return scenario_main(parse(argc, argv));
   } catch (const std::invalid_argument& e) {
-    std::cerr
-        << "streamq-bench: " << e.what()
-        << "\nusage: streamq-bench enqueue|enqueue-batch|preload|drain|drain-levels|drain-raw|latency|retry"
-        << "|retry-backoff|forward|wait|progress"
-        << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C] [--prefetch F]"
-        << " [--partitions P] [--tracked 1] [--executor process]\n";
+    std::cerr << "streamq-bench: " << e.what()
+              << "\nusage: streamq-bench "
+                 "enqueue|enqueue-batch|enqueue-shared|enqueue-async|preload|drain|drain-levels|drain-raw|"
+                 "latency|retry"
+              << "|retry-backoff|forward|wait|progress"
+              << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C] [--prefetch F]"
+              << " [--partitions P] [--tracked 1] [--executor process]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "streamq-bench: " << e.what() << '\n';

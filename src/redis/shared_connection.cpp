@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "shared_connection.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "cluster.hpp"
@@ -9,10 +10,6 @@
 namespace streamq::detail {
 
 namespace {
-
-/// Rounds a writer leads after its own request was answered while more are queued, before it
-/// passes the role on (its caller waits that much longer; the connection stays busy meanwhile).
-constexpr int kRoundsPastOwn = 2;
 
 /// Not run where it went, and may be sent again as it is.
 bool not_run(const Reply& r) {
@@ -57,7 +54,7 @@ SharedOutcome SharedConnection::wait_for(Request& r) {
   r.wake = &wake;
   std::unique_lock lock(mutex_);
   queue_.push_back(&r);
-  ++sync_queued_;
+  ++sync_waiting_;
   while (!r.done) {
     if (!leading_) {
       lead(lock, &r);
@@ -102,116 +99,158 @@ void SharedConnection::enqueue_async(std::unique_ptr<Request> r) {
   std::unique_lock lock(mutex_);
   start_completion_thread();
   queue_.push_back(r.release());
-  // No writer: the completion thread writes it (the caller does not wait).
+  // No one leads: the completion thread writes it (the caller does not wait).
   if (!leading_) completion_wake_.notify_one();
 }
 
 void SharedConnection::lead(std::unique_lock<std::mutex>& lock, const Request* until) {
   leading_ = true;
-  int past_own = 0;
-  std::vector<Request*> batch;
-  while (!queue_.empty()) {
-    if (until != nullptr && until->done && ++past_own > kRoundsPastOwn) break;
-    if (until == nullptr && !completed_.empty()) break;  // the completion thread: its callbacks first
-    batch.assign(queue_.begin(), queue_.end());
-    queue_.clear();
-    sync_queued_ = 0;
-    lock.unlock();
-    write(batch);
-    lock.lock();
-    bool completions = false;
-    for (Request* r : batch) {
-      r->done = true;
-      if (r->completion) {
-        completed_.emplace_back(r);
-        completions = true;
-      } else if (r != until) {
-        r->wake->notify_one();
-      }
+  for (;;) {
+    // Pipelined requests are written as they come, behind replies still owed (and before the
+    // leader leaves, so that a call queued meanwhile is on its way while the next leader wakes).
+    // One that runs alone waits until nothing is owed, and so does everything queued behind it.
+    std::vector<Request*> batch;
+    while (reruns_.empty() && !queue_.empty() && !queue_.front()->alone) {
+      batch.push_back(queue_.front());
+      queue_.pop_front();
     }
-    if (completions) completion_wake_.notify_one();
+    if (!batch.empty()) {
+      lock.unlock();
+      std::vector<Request*> failed = write(batch);
+      lock.lock();
+      answer(failed, until);
+    }
+    if (until != nullptr ? until->done : !completed_.empty())
+      break;  // the completion thread: callbacks first
+    Request* alone = nullptr;
+    if (in_flight_.empty() && reruns_.empty() && !queue_.empty()) {
+      alone = queue_.front();
+      queue_.pop_front();
+    } else if (in_flight_.empty() && reruns_.empty()) {
+      break;  // nothing queued or owed
+    }
+    lock.unlock();
+    std::vector<Request*> answered = alone != nullptr ? run_alone_now(*alone) : read_oldest();
+    lock.lock();
+    answer(answered, until);
   }
   leading_ = false;
   pass_on();
 }
 
+void SharedConnection::answer(const std::vector<Request*>& answered, const Request* until) {
+  bool completions = false;
+  for (Request* r : answered) {
+    r->done = true;
+    if (r->completion) {
+      completed_.emplace_back(r);
+      completions = true;
+    } else {
+      --sync_waiting_;
+      if (r != until) r->wake->notify_one();
+    }
+  }
+  if (completions) completion_wake_.notify_one();
+}
+
 void SharedConnection::pass_on() {
-  // The first synchronous caller queued, and the completion thread when an asynchronous request
-  // is queued: the thread that leads the completions may itself be waiting in a synchronous call
-  // made from a completion, so both are told, and the one that finds no writer writes.
-  bool async_queued = false;
-  bool sync_told = false;
-  for (Request* r : queue_) {
+  // The owner of the oldest request left leads next. The completion thread may itself be
+  // waiting in a synchronous call made from a completion, so the oldest synchronous caller is
+  // told too, and the one that finds no leader leads.
+  bool async_left = false;
+  bool sync_told = sync_waiting_ == 0;
+  auto visit = [&](Request* r) {
     if (r->wake == nullptr) {
-      async_queued = true;
+      async_left = true;
     } else if (!sync_told) {
       r->wake->notify_one();
       sync_told = true;
     }
-    if (async_queued && (sync_told || sync_queued_ == 0)) break;
-  }
-  if (async_queued) completion_wake_.notify_one();
+    return !(async_left && sync_told);
+  };
+  bool more = true;
+  for (auto it = in_flight_.begin(); more && it != in_flight_.end(); ++it) more = visit(*it);
+  for (auto it = queue_.begin(); more && it != queue_.end(); ++it) more = visit(*it);
+  if (async_left) completion_wake_.notify_one();
 }
 
-void SharedConnection::write(std::vector<Request*>& batch) {
+std::vector<SharedConnection::Request*> SharedConnection::write(std::vector<Request*>& batch) {
   try {
-    conn_.connect_with_backoff();
-  } catch (...) {
-    for (Request* r : batch) r->outcome.error = std::current_exception();
-    return;
-  }
-  // Runs of pipelined requests, each written in one go, with the requests that run alone between.
-  for (std::size_t first = 0; first < batch.size();) {
-    if (batch[first]->alone) {
-      Request& r = *batch[first++];
-      try {
-        r.alone(conn_, scripts_);
-      } catch (...) {
-        r.outcome.error = std::current_exception();
-      }
-      continue;
-    }
-    std::size_t last = first;
-    while (last < batch.size() && !batch[last]->alone) ++last;
-    write_pipelined(batch, first, last);
-    first = last;
-  }
-}
-
-void SharedConnection::write_pipelined(std::vector<Request*>& batch, std::size_t first, std::size_t last) {
-  std::size_t appended = first;  // requests [first, appended) are on the wire
-  std::size_t answered = first;  // requests [first, answered) have all their replies
-  try {
-    for (; appended < last; ++appended) {
-      for (SharedCommand& c : batch[appended]->commands) {
+    if (in_flight_.empty()) conn_.connect_with_backoff();
+    for (Request* r : batch) {
+      for (SharedCommand& c : r->commands) {
         if (c.script != not_a_script) scripts_.choose_head(c.script, *c.argv);
         conn_.append(*c.argv);
       }
     }
     conn_.flush();
-    for (; answered < last; ++answered) {
-      Request& r = *batch[answered];
-      r.outcome.replies.reserve(r.commands.size());
-      for (const SharedCommand& c : r.commands) {
-        r.outcome.replies.push_back(conn_.read_reply());
-        if (c.script != not_a_script) scripts_.note_reply(c.script, r.outcome.replies.back());
-      }
+  } catch (...) {
+    // Nothing of the batch was sent, or what was is lost with the connection: it fails, with
+    // everything owed (Connection drops itself on an I/O error).
+    return fail_owed(std::current_exception(), std::move(batch));
+  }
+  const std::lock_guard lock(mutex_);
+  in_flight_.insert(in_flight_.end(), batch.begin(), batch.end());
+  return {};
+}
+
+std::vector<SharedConnection::Request*> SharedConnection::read_oldest() {
+  std::vector<Request*> answered;
+  if (in_flight_.empty()) {
+    // Nothing is owed: the replies that said "not run" are sent again, one at a time.
+    for (Request* r : reruns_) {
+      rerun(*r);
+      answered.push_back(r);
+    }
+    reruns_.clear();
+    return answered;
+  }
+  Request& r = *in_flight_.front();
+  try {
+    r.outcome.replies.reserve(r.commands.size());
+    for (const SharedCommand& c : r.commands) {
+      r.outcome.replies.push_back(conn_.read_reply());
+      if (c.script != not_a_script) scripts_.note_reply(c.script, r.outcome.replies.back());
     }
   } catch (...) {
-    // The connection is gone (Connection drops it on any I/O error): what was written and not
-    // answered has an unknown outcome, what was not written was not sent.
-    const std::exception_ptr e = std::current_exception();
-    if (conn_.owes_replies()) conn_.disconnect();  // replies owed to no one would answer the next calls
-    for (std::size_t i = answered; i < last; ++i) {
-      batch[i]->outcome.replies.clear();
-      batch[i]->outcome.error = e;
-    }
-    return;
+    return fail_owed(std::current_exception());
   }
-  // Nothing is owed now: the commands not run where they went are sent again, one at a time.
-  for (std::size_t i = first; i < last; ++i) {
-    if (batch[i]->rerun) rerun(*batch[i]);
+  const std::lock_guard lock(mutex_);
+  in_flight_.pop_front();
+  const bool again = r.rerun && std::any_of(r.outcome.replies.begin(), r.outcome.replies.end(), not_run);
+  if (again) {
+    reruns_.push_back(&r);  // no more writes until it was sent again
+  } else {
+    answered.push_back(&r);
   }
+  return answered;
+}
+
+std::vector<SharedConnection::Request*> SharedConnection::run_alone_now(Request& r) {
+  try {
+    conn_.connect_with_backoff();
+    r.alone(conn_, scripts_);
+  } catch (...) {
+    r.outcome.error = std::current_exception();
+  }
+  if (conn_.owes_replies()) conn_.disconnect();  // an alone left replies unread: no one reads them
+  return {&r};
+}
+
+std::vector<SharedConnection::Request*> SharedConnection::fail_owed(std::exception_ptr error,
+                                                                    std::vector<Request*> also) {
+  if (conn_.owes_replies()) conn_.disconnect();  // replies owed to no one would answer the next calls
+  const std::lock_guard lock(mutex_);
+  std::vector<Request*> failed(in_flight_.begin(), in_flight_.end());
+  in_flight_.clear();
+  failed.insert(failed.end(), reruns_.begin(), reruns_.end());
+  reruns_.clear();
+  failed.insert(failed.end(), also.begin(), also.end());
+  for (Request* r : failed) {
+    r->outcome.replies.clear();
+    r->outcome.error = error;
+  }
+  return failed;
 }
 
 void SharedConnection::rerun(Request& r) {
@@ -232,9 +271,9 @@ void SharedConnection::completion_loop() {
   block_sigpipe_for_this_thread();
   std::unique_lock lock(mutex_);
   for (;;) {
-    completion_wake_.wait(lock, [&] {
-      return stopping_ || !completed_.empty() || (!leading_ && !queue_.empty());
-    });
+    auto work_left = [&] { return !queue_.empty() || !in_flight_.empty() || !reruns_.empty(); };
+    completion_wake_.wait(lock,
+                          [&] { return stopping_ || !completed_.empty() || (!leading_ && work_left()); });
     if (!completed_.empty()) {
       std::vector<std::unique_ptr<Request>> ready;
       ready.swap(completed_);
@@ -249,7 +288,7 @@ void SharedConnection::completion_loop() {
       lock.lock();
       continue;
     }
-    if (!leading_ && !queue_.empty()) {
+    if (!leading_ && work_left()) {
       lead(lock, nullptr);
       continue;
     }

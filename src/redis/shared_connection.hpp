@@ -94,14 +94,24 @@ class SharedConnection {
 
   SharedOutcome wait_for(Request& request);
   void enqueue_async(std::unique_ptr<Request> request);
-  /// With the lock held and no leader: writes queued requests until `until` is answered (or,
-  /// for the completion thread, until the queue is empty), then passes the role on.
+  /// With the lock held and no leader: writes and reads until `until` is answered (the
+  /// completion thread: until nothing is queued or owed, or completions wait), then passes the
+  /// role on. Each turn does one step, the first that applies: write every pipelined request
+  /// queued (so new calls go out while earlier replies are on their way), read the replies of
+  /// the oldest request written, run a request that runs alone once nothing is owed.
   void lead(std::unique_lock<std::mutex>& lock, const Request* until);
-  /// Writes one batch and answers its requests (without the lock).
-  void write(std::vector<Request*>& batch);
-  void write_pipelined(std::vector<Request*>& batch, std::size_t first, std::size_t last);
+  /// The steps (without the lock; each returns the requests it answered).
+  std::vector<Request*> write(std::vector<Request*>& batch);
+  std::vector<Request*> read_oldest();
+  std::vector<Request*> run_alone_now(Request& r);
+  /// A connection lost (or left owing replies no one will read): every request written and not
+  /// answered, and `also`, fail with `error`.
+  std::vector<Request*> fail_owed(std::exception_ptr error, std::vector<Request*> also = {});
   void rerun(Request& r);
-  /// With the lock held: the next queued request's owner is told that no one writes now.
+  /// With the lock held: `answered` are done; their callers are told (or the completion thread).
+  void answer(const std::vector<Request*>& answered, const Request* until);
+  /// With the lock held: no one leads now; the owner of the oldest request left (and the oldest
+  /// synchronous caller, and the completion thread if an asynchronous request is left) is told.
   void pass_on();
   void completion_loop();
   /// With the lock held: starts the completion thread unless it runs.
@@ -111,9 +121,11 @@ class SharedConnection {
   ScriptRunner scripts_;
 
   std::mutex mutex_;
-  std::deque<Request*> queue_;                       // asynchronous ones are owned by the queue
+  std::deque<Request*> queue_;      // not written yet (asynchronous ones are owned by the queues)
+  std::deque<Request*> in_flight_;  // written, replies owed, in the order written (the leader's)
+  std::vector<Request*> reruns_;    // answered "not run", sent again once nothing is owed (the leader's)
   std::vector<std::unique_ptr<Request>> completed_;  // answered asynchronous ones, for the completion thread
-  std::size_t sync_queued_ = 0;  // synchronous requests in queue_
+  std::size_t sync_waiting_ = 0;                     // synchronous requests not answered
   bool leading_ = false;
   bool stopping_ = false;
   std::condition_variable completion_wake_;

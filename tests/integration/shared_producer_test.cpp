@@ -31,7 +31,8 @@ class SharedProducerTest : public ::testing::Test {
   std::string stream = unique_key();
 
   ProducerOptions options() const {
-    return {.connection = {.url = server.url(), .client_name = "shared-producer"}, .stream = stream,
+    return {.connection = {.url = server.url(), .client_name = "shared-producer"},
+            .stream = stream,
             .max_len = 1'000'000};
   }
 
@@ -267,7 +268,8 @@ TEST_F(SharedProducerTest, AnAsynchronousBatchRefusedPartWayTellsWhichTasksWereW
   const auto& last = entries.back().second;
   EXPECT_EQ(Client::get(last, "task_id"), ids.back());
   EXPECT_EQ(Client::get(last, "payload"), R"({"i":29})");
-  EXPECT_TRUE(detail::parse_timestamp(Client::get(last, "created_at")).has_value()) << Client::get(last, "created_at");
+  EXPECT_TRUE(detail::parse_timestamp(Client::get(last, "created_at")).has_value())
+      << Client::get(last, "created_at");
   EXPECT_EQ(client.integer({"XLEN", stream}), 94);
   EXPECT_TRUE(producer.enqueue_batch_async({}).get().empty());
 }
