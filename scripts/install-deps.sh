@@ -12,6 +12,7 @@ packages=(cmake g++ make pkg-config libhiredis-dev nlohmann-json3-dev libgtest-d
           libcli11-dev libcpp-httplib-dev libjs-chart.js)  # the streamq command (tools/)
 if [[ ${1:-} == --test ]]; then
   packages+=(ccache)                    # scripts/test.sh: compilations cached between runs
+  packages+=(libasio-dev)               # the asio component (streamq::asio) and its tests
   packages+=(clang-format)              # scripts/format.sh --check
   packages+=(clang-tidy)                # the tidy stage (run-clang-tidy)
   packages+=(clang libclang-rt-14-dev)  # tests/fuzz: libFuzzer and clang's sanitizers (the fuzz stage)

@@ -345,6 +345,27 @@ class Producer {
   void enqueue_batch_async(std::vector<TaskSpec> tasks, BatchHandler done);
   std::future<std::vector<std::string>> enqueue_batch_async(std::vector<TaskSpec> tasks);
 
+  /// The asio component's forms of the calls above (defined in <streamq/asio.hpp>, which must be
+  /// included to use them; target streamq::asio): `token` is any asio completion token, e.g.
+  /// `co_await producer.async_enqueue("t", payload, asio::use_awaitable)` suspends the coroutine
+  /// instead of its thread. Signatures `void(std::exception_ptr, std::string)`,
+  /// `void(std::exception_ptr, std::vector<std::string>)` and `void(std::exception_ptr,
+  /// TaskRecord)`. async_wait supports asio's per-operation cancellation: a cancelled wait ends
+  /// at once with asio::error::operation_aborted (the task itself is not touched); an enqueue
+  /// cannot be taken back once queued, so async_enqueue ignores cancellation.
+  template <class CompletionToken>
+  auto async_enqueue(std::string_view task_type, const Payload& payload, const EnqueueOptions& options,
+                     CompletionToken&& token);
+  template <class CompletionToken>
+  auto async_enqueue(std::string_view task_type, const Payload& payload, CompletionToken&& token);
+  template <class CompletionToken>
+  auto async_enqueue_batch(std::vector<TaskSpec> tasks, CompletionToken&& token);
+  template <class CompletionToken>
+  auto async_wait(const std::string& task_id, std::chrono::milliseconds timeout, WaitOptions options,
+                  CompletionToken&& token);
+  template <class CompletionToken>
+  auto async_wait(const std::string& task_id, std::chrono::milliseconds timeout, CompletionToken&& token);
+
   /// Adds a middleware around each enqueue (see ProducerMiddleware): the first added is the
   /// outermost; ProducerOptions::tracer's context is written innermost, after every middleware.
   /// For enqueue, next() writes the task (one round trip) and sets EnqueueCall::task_id. For

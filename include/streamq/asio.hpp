@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+// The asio component (`find_package(streamq COMPONENTS asio)`, target streamq::asio): the
+// Producer's asynchronous calls with asio completion tokens, so that a coroutine suspends on
+// them instead of blocking its thread:
+//
+//   asio::awaitable<void> handle(streamq::Producer& producer) {
+//     std::string id = co_await producer.async_enqueue("resize", Resize{.width = 640}, asio::use_awaitable);
+//     streamq::TaskRecord done = co_await producer.async_wait(id, std::chrono::seconds(5), asio::use_awaitable);
+//   }
+//
+// Standalone asio (1.22 or later, Debian's libasio-dev), with any completion token: a callback
+// `void(std::exception_ptr, T)`, asio::use_awaitable, asio::use_future, asio::deferred. The
+// error is the exception the blocking call would throw (co_await rethrows it). The handler runs
+// on its associated executor (the coroutine's), and the operation counts as work on it until then.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/error.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+#include <asio/system_error.hpp>
+
+#include "streamq/producer.hpp"
+
+namespace streamq::detail {
+
+/// Carries an asio completion handler across streamq's threads: the first complete() wins and
+/// posts the handler to its associated executor, whose work it holds until then.
+template <class Handler, class... Args>
+class AsioCompletion : public std::enable_shared_from_this<AsioCompletion<Handler, Args...>> {
+ public:
+  explicit AsioCompletion(Handler handler)
+      : handler_(std::move(handler)), work_(asio::make_work_guard(asio::get_associated_executor(handler_))) {}
+
+  /// Any thread; once. False when it was completed already (by a cancellation, say).
+  bool complete(Args... args) {
+    if (done_.exchange(true)) return false;
+    auto self = this->shared_from_this();
+    asio::post(work_.get_executor(), [self, values = std::make_tuple(std::move(args)...)]() mutable {
+      // On the handler's executor: the slot is free again before the handler can use it.
+      asio::get_associated_cancellation_slot(self->handler_).clear();
+      Handler h = std::move(self->handler_);
+      self->work_.reset();
+      std::apply([&](auto&&... v) { std::move(h)(std::move(v)...); }, std::move(values));
+    });
+    return true;
+  }
+
+  /// In the initiation (the caller's context): a cancellation requested through the handler's
+  /// slot completes it at once with `args` (asio::error::operation_aborted and an empty value).
+  void cancel_with(Args... args) {
+    auto slot = asio::get_associated_cancellation_slot(handler_);
+    if (!slot.is_connected()) return;
+    std::weak_ptr<AsioCompletion> weak = this->shared_from_this();
+    slot.assign([weak, values = std::make_tuple(std::move(args)...)](asio::cancellation_type type) {
+      if (type == asio::cancellation_type::none) return;
+      if (auto self = weak.lock()) std::apply([&](const auto&... v) { self->complete(v...); }, values);
+    });
+  }
+
+  /// A streamq completion (copyable, as std::function wants) that completes this one.
+  auto as_callback() {
+    return [self = this->shared_from_this()](Args... args) { self->complete(std::move(args)...); };
+  }
+
+ private:
+  Handler handler_;
+  asio::executor_work_guard<asio::associated_executor_t<Handler>> work_;
+  std::atomic<bool> done_{false};
+};
+
+template <class T, class Handler>
+auto asio_completion(Handler&& handler) {
+  return std::make_shared<AsioCompletion<std::decay_t<Handler>, std::exception_ptr, T>>(
+      std::forward<Handler>(handler));
+}
+
+/// The error a cancelled wait completes with.
+inline std::exception_ptr asio_aborted() {
+  return std::make_exception_ptr(asio::system_error(asio::error::operation_aborted));
+}
+
+}  // namespace streamq::detail
+
+namespace streamq {
+
+template <class CompletionToken>
+auto Producer::async_enqueue(std::string_view task_type, const Payload& payload, const EnqueueOptions& options,
+                             CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::exception_ptr, std::string)>(
+      [this](auto handler, std::string type, Payload p, EnqueueOptions o) {
+        auto c = detail::asio_completion<std::string>(std::move(handler));
+        enqueue_async(type, p, o, c->as_callback());
+      },
+      token, std::string(task_type), payload, options);
+}
+
+template <class CompletionToken>
+auto Producer::async_enqueue(std::string_view task_type, const Payload& payload, CompletionToken&& token) {
+  return async_enqueue(task_type, payload, EnqueueOptions{}, std::forward<CompletionToken>(token));
+}
+
+template <class CompletionToken>
+auto Producer::async_enqueue_batch(std::vector<TaskSpec> tasks, CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::exception_ptr, std::vector<std::string>)>(
+      [this](auto handler, std::vector<TaskSpec> t) {
+        auto c = detail::asio_completion<std::vector<std::string>>(std::move(handler));
+        enqueue_batch_async(std::move(t), c->as_callback());
+      },
+      token, std::move(tasks));
+}
+
+template <class CompletionToken>
+auto Producer::async_wait(const std::string& task_id, std::chrono::milliseconds timeout, WaitOptions options,
+                          CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::exception_ptr, TaskRecord)>(
+      [this](auto handler, std::string id, std::chrono::milliseconds t, WaitOptions o) {
+        auto c = detail::asio_completion<TaskRecord>(std::move(handler));
+        c->cancel_with(detail::asio_aborted(), TaskRecord{});
+        wait_async(id, t, o, c->as_callback());
+      },
+      token, task_id, timeout, options);
+}
+
+template <class CompletionToken>
+auto Producer::async_wait(const std::string& task_id, std::chrono::milliseconds timeout, CompletionToken&& token) {
+  return async_wait(task_id, timeout, WaitOptions{}, std::forward<CompletionToken>(token));
+}
+
+}  // namespace streamq
