@@ -14,13 +14,13 @@
 //   curl -X POST 'localhost:8080/tasks/add?wait=5' -d '{"a":2,"b":40}'
 #include <condition_variable>
 #include <csignal>
-#include <mutex>
-#include <stop_token>
 #include <exception>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <sstream>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -118,7 +118,8 @@ nlohmann::json describe(const streamq::TaskRecord& r) { return nlohmann::json::p
 
 class Service {
  public:
-  Service(streamq::Producer& producer, streamq::Inspector& inspector, std::string stream, asio::thread_pool& blocking)
+  Service(streamq::Producer& producer, streamq::Inspector& inspector, std::string stream,
+          asio::thread_pool& blocking)
       : producer_(producer), inspector_(inspector), stream_(std::move(stream)), blocking_(blocking) {}
 
   asio::awaitable<Response> handle(const Request& r) {
@@ -195,9 +196,10 @@ asio::awaitable<void> serve(tcp::socket socket, Service& service) {
     response = {400, {{"error", e.what()}}};
   }
   const std::string body = response.body.dump();
-  const std::string out = "HTTP/1.1 " + std::to_string(response.status) + " " + reason(response.status) +
-                          "\r\nContent-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  const std::string out =
+      "HTTP/1.1 " + std::to_string(response.status) + " " + reason(response.status) +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\nConnection: close\r\n\r\n" + body;
   asio::error_code ignored;
   co_await asio::async_write(socket, asio::buffer(out), asio::redirect_error(asio::use_awaitable, ignored));
 }
@@ -243,7 +245,8 @@ int main(int argc, char** argv) {
 
     asio::io_context io(1);
     asio::thread_pool blocking(2);
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+    tcp::acceptor acceptor(
+        io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
     Service service(producer, inspector, flags["--stream"], blocking);
     asio::co_spawn(io, listen(acceptor, service), asio::detached);
     asio::signal_set stop(io, SIGINT, SIGTERM);

@@ -5,7 +5,8 @@
 //
 //   asio::awaitable<void> handle(streamq::Producer& producer) {
 //     std::string id = co_await producer.async_enqueue("resize", Resize{.width = 640}, asio::use_awaitable);
-//     streamq::TaskRecord done = co_await producer.async_wait(id, std::chrono::seconds(5), asio::use_awaitable);
+//     streamq::TaskRecord done = co_await producer.async_wait(id, std::chrono::seconds(5),
+//     asio::use_awaitable);
 //   }
 //
 // Standalone asio (1.22 or later, Debian's libasio-dev), with any completion token: a callback
@@ -98,8 +99,8 @@ inline std::exception_ptr asio_aborted() {
 namespace streamq {
 
 template <class CompletionToken>
-auto Producer::async_enqueue(std::string_view task_type, const Payload& payload, const EnqueueOptions& options,
-                             CompletionToken&& token) {
+auto Producer::async_enqueue(std::string_view task_type, const Payload& payload,
+                             const EnqueueOptions& options, CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::exception_ptr, std::string)>(
       [this](auto handler, std::string type, Payload p, EnqueueOptions o) {
         auto c = detail::asio_completion<std::string>(std::move(handler));
@@ -136,7 +137,8 @@ auto Producer::async_wait(const std::string& task_id, std::chrono::milliseconds 
 }
 
 template <class CompletionToken>
-auto Producer::async_wait(const std::string& task_id, std::chrono::milliseconds timeout, CompletionToken&& token) {
+auto Producer::async_wait(const std::string& task_id, std::chrono::milliseconds timeout,
+                          CompletionToken&& token) {
   return async_wait(task_id, timeout, WaitOptions{}, std::forward<CompletionToken>(token));
 }
 

@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <asio.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
-#include <gtest/gtest.h>
 
 #include <streamq/asio.hpp>
 #include <streamq/streamq.hpp>
@@ -36,7 +36,9 @@ class AsioTest : public ::testing::Test {
   std::unique_ptr<RunningConsumer> worker() {
     return std::make_unique<RunningConsumer>(
         ConsumerOptions{.connection = {.url = server.url()}, .stream = stream}, [](Consumer& c) {
-          c.on("add", [](const Task& t) { t.set_result(std::to_string(t.json().at("a").get<int>() + t.json().at("b").get<int>())); });
+          c.on("add", [](const Task& t) {
+            t.set_result(std::to_string(t.json().at("a").get<int>() + t.json().at("b").get<int>()));
+          });
         });
   }
 
@@ -113,7 +115,8 @@ TEST_F(AsioTest, ErrorsAreRethrownInTheCoroutine) {
     const std::string nothing = "nothing-like-it";
     EXPECT_THROW(co_await producer.async_enqueue(kJob, bad, asio::use_awaitable), PayloadError);
     co_await producer.async_enqueue(kJob, empty, unique, asio::use_awaitable);
-    EXPECT_THROW(co_await producer.async_enqueue(kJob, empty, unique, asio::use_awaitable), DuplicateTaskError);
+    EXPECT_THROW(co_await producer.async_enqueue(kJob, empty, unique, asio::use_awaitable),
+                 DuplicateTaskError);
     EXPECT_THROW(co_await producer.async_wait(nothing, 100ms, asio::use_awaitable), WaitTimeoutError);
   });
 }
@@ -125,7 +128,8 @@ TEST_F(AsioTest, ACancelledWaitEndsAtOnceAndLeavesTheTaskAlone) {
   run_coroutine([&]() -> asio::awaitable<void> {
     asio::steady_timer timer(co_await asio::this_coro::executor, 300ms);
     // Whichever ends first cancels the other (through its cancellation slot).
-    auto first = co_await (producer.async_wait(id, 30s, asio::use_awaitable) || timer.async_wait(asio::use_awaitable));
+    auto first =
+        co_await (producer.async_wait(id, 30s, asio::use_awaitable) || timer.async_wait(asio::use_awaitable));
     EXPECT_EQ(first.index(), 1u) << "the timer ended first";
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);

@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include <asio.hpp>
 #include <gtest/gtest.h>
+#include <asio.hpp>
 #include <nlohmann/json.hpp>
 
 #include "redis_server.hpp"
@@ -51,8 +51,8 @@ class HttpExample : public ::testing::Test {
   void SetUp() override {
     const std::string port_text = std::to_string(port);
     const std::string url = server.url();
-    std::vector<std::string> args{STREAMQ_ASIO_HTTP, "--url", url, "--stream", unique_key(), "--port", port_text,
-                                  "--worker", "1"};
+    std::vector<std::string> args{STREAMQ_ASIO_HTTP, "--url",   url,        "--stream", unique_key(),
+                                  "--port",          port_text, "--worker", "1"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -69,6 +69,22 @@ TEST_P(Package, EnqueuesAndReportsAnErrorReply) {
   EXPECT_EQ(Client::get(entries[0].second, "task_type"), "package_check");
 }
 
+#ifdef STREAMQ_PACKAGE_ASIO_APP
+// The installed package asked for COMPONENTS asio: its program enqueues from a coroutine.
+TEST(PackageAsio, ACoroutineEnqueuesThroughTheInstalledComponent) {
+  RedisServer server;
+  Client client(server.url());
+  int status = 0;
+  const auto lines = run_lines(std::string(STREAMQ_PACKAGE_ASIO_APP) + " " + server.url(), status);
+  EXPECT_EQ(status, 0);
+  ASSERT_EQ(lines.size(), 1u);
+  ASSERT_TRUE(lines[0].starts_with("enqueued ")) << lines[0];
+  const auto entries = client.xrange("package:asio");
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ("enqueued " + Client::get(entries[0].second, "task_id"), lines[0]);
+}
+#endif
+
 INSTANTIATE_TEST_SUITE_P(Builds, Package, ::testing::ValuesIn(package_apps()),
                          [](const auto& build) { return build.param.first; });
 
