@@ -30,7 +30,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR
 
 # The machine is shared and noisy: each throughput pair (reference, streamq) is measured three
 # times, interleaved, and the medians are compared.
-p1=() p64=() enq=() bat=()
+p1=() p64=() enq=() bat=() shr=() asy=()
 for round in 1 2 3; do
   p1+=("$(ref 100000 1)")
   single=$(run enqueue --stream b:enq --count 100000); cli DEL b:enq
@@ -38,12 +38,20 @@ for round in 1 2 3; do
   p64+=("$(ref 1000000 64)")
   batch=$(run enqueue-batch --stream b:batch --count 1000000 --batch 1000); cli DEL b:batch
   bat+=("$(field tasks_per_s "$batch")")
+  # One Producer shared by 8 threads (pipelined together), and enqueue_async from one thread.
+  shared=$(run enqueue-shared --stream b:shr --count 200000 --threads 8); cli DEL b:shr
+  shr+=("$(field tasks_per_s "$shared")")
+  async=$(run enqueue-async --stream b:asy --count 200000); cli DEL b:asy
+  asy+=("$(field tasks_per_s "$async")")
 done
 cli DEL bench:ref
 ref_p1=$(median "${p1[@]}")
 ref_p64=$(median "${p64[@]}")
 enqueue=" tasks_per_s=$(median "${enq[@]}") peak_rss_mb=$(field peak_rss_mb "$single")"
 batch=" tasks_per_s=$(median "${bat[@]}") peak_rss_mb=$(field peak_rss_mb "$batch")"
+shared_connections=$(field connections "$shared")
+shared=" tasks_per_s=$(median "${shr[@]}") peak_rss_mb=$(field peak_rss_mb "$shared")"
+async=" tasks_per_s=$(median "${asy[@]}") peak_rss_mb=$(field peak_rss_mb "$async")"
 # Drain against its reference, a bare hiredis loop doing the same Redis work per task
 # (XREADGROUP COUNT 64, XACK + XDEL pipelined with the next read): five interleaved rounds, as
 # both are bound by wake-up latencies that vary more on this machine than throughput does.
@@ -108,6 +116,8 @@ line() {  # line <name> <result> <reference>
 }
 line enqueue "$enqueue" "$ref_p1"
 line enqueue-batch "$batch" "$ref_p64"
+line enqueue-shared "$shared" "$ref_p64"
+line enqueue-async "$async" "$ref_p64"
 line drain "$drain" "$ref_drain"
 line drain-3-levels "$drain_levels" "$ref_drain"
 line drain-tracked "$drain_tracked" "$ref_drain"
@@ -120,10 +130,11 @@ line retry "$retry" ""
 line retry-backoff "$retry_backoff" ""
 line forward "$forward" ""
 echo
-echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000) vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked, drain-process and process-fresh vs drain-raw;"
+echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000), enqueue-shared and enqueue-async vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked, drain-process and process-fresh vs drain-raw;"
 echo "drain-process vs drain (the thread executor): $(ratio "$(median "${pr[@]}")" "$(median "${dr[@]}")"); process-fresh vs drain: $(ratio "$(median "${pf[@]}")" "$(median "${dr[@]}")")"
 echo "drain-process: the process executor, 4 children, after the first task (cold start, run() to the first task's end: ${cold[*]} ms);"
 echo "process-fresh: a new child for every task (tasks_per_child 1, what a replacement after a kill costs); their peak_rss_mb is the worker's, the fork server's"
 echo "and the children's resident sets summed (shared pages counted in each; PSS: $(field tree_pss_mb "$processed") MB for drain-process)"
+echo "enqueue-shared: 8 threads calling enqueue on one Producer, over ${shared_connections} connection(s); enqueue-async: enqueue_async from one thread, at most 4096 unanswered;"
 echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls (20,000), tasks/s = calls/s;"
-echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"
+echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"

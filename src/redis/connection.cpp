@@ -323,7 +323,8 @@ void Connection::append(const Argv& argv) {
 
 void Connection::flush() {
   if (cluster_) return cluster_->flush();
-  if (ctx_ == nullptr) return;
+  // (An empty output buffer is an empty string: hiredis keeps it NUL-terminated.)
+  if (ctx_ == nullptr || ctx_->obuf == nullptr || ctx_->obuf[0] == '\0') return;
   SigpipeGuard guard;
   int done = 0;
   while (!done) {
@@ -340,8 +341,18 @@ Reply Connection::next_reply(const char* during) {
   // syscalls (a pipeline's replies mostly come many to a read).
   if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail(during);
   if (raw == nullptr) {
-    SigpipeGuard guard;  // redisGetReply writes whatever is still queued first
-    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) fail(during);
+    // What append() queued goes first (under the SIGPIPE guard, only when something is queued:
+    // a read cannot raise SIGPIPE, and the guard costs four system calls), then the reply is read.
+    if (ctx_->obuf != nullptr && ctx_->obuf[0] != '\0') {
+      SigpipeGuard guard;
+      int done = 0;
+      while (!done) {
+        if (redisBufferWrite(ctx_, &done) != REDIS_OK) fail(during);
+      }
+    }
+    while (raw == nullptr) {
+      if (redisBufferRead(ctx_) != REDIS_OK || redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail(during);
+    }
   }
   Reply reply(static_cast<redisReply*>(raw), free_arena_reply);
   if (owed_ > 0) --owed_;
