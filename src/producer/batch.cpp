@@ -75,10 +75,12 @@ std::string partial_batch_message(std::string_view what, const std::vector<std::
 
 }  // namespace
 
-void Producer::Impl::refuse_batch(const std::vector<std::string>& ids, const std::string& failure) {
+void Producer::Impl::refuse_batch(const std::vector<std::string>& ids, const std::string& failure,
+                                  std::uint64_t written_on) {
   if (std::all_of(ids.begin(), ids.end(), [](const auto& id) { return id.empty(); }))
     throw ReplyError(failure);
-  throw ReplyError(failure + " (enqueue_batch " + batch_outcome(ids) + replication_of_written(ids) + ")");
+  throw ReplyError(failure + " (enqueue_batch " + batch_outcome(ids) +
+                   replication_of_written(ids, written_on) + ")");
 }
 
 std::vector<detail::SharedCommand> Producer::Impl::BatchWrite::commands() {
@@ -95,7 +97,7 @@ std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec
   if (tasks.empty()) return {};
   // Without the script, a command sent where its slot no longer is goes again on its own (the
   // shared connection follows it); with it, finish_batch decides what goes again, in order.
-  std::vector<detail::Reply> replies = link.run(b.commands(), !b.scripted);
+  std::vector<detail::Reply> replies = link.run(b.commands(), !b.scripted, &b.generation);
   return finish_batch(b, std::move(replies));
 }
 
@@ -167,8 +169,8 @@ std::vector<std::string> Producer::Impl::finish_batch(BatchWrite& b, std::vector
       if (failure.empty()) failure = std::string(replies[i].view().error());
       ids[i].clear();
     }
-    if (!failure.empty()) im.refuse_batch(ids, failure);
-    im.wait_for_replicas(ids);
+    if (!failure.empty()) im.refuse_batch(ids, failure, b.generation);
+    im.wait_for_replicas(ids, b.generation);
     return std::move(ids);
   }
   const std::vector<Prepared>& grouped = b.grouped();
@@ -225,12 +227,12 @@ std::vector<std::string> Producer::Impl::finish_batch(BatchWrite& b, std::vector
   }
   if (duplicate) {
     std::string message = partial_batch_message("duplicate task", ids, server_message) +
-                          im.replication_of_written(ids);  // before the move
+                          im.replication_of_written(ids, b.generation);  // before the move
     throw DuplicateTaskError(message, duplicate->holder, duplicate_index, std::move(ids));
   }
   if (!server_message.empty()) {
     std::string message = partial_batch_message("queue full", ids, server_message) +
-                          im.replication_of_written(ids);  // before ids is moved from
+                          im.replication_of_written(ids, b.generation);  // before ids is moved from
     throw QueueFullError(message, std::move(ids));
   }
   // Chunks left unwritten without an error of their own (behind one not run, whose mark then
@@ -241,8 +243,8 @@ std::vector<std::string> Producer::Impl::finish_batch(BatchWrite& b, std::vector
         "ERR a chunk of the batch was not run and the ones behind it were not written (the batch's mark "
         "expired or was evicted)";
   }
-  if (!failure.empty()) im.refuse_batch(ids, failure);
-  im.wait_for_replicas(ids);
+  if (!failure.empty()) im.refuse_batch(ids, failure, b.generation);
+  im.wait_for_replicas(ids, b.generation);
   return std::move(ids);
 }
 

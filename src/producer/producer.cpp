@@ -244,9 +244,10 @@ std::string Producer::Impl::enqueue_one(std::string_view task_type, std::string_
   OneWrite w{.type = std::string(task_type), .payload = std::string(payload_json), .options = task_options};
   build_one(w);
   if (partition != nullptr) *partition = static_cast<std::size_t>(w.one[0].partition);
-  std::vector<detail::Reply> replies = link.run({{&w.argv, w.script}}, true);
+  std::uint64_t written_on = 0;
+  std::vector<detail::Reply> replies = link.run({{&w.argv, w.script}}, true, &written_on);
   std::string id = finish_one(w, replies[0]);
-  wait_for_replicas({id});
+  wait_for_replicas({id}, written_on);
   return id;
 }
 
@@ -331,7 +332,8 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
       }
     }
     if (error || im.options.min_replicas_acked == 0) return done(error, std::move(id));
-    im.replicas_then({id}, [done, id](std::exception_ptr e) { done(e, e ? std::string() : id); });
+    im.replicas_then({id}, o.generation,
+                     [done, id](std::exception_ptr e) { done(e, e ? std::string() : id); });
   });
 }
 
@@ -363,6 +365,7 @@ void Producer::enqueue_batch_async(std::vector<TaskSpec> tasks, BatchHandler don
   im.link.submit(b->commands(), !b->scripted, [&im, b, done = std::move(done)](detail::SharedOutcome o) {
     if (o.error) return done(o.error, {});
     std::vector<std::string> ids;
+    b->generation = o.generation;
     try {
       ids = im.finish_batch(*b, std::move(o.replies));
     } catch (...) {

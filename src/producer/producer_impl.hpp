@@ -54,6 +54,7 @@ struct Producer::Impl {
     std::vector<Chunk> chunks;
     std::vector<std::string> marks;  // refusal marks, per partition
     std::vector<detail::Argv> argvs;
+    std::uint64_t generation = 0;  // of the connection that wrote them (for the WAIT)
     bool scripted = false;
     const std::vector<detail::Prepared>& grouped() const { return regrouped.empty() ? prepared : regrouped; }
     std::vector<detail::SharedCommand> commands();
@@ -116,14 +117,15 @@ struct Producer::Impl {
   /// A batch some of whose commands Redis refused with `failure` (OOM, WRONGTYPE, a redirection
   /// that outlasted the retries, ...): that ReplyError, and when some tasks were written (`ids`,
   /// "" for the others) its message says which.
-  [[noreturn]] void refuse_batch(const std::vector<std::string>& ids, const std::string& failure);
+  [[noreturn]] void refuse_batch(const std::vector<std::string>& ids, const std::string& failure,
+                                 std::uint64_t written_on);
 
   // replication.cpp
   /// WAIT for min_replicas_acked replicas to have what this connection wrote (with a cluster
   /// URL: on every master it wrote to, at the same time); how many did, the fewest of those
   /// masters'. A server that has just turned replica refuses WAIT: none did (with a sentinel URL
   /// the connection is dropped, so the next call asks the sentinels again).
-  std::int64_t replicas_acknowledging();
+  std::int64_t replicas_acknowledging(std::uint64_t written_on);
   /// WAIT min_replicas_acked replicas_ack_timeout.
   detail::Argv wait_argv() const;
   /// The fewest replicas that acknowledged, of the WAIT replies (0 for a server that turned replica).
@@ -132,14 +134,15 @@ struct Producer::Impl {
   void check_replicas(const std::vector<std::string>& ids, std::int64_t acked) const;
   /// wait_for_replicas without blocking: `then` gets the ReplicationError (or null) on the
   /// completion thread.
-  void replicas_then(std::vector<std::string> ids, std::function<void(std::exception_ptr)> then);
+  void replicas_then(std::vector<std::string> ids, std::uint64_t written_on,
+                     std::function<void(std::exception_ptr)> then);
   /// For a batch refused part-way (`ids`: the written ones, "" for the others): with
   /// min_replicas_acked, what the replicas acknowledged of the written part, for the refusal's
   /// message ("" when nothing was written, or the option is off).
-  std::string replication_of_written(const std::vector<std::string>& ids);
+  std::string replication_of_written(const std::vector<std::string>& ids, std::uint64_t written_on);
   /// With min_replicas_acked: WAIT for the replicas to have what this connection wrote (the
   /// tasks `ids`, just written), and ReplicationError when too few did in time.
-  void wait_for_replicas(const std::vector<std::string>& ids);
+  void wait_for_replicas(const std::vector<std::string>& ids, std::uint64_t written_on);
 
   ProducerOptions options;
   std::mutex middleware_mutex;

@@ -15,36 +15,57 @@ detail::Argv Producer::Impl::wait_argv() const {
   return wait;
 }
 
-std::int64_t Producer::Impl::replicas_acknowledging() {
-  // Alone on the shared connection: the WAIT follows every write before it there (other
-  // callers' included), so it also covers this caller's.
+namespace {
+
+/// The WAIT, alone on the shared connection: it follows every write before it there (other
+/// callers' included), so it covers the caller's, unless the connection that wrote them was
+/// lost since (`written_on`: its generation then): a new one has written nothing to wait for.
+std::vector<detail::Reply> wait_on(detail::Connection& conn, const detail::Argv& wait,
+                                   std::uint64_t written_on) {
+  if (conn.generation() != written_on) {
+    throw ConnectionError("redis " + conn.describe() +
+                          ": the connection that wrote the tasks was lost before WAIT could ask the "
+                          "replicas; they may not have them");
+  }
+  return conn.wait_where_sent(wait);
+}
+
+}  // namespace
+
+std::int64_t Producer::Impl::replicas_acknowledging(std::uint64_t written_on) {
   const detail::Argv wait = wait_argv();
   std::vector<detail::Reply> replies;
   link.run_alone(
-      [&](detail::Connection& conn, detail::ScriptRunner&) { replies = conn.wait_where_sent(wait); });
+      [&](detail::Connection& conn, detail::ScriptRunner&) { replies = wait_on(conn, wait, written_on); });
   return fewest_acknowledging(replies);
 }
 
-void Producer::Impl::replicas_then(std::vector<std::string> ids,
+void Producer::Impl::replicas_then(std::vector<std::string> ids, std::uint64_t written_on,
                                    std::function<void(std::exception_ptr)> then) {
   auto wait = std::make_shared<detail::Argv>(wait_argv());
   auto replies = std::make_shared<std::vector<detail::Reply>>();
-  link.submit_alone([wait, replies](detail::Connection& conn,
-                                    detail::ScriptRunner&) { *replies = conn.wait_where_sent(*wait); },
-                    [this, ids = std::move(ids), replies, then = std::move(then)](detail::SharedOutcome o) {
-                      std::exception_ptr error = o.error;
-                      if (!error) {
-                        try {
-                          check_replicas(ids, fewest_acknowledging(*replies));
-                        } catch (...) {
-                          error = std::current_exception();
-                        }
-                      }
-                      then(error);
-                    });
+  link.submit_alone(
+      [wait, replies, written_on](detail::Connection& conn, detail::ScriptRunner&) {
+        *replies = wait_on(conn, *wait, written_on);
+      },
+      [this, ids = std::move(ids), replies, then = std::move(then)](detail::SharedOutcome o) {
+        std::exception_ptr error = o.error;
+        if (!error) {
+          try {
+            check_replicas(ids, fewest_acknowledging(*replies));
+          } catch (...) {
+            error = std::current_exception();
+          }
+        }
+        then(error);
+      });
 }
 
 std::int64_t Producer::Impl::fewest_acknowledging(const std::vector<detail::Reply>& replies) const {
+  // No reply: with a cluster URL, a WAIT of another caller came between the write and this one
+  // and took the masters written to (it covered this write, but what it found is not known
+  // here): counted as no acknowledgement, never as all of them.
+  if (replies.empty()) return 0;
   std::int64_t fewest = options.min_replicas_acked;
   const detail::Endpoint& endpoint = link.config().endpoint;
   for (const detail::Reply& reply : replies) {
@@ -57,20 +78,21 @@ std::int64_t Producer::Impl::fewest_acknowledging(const std::vector<detail::Repl
   return fewest;
 }
 
-std::string Producer::Impl::replication_of_written(const std::vector<std::string>& ids) {
+std::string Producer::Impl::replication_of_written(const std::vector<std::string>& ids,
+                                                   std::uint64_t written_on) {
   if (options.min_replicas_acked == 0 ||
       std::all_of(ids.begin(), ids.end(), [](const auto& id) { return id.empty(); })) {
     return {};
   }
-  const std::int64_t acked = replicas_acknowledging();
+  const std::int64_t acked = replicas_acknowledging(written_on);
   return "; the tasks written were acknowledged by " + std::to_string(acked) + " of the " +
          std::to_string(options.min_replicas_acked) + " replicas asked for" +
          (acked < options.min_replicas_acked ? " (lost if the master fails now)" : "");
 }
 
-void Producer::Impl::wait_for_replicas(const std::vector<std::string>& ids) {
+void Producer::Impl::wait_for_replicas(const std::vector<std::string>& ids, std::uint64_t written_on) {
   if (options.min_replicas_acked == 0) return;
-  check_replicas(ids, replicas_acknowledging());
+  check_replicas(ids, replicas_acknowledging(written_on));
 }
 
 void Producer::Impl::check_replicas(const std::vector<std::string>& ids, std::int64_t acked) const {

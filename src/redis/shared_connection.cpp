@@ -6,10 +6,14 @@
 
 #include "cluster.hpp"
 #include "connection.hpp"
+#include "log.hpp"
 
 namespace streamq::detail {
 
 namespace {
+
+/// Commands appended between two writes to the socket.
+constexpr std::size_t kFlushEvery = 8;
 
 /// Not run where it went, and may be sent again as it is.
 bool not_run(const Reply& r) {
@@ -25,6 +29,14 @@ SharedConnection::SharedConnection(ConnectionConfig config) : conn_(std::move(co
 SharedConnection::~SharedConnection() { close(); }
 
 void SharedConnection::close() {
+  if (completion_thread_.joinable() && completion_thread_.get_id() == std::this_thread::get_id()) {
+    // A completion destroyed its own Producer: the thread would have to join itself, and then
+    // run on in freed memory. A misuse the documentation names; stop here, loudly.
+    log(LogLevel::error,
+        "a Producer was destroyed by one of its own completions (on its completion thread): "
+        "keep it alive until its completions have run");
+    std::terminate();
+  }
   {
     std::unique_lock lock(mutex_);
     stopping_ = true;
@@ -33,12 +45,14 @@ void SharedConnection::close() {
   if (completion_thread_.joinable()) completion_thread_.join();
 }
 
-std::vector<Reply> SharedConnection::run(const std::vector<SharedCommand>& commands, bool rerun_not_run) {
+std::vector<Reply> SharedConnection::run(const std::vector<SharedCommand>& commands, bool rerun_not_run,
+                                         std::uint64_t* generation) {
   Request r;
   r.commands = commands;
   r.rerun = rerun_not_run;
   SharedOutcome o = wait_for(r);
   if (o.error) std::rethrow_exception(o.error);
+  if (generation != nullptr) *generation = o.generation;
   return std::move(o.replies);
 }
 
@@ -123,11 +137,11 @@ void SharedConnection::lead(std::unique_lock<std::mutex>& lock, const Request* u
     if (until != nullptr ? until->done : !completed_.empty())
       break;  // the completion thread: callbacks first
     Request* alone = nullptr;
-    if (in_flight_.empty() && reruns_.empty() && !queue_.empty()) {
+    if (in_flight_.empty() && reruns_.empty()) {
+      if (queue_.empty()) break;             // nothing queued or owed
+      if (!queue_.front()->alone) continue;  // queued after a failed write: write it
       alone = queue_.front();
       queue_.pop_front();
-    } else if (in_flight_.empty() && reruns_.empty()) {
-      break;  // nothing queued or owed
     }
     lock.unlock();
     std::vector<Request*> answered = alone != nullptr ? run_alone_now(*alone) : read_oldest();
@@ -169,6 +183,8 @@ void SharedConnection::pass_on() {
     return !(async_left && sync_told);
   };
   bool more = true;
+  // Oldest first: the requests to send again, those written, those queued.
+  for (auto it = reruns_.begin(); more && it != reruns_.end(); ++it) more = visit(*it);
   for (auto it = in_flight_.begin(); more && it != in_flight_.end(); ++it) more = visit(*it);
   for (auto it = queue_.begin(); more && it != queue_.end(); ++it) more = visit(*it);
   if (async_left) completion_wake_.notify_one();
@@ -177,10 +193,17 @@ void SharedConnection::pass_on() {
 std::vector<SharedConnection::Request*> SharedConnection::write(std::vector<Request*>& batch) {
   try {
     if (in_flight_.empty()) conn_.connect_with_backoff();
+    // Flushed every kFlushEvery commands: Redis starts on the first ones while the rest are
+    // encoded (a batch's chunks are large).
+    std::size_t unflushed = 0;
     for (Request* r : batch) {
       for (SharedCommand& c : r->commands) {
         if (c.script != not_a_script) scripts_.choose_head(c.script, *c.argv);
         conn_.append(*c.argv);
+        if (++unflushed == kFlushEvery) {
+          conn_.flush();
+          unflushed = 0;
+        }
       }
     }
     conn_.flush();
@@ -189,7 +212,9 @@ std::vector<SharedConnection::Request*> SharedConnection::write(std::vector<Requ
     // everything owed (Connection drops itself on an I/O error).
     return fail_owed(std::current_exception(), std::move(batch));
   }
+  const std::uint64_t generation = conn_.generation();
   const std::lock_guard lock(mutex_);
+  for (Request* r : batch) r->outcome.generation = generation;
   in_flight_.insert(in_flight_.end(), batch.begin(), batch.end());
   return {};
 }
@@ -198,11 +223,11 @@ std::vector<SharedConnection::Request*> SharedConnection::read_oldest() {
   std::vector<Request*> answered;
   if (in_flight_.empty()) {
     // Nothing is owed: the replies that said "not run" are sent again, one at a time.
-    for (Request* r : reruns_) {
-      rerun(*r);
-      answered.push_back(r);
+    {
+      const std::lock_guard lock(mutex_);  // (others look at reruns_ under the lock)
+      answered.swap(reruns_);
     }
-    reruns_.clear();
+    for (Request* r : answered) rerun(*r);
     return answered;
   }
   Request& r = *in_flight_.front();
@@ -228,7 +253,8 @@ std::vector<SharedConnection::Request*> SharedConnection::read_oldest() {
 
 std::vector<SharedConnection::Request*> SharedConnection::run_alone_now(Request& r) {
   try {
-    conn_.connect_with_backoff();
+    // No connect here: a WAIT must not go to a new connection, which has written nothing (it
+    // uses Connection::command_here, which refuses); a command connects on its own.
     r.alone(conn_, scripts_);
   } catch (...) {
     r.outcome.error = std::current_exception();

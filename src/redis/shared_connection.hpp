@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -31,6 +32,8 @@ struct SharedCommand {
 struct SharedOutcome {
   std::vector<Reply> replies;
   std::exception_ptr error;
+  /// Connection::generation() when the request was written (a WAIT for it must find the same).
+  std::uint64_t generation = 0;
 };
 
 /// A Connection and its ScriptRunner behind a queue of requests. There is no I/O thread for the
@@ -42,7 +45,9 @@ struct SharedOutcome {
 /// that thread, never inside another caller's call.
 ///
 /// A request's commands are written back to back, in order, and no other request's command comes
-/// between them; requests are written in the order they were queued. After a connection failure
+/// between them; requests are written in the order they were queued. (A command sent again
+/// because it was not run where it went goes on its own once nothing is owed: after the
+/// requests written behind it.) After a connection failure
 /// the requests whose replies were not all read fail with it (their outcome is unknown); the
 /// next write connects again (after the connection's backoff).
 class SharedConnection {
@@ -66,7 +71,9 @@ class SharedConnection {
   /// (a script with EVAL, a redirection followed), else that reply is returned.
   /// @throws what writing or reading threw (ConnectionError, TimeoutError, ReplyError from the
   ///   session set-up).
-  std::vector<Reply> run(const std::vector<SharedCommand>& commands, bool rerun_not_run);
+  /// `generation`: set to the connection's generation when they were written.
+  std::vector<Reply> run(const std::vector<SharedCommand>& commands, bool rerun_not_run,
+                         std::uint64_t* generation = nullptr);
   /// Runs `alone` between the pipelined writes, in queue order. @throws what it throws.
   void run_alone(const Alone& alone);
   /// As run(), without waiting: `done` runs on the completion thread.
