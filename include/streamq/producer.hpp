@@ -261,7 +261,8 @@ using WaitHandler = std::function<void(std::exception_ptr error, TaskRecord reco
 /// holds it for that long). wait_async's completion runs on the waits' thread instead. Every
 /// outcome, a bad argument's too, reaches the completion (or the future), never the caller. The
 /// Producer's destructor answers the asynchronous calls still queued (their completions run)
-/// before it returns.
+/// before it returns; a completion must not destroy its own Producer (std::terminate, with a
+/// message).
 class Producer {
  public:
   /// Validates the options (ConfigError names the bad field). Connects lazily, on the first

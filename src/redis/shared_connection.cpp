@@ -2,11 +2,12 @@
 #include "shared_connection.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 #include <utility>
 
 #include "cluster.hpp"
 #include "connection.hpp"
-#include "log.hpp"
 
 namespace streamq::detail {
 
@@ -32,9 +33,10 @@ void SharedConnection::close() {
   if (completion_thread_.joinable() && completion_thread_.get_id() == std::this_thread::get_id()) {
     // A completion destroyed its own Producer: the thread would have to join itself, and then
     // run on in freed memory. A misuse the documentation names; stop here, loudly.
-    log(LogLevel::error,
-        "a Producer was destroyed by one of its own completions (on its completion thread): "
-        "keep it alive until its completions have run");
+    std::fputs(
+        "streamq: a Producer was destroyed by one of its own completions (on its completion "
+        "thread): keep it alive until its completions have run\n",
+        stderr);
     std::terminate();
   }
   {

@@ -308,6 +308,36 @@ TEST_F(SharedProducerTest, ACompletionMayCallTheProducerAgain) {
   EXPECT_EQ(client.integer({"XLEN", stream}), 2);
 }
 
+TEST_F(SharedProducerTest, CallsAnsweredNoscriptTogetherAreSentAgainAndEachAnswered) {
+  Producer producer(options());
+  producer.enqueue("warm", R"({})");  // the script is cached: the next calls send EVALSHA
+  constexpr int kRounds = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    client.cmd({"SCRIPT", "FLUSH"}).view().check();  // every EVALSHA written now is answered NOSCRIPT
+    std::atomic<int> async_answered{0};
+    std::atomic<int> failures{0};
+    for (int i = 0; i < 20; ++i) {
+      producer.enqueue_async("job", R"({})", {}, [&](std::exception_ptr error, const std::string&) {
+        failures.fetch_add(error ? 1 : 0);
+        async_answered.fetch_add(1);
+      });
+    }
+    on_threads(4, [&](int) {
+      for (int i = 0; i < 5; ++i) {
+        try {
+          producer.enqueue("job", R"({})");
+        } catch (const Error&) {
+          failures.fetch_add(1);
+        }
+      }
+    });
+    ASSERT_TRUE(wait_until([&] { return async_answered.load() == 20; }, 10s))
+        << "round " << round << ": " << async_answered.load() << " of 20 asynchronous calls answered";
+    EXPECT_EQ(failures.load(), 0) << "round " << round;
+  }
+  EXPECT_EQ(client.integer({"XLEN", stream}), 1 + kRounds * 40);
+}
+
 TEST_F(SharedProducerTest, AnInspectorAndAStatsReaderAreSharedByThreads) {
   Producer producer(options());
   std::vector<TaskSpec> tasks(50, TaskSpec{.task_type = "job", .payload = R"({})"});
