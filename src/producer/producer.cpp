@@ -25,7 +25,6 @@ namespace streamq {
 using detail::duplicate_message;
 using detail::is_queue_full;
 using detail::parse_duplicate;
-using detail::Prepared;
 
 namespace {
 
@@ -318,7 +317,8 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
     }
   } catch (...) {
     if (!done) throw;
-    im.link.post([done](detail::SharedOutcome o) { done(o.error, {}); }, {{}, std::current_exception()});
+    im.link.post([done](const detail::SharedOutcome& o) { done(o.error, {}); },
+                 {{}, std::current_exception()});
     return;
   }
   im.link.submit({{&w->argv, w->script}}, true, [&im, w, done = std::move(done)](detail::SharedOutcome o) {
@@ -333,7 +333,7 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
     }
     if (error || im.options.min_replicas_acked == 0) return done(error, std::move(id));
     im.replicas_then({id}, o.generation,
-                     [done, id](std::exception_ptr e) { done(e, e ? std::string() : id); });
+                     [done, id](const std::exception_ptr& e) { done(e, e ? std::string() : id); });
   });
 }
 
@@ -355,11 +355,12 @@ void Producer::enqueue_batch_async(std::vector<TaskSpec> tasks, BatchHandler don
     im.build_batch(*b, b->owned);
   } catch (...) {
     if (!done) throw;
-    im.link.post([done](detail::SharedOutcome o) { done(o.error, {}); }, {{}, std::current_exception()});
+    im.link.post([done](const detail::SharedOutcome& o) { done(o.error, {}); },
+                 {{}, std::current_exception()});
     return;
   }
   if (b->owned.empty()) {
-    im.link.post([done](detail::SharedOutcome) { done(nullptr, {}); }, {});
+    im.link.post([done](const detail::SharedOutcome&) { done(nullptr, {}); }, {});
     return;
   }
   im.link.submit(b->commands(), !b->scripted, [&im, b, done = std::move(done)](detail::SharedOutcome o) {
@@ -388,7 +389,8 @@ void Producer::wait_async(const std::string& task_id, std::chrono::milliseconds 
   try {
     detail::check_duration(timeout, std::chrono::milliseconds(0), "timeout");
   } catch (...) {
-    impl_->link.post([done](detail::SharedOutcome o) { done(o.error, {}); }, {{}, std::current_exception()});
+    impl_->link.post([done](const detail::SharedOutcome& o) { done(o.error, {}); },
+                     {{}, std::current_exception()});
     return;
   }
   impl_->waiter().wait(task_id, timeout, std::nullopt, options.wait_for_enqueue,

@@ -48,7 +48,7 @@ void Producer::Impl::replicas_then(std::vector<std::string> ids, std::uint64_t w
       [wait, replies, written_on](detail::Connection& conn, detail::ScriptRunner&) {
         *replies = wait_on(conn, *wait, written_on);
       },
-      [this, ids = std::move(ids), replies, then = std::move(then)](detail::SharedOutcome o) {
+      [this, ids = std::move(ids), replies, then = std::move(then)](const detail::SharedOutcome& o) {
         std::exception_ptr error = o.error;
         if (!error) {
           try {

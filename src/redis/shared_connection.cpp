@@ -265,7 +265,7 @@ std::vector<SharedConnection::Request*> SharedConnection::run_alone_now(Request&
   return {&r};
 }
 
-std::vector<SharedConnection::Request*> SharedConnection::fail_owed(std::exception_ptr error,
+std::vector<SharedConnection::Request*> SharedConnection::fail_owed(const std::exception_ptr& error,
                                                                     std::vector<Request*> also) {
   if (conn_.owes_replies()) conn_.disconnect();  // replies owed to no one would answer the next calls
   const std::lock_guard lock(mutex_);

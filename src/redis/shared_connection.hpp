@@ -113,7 +113,7 @@ class SharedConnection {
   std::vector<Request*> run_alone_now(Request& r);
   /// A connection lost (or left owing replies no one will read): every request written and not
   /// answered, and `also`, fail with `error`.
-  std::vector<Request*> fail_owed(std::exception_ptr error, std::vector<Request*> also = {});
+  std::vector<Request*> fail_owed(const std::exception_ptr& error, std::vector<Request*> also = {});
   void rerun(Request& r);
   /// With the lock held: `answered` are done; their callers are told (or the completion thread).
   void answer(const std::vector<Request*>& answered, const Request* until);
