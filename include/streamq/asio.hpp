@@ -54,9 +54,11 @@ class AsioCompletion : public std::enable_shared_from_this<AsioCompletion<Handle
       // On the handler's executor: the slot is free again before the handler can use it.
       asio::get_associated_cancellation_slot(self->handler_).clear();
       Handler h = std::move(self->handler_);
-      self->work_.reset();
       std::apply([&](auto&&... v) { std::move(h)(std::move(v)...); }, std::move(values));
     });
+    // The work ends here, once post() has returned, not in the handler: the executor's run() could
+    // otherwise return, and its io_context be destroyed, while post() still signals it.
+    work_.reset();
     return true;
   }
 
