@@ -18,22 +18,35 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_type.hpp>
+#include <asio/co_spawn.hpp>
 #include <asio/error.hpp>
+#include <asio/execution/executor.hpp>
 #include <asio/executor_work_guard.hpp>
+#include <asio/is_executor.hpp>
 #include <asio/post.hpp>
+#include <asio/strand.hpp>
 #include <asio/system_error.hpp>
 
+#include "streamq/consumer.hpp"
 #include "streamq/producer.hpp"
 
 namespace streamq::detail {
@@ -96,9 +109,100 @@ inline std::exception_ptr asio_aborted() {
   return std::make_exception_ptr(asio::system_error(asio::error::operation_aborted));
 }
 
+/// The executor of `e`: `e` itself, or an execution context's (an io_context's).
+template <class E>
+auto asio_executor_of(E& e) {
+  if constexpr (asio::execution::is_executor<std::decay_t<E>>::value ||
+                asio::is_executor<std::decay_t<E>>::value) {
+    return e;
+  } else {
+    return e.get_executor();
+  }
+}
+
+/// The value of an asio::awaitable<T, Executor>.
+template <class A>
+struct AwaitableValue {
+  static_assert(sizeof(A) == 0, "streamq::Consumer::on_async: the handler must return an asio::awaitable");
+};
+template <class T, class E>
+struct AwaitableValue<asio::awaitable<T, E>> {
+  using type = T;
+};
+
+/// One coroutine task (Consumer::on_async), on a strand of its own: the asio cancellation
+/// signal its task's stop emits, and the stop's callback. Used on the strand only; the signal is
+/// emitted only while the coroutine runs.
+template <class Strand>
+struct CoroutineRun {
+  explicit CoroutineRun(Strand s) : strand(std::move(s)) {}
+  Strand strand;
+  asio::cancellation_signal signal;
+  bool finished = false;
+  std::optional<std::stop_callback<std::function<void()>>> on_stop;
+};
+
 }  // namespace streamq::detail
 
 namespace streamq {
+
+template <class Executor, class F>
+void Consumer::on_async(Executor&& executor, std::string task_type, F handler, HandlerOptions options) {
+  using Awaitable = std::invoke_result_t<F&, const Task&>;
+  using Value = typename detail::AwaitableValue<Awaitable>::type;
+  auto ex = detail::asio_executor_of(executor);
+  using Strand = asio::strand<decltype(ex)>;
+  auto run = [ex, h = std::make_shared<F>(std::move(handler))](const Task& task, AsyncDone done) {
+    auto state = std::make_shared<detail::CoroutineRun<Strand>>(asio::make_strand(ex));
+    Awaitable coroutine = (*h)(task);  // what this throws fails the attempt here
+    // Everything else on the task's strand: the stop's callback, the spawn, the emits, the end.
+    asio::post(state->strand, [state, coroutine = std::move(coroutine), done = std::move(done),
+                               &task]() mutable {
+      // The task's stop (timeout, deadline, cancel, the worker's stop) cancels the coroutine;
+      // one requested already is emitted behind the coroutine's start, and the coroutine's next
+      // co_await throws (asio's throw_if_cancelled).
+      std::weak_ptr<detail::CoroutineRun<Strand>> weak = state;
+      state->on_stop.emplace(task.stop_token(), std::function<void()>([weak] {
+                               if (auto s = weak.lock()) {
+                                 asio::post(s->strand, [s] {
+                                   if (!s->finished) s->signal.emit(asio::cancellation_type::terminal);
+                                 });
+                               }
+                             }));
+      // The end: no emit after it; the task's result, when the coroutine returns one.
+      auto finish = [state, done = std::move(done), &task](std::exception_ptr e, auto&&... value) {
+        state->finished = true;
+        state->on_stop.reset();
+        if constexpr (sizeof...(value) > 0) {
+          if (!e) {
+            try {
+              task.set_result(
+                  nlohmann::json(value...).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+            } catch (...) {
+              e = std::current_exception();
+            }
+          }
+        }
+        done(e);
+      };
+      if constexpr (std::is_void_v<Value>) {
+        asio::co_spawn(state->strand, std::move(coroutine),
+                       asio::bind_cancellation_slot(
+                           state->signal.slot(), [finish = std::move(finish)](std::exception_ptr e) mutable {
+                             finish(std::move(e));
+                           }));
+      } else {
+        asio::co_spawn(
+            state->strand, std::move(coroutine),
+            asio::bind_cancellation_slot(state->signal.slot(),
+                                         [finish = std::move(finish)](std::exception_ptr e, Value v) mutable {
+                                           finish(std::move(e), std::move(v));
+                                         }));
+      }
+    });
+  };
+  on_async(std::move(task_type), AsyncHandler(std::move(run)), std::move(options));
+}
 
 template <class CompletionToken>
 auto Producer::async_enqueue(std::string_view task_type, const Payload& payload,

@@ -131,6 +131,39 @@ class Consumer {
                   "call task.set_result(...) and return nothing");
   }
 
+  /// How an asynchronous handler (on_async) says its task's work is over: called once, from any
+  /// thread, with nullptr when it succeeded, or with what it failed with, which counts as what a
+  /// handler of on() throws (PermanentError, RetryAfter, BadPayloadError, anything else: a retry).
+  /// A second call is ignored (and logged).
+  using AsyncDone = std::function<void(std::exception_ptr)>;
+  /// An asynchronous handler: it starts the task's work, arranges for `done` to be called when
+  /// that work is over, and returns at once. The Task stays valid until `done` is called.
+  using AsyncHandler = std::function<void(const Task&, AsyncDone done)>;
+
+  /// Registers an asynchronous handler for `task_type`: the handler thread that starts it goes
+  /// on to the next task at once, so many tasks run at a time on a few threads (tasks that wait
+  /// on I/O). Each such task holds its entry, its lease, its concurrency slots and its
+  /// HandlerOptions::max_in_flight place until `done` is called, so ConsumerOptions::prefetch
+  /// bounds how many run at once. Its timeout, deadline, an operator's cancel and the worker's
+  /// stop reach it through Task::stop_token(): the handler's work must end (call `done`) when it
+  /// is asked to, as a thread handler must return. A task whose `done` does not come within
+  /// timeout_grace of that is given up as a thread handler is, and its late `done` is dropped.
+  /// What it throws before it returns counts as a failure when it did not call `done` first.
+  /// Middleware (use()) runs around the handler's start, not its end. Not for
+  /// HandlerExecutor::process. With asio, see the coroutine form below.
+  /// @throws as on(), and ConfigError for HandlerOptions::executor == process.
+  void on_async(std::string task_type, AsyncHandler handler, HandlerOptions options = {});
+
+  /// Registers a coroutine handler: `handler(const Task&)` returns an `asio::awaitable<void>`
+  /// (or `asio::awaitable<R>`: R, converted with nlohmann's to_json, is the task's result), which
+  /// runs on `executor` (an asio executor, or an execution context such as an io_context, which
+  /// the service runs on threads of its own). The task's stop (timeout, deadline, cancel, the
+  /// worker's stop) cancels the coroutine through asio's cancellation (`terminal`): the operation
+  /// it waits on ends with asio::error::operation_aborted. Otherwise as on_async() above. Defined
+  /// in <streamq/asio.hpp>, the asio component (`find_package(streamq COMPONENTS asio)`).
+  template <class Executor, class F>
+  void on_async(Executor&& executor, std::string task_type, F handler, HandlerOptions options = {});
+
   /// Handler for task types nobody registered; without one they are dead-lettered
   /// ("no_handler"). @throws ConfigError after run().
   void on_unknown(Handler handler);

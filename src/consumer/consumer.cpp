@@ -278,7 +278,13 @@ struct Consumer::Impl {
         if (!h) return;
         h = [f = std::make_shared<detail::Handler>(std::move(h))](const Task& t) { (*f)(t); };
       };
-      for (auto& [type, registration] : parts[0]->handlers) shared(registration.handler);
+      for (auto& [type, registration] : parts[0]->handlers) {
+        shared(registration.handler);
+        if (registration.async) {
+          registration.async = [f = std::make_shared<AsyncHandler>(std::move(registration.async))](
+                                   const Task& t, AsyncDone done) { (*f)(t, std::move(done)); };
+        }
+      }
       shared(parts[0]->fallback);
       for (Middleware& m : parts[0]->middleware) {
         m = [f = std::make_shared<Middleware>(std::move(m))](const Task& t, const Next& next) {
@@ -427,19 +433,43 @@ Consumer::~Consumer() = default;
 Consumer::Consumer(Consumer&&) noexcept = default;
 Consumer& Consumer::operator=(Consumer&&) noexcept = default;
 
-void Consumer::on(std::string task_type, Handler handler, HandlerOptions options) {
-  if (impl_->started) throw ConfigError("handlers must be registered before run()");
+namespace {
+
+/// Checks a registration of on() or on_async() before it is added.
+void check_registration(bool started, const std::string& task_type, bool empty,
+                        const HandlerOptions& options) {
+  if (started) throw ConfigError("handlers must be registered before run()");
   if (task_type.empty()) throw ConfigError("task_type must not be empty");
-  if (!handler) throw ConfigError("handler for \"" + task_type + "\" is empty");
+  if (empty) throw ConfigError("handler for \"" + task_type + "\" is empty");
   detail::check_handler_options(options);
+}
+
+void add_registration(detail::Shared& s, std::string task_type, detail::Registration r) {
+  if (r.options.max_in_flight > 0) r.running = std::make_shared<std::atomic<int>>(0);
+  const auto [it, added] = s.handlers.emplace(std::move(task_type), std::move(r));
+  if (!added) throw ConfigError("a handler for \"" + it->first + "\" is already registered");
+}
+
+}  // namespace
+
+void Consumer::on(std::string task_type, Handler handler, HandlerOptions options) {
+  check_registration(impl_->started, task_type, !handler, options);
   if (impl_->pool && options.executor == HandlerExecutor::process) {
     throw ConfigError("the process handler for \"" + task_type +
                       "\" must be registered before start_fork_server(): the fork server would not have it");
   }
-  auto running = options.max_in_flight > 0 ? std::make_shared<std::atomic<int>>(0) : nullptr;
-  const auto [it, added] = impl_->parts[0]->handlers.emplace(
-      std::move(task_type), detail::Registration{std::move(handler), options, std::move(running)});
-  if (!added) throw ConfigError("a handler for \"" + it->first + "\" is already registered");
+  add_registration(*impl_->parts[0], std::move(task_type),
+                   {.handler = std::move(handler), .options = options});
+}
+
+void Consumer::on_async(std::string task_type, AsyncHandler handler, HandlerOptions options) {
+  check_registration(impl_->started, task_type, !handler, options);
+  if (options.executor == HandlerExecutor::process) {
+    throw ConfigError("the asynchronous handler for \"" + task_type +
+                      "\" cannot use HandlerExecutor::process: it runs in this process, on the thread that "
+                      "calls its done");
+  }
+  add_registration(*impl_->parts[0], std::move(task_type), {.async = std::move(handler), .options = options});
 }
 
 void Consumer::on_unknown(Handler handler) {

@@ -2,6 +2,8 @@
 #include "executor.hpp"
 
 #include <chrono>
+#include <exception>
+#include <mutex>
 #include <optional>
 #include <variant>
 
@@ -21,30 +23,32 @@
 namespace streamq::detail {
 namespace {
 
-void thread_main(Shared& s) {
+void thread_main(const std::shared_ptr<Shared>& shared) {
+  Shared& s = *shared;
   std::unique_ptr<Channel> channel;
   std::optional<Work> w = s.inflight.take();
   while (w) {
     const bool suspect = w->suspect();
+    const EntryKey key = w->key;
     try {
       if (suspect) {
         const std::int64_t counted_from = w->deliveries;
         const Start start = start_suspect(s, *w, channel);
-        if (start == Start::gone) report_gone(s, w->key.stream, {w->key.id});
+        if (start == Start::gone) report_gone(s, key.stream, {key.id});
         const StartVerdict verdict =
-            start == Start::run ? s.inflight.started(w->key, counted_from) : StartVerdict::skip;
+            start == Start::run ? s.inflight.started(key, counted_from) : StartVerdict::skip;
         if (verdict != StartVerdict::run) {
-          if (verdict == StartVerdict::skip) s.inflight.not_run(w->key, suspect);
+          if (verdict == StartVerdict::skip) s.inflight.not_run(key, suspect);
           w = s.inflight.take();
           continue;
         }
       }
-      std::optional<Completion> done = execute(s, *w, channel);
-      w = s.inflight.finish_and_take(std::move(done), suspect);
+      Executed executed = execute(shared, std::move(*w), channel);
+      w = executed.later ? s.inflight.take() : s.inflight.finish_and_take(std::move(executed.done), suspect);
     } catch (const std::exception& e) {
       // Our own failure (memory): the entry stays pending and is reclaimed after claim_min_idle.
-      log(LogLevel::error, "entry " + w->key.id + " could not be run: " + e.what());
-      s.inflight.not_run(w->key, suspect);
+      log(LogLevel::error, "entry " + key.id + " could not be run: " + e.what());
+      s.inflight.not_run(key, suspect);
       w = s.inflight.take();
     }
   }
@@ -58,6 +62,7 @@ namespace {
 /// when it has none), or the fallback (on_unknown) without options.
 struct Registered {
   const Handler* handler = nullptr;
+  const AsyncHandler* async = nullptr;  // Consumer::on_async: `handler` is then empty
   const HandlerOptions* options = nullptr;
   std::atomic<int>* local = nullptr;
 };
@@ -82,9 +87,10 @@ std::optional<Completion> refuse_unrunnable(Shared& s, const Work& w, std::optio
   const Task& task = decoded_task.emplace(std::move(std::get<Task>(decoded)));
   r.handler = &s.fallback;
   if (auto it = s.handlers.find(task.type()); it != s.handlers.end()) {
-    r = {&it->second.handler, &it->second.options, it->second.running.get()};
+    const Registration& reg = it->second;
+    r = {&reg.handler, reg.async ? &reg.async : nullptr, &reg.options, reg.running.get()};
   }
-  if (!*r.handler) {
+  if (!*r.handler && r.async == nullptr) {
     return dead_letter(s, w.key, w.fields, reason::no_handler,
                        "no handler for task type \"" + task.type() + "\"");
   }
@@ -170,13 +176,19 @@ std::optional<Completion> take_limits(Shared& s, const Work& w, const Task& task
 // Step 3: the attempt's set-up: a tracked task's record says running and its reports open, its
 // span starts, the in-flight set knows its control, and its time limit (the handler's timeout,
 // or the task's deadline when that comes first) is armed. Returns the span (null: no tracer).
-std::unique_ptr<Span> set_up_attempt(Shared& s, const Work& w, Task& task, const HandlerOptions* options,
+// An asynchronous handler's reports go through the channel its attempts share, under its lock.
+std::unique_ptr<Span> set_up_attempt(Shared& s, const Work& w, Task& task, const Registered& r,
                                      const std::shared_ptr<TaskControl>& control,
                                      std::unique_ptr<Channel>& channel) {
+  const HandlerOptions* options = r.options;
   std::shared_ptr<TaskReports> reports;
   if (task.field(field::retention)) {
     const std::int64_t attempt = mark_running(s, w, tracking_fields(task), channel);
-    reports = std::make_shared<TaskReports>(s, channel, s.opt.stream, task.id(), attempt);
+    AsyncChannel& shared_channel = *s.async_channel;
+    reports = r.async != nullptr
+                  ? std::make_shared<TaskReports>(s, shared_channel.channel, &shared_channel.mutex,
+                                                  s.opt.stream, task.id(), attempt)
+                  : std::make_shared<TaskReports>(s, channel, nullptr, s.opt.stream, task.id(), attempt);
     TaskAccess::attach(task, reports);
   }
   TaskAccess::attach(task, control);
@@ -231,12 +243,35 @@ struct Returned {
 // Unless the task was cancelled before it started (while it waited in the prefetch), fenced (its
 // slot's lease could not be renewed meanwhile) or given up already (its deadline came while it
 // was being set up).
-Returned run_handler(Shared& s, const Task& task, const Registered& r, TaskControl& control) {
-  {
-    std::lock_guard lock(control.mutex);
-    const StopWhy why = control.why();
-    if (why == StopWhy::cancelled || why == StopWhy::lease_lost || control.abandoned) return {};
+/// How the handler came back, from what it threw (null: it returned).
+Returned returned_from(const std::exception_ptr& thrown) {
+  if (!thrown) return {};
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const RetryAfter& e) {
+    return {AttemptResult::failed, e.what(), e.delay()};
+  } catch (const BadPayloadError& e) {
+    return {AttemptResult::bad_payload, e.what(), std::nullopt};
+  } catch (const PermanentError& e) {
+    return {AttemptResult::permanent, e.what(), std::nullopt};
+  } catch (const std::exception& e) {
+    return {AttemptResult::failed, e.what(), std::nullopt};
+  } catch (...) {
+    return {AttemptResult::failed, "unknown exception", std::nullopt};
   }
+}
+
+/// Whether the handler must not be called: the task was cancelled before it started (while it
+/// waited in the prefetch), fenced (its slot's lease could not be renewed meanwhile) or given up
+/// already (its deadline came while it was being set up).
+bool stopped_before_start(TaskControl& control) {
+  std::lock_guard lock(control.mutex);
+  const StopWhy why = control.why();
+  return why == StopWhy::cancelled || why == StopWhy::lease_lost || control.abandoned;
+}
+
+Returned run_handler(Shared& s, const Task& task, const Registered& r, TaskControl& control) {
+  if (stopped_before_start(control)) return {};
   try {
     Handler in_child;
     const Handler* run = r.handler;
@@ -259,16 +294,8 @@ Returned run_handler(Shared& s, const Task& task, const Registered& r, TaskContr
       // (A second next() fails the attempt for good: the handler must not run twice in one.)
       run_chain<PermanentError>(s.middleware, 0, task, [&](const Task& t) { (*run)(t); });
     }
-  } catch (const RetryAfter& e) {
-    return {AttemptResult::failed, e.what(), e.delay()};
-  } catch (const BadPayloadError& e) {
-    return {AttemptResult::bad_payload, e.what(), std::nullopt};
-  } catch (const PermanentError& e) {
-    return {AttemptResult::permanent, e.what(), std::nullopt};
-  } catch (const std::exception& e) {
-    return {AttemptResult::failed, e.what(), std::nullopt};
   } catch (...) {
-    return {AttemptResult::failed, "unknown exception", std::nullopt};
+    return returned_from(std::current_exception());
   }
   return {};
 }
@@ -284,60 +311,179 @@ void end_span(const std::unique_ptr<Span>& span, std::string_view outcome, std::
   }
 }
 
-}  // namespace
-
-std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel) {
-  std::optional<Task> decoded;
+/// One attempt, from its entry to its fate, through the steps above: on the heap, since an
+/// asynchronous handler's attempt ends on another thread, after its handler thread moved on.
+struct AttemptRun {
+  AttemptRun(std::shared_ptr<Shared> shared, Work work) : s(std::move(shared)), w(std::move(work)) {}
+  std::shared_ptr<Shared> s;  // held: an asynchronous end may come while the consumer stops
+  const Work w;
+  std::optional<Task> task;
   Registered registered;
-  if (auto refused = refuse_unrunnable(s, w, decoded, registered)) return refused;
-  Task& task = *decoded;
-
-  auto control = std::make_shared<TaskControl>();
-  control->task_id = task.id();
+  std::shared_ptr<TaskControl> control;
   LocalPlace place;
-  if (auto back = take_limits(s, w, task, registered, control, place, channel)) return back;
+  std::unique_ptr<Span> span;
+};
 
-  const std::unique_ptr<Span> span = set_up_attempt(s, w, task, registered.options, control, channel);
-  Returned returned = run_handler(s, task, registered, *control);
-
-  // Step 5: the handler is back. From now on nothing asks it to stop: its outcome is `why`.
+// Steps 5 and 6: the handler is back, however it came back. From now on nothing asks it to
+// stop: its outcome is `why`. Then its fate, unless it was given up on meanwhile.
+std::optional<Completion> handler_back(AttemptRun& a, const Returned& returned,
+                                       std::unique_ptr<Channel>& channel) {
+  Shared& s = *a.s;
+  TaskControl& control = *a.control;
+  const Task& task = *a.task;
   bool given_up = false;
   StopWhy why = StopWhy::none;
   {
-    std::lock_guard lock(control->mutex);
-    control->returned = true;
-    given_up = control->abandoned;
-    why = control->why();
+    std::lock_guard lock(control.mutex);
+    control.returned = true;
+    given_up = control.abandoned;
+    why = control.why();
   }
-  s.watchdog->disarm(*control);
-  release_slots(s, *control, control->slot_keys.size(), channel);
+  s.watchdog->disarm(control);
+  release_slots(s, control, control.slot_keys.size(), channel);
   if (given_up) {
-    if (control->reports) control->reports->close();
+    if (control.reports) control.reports->close();
     log(LogLevel::warning, "task " + task.id() +
                                " was given up on and its handler has returned now; what it " +
                                "returned is dropped");
-    end_span(span, control->given_up_as,
+    end_span(a.span, control.given_up_as,
              "given up: its handler did not return within timeout_grace of being asked to stop");
     return std::nullopt;
   }
-  // Step 6: its fate.
-  std::optional<std::string> result = control->reports ? control->reports->close() : std::nullopt;
-  Completion done = conclude(s, w, task, registered.options,
+  std::optional<std::string> result = control.reports ? control.reports->close() : std::nullopt;
+  Completion done = conclude(s, a.w, task, a.registered.options,
                              Attempt{returned.result, task.retry_count(), task.max_retries()}, returned.error,
-                             returned.retry_after, why, std::move(result), control->reports != nullptr);
-  note_span(done, span.get());
-  end_span(span, outcome_name(done),
+                             returned.retry_after, why, std::move(result), control.reports != nullptr);
+  note_span(done, a.span.get());
+  end_span(a.span, outcome_name(done),
            done.outcome == Outcome::ack && !done.cancelled ? std::string_view()
            : done.error.empty()                            ? std::string_view(returned.error)
                                                            : std::string_view(done.error));
   return done;
 }
 
+/// An asynchronous handler's attempt ends: steps 5 and 6 on the calling thread, with the shared
+/// channel for its concurrency slots, and the completion to the in-flight set.
+void end_async(AttemptRun& a, const Returned& returned) {
+  Shared& s = *a.s;
+  std::optional<Completion> done;
+  try {
+    AsyncChannel& shared_channel = *s.async_channel;
+    std::unique_lock<std::mutex> lock;
+    if (!a.control->slot_keys.empty()) lock = std::unique_lock(shared_channel.mutex);
+    done = handler_back(a, returned, shared_channel.channel);
+  } catch (const std::exception& e) {
+    // Our own failure (memory): the entry stays pending and is reclaimed after claim_min_idle.
+    log(LogLevel::error, "entry " + a.w.key.id + " could not be completed: " + e.what());
+    s.inflight.not_run(a.w.key, a.w.suspect());
+    return;
+  }
+  s.inflight.finish(std::move(done), a.w.suspect());
+}
+
+/// The two things an asynchronous attempt waits for before it ends: its start's return (the
+/// middleware and the handler's call) and the handler's `done`; and the first error either had.
+struct AsyncEnd {
+  std::mutex mutex;
+  int waiting = 2;
+  bool done_called = false;
+  std::exception_ptr error;
+
+  /// One of the two arrived (with what it threw, if anything); true for the last.
+  bool arrive(const std::exception_ptr& thrown) {
+    std::lock_guard lock(mutex);
+    if (thrown && !error) error = thrown;
+    return --waiting == 0;
+  }
+};
+
+// Step 4, for an asynchronous handler: the middleware and the handler are called here, and the
+// attempt ends (steps 5 and 6) where the later of its start's return and its `done` comes.
+void start_async(const std::shared_ptr<AttemptRun>& a) {
+  if (stopped_before_start(*a->control)) {
+    end_async(*a, {});
+    return;
+  }
+  auto end = std::make_shared<AsyncEnd>();
+  Consumer::AsyncDone done = [a, end](const std::exception_ptr& thrown) {
+    {
+      std::lock_guard lock(end->mutex);
+      if (end->done_called) {
+        log(LogLevel::warning,
+            "task " + a->control->task_id + ": its asynchronous handler said it was done twice");
+        return;
+      }
+      end->done_called = true;
+    }
+    if (end->arrive(thrown)) end_async(*a, returned_from(end->error));
+  };
+  bool called = false;
+  bool handler_threw = false;
+  std::exception_ptr thrown;
+  try {
+    const AsyncHandler& handler = *a->registered.async;
+    const auto call = [&](const Task& t) {
+      called = true;
+      try {
+        handler(t, done);
+      } catch (...) {
+        handler_threw = true;
+        throw;
+      }
+    };
+    if (a->s->middleware.empty()) {
+      call(*a->task);
+    } else {
+      run_chain<PermanentError>(a->s->middleware, 0, *a->task, call);
+    }
+  } catch (...) {
+    thrown = std::current_exception();
+  }
+  // A handler never called (a middleware did not call next(), or threw first) says no `done`.
+  if (!called) {
+    end_async(*a, returned_from(thrown));
+    return;
+  }
+  // A handler that threw before its `done` came ended its attempt: a later `done` is ignored.
+  if (handler_threw) {
+    bool instead_of_done = false;
+    {
+      std::lock_guard lock(end->mutex);
+      instead_of_done = !end->done_called;
+      end->done_called = true;
+    }
+    if (instead_of_done) end->arrive(thrown);
+  }
+  if (end->arrive(thrown)) end_async(*a, returned_from(end->error));
+}
+
+}  // namespace
+
+Executed execute(const std::shared_ptr<Shared>& shared, Work w, std::unique_ptr<Channel>& channel) {
+  Shared& s = *shared;
+  auto a = std::make_shared<AttemptRun>(shared, std::move(w));
+  if (auto refused = refuse_unrunnable(s, a->w, a->task, a->registered)) return {std::move(refused)};
+  Task& task = *a->task;
+
+  a->control = std::make_shared<TaskControl>();
+  a->control->task_id = task.id();
+  if (auto back = take_limits(s, a->w, task, a->registered, a->control, a->place, channel))
+    return {std::move(back)};
+
+  a->span = set_up_attempt(s, a->w, task, a->registered, a->control, channel);
+  if (a->registered.async != nullptr) {
+    start_async(a);
+    return {std::nullopt, true};
+  }
+  return {handler_back(*a, run_handler(s, task, a->registered, *a->control), channel)};
+}
+
 void Executor::start() {
+  if (!s_->async_channel) s_->async_channel = std::make_shared<AsyncChannel>();
   for (int i = 0; i < s_->opt.concurrency; ++i) {
     auto exited = std::make_shared<std::atomic<bool>>(false);
     threads_.push_back(Thread{std::thread([s = s_, exited] {
-                                thread_main(*s);
+                                thread_main(s);
                                 exited->store(true);
                               }),
                               exited});

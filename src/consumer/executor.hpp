@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 // The executor: `concurrency` handler threads. Each takes an entry from the in-flight set,
-// counts the start of a suspect (replayed or reclaimed entry) in Redis first, decodes it,
-// runs the handler registered for its type, asks the retry policy what becomes of it and
-// hands the resulting completion back. Talks to: the in-flight set; Redis only for the start
-// script of suspects and the rate limits of task types that have one (a connection per
-// thread, made on first need). Each thread holds the
+// counts the start of a suspect (replayed or reclaimed entry) in Redis first, and runs the
+// attempt's steps (execute()): decode it, take its limits, set it up, run the handler
+// registered for its type, ask the retry policy what becomes of it and hand the resulting
+// completion back. An asynchronous handler (Consumer::on_async) only starts on the thread,
+// which goes on to the next entry; its attempt ends where its handler says it is done. Talks
+// to: the in-flight set; Redis only for the start script of suspects, the rate limits and
+// concurrency slots of task types that have one, and tracked tasks' marks (a connection per
+// thread, made on first need, and one the asynchronous attempts share). Each thread holds the
 // shared state, so one still running a handler after the shutdown grace period can be
 // detached safely.
 #pragma once
@@ -12,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -50,9 +54,24 @@ struct Channel {
   ScriptRunner scripts;
 };
 
-/// Runs one decoded-or-not entry to its completion (what the completer must write); nullopt
-/// when the task was given up on while its handler ran (see Watchdog: the completion went then).
-/// Never throws for anything a handler or an entry does.
-std::optional<Completion> execute(Shared& s, const Work& w, std::unique_ptr<Channel>& channel);
+/// The connection the asynchronous handlers' attempts share, for their reports and the release
+/// of their concurrency slots, made on first need and used under its lock.
+struct AsyncChannel {
+  std::mutex mutex;
+  std::unique_ptr<Channel> channel;
+};
+
+/// What execute() did with an entry.
+struct Executed {
+  /// Its attempt ended on this thread: the completion the completer must write, or nothing when
+  /// the task was given up on while its handler ran (see Watchdog: the completion went then).
+  std::optional<Completion> done;
+  /// Its asynchronous handler runs: the attempt ends elsewhere (`done` is empty).
+  bool later = false;
+};
+
+/// Runs one decoded-or-not entry to its completion, or starts its asynchronous handler. Never
+/// throws for anything a handler or an entry does.
+Executed execute(const std::shared_ptr<Shared>& s, Work w, std::unique_ptr<Channel>& channel);
 
 }  // namespace streamq::detail

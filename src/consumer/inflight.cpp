@@ -345,6 +345,16 @@ void InFlight::lift_gate(const EntryKey& key) {
 
 std::optional<Work> InFlight::finish_and_take(std::optional<Completion> done, bool suspect) {
   std::unique_lock lock(mutex_);
+  finish_locked(std::move(done), suspect);
+  return take_locked(lock);
+}
+
+void InFlight::finish(std::optional<Completion> done, bool suspect) {
+  std::lock_guard lock(mutex_);
+  finish_locked(std::move(done), suspect);
+}
+
+void InFlight::finish_locked(std::optional<Completion> done, bool suspect) {
   if (done) {
     Completion& c = *done;
     if (!gates_.empty()) lift_gate(c.key);  // its handler never ran (e.g. a rate limit put it back)
@@ -367,7 +377,6 @@ std::optional<Work> InFlight::finish_and_take(std::optional<Completion> done, bo
   }
   if (--running_ == 0) idle_cv_.notify_all();
   if (completer_waiting_ && !done_.empty() && flush_now(Clock::time_point{})) done_cv_.notify_one();
-  return take_locked(lock);
 }
 
 // ------------------------------------------------------------------ shutdown

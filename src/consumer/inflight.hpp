@@ -195,6 +195,9 @@ class InFlight {
   /// the fetcher first, see take_acks); nullopt when the task was given up meanwhile (its
   /// completion went with give_up()). Then as take(), under the same lock.
   std::optional<Work> finish_and_take(std::optional<Completion> c, bool suspect);
+  /// As finish_and_take(), without taking: an asynchronous handler (Consumer::on_async) ended,
+  /// on a thread that is none of the handler threads.
+  void finish(std::optional<Completion> c, bool suspect);
   /// The watchdog gave up the running entry of delivery `seq` (c.key): `c` goes to the
   /// completer now, as if its handler had returned. False (nothing queued) when that delivery
   /// is no longer held and running.
@@ -292,6 +295,7 @@ class InFlight {
   using HeldMap = std::unordered_map<EntryKey, Held, EntryKeyHash>;
 
   std::optional<Work> take_locked(std::unique_lock<std::mutex>& lock);
+  void finish_locked(std::optional<Completion> c, bool suspect);
   static std::optional<Clock::time_point> leased_at(const Held& h);
   std::deque<Work>::iterator next_runnable();
   /// A suspect whose start may be its last (max_deliveries): it runs alone among suspects.

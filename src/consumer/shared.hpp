@@ -19,6 +19,7 @@
 #include "level_order.hpp"
 #include "metrics.hpp"
 #include "redis/connection.hpp"
+#include "streamq/consumer.hpp"
 #include "streamq/consumer_options.hpp"
 #include "wire/codec.hpp"
 #include "wire/keys.hpp"
@@ -26,8 +27,10 @@
 namespace streamq::detail {
 
 using Handler = std::function<void(const Task&)>;
-class Watchdog;     // watchdog.hpp
-class ProcessPool;  // process_pool.hpp
+using AsyncHandler = Consumer::AsyncHandler;
+struct AsyncChannel;  // executor.hpp
+class Watchdog;       // watchdog.hpp
+class ProcessPool;    // process_pool.hpp
 
 /// The keys of each level: the queue's keys with `stream` set to that level's stream.
 inline std::vector<QueueKeys> level_keys(const std::string& stream) {
@@ -40,7 +43,8 @@ inline std::vector<QueueKeys> level_keys(const std::string& stream) {
 
 /// A registered handler and its per-type options (Consumer::on).
 struct Registration {
-  Handler handler;
+  Handler handler{};  // empty for an asynchronous one
+  AsyncHandler async{};
   HandlerOptions options{};
   /// With HandlerOptions::max_in_flight: how many run now in this consumer (the partitions'
   /// copies of the registration share it).
@@ -119,6 +123,8 @@ struct Shared {
   /// The process executor's children (process_pool.hpp), one pool for every partition; set
   /// before the engines start when a handler uses HandlerExecutor::process.
   std::shared_ptr<ProcessPool> pool;
+  /// The connection asynchronous handlers' attempts share (set by the executor's start).
+  std::shared_ptr<AsyncChannel> async_channel;
   /// The queue's pause flag (see PauseWatch), and whether the ACL user may not read it.
   PauseFlag pause;
   std::atomic<bool> pause_unreadable{false};

@@ -10,11 +10,13 @@ namespace streamq {
 
 namespace detail {
 
-TaskReports::TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::string queue,
-                         std::string task_id, std::int64_t attempt)
-    : write_([&s, &channel, queue = std::move(queue), task_id = std::move(task_id),
+TaskReports::TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::mutex* channel_lock,
+                         std::string queue, std::string task_id, std::int64_t attempt)
+    : write_([&s, &channel, channel_lock, queue = std::move(queue), task_id = std::move(task_id),
               attempt = std::to_string(attempt)](std::string_view what, const std::string& value) {
         const std::string key = task_key(queue, task_id);
+        std::unique_lock<std::mutex> lock;
+        if (channel_lock != nullptr) lock = std::unique_lock(*channel_lock);
         try {
           if (!channel) channel = std::make_unique<Channel>(s.connection);
           Argv argv = channel->scripts.begin(ScriptId::report, 1);

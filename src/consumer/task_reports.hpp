@@ -21,11 +21,12 @@ namespace streamq::detail {
 
 class TaskReports {
  public:
-  /// `channel` is the handler thread's (made on first need); `queue` the partition's stream;
-  /// `attempt` the attempt's number in the record (running.lua; 0: unknown, nothing is written):
-  /// a report is written only while the record says this consumer runs this attempt.
-  TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::string queue, std::string task_id,
-              std::int64_t attempt);
+  /// `channel` is the handler thread's (made on first need), or, with `channel_lock`, the one
+  /// the asynchronous handlers' attempts share, used under that lock; `queue` the partition's
+  /// stream; `attempt` the attempt's number in the record (running.lua; 0: unknown, nothing is
+  /// written): a report is written only while the record says this consumer runs this attempt.
+  TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::mutex* channel_lock, std::string queue,
+              std::string task_id, std::int64_t attempt);
   /// Writes what `write(what, value)` is given (true when it was written): a child's reports,
   /// sent to its worker.
   using Writer = std::function<bool(std::string_view what, const std::string& value)>;
