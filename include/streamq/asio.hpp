@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The asio component (`find_package(streamq COMPONENTS asio)`, target streamq::asio): the
 // Producer's asynchronous calls with asio completion tokens, so that a coroutine suspends on
-// them instead of blocking its thread:
+// them instead of blocking its thread, and the Consumer's coroutine handlers (on_async with an
+// executor, below), many tasks in flight on a few threads:
 //
 //   asio::awaitable<void> handle(streamq::Producer& producer) {
 //     std::string id = co_await producer.async_enqueue("resize", Resize{.width = 640}, asio::use_awaitable);
@@ -13,6 +14,10 @@
 // `void(std::exception_ptr, T)`, asio::use_awaitable, asio::use_future, asio::deferred. The
 // error is the exception the blocking call would throw (co_await rethrows it). The handler runs
 // on its associated executor (the coroutine's), and the operation counts as work on it until then.
+//
+//   consumer.on_async(io, "fetch", [](const streamq::Task& task) -> asio::awaitable<void> {
+//     co_await fetch_page(task.json().at("url").get<std::string>());
+//   });
 #pragma once
 
 #include <atomic>

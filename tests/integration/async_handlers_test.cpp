@@ -125,7 +125,8 @@ TEST_F(AsyncHandlerTest, WhatDoneCarriesDecidesAsAThrowWould) {
     c.on_async("permanent", [&](const Task&, const Consumer::AsyncDone& done) {
       loop.post([done] { done(std::make_exception_ptr(PermanentError("bad request"))); });
     });
-    c.on_async("throws", [&](const Task&, const Consumer::AsyncDone&) { throw std::runtime_error("at the start"); });
+    c.on_async("throws",
+               [&](const Task&, const Consumer::AsyncDone&) { throw std::runtime_error("at the start"); });
     c.on_async("twice", [&](const Task&, const Consumer::AsyncDone& done) {
       ++twice;
       done(nullptr);
@@ -163,14 +164,13 @@ TEST_F(AsyncHandlerTest, ATimeoutAsksTheTaskToStopAndItsEndCountsAsTimedOut) {
   std::atomic<int> calls{0};
   const auto started = std::chrono::steady_clock::now();
   RunningConsumer worker(fast(), [&](Consumer& c) {
-    c.on_async(
-        "slow",
-        [&](const Task& task, Consumer::AsyncDone done) {
-          ++calls;
-          std::lock_guard lock(m);
-          ends.push_back(std::make_unique<EndOnStop>(task, std::move(done)));
-        },
-        {.timeout = 300ms});
+    c.on_async("slow",
+               [&](const Task& task, Consumer::AsyncDone done) {
+                 ++calls;
+                 std::lock_guard lock(m);
+                 ends.push_back(std::make_unique<EndOnStop>(task, std::move(done)));
+               },
+               {.timeout = 300ms});
   });
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().dead_lettered == 1; }, 10s));
   EXPECT_LT(std::chrono::steady_clock::now() - started, 8s);
@@ -191,14 +191,13 @@ TEST_F(AsyncHandlerTest, ATaskThatIgnoresItsStopIsGivenUpAndItsLateDoneIsDropped
   Consumer::AsyncDone late;
   std::atomic<int> calls{0};
   RunningConsumer worker(fast(), [&](Consumer& c) {
-    c.on_async(
-        "deaf",
-        [&](const Task&, Consumer::AsyncDone done) {
-          ++calls;
-          std::lock_guard lock(m);
-          late = std::move(done);
-        },
-        {.timeout = 200ms});
+    c.on_async("deaf",
+               [&](const Task&, Consumer::AsyncDone done) {
+                 ++calls;
+                 std::lock_guard lock(m);
+                 late = std::move(done);
+               },
+               {.timeout = 200ms});
   });
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().given_up == 1; }, 10s));
   ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1 && pending() == 0; }, 10s));
@@ -301,20 +300,18 @@ TEST_F(AsyncHandlerTest, MaxInFlightAndTheConcurrencyLimitBoundTasksInFlight) {
   o.concurrency = 1;
   o.prefetch = kTasks;
   RunningConsumer worker(o, [&](Consumer& c) {
-    c.on_async(
-        "local",
-        [&](const Task&, Consumer::AsyncDone done) {
-          track(now_local, most_local);
-          later(now_local, std::move(done));
-        },
-        {.max_in_flight = 3});
-    c.on_async(
-        "redis",
-        [&](const Task&, Consumer::AsyncDone done) {
-          track(now_redis, most_redis);
-          later(now_redis, std::move(done));
-        },
-        {.concurrency = {.limit = 2}});
+    c.on_async("local",
+               [&](const Task&, Consumer::AsyncDone done) {
+                 track(now_local, most_local);
+                 later(now_local, std::move(done));
+               },
+               {.max_in_flight = 3});
+    c.on_async("redis",
+               [&](const Task&, Consumer::AsyncDone done) {
+                 track(now_redis, most_redis);
+                 later(now_redis, std::move(done));
+               },
+               {.concurrency = {.limit = 2}});
   });
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == kTasks; }, 60s));
   ASSERT_TRUE(wait_until([&] { return ended.load() == kTasks; }, 10s));
@@ -331,9 +328,9 @@ TEST_F(AsyncHandlerTest, RegistrationsAreChecked) {
   Consumer c(options());
   EXPECT_THROW(c.on_async("", [](const Task&, const Consumer::AsyncDone&) {}), ConfigError);
   EXPECT_THROW(c.on_async("t", Consumer::AsyncHandler{}), ConfigError);
-  EXPECT_THROW(c.on_async("p", [](const Task&, const Consumer::AsyncDone&) {},
-                          {.executor = HandlerExecutor::process}),
-               ConfigError);
+  EXPECT_THROW(
+      c.on_async("p", [](const Task&, const Consumer::AsyncDone&) {}, {.executor = HandlerExecutor::process}),
+      ConfigError);
   c.on("t", [](const Task&) {});
   EXPECT_THROW(c.on_async("t", [](const Task&, const Consumer::AsyncDone&) {}), ConfigError) << "a duplicate";
   c.on_async("u", [](const Task&, const Consumer::AsyncDone&) {});
