@@ -30,11 +30,14 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR
 
 # The machine is shared and noisy: each throughput pair (reference, streamq) is measured three
 # times, interleaved, and the medians are compared.
-p1=() p64=() enq=() bat=() shr=() asy=()
+p1=() p64=() enq=() trm=() bat=() shr=() asy=()
 for round in 1 2 3; do
   p1+=("$(ref 100000 1)")
   single=$(run enqueue --stream b:enq --count 100000); cli DEL b:enq
   enq+=("$(field tasks_per_s "$single")")
+  # The same with Overflow::trim_oldest: a plain XADD instead of the reject policy's script.
+  trimmed=$(run enqueue --stream b:trim --count 100000 --overflow trim_oldest); cli DEL b:trim
+  trm+=("$(field tasks_per_s "$trimmed")")
   p64+=("$(ref 1000000 64)")
   batch=$(run enqueue-batch --stream b:batch --count 1000000 --batch 1000); cli DEL b:batch
   bat+=("$(field tasks_per_s "$batch")")
@@ -48,6 +51,7 @@ cli DEL bench:ref
 ref_p1=$(median "${p1[@]}")
 ref_p64=$(median "${p64[@]}")
 enqueue=" tasks_per_s=$(median "${enq[@]}") peak_rss_mb=$(field peak_rss_mb "$single")"
+trimmed=" tasks_per_s=$(median "${trm[@]}") peak_rss_mb=$(field peak_rss_mb "$trimmed")"
 batch=" tasks_per_s=$(median "${bat[@]}") peak_rss_mb=$(field peak_rss_mb "$batch")"
 shared_connections=$(field connections "$shared")
 shared=" tasks_per_s=$(median "${shr[@]}") peak_rss_mb=$(field peak_rss_mb "$shared")"
@@ -115,6 +119,7 @@ line() {  # line <name> <result> <reference>
   printf '%-16s %12s %8s %28s %10s\n' "$1" "$(field tasks_per_s "$2")" "$r" "$lat" "$(field peak_rss_mb "$2")"
 }
 line enqueue "$enqueue" "$ref_p1"
+line enqueue-trim "$trimmed" "$ref_p1"
 line enqueue-batch "$batch" "$ref_p64"
 line enqueue-shared "$shared" "$ref_p64"
 line enqueue-async "$async" "$ref_p64"
@@ -130,11 +135,11 @@ line retry "$retry" ""
 line retry-backoff "$retry_backoff" ""
 line forward "$forward" ""
 echo
-echo "ratios: enqueue vs XADD -c 1 -P 1; enqueue-batch (batch 1000), enqueue-shared and enqueue-async vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked, drain-process and process-fresh vs drain-raw;"
+echo "ratios: enqueue and enqueue-trim (Overflow::trim_oldest: a plain XADD, no script) vs XADD -c 1 -P 1; enqueue-batch (batch 1000), enqueue-shared and enqueue-async vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked, drain-process and process-fresh vs drain-raw;"
 echo "drain-process vs drain (the thread executor): $(ratio "$(median "${pr[@]}")" "$(median "${dr[@]}")"); process-fresh vs drain: $(ratio "$(median "${pf[@]}")" "$(median "${dr[@]}")")"
 echo "drain-process: the process executor, 4 children, after the first task (cold start, run() to the first task's end: ${cold[*]} ms);"
 echo "process-fresh: a new child for every task (tasks_per_child 1, what a replacement after a kill costs); their peak_rss_mb is the worker's, the fork server's"
 echo "and the children's resident sets summed (shared pages counted in each; PSS: $(field tree_pss_mb "$processed") MB for drain-process)"
 echo "enqueue-shared: 8 threads calling enqueue on one Producer, over ${shared_connections} connection(s); enqueue-async: enqueue_async from one thread, at most 4096 unanswered;"
 echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls (20,000), tasks/s = calls/s;"
-echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"
+echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"

@@ -81,6 +81,7 @@ struct Args {
   bool process = false;
   int tasks_per_child = 1000;
   int threads = 8;
+  bool trim = false;  // --overflow trim_oldest: a plain XADD, no script (the default is reject)
 };
 
 Args parse(int argc, char** argv) {
@@ -113,6 +114,8 @@ Args parse(int argc, char** argv) {
       a.tasks_per_child = std::stoi(v);
     else if (k == "--threads")
       a.threads = std::max(1, std::stoi(v));
+    else if (k == "--overflow")
+      a.trim = v == "trim_oldest";
     else
       throw std::invalid_argument("unknown flag " + k);
   }
@@ -138,6 +141,7 @@ streamq::ProducerOptions producer_options(const Args& a) {
   streamq::ProducerOptions o{.connection = {.url = a.url},
                              .stream = a.stream,
                              .max_len = std::max(10000L, 2 * a.count),
+                             .overflow = a.trim ? streamq::Overflow::trim_oldest : streamq::Overflow::reject,
                              .partitions = a.partitions};
   // Tracked: a record kept a minute once done (what a caller that waits needs), and events.
   if (a.tracked) o.retention = streamq::Retention{.done = std::chrono::minutes(1)};
@@ -598,7 +602,7 @@ int main(int argc, char** argv) {
                  "latency|retry"
               << "|retry-backoff|forward|wait|progress"
               << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C] [--prefetch F]"
-              << " [--partitions P] [--tracked 1] [--executor process]\n";
+              << " [--partitions P] [--tracked 1] [--executor process] [--overflow trim_oldest]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "streamq-bench: " << e.what() << '\n';

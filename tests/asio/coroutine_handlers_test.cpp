@@ -80,11 +80,13 @@ TEST_F(CoroutineHandlerTest, TenThousandTasksWaitingOneSecondEachRunTogetherOnTw
   });
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == kTasks; }, 180s))
       << worker.consumer().metrics().done << " done";
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
   ASSERT_TRUE(wait_until([&] { return xlen(stream) == 0 && pending() == 0; }, 30s));
   worker.stop();
-  std::cout << "[ figure ] " << kTasks << " tasks of a 1 s timer, 2 handler threads and 2 io threads: all done in "
-            << took.count() << " ms; at most " << most.load() << " in flight at once\n";
+  std::cout << "[ figure ] " << kTasks
+            << " tasks of a 1 s timer, 2 handler threads and 2 io threads: all done in " << took.count()
+            << " ms; at most " << most.load() << " in flight at once\n";
   RecordProperty("all_done_ms", static_cast<int>(took.count()));
   EXPECT_EQ(ended.load(), kTasks);
   EXPECT_EQ(runs.size(), static_cast<std::size_t>(kTasks));
@@ -100,17 +102,16 @@ TEST_F(CoroutineHandlerTest, ATimeoutCancelsTheCoroutinesWait) {
   std::atomic<bool> aborted{false};
   const auto started = std::chrono::steady_clock::now();
   RunningConsumer worker(options(), [&](Consumer& c) {
-    c.on_async(
-        io.io.get_executor(), "slow",
-        [&](const Task&) -> asio::awaitable<void> {
-          try {
-            co_await sleep_for(60s);
-          } catch (const asio::system_error& e) {
-            aborted = e.code() == asio::error::operation_aborted;
-            throw;
-          }
-        },
-        {.timeout = 300ms});
+    c.on_async(io.io.get_executor(), "slow",
+               [&](const Task&) -> asio::awaitable<void> {
+                 try {
+                   co_await sleep_for(60s);
+                 } catch (const asio::system_error& e) {
+                   aborted = e.code() == asio::error::operation_aborted;
+                   throw;
+                 }
+               },
+               {.timeout = 300ms});
   });
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().dead_lettered == 1; }, 20s));
   EXPECT_LT(std::chrono::steady_clock::now() - started, 15s);
