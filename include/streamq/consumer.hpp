@@ -134,7 +134,11 @@ class Consumer {
   /// How an asynchronous handler (on_async) says its task's work is over: called once, from any
   /// thread, with nullptr when it succeeded, or with what it failed with, which counts as what a
   /// handler of on() throws (PermanentError, RetryAfter, BadPayloadError, anything else: a retry).
-  /// A second call is ignored (and logged).
+  /// A second call is ignored (and logged). When every copy of it is destroyed without a call
+  /// (a callback dropped, an io_context destroyed with the work pending), the attempt fails with
+  /// "the asynchronous handler's done was destroyed without being called". It runs the attempt's
+  /// end on the calling thread: a task with a concurrency limit gives its slots back in Redis
+  /// there (a round trip), as Task::set_progress of an asynchronous task writes from its caller's.
   using AsyncDone = std::function<void(std::exception_ptr)>;
   /// An asynchronous handler: it starts the task's work, arranges for `done` to be called when
   /// that work is over, and returns at once. The Task stays valid until `done` is called.
@@ -148,7 +152,8 @@ class Consumer {
   /// stop reach it through Task::stop_token(): the handler's work must end (call `done`) when it
   /// is asked to, as a thread handler must return. A task whose `done` does not come within
   /// timeout_grace of that is given up as a thread handler is, and its late `done` is dropped.
-  /// What it throws before it returns counts as a failure when it did not call `done` first.
+  /// What it throws before it returns counts as a failure when it did not call `done` first
+  /// (its `done` is then ignored).
   /// Middleware (use()) runs around the handler's start, not its end. Not for
   /// HandlerExecutor::process. With asio, see the coroutine form below.
   /// @throws as on(), and ConfigError for HandlerOptions::executor == process.

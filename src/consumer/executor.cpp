@@ -107,8 +107,10 @@ struct LocalPlace {
   LocalPlace() = default;
   LocalPlace(const LocalPlace&) = delete;
   LocalPlace& operator=(const LocalPlace&) = delete;
-  ~LocalPlace() {
+  ~LocalPlace() { give_back(); }
+  void give_back() {
     if (running != nullptr) running->fetch_sub(1, std::memory_order_acq_rel);
+    running = nullptr;
   }
 };
 
@@ -315,6 +317,18 @@ void end_span(const std::unique_ptr<Span>& span, std::string_view outcome, std::
 /// asynchronous handler's attempt ends on another thread, after its handler thread moved on.
 struct AttemptRun {
   AttemptRun(std::shared_ptr<Shared> shared, Work work) : s(std::move(shared)), w(std::move(work)) {}
+  AttemptRun(const AttemptRun&) = delete;
+  AttemptRun& operator=(const AttemptRun&) = delete;
+  /// Its control may outlive it (the in-flight set holds it until the completion is queued, and
+  /// longer after a failure of our own): nobody reaches its work, task or span through it then.
+  ~AttemptRun() {
+    if (!control) return;
+    std::lock_guard lock(control->mutex);
+    control->returned = true;
+    control->work = nullptr;
+    control->task = nullptr;
+    control->span = nullptr;
+  }
   std::shared_ptr<Shared> s;  // held: an asynchronous end may come while the consumer stops
   const Work w;
   std::optional<Task> task;
@@ -326,8 +340,10 @@ struct AttemptRun {
 
 // Steps 5 and 6: the handler is back, however it came back. From now on nothing asks it to
 // stop: its outcome is `why`. Then its fate, unless it was given up on meanwhile.
+// With `channel_lock`, `channel` is the one the asynchronous attempts share, used under it.
 std::optional<Completion> handler_back(AttemptRun& a, const Returned& returned,
-                                       std::unique_ptr<Channel>& channel) {
+                                       std::unique_ptr<Channel>& channel,
+                                       std::mutex* channel_lock = nullptr) {
   Shared& s = *a.s;
   TaskControl& control = *a.control;
   const Task& task = *a.task;
@@ -340,7 +356,11 @@ std::optional<Completion> handler_back(AttemptRun& a, const Returned& returned,
     why = control.why();
   }
   s.watchdog->disarm(control);
-  release_slots(s, control, control.slot_keys.size(), channel);
+  if (!control.slot_keys.empty()) {
+    std::unique_lock<std::mutex> lock;
+    if (channel_lock != nullptr) lock = std::unique_lock(*channel_lock);
+    release_slots(s, control, control.slot_keys.size(), channel);
+  }
   if (given_up) {
     if (control.reports) control.reports->close();
     log(LogLevel::warning, "task " + task.id() +
@@ -362,61 +382,118 @@ std::optional<Completion> handler_back(AttemptRun& a, const Returned& returned,
   return done;
 }
 
-/// An asynchronous handler's attempt ends: steps 5 and 6 on the calling thread, with the shared
-/// channel for its concurrency slots, and the completion to the in-flight set.
-void end_async(AttemptRun& a, const Returned& returned) {
+/// An asynchronous handler's attempt ends, with what its handler threw or said (null: nothing):
+/// steps 5 and 6 on the calling thread, and the completion to the in-flight set. Never throws:
+/// it runs in a `done`, or in the destructor of its last copy.
+void end_async(AttemptRun& a, const std::exception_ptr& thrown) noexcept {
   Shared& s = *a.s;
-  std::optional<Completion> done;
   try {
     AsyncChannel& shared_channel = *s.async_channel;
-    std::unique_lock<std::mutex> lock;
-    if (!a.control->slot_keys.empty()) lock = std::unique_lock(shared_channel.mutex);
-    done = handler_back(a, returned, shared_channel.channel);
-  } catch (const std::exception& e) {
-    // Our own failure (memory): the entry stays pending and is reclaimed after claim_min_idle.
-    log(LogLevel::error, "entry " + a.w.key.id + " could not be completed: " + e.what());
-    s.inflight.not_run(a.w.key, a.w.suspect());
+    std::optional<Completion> done =
+        handler_back(a, returned_from(thrown), shared_channel.channel, &shared_channel.mutex);
+    // The place is free once the task is done, whoever keeps a copy of its `done`.
+    a.place.give_back();
+    s.inflight.finish(std::move(done), a.w.suspect());
     return;
+  } catch (const std::exception& e) {
+    log(LogLevel::error, "entry " + a.w.key.id + " could not be completed: " + e.what());
+  } catch (...) {
+    log(LogLevel::error, "entry " + a.w.key.id + " could not be completed");
   }
-  s.inflight.finish(std::move(done), a.w.suspect());
+  // Our own failure (memory): the entry stays pending and is reclaimed after claim_min_idle.
+  s.inflight.not_run(a.w.key, a.w.suspect());
 }
 
-/// The two things an asynchronous attempt waits for before it ends: its start's return (the
-/// middleware and the handler's call) and the handler's `done`; and the first error either had.
-struct AsyncEnd {
-  std::mutex mutex;
-  int waiting = 2;
-  bool done_called = false;
-  std::exception_ptr error;
+/// What an asynchronous attempt waits for before it ends: its start's return (the middleware
+/// and the handler's call) and the handler's `done`, and the first error either had. It holds
+/// the attempt until then, and only until then.
+class AsyncEnd {
+ public:
+  explicit AsyncEnd(std::shared_ptr<AttemptRun> attempt) : attempt_(std::move(attempt)) {}
 
-  /// One of the two arrived (with what it threw, if anything); true for the last.
-  bool arrive(const std::exception_ptr& thrown) {
-    std::lock_guard lock(mutex);
-    if (thrown && !error) error = thrown;
-    return --waiting == 0;
+  /// The start returned (`thrown`: what it threw, null if nothing). A handler that threw before
+  /// its `done` came has failed: its `done` is ignored from then on.
+  void started(const std::exception_ptr& thrown, bool handler_threw) {
+    std::unique_lock lock(mutex_);
+    if (handler_threw && !done_called_) {
+      done_called_ = true;
+      threw_ = true;
+      --waiting_;
+      keep(thrown);
+    } else if (!handler_threw) {
+      keep(thrown);  // a middleware's error after a handler that returned
+    }
+    arrive(lock);
   }
+
+  /// The handler's `done`: the first call counts.
+  void done(const std::exception_ptr& thrown, std::string_view why_ignored_if_late = {}) {
+    std::unique_lock lock(mutex_);
+    if (done_called_) {
+      if (why_ignored_if_late.empty()) {
+        log(LogLevel::warning, "task " + task_id_ + ": " +
+                                   (threw_ ? "its asynchronous handler threw, then called done: ignored"
+                                           : "its asynchronous handler said it was done twice: ignored"));
+      }
+      return;
+    }
+    done_called_ = true;
+    keep(thrown);
+    arrive(lock);
+  }
+
+ private:
+  void keep(const std::exception_ptr& thrown) {
+    if (thrown && !error_) error_ = thrown;
+  }
+  /// One of the two came; the last one ends the attempt, outside the lock.
+  void arrive(std::unique_lock<std::mutex>& lock) {
+    if (--waiting_ > 0) return;
+    std::shared_ptr<AttemptRun> attempt = std::move(attempt_);
+    const std::exception_ptr error = error_;
+    lock.unlock();
+    if (attempt) end_async(*attempt, error);
+  }
+
+  std::mutex mutex_;
+  std::shared_ptr<AttemptRun> attempt_;
+  std::string task_id_ = attempt_ ? attempt_->control->task_id : std::string();
+  int waiting_ = 2;
+  bool done_called_ = false;
+  bool threw_ = false;
+  std::exception_ptr error_;
+};
+
+/// What every copy of an asynchronous handler's `done` shares. When the last copy goes without
+/// having been called (a callback dropped, an io_context destroyed with the coroutine pending),
+/// the attempt ends as a failure instead of holding its entry, its slots and its place for good.
+struct DoneToken {
+  explicit DoneToken(std::shared_ptr<AsyncEnd> e) : end(std::move(e)) {}
+  DoneToken(const DoneToken&) = delete;
+  DoneToken& operator=(const DoneToken&) = delete;
+  ~DoneToken() {
+    try {
+      end->done(std::make_exception_ptr(
+                    Error("the asynchronous handler's done was destroyed without being called")),
+                "dropped");
+    } catch (...) {
+      log(LogLevel::error, "an asynchronous handler's dropped done could not end its attempt");
+    }
+  }
+  std::shared_ptr<AsyncEnd> end;
 };
 
 // Step 4, for an asynchronous handler: the middleware and the handler are called here, and the
 // attempt ends (steps 5 and 6) where the later of its start's return and its `done` comes.
 void start_async(const std::shared_ptr<AttemptRun>& a) {
   if (stopped_before_start(*a->control)) {
-    end_async(*a, {});
+    end_async(*a, nullptr);
     return;
   }
-  auto end = std::make_shared<AsyncEnd>();
-  Consumer::AsyncDone done = [a, end](const std::exception_ptr& thrown) {
-    {
-      std::lock_guard lock(end->mutex);
-      if (end->done_called) {
-        log(LogLevel::warning,
-            "task " + a->control->task_id + ": its asynchronous handler said it was done twice");
-        return;
-      }
-      end->done_called = true;
-    }
-    if (end->arrive(thrown)) end_async(*a, returned_from(end->error));
-  };
+  auto end = std::make_shared<AsyncEnd>(a);
+  auto token = std::make_shared<DoneToken>(end);
+  Consumer::AsyncDone done = [token](const std::exception_ptr& thrown) { token->end->done(thrown); };
+  token.reset();  // the copies of `done` own it now
   bool called = false;
   bool handler_threw = false;
   std::exception_ptr thrown;
@@ -439,22 +516,10 @@ void start_async(const std::shared_ptr<AttemptRun>& a) {
   } catch (...) {
     thrown = std::current_exception();
   }
-  // A handler never called (a middleware did not call next(), or threw first) says no `done`.
-  if (!called) {
-    end_async(*a, returned_from(thrown));
-    return;
-  }
-  // A handler that threw before its `done` came ended its attempt: a later `done` is ignored.
-  if (handler_threw) {
-    bool instead_of_done = false;
-    {
-      std::lock_guard lock(end->mutex);
-      instead_of_done = !end->done_called;
-      end->done_called = true;
-    }
-    if (instead_of_done) end->arrive(thrown);
-  }
-  if (end->arrive(thrown)) end_async(*a, returned_from(end->error));
+  // A handler never called (a middleware did not call next(), or threw first) has no `done` to
+  // wait for: the start's outcome is the attempt's.
+  if (!called) end->done(nullptr, "never called");
+  end->started(thrown, handler_threw);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -169,6 +170,28 @@ TEST_F(CoroutineHandlerTest, TheWorkersStopCancelsTheCoroutineAndHandsTheTaskBac
   ASSERT_EQ(entries.size(), 1U);
   EXPECT_EQ(Client::get(entries[0].second, "task_id"), id);
   EXPECT_EQ(Client::get(entries[0].second, "retry_count"), "0");
+}
+
+TEST_F(CoroutineHandlerTest, AnIoContextDestroyedWithTheCoroutinePendingFailsItsTask) {
+  producer().enqueue("orphaned", "{}", {.max_retries = 0});
+  auto io = std::make_unique<IoThreads>(1);
+  std::atomic<bool> started{false};
+  RunningConsumer worker(options(), [&](Consumer& c) {
+    c.on_async(io->io, "orphaned", [&](const Task&) -> asio::awaitable<void> {
+      started = true;
+      co_await sleep_for(60s);
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
+  io.reset();  // stopped and destroyed: the coroutine's frame and its done go with it
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().dead_lettered == 1; }, 10s))
+      << "the task held its entry with nothing left to end it";
+  worker.stop();
+  const auto dead = client.xrange(dlq);
+  ASSERT_EQ(dead.size(), 1U);
+  EXPECT_EQ(Client::get(dead[0].second, "error"),
+            "the asynchronous handler's done was destroyed without being called");
+  EXPECT_EQ(pending(), 0);
 }
 
 }  // namespace

@@ -324,6 +324,74 @@ TEST_F(AsyncHandlerTest, MaxInFlightAndTheConcurrencyLimitBoundTasksInFlight) {
   EXPECT_EQ(client.integer({"ZCARD", stream + ":running:redis"}), 0);
 }
 
+TEST_F(AsyncHandlerTest, ADoneDroppedUncalledFailsTheAttemptAndOneCalledBeforeAThrowStands) {
+  Producer p = producer();
+  const std::string dropped = p.enqueue("drops", "{}", {.max_retries = 0});
+  p.enqueue("done-then-throws", "{}", {.max_retries = 0});
+  RunningConsumer worker(options(), [&](Consumer& c) {
+    c.on_async("drops", [](const Task&, const Consumer::AsyncDone&) {});  // keeps no copy of done
+    c.on_async("done-then-throws", [](const Task&, const Consumer::AsyncDone& done) {
+      done(nullptr);
+      throw std::runtime_error("after its done: ignored");
+    });
+  });
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto m = worker.consumer().metrics();
+        return m.dead_lettered == 1 && m.done == 1;
+      },
+      10s));
+  worker.stop();
+  const auto dead = client.xrange(dlq);
+  ASSERT_EQ(dead.size(), 1U);
+  EXPECT_EQ(Client::get(dead[0].second, "task_id"), dropped);
+  EXPECT_EQ(Client::get(dead[0].second, "error"),
+            "the asynchronous handler's done was destroyed without being called");
+  EXPECT_EQ(worker.consumer().metrics().retried, 0U);
+  EXPECT_EQ(pending(), 0);
+}
+
+TEST_F(AsyncHandlerTest, ATrackedTaskReportsFromAnyThreadAndItsPlaceIsFreeOnceDone) {
+  constexpr int kTasks = 4;
+  Producer p({.connection = {.url = server.url()},
+              .stream = stream,
+              .retention = Retention{.done = std::chrono::hours(1)}});
+  std::vector<std::string> ids;
+  for (int i = 0; i < kTasks; ++i) ids.push_back(p.enqueue("t", "{}"));
+  Loop loop;
+  std::mutex m;
+  std::vector<Consumer::AsyncDone> kept;  // copies of every done, kept after it was called
+  std::atomic<int> written{0};
+  ConsumerOptions o = options();
+  o.concurrency = 1;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on_async("t",
+               [&](const Task& task, Consumer::AsyncDone done) {
+                 {
+                   std::lock_guard lock(m);
+                   kept.push_back(done);
+                 }
+                 loop.post([&task, &written, done] {
+                   if (task.set_progress(nlohmann::json{{"step", 1}})) ++written;
+                   task.set_result("\"ok\"");
+                   done(nullptr);
+                 });
+               },
+               {.max_in_flight = 1});
+  });
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == kTasks; }, 20s))
+      << "a kept copy of done held the one place";
+  worker.stop();
+  EXPECT_EQ(written.load(), kTasks) << "each progress was written, on the loop's thread";
+  Inspector in({.connection = {.url = server.url()}});
+  for (const std::string& id : ids) {
+    const auto record = in.record(stream, id);
+    ASSERT_TRUE(record.has_value());
+    EXPECT_EQ(record->state, TaskRecord::State::done);
+    EXPECT_EQ(record->result.value_or(""), "\"ok\"");
+  }
+}
+
 TEST_F(AsyncHandlerTest, RegistrationsAreChecked) {
   Consumer c(options());
   EXPECT_THROW(c.on_async("", [](const Task&, const Consumer::AsyncDone&) {}), ConfigError);
