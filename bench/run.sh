@@ -20,9 +20,13 @@ source bench/private_redis.sh
 task=(task_id 3f2c1a9e-7b4d-4c8e-9f10-2a3b4c5d6e7f task_type send_email
       payload '{"to":"user@example.com","template":"order_confirmation","order_id":12345}'
       created_at 2026-11-29T18:00:00.123456 max_retries 3 retry_count 0)
-ref() {  # ref <pipeline> -> requests per second
-  redis-benchmark -p "$port" -c 1 -n "$1" -P "$2" -q XADD bench:ref MAXLEN '~' 10000 '*' "${task[@]}" |
-    tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1
+ref_cpu=$redis_dir/ref_cpu  # removed with the server's folder
+ref() {  # ref <requests> <pipeline> -> requests per second; its CPU per request (µs) in $ref_cpu
+  local out times
+  out=$({ TIMEFORMAT='%3U %3S'; time redis-benchmark -p "$port" -c 1 -n "$1" -P "$2" -q XADD bench:ref MAXLEN '~' 10000 '*' "${task[@]}" 2>/dev/null; } 2>"$ref_cpu.t")
+  times=$(tail -1 "$ref_cpu.t")
+  awk -v n="$1" -v t="$times" 'BEGIN { split(t, p, " "); printf "%.2f", (p[1] + p[2]) * 1e6 / n }' >"$ref_cpu"
+  tr '\r' '\n' <<<"$out" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1
 }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 run() { "$bench" "$@" --url "$url"; }
@@ -30,17 +34,23 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR
 
 # The machine is shared and noisy: each throughput pair (reference, streamq) is measured three
 # times, interleaved, and the medians are compared.
-p1=() p64=() enq=() trm=() bat=() shr=() asy=()
+p1=() p64=() p1cpu=() p64cpu=() enq=() trm=() bat=() shr=() asy=()
+enqcpu=() trmcpu=() batcpu=()
 for round in 1 2 3; do
   p1+=("$(ref 100000 1)")
+  p1cpu+=("$(cat "$ref_cpu")")
   single=$(run enqueue --stream b:enq --count 100000); cli DEL b:enq
   enq+=("$(field tasks_per_s "$single")")
+  enqcpu+=("$(field cpu_us_per_task "$single")")
   # The same with Overflow::trim_oldest: a plain XADD instead of the reject policy's script.
   trimmed=$(run enqueue --stream b:trim --count 100000 --overflow trim_oldest); cli DEL b:trim
   trm+=("$(field tasks_per_s "$trimmed")")
+  trmcpu+=("$(field cpu_us_per_task "$trimmed")")
   p64+=("$(ref 1000000 64)")
+  p64cpu+=("$(cat "$ref_cpu")")
   batch=$(run enqueue-batch --stream b:batch --count 1000000 --batch 1000); cli DEL b:batch
   bat+=("$(field tasks_per_s "$batch")")
+  batcpu+=("$(field cpu_us_per_task "$batch")")
   # One Producer shared by 8 threads (pipelined together), and enqueue_async from one thread.
   shared=$(run enqueue-shared --stream b:shr --count 200000 --threads 8); cli DEL b:shr
   shr+=("$(field tasks_per_s "$shared")")
@@ -140,6 +150,7 @@ echo "drain-process vs drain (the thread executor): $(ratio "$(median "${pr[@]}"
 echo "drain-process: the process executor, 4 children, after the first task (cold start, run() to the first task's end: ${cold[*]} ms);"
 echo "process-fresh: a new child for every task (tasks_per_child 1, what a replacement after a kill costs); their peak_rss_mb is the worker's, the fork server's"
 echo "and the children's resident sets summed (shared pages counted in each; PSS: $(field tree_pss_mb "$processed") MB for drain-process)"
+echo "client CPU per task (user + system, µs, medians; what scheduling noise does not move): XADD -P 1 $(median "${p1cpu[@]}"), enqueue $(median "${enqcpu[@]}"), enqueue-trim $(median "${trmcpu[@]}"); XADD -P 64 $(median "${p64cpu[@]}"), enqueue-batch $(median "${batcpu[@]}")"
 echo "enqueue-shared: 8 threads calling enqueue on one Producer, over ${shared_connections} connection(s); enqueue-async: enqueue_async from one thread, at most 4096 unanswered;"
 echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls (20,000), tasks/s = calls/s;"
 echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"

@@ -130,10 +130,22 @@ long peak_rss_kb() {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+/// The CPU time (user and system) this process has used so far, in microseconds.
+double cpu_us() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto us = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec);
+  };
+  return us(u.ru_utime) + us(u.ru_stime);
+}
+
 void report(const Args& a, double seconds, const std::string& extra = "") {
-  std::printf("scenario=%s tasks=%ld seconds=%.3f tasks_per_s=%.0f peak_rss_mb=%.1f%s\n", a.scenario.c_str(),
-              a.count, seconds, static_cast<double>(a.count) / seconds, peak_rss_kb() / 1024.0,
-              extra.c_str());
+  // cpu_us_per_task: the whole process's CPU (set-up included) per task, a measure of the
+  // client's own work that the machine's scheduling noise does not move as it moves throughput.
+  std::printf("scenario=%s tasks=%ld seconds=%.3f tasks_per_s=%.0f peak_rss_mb=%.1f cpu_us_per_task=%.2f%s\n",
+              a.scenario.c_str(), a.count, seconds, static_cast<double>(a.count) / seconds,
+              peak_rss_kb() / 1024.0, cpu_us() / static_cast<double>(a.count), extra.c_str());
 }
 
 streamq::ProducerOptions producer_options(const Args& a) {
