@@ -219,7 +219,6 @@ TEST_P(SentinelFailover, KillOfTheMasterMidRun) {
   ASSERT_TRUE(t.wait_until_watched()) << "the sentinels did not find the replica and each other";
   const std::string url = t.url();
   const std::string stream = unique_key();
-  const int old_port = t.server(0).port();
 
   std::mutex m;
   std::map<std::string, int> runs;  // task id -> times run
@@ -346,7 +345,10 @@ TEST_P(SentinelFailover, KillOfTheMasterMidRun) {
   } else {
     EXPECT_GT(lost, 0u) << "the master acknowledged nothing while its replica was behind";
   }
-  EXPECT_NE(old_port, t.master_port_by_sentinels());
+  // (The failover itself was asserted when it happened. The sentinels may fail over once more
+  // afterwards, back to the returning server: under a sanitizer on two busy cores the new master
+  // can miss down-after-milliseconds (500 ms) of pings, as in CI's asan stage once. Nothing here
+  // depends on which server is the master at the end.)
 }
 
 INSTANTIATE_TEST_SUITE_P(ReplicaAcks, SentinelFailover, ::testing::Values(0, 1),
