@@ -35,13 +35,6 @@ Start start_suspect(const Shared& s, Work& w, std::unique_ptr<Channel>& ch);
 /// What the tracking scripts need of a task's fields: its id, type and retention (if tracked).
 Fields tracking_fields(const Task& task);
 
-/// A tracked task starts: its record says running (running.lua). Returns the attempt's number,
-/// 0 when nothing was written. A failure to write it is logged, not fatal: the task runs (its
-/// reports are not written: they could not be told from a stale holder's), and its completion
-/// writes its fate all the same.
-std::int64_t mark_running(const Shared& s, const Work& w, const Fields& tracking,
-                          std::unique_ptr<Channel>& ch);
-
 /// The deadline of a task (EnqueueOptions::deadline), if it has a readable one.
 std::optional<std::chrono::system_clock::time_point> deadline_of(const Task& task);
 

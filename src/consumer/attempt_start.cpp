@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The start of an attempt: the start script of suspects, marking a tracked task running, and
-// the fields and deadline a start reads of its task.
+// The start of an attempt: the start script of suspects, and the fields (a tracked task's, for
+// its start mark) and deadline a start reads of its task.
 #include <charconv>
 #include <chrono>
 #include <optional>
@@ -43,22 +43,6 @@ Fields tracking_fields(const Task& task) {
   Fields f{{std::string(field::task_id), task.id()}, {std::string(field::task_type), task.type()}};
   if (const auto retention = task.field(field::retention)) f.emplace_back(field::retention, *retention);
   return f;
-}
-
-std::int64_t mark_running(const Shared& s, const Work& w, const Fields& tracking,
-                          std::unique_ptr<Channel>& ch) {
-  try {
-    if (!ch) ch = std::make_unique<Channel>(s.connection);
-    Argv argv = ch->scripts.begin(ScriptId::running, 1);
-    argv.add(s.keys(w.key.stream).stream).add(s.opt.group).add(s.consumer_name).add(w.key.id);
-    argv.add(s.opt.stream);
-    for (const auto& [k, v] : tracking) argv.add(k).add(v);
-    return ch->scripts.call(ScriptId::running, argv).view().check().integer();
-  } catch (const std::exception& e) {
-    ch.reset();
-    log(LogLevel::warning, "entry " + w.key.id + ": its record could not be marked running: " + e.what());
-    return 0;
-  }
 }
 
 std::optional<std::chrono::system_clock::time_point> deadline_of(const Task& task) {

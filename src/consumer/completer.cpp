@@ -2,17 +2,24 @@
 #include "completer.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <unordered_map>
 
 #include "log.hpp"
 #include "redis/error_code.hpp"
+#include "report_box.hpp"
 #include "streamq/errors.hpp"
 #include "wire/codec.hpp"
 #include "wire/fate_args.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::detail {
 namespace {
 
 constexpr Millis kRetryMax{2000};  // longest wait before a refused write is tried again
+// Entries per running or done script call: enough to spread a call's cost, few enough that
+// Redis, which runs nothing else meanwhile, is not held for long (about 2 ms at most).
+constexpr std::size_t kPerScript = 128;
 
 /// How one completion is written.
 enum class Write { ack, done, move, replace, orphan, none };
@@ -24,6 +31,12 @@ struct Plan {
   std::vector<Write> write;        // per completion
   std::vector<std::size_t> reply;  // per completion: index of its reply (ack: of EXEC)
   std::vector<AckSpan> multis;     // where each acknowledgement block is
+  // Each running script call: its reply's index and how many marks it writes; `marks` holds
+  // their indexes in the flush's marks, call after call.
+  std::vector<std::pair<std::size_t, std::size_t>> starts;
+  std::vector<std::size_t> marks;
+  // Each report call: the index of its box in the flush's reports, and of its reply.
+  std::vector<std::pair<std::size_t, std::size_t>> report_at;
 
   void add(Argv argv, ScriptId id) {
     argvs.push_back(std::move(argv));
@@ -129,14 +142,16 @@ void Completer::join() {
 void Completer::main(const std::stop_token&) {
   block_sigpipe_for_this_thread();  // library code only runs on this thread
   std::vector<Completion> batch;
+  InFlight::Writes more;  // start marks and reports
   Backoff retry_backoff(s_.connection.backoff_base, std::min(kRetryMax, s_.connection.backoff_max));
   Clock::time_point retry_at{};
   for (;;) {
     const Clock::time_point deadline{Clock::duration(deadline_.load())};
-    const bool more =
-        s_.inflight.wait_completions(batch, batch.empty() ? deadline : std::min(retry_at, deadline));
+    const bool idle = batch.empty() && more.empty();
+    const bool going =
+        s_.inflight.wait_completions(batch, more, idle ? deadline : std::min(retry_at, deadline));
     const auto now = Clock::now();
-    if (!more && batch.empty()) break;  // finish() was called and everything is written
+    if (!going && batch.empty() && more.empty()) break;  // finish() was called and everything is written
     if (now >= deadline) {
       if (!batch.empty()) {
         log(LogLevel::warning, std::to_string(batch.size()) +
@@ -145,13 +160,13 @@ void Completer::main(const std::stop_token&) {
       }
       break;
     }
-    if (batch.empty() || now < retry_at) continue;
+    if ((batch.empty() && more.empty()) || now < retry_at) continue;
     try {
       if (!conn_.connected()) {
         conn_.connect();
         count_reconnect(conn_, s_.metrics);
       }
-      flush(batch);
+      flush(batch, more);
     } catch (const ConnectionError& e) {
       // What was in flight may or may not have been written; every write is safe to repeat.
       const Millis delay = conn_.backoff_delay();
@@ -168,7 +183,7 @@ void Completer::main(const std::stop_token&) {
       retry_at = now + delay;
       continue;
     }
-    if (batch.empty()) {
+    if (batch.empty() && more.empty()) {
       retry_backoff.reset();
     } else {
       retry_backoff.fail();
@@ -177,13 +192,83 @@ void Completer::main(const std::stop_token&) {
   }
 }
 
-void Completer::flush(std::vector<Completion>& batch) {
+namespace {
+
+/// Whether the done script writes `c`: a tracked task's success, or a cancelled task's end.
+bool by_done_script(const Completion& c) { return c.outcome == Outcome::ack && (c.tracked || c.cancelled); }
+
+/// Gives each completion the done script writes its task's start mark, when that is among
+/// `marks` and no report of the task is written first (reports need the record running): the
+/// two are written together, the start first. The rest of `marks` is left there.
+void pair_marks(std::vector<Completion>& batch, StartMarks& marks,
+                const std::vector<std::shared_ptr<ReportBox>>& reports) {
+  if (marks.empty()) return;
+  std::unordered_map<EntryKey, std::size_t, EntryKeyHash> at;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (by_done_script(batch[i])) at.emplace(batch[i].key, i);
+  }
+  for (const auto& r : reports) at.erase(r->key);
+  StartMarks alone;
+  for (StartMark& m : marks) {
+    const auto it = at.find(m.key);
+    if (it != at.end() && !batch[it->second].start) {
+      batch[it->second].start = true;
+    } else {
+      alone.push_back(std::move(m));
+    }
+  }
+  marks = std::move(alone);
+}
+
+}  // namespace
+
+void Completer::flush(std::vector<Completion>& batch, InFlight::Writes& more) {
   const std::vector<FateInfo> fate = s_.inflight.fates(batch);
   Plan plan;
   plan.write.assign(batch.size(), Write::none);
   plan.reply.assign(batch.size(), 0);
   const std::string& group = s_.opt.group;
   const std::string& me = s_.consumer_name;
+
+  // Start marks first, so that nothing of a task is written before its start: those whose
+  // completion is in this batch go with it (the done script), the rest many per running call.
+  StartMarks& marks = more.marks;
+  pair_marks(batch, marks, more.reports);
+  for (std::uint16_t stream = 0; stream < s_.stream_count(); ++stream) {
+    std::vector<std::size_t> of_stream;
+    for (std::size_t k = 0; k < marks.size(); ++k) {
+      if (marks[k].key.stream == stream) of_stream.push_back(k);
+    }
+    for (std::size_t from = 0; from < of_stream.size(); from += kPerScript) {
+      const std::size_t to = std::min(of_stream.size(), from + kPerScript);
+      Argv argv = scripts_.begin(ScriptId::running, 1);
+      argv.add(s_.keys(stream).stream).add(group).add(me).add(s_.opt.stream);
+      argv.add(static_cast<std::int64_t>(to - from));
+      for (std::size_t k = from; k < to; ++k) {
+        const StartMark& m = marks[of_stream[k]];
+        argv.add(m.key.id).add(static_cast<std::int64_t>(2 * m.tracking.size()));
+        for (const auto& [f, v] : m.tracking) argv.add(f).add(v);
+      }
+      plan.starts.emplace_back(plan.argvs.size(), to - from);
+      plan.add(std::move(argv), ScriptId::running);
+      for (std::size_t k = from; k < to; ++k) plan.marks.push_back(of_stream[k]);
+    }
+  }
+
+  // Then the reports of running tasks (each task's held progress and partial result in one call).
+  std::vector<ReportBox::Held> held(more.reports.size());
+  for (std::size_t r = 0; r < more.reports.size(); ++r) {
+    const ReportBox& box = *more.reports[r];
+    held[r] = more.reports[r]->take(Clock::now());
+    if (held[r].empty()) continue;
+    Argv argv = scripts_.begin(ScriptId::report, 2);
+    argv.add_copy(task_key(s_.opt.stream, box.task_id)).add(s_.keys(box.key.stream).stream);
+    argv.add(s_.opt.stream).add(group).add(me).add(box.key.id).add(box.task_id);
+    argv.add(held[r].progress ? "1" : "0").add(held[r].progress ? std::string_view(*held[r].progress) : "");
+    argv.add(held[r].result ? "1" : "0").add(held[r].result ? std::string_view(*held[r].result) : "");
+    plan.report_at.emplace_back(r, plan.argvs.size());
+    plan.add(std::move(argv), ScriptId::report);
+  }
 
   // Successes: one MULTI per stream. A success is final even if the lease was lost meanwhile:
   // the task is done, and the new owner's completion of it then finds nothing to do. An
@@ -218,24 +303,38 @@ void Completer::flush(std::vector<Completion>& batch) {
     }
   }
 
+  // Tracked tasks' successes and cancelled tasks' ends: each ack, its record and its events,
+  // many per done script call.
+  for (std::uint16_t stream = 0; stream < s_.stream_count(); ++stream) {
+    std::vector<std::size_t> members;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (by_done_script(batch[i]) && batch[i].key.stream == stream) members.push_back(i);
+    }
+    for (std::size_t from = 0; from < members.size(); from += kPerScript) {
+      const std::size_t to = std::min(members.size(), from + kPerScript);
+      const QueueKeys& keys = s_.keys(stream);
+      Argv argv = scripts_.begin(ScriptId::done, 2);
+      argv.add(keys.stream).add(keys.dlq).add(group).add(s_.opt.stream).add(me);
+      argv.add(static_cast<std::int64_t>(to - from));
+      for (std::size_t k = from; k < to; ++k) {
+        const std::size_t i = members[k];
+        const Completion& c = batch[i];
+        argv.add(c.key.id).add(c.cancelled ? "cancelled" : "done").add(c.start ? "1" : "0");
+        argv.add(c.result ? "1" : "0").add(c.result ? std::string_view(*c.result) : std::string_view());
+        argv.add(fate[i].orphan_id).add(c.unique.key).add(static_cast<std::int64_t>(2 * c.fields.size()));
+        for (const auto& [f, v] : c.fields) argv.add(f).add(v);
+        plan.write[i] = Write::done;
+        plan.reply[i] = plan.argvs.size();
+      }
+      plan.add(std::move(argv), ScriptId::done);
+    }
+  }
+
   // Everything else: one script call each.
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const Completion& c = batch[i];
-    if (c.outcome == Outcome::ack && !c.tracked && !c.cancelled) continue;
+    if (c.outcome == Outcome::ack) continue;
     const QueueKeys& keys = s_.keys(c.key.stream);
-    if (c.outcome == Outcome::ack) {
-      // A tracked task's success, or a cancelled task's end: the ack, its record and its event
-      // in one script.
-      Argv argv = scripts_.begin(ScriptId::done, 2);
-      argv.add(keys.stream).add(keys.dlq).add(group).add(c.key.id).add(s_.opt.stream);
-      argv.add(c.result ? "1" : "0").add(c.result ? std::string_view(*c.result) : std::string_view());
-      argv.add(fate[i].orphan_id).add(c.unique.key).add(c.cancelled ? "cancelled" : "done");
-      for (const auto& [k, v] : c.fields) argv.add(k).add(v);
-      plan.write[i] = Write::done;
-      plan.reply[i] = plan.argvs.size();
-      plan.add(std::move(argv), ScriptId::done);
-      continue;
-    }
     if (c.outcome == Outcome::orphan) {
       // Moot once the entry is no longer held, or when its own completion is in this batch.
       const bool moot = !fate[i].held || std::any_of(batch.begin(), batch.end(), [&](const Completion& o) {
@@ -287,7 +386,14 @@ void Completer::flush(std::vector<Completion>& batch) {
     plan.add(std::move(argv), id);
   }
 
-  const std::vector<Reply> replies = scripts_.call_pipelined(plan.ids, plan.argvs);
+  std::vector<Reply> replies;
+  try {
+    replies = scripts_.call_pipelined(plan.ids, plan.argvs);
+  } catch (...) {
+    // Everything stays for the next try: the marks and completions in place, the reports held again.
+    for (std::size_t r = 0; r < held.size(); ++r) more.reports[r]->put_back(std::move(held[r]));
+    throw;
+  }
 
   // The error of each MULTI block, at its EXEC reply's index.
   std::vector<std::string> block_error(replies.size());
@@ -298,6 +404,39 @@ void Completer::flush(std::vector<Completion>& batch) {
     reconnect = reconnect || exec_refused(replies, block);
   }
   if (reconnect) conn_.disconnect();  // not left inside a MULTI
+
+  // The marks written alone and the reports (they precede every MULTI block). Refused for now:
+  // kept for the next flush.
+  StartMarks marks_later;
+  std::size_t next_mark = 0;
+  for (const auto& [at, count] : plan.starts) {
+    const ReplyView v = replies[at].view();
+    if (v.is_error()) {
+      const bool again = is_transient_error(v.error());
+      if (!again) {
+        log(LogLevel::warning,
+            std::to_string(count) + " tracked tasks could not be marked running: " + std::string(v.error()));
+      }
+      for (std::size_t k = 0; k < count; ++k) {
+        if (again) marks_later.push_back(std::move(marks[plan.marks[next_mark + k]]));
+      }
+    }
+    next_mark += count;
+  }
+  std::vector<std::shared_ptr<ReportBox>> reports_later;
+  for (const auto& [r, at] : plan.report_at) {
+    const ReplyView v = replies[at].view();
+    if (v.is_error() && is_transient_error(v.error())) {
+      if (more.reports[r]->put_back(std::move(held[r]))) reports_later.push_back(more.reports[r]);
+    } else if (v.is_error()) {
+      log(LogLevel::warning, "task " + more.reports[r]->task_id +
+                                 ": its reports could not be written: " + std::string(v.error()));
+    } else if (v.is_integer() && v.integer() == 0) {
+      more.reports[r]->refuse();  // not this consumer's running task any more
+    }
+  }
+  more.marks = std::move(marks_later);
+  more.reports = std::move(reports_later);
 
   std::vector<Completion> retry_later;
   std::vector<EntryKey> finished;

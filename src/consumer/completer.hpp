@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: MIT
 // The completer: writes what became of each entry. Owns one thread and one connection, and is
 // the only part that decides an entry's fate in Redis, so those decisions happen in one
-// order: successes as one MULTI of XACK + XDEL per batch; retries and dead letters each with
-// the owner-checked move script; orphan records (the body was deleted while held) with the
-// orphan script; completions of orphaned entries with the replace script. A write refused by a passing server
-// state (LOADING after a restart, OOM under noeviction, a failover) is retried with backoff while the entries
-// stay held and leased; counters count only what was written. Talks to: the in-flight set, Redis.
+// order: tracked tasks' start marks first, many per running script call, then their reports
+// (report_box.hpp); successes as one
+// MULTI of XACK + XDEL per batch, tracked ones (and cancelled ones) many per done script call;
+// retries and dead letters each with the owner-checked move script; orphan records (the body was deleted
+// while held) with the orphan script; completions of orphaned entries with the replace script. A write
+// refused by a passing server state (LOADING after a restart, OOM under noeviction, a failover) is retried
+// with backoff while the entries stay held and leased; counters count only what was written. Talks to: the
+// in-flight set, Redis.
 #pragma once
 
 #include <thread>
@@ -73,8 +76,9 @@ class Completer {
 
  private:
   void main(const std::stop_token& stop);
-  /// Writes `batch`; what must be retried stays in it. Throws ConnectionError.
-  void flush(std::vector<Completion>& batch);
+  /// Writes `more` (start marks, then reports) and `batch`; what must be retried stays in them.
+  /// Throws ConnectionError.
+  void flush(std::vector<Completion>& batch, InFlight::Writes& more);
 
   Shared& s_;
   Connection conn_;

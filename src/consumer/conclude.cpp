@@ -112,7 +112,7 @@ std::string_view outcome_name(const Completion& c) {
 }
 
 Completion give_up(Shared& s, TaskControl& c) {
-  std::optional<std::string> result = c.reports ? c.reports->close() : std::nullopt;
+  std::optional<std::string> result = c.reports ? c.reports->close(true) : std::nullopt;
   Completion done = conclude(
       s, *c.work, *c.task, c.options,
       Attempt{AttemptResult::failed, c.task->retry_count(), c.task->max_retries()},

@@ -175,22 +175,17 @@ std::optional<Completion> take_limits(Shared& s, const Work& w, const Task& task
   return std::nullopt;
 }
 
-// Step 3: the attempt's set-up: a tracked task's record says running and its reports open, its
-// span starts, the in-flight set knows its control, and its time limit (the handler's timeout,
-// or the task's deadline when that comes first) is armed. Returns the span (null: no tracer).
-// An asynchronous handler's reports go through the channel its attempts share, under its lock.
+// Step 3: the attempt's set-up: a tracked task's start is queued for the completer to mark
+// (no round trip here) and its reports open (the completer writes them too), its span starts,
+// the in-flight set knows its control, and its time limit (the handler's timeout, or the
+// task's deadline when that comes first) is armed. Returns the span (null: no tracer).
 std::unique_ptr<Span> set_up_attempt(Shared& s, const Work& w, Task& task, const Registered& r,
-                                     const std::shared_ptr<TaskControl>& control,
-                                     std::unique_ptr<Channel>& channel) {
+                                     const std::shared_ptr<TaskControl>& control) {
   const HandlerOptions* options = r.options;
   std::shared_ptr<TaskReports> reports;
   if (task.field(field::retention)) {
-    const std::int64_t attempt = mark_running(s, w, tracking_fields(task), channel);
-    AsyncChannel& shared_channel = *s.async_channel;
-    reports = r.async != nullptr
-                  ? std::make_shared<TaskReports>(s, shared_channel.channel, &shared_channel.mutex,
-                                                  s.opt.stream, task.id(), attempt)
-                  : std::make_shared<TaskReports>(s, channel, nullptr, s.opt.stream, task.id(), attempt);
+    s.inflight.mark_started(StartMark{w.key, tracking_fields(task)});
+    reports = std::make_shared<TaskReports>(s, std::make_shared<ReportBox>(w.key, task.id()));
     TaskAccess::attach(task, reports);
   }
   TaskAccess::attach(task, control);
@@ -362,7 +357,7 @@ std::optional<Completion> handler_back(AttemptRun& a, const Returned& returned,
     release_slots(s, control, control.slot_keys.size(), channel);
   }
   if (given_up) {
-    if (control.reports) control.reports->close();
+    if (control.reports) control.reports->close(true);
     log(LogLevel::warning, "task " + task.id() +
                                " was given up on and its handler has returned now; what it " +
                                "returned is dropped");
@@ -535,7 +530,7 @@ Executed execute(const std::shared_ptr<Shared>& shared, Work w, std::unique_ptr<
   if (auto back = take_limits(s, a->w, task, a->registered, a->control, a->place, channel))
     return {std::move(back)};
 
-  a->span = set_up_attempt(s, a->w, task, a->registered, a->control, channel);
+  a->span = set_up_attempt(s, a->w, task, a->registered, a->control);
   if (a->registered.async != nullptr) {
     start_async(a);
     return {std::nullopt, true};

@@ -32,6 +32,7 @@ namespace streamq::detail {
 using Clock = std::chrono::steady_clock;
 
 struct TaskControl;  // task_control.hpp
+class ReportBox;     // report_box.hpp
 
 /// One pending entry: which of the consumer's streams (an index; 0 = the queue's stream) and
 /// its entry id there.
@@ -67,6 +68,18 @@ struct Work {
   /// InFlight::last_chance) runs with no other suspect beside it.
   bool suspect() const noexcept { return origin != Origin::fresh; }
 };
+
+/// A tracked task's start: its record says running and a 'started' event says so (running.lua).
+/// Queued by the executor as the handler starts, instead of a round trip on the handler's path,
+/// and written by the completer: many in one script call ahead of everything else it writes,
+/// or by the done script together with the task's success when both are in hand. A completion
+/// (or a report) is queued after its task's mark and never written before it, so a task's
+/// 'done' never precedes its 'started'.
+struct StartMark {
+  EntryKey key;
+  Fields tracking;  // task_id, task_type, retention
+};
+using StartMarks = std::vector<StartMark>;
 
 /// What the completer must write for an entry.
 enum class Outcome : std::uint8_t {
@@ -115,6 +128,8 @@ struct Completion {
   // and retention, `result` what it ended with; the completer writes it with the done script.
   bool tracked = false;
   std::optional<std::string> result{};
+  // A tracked success whose start mark is written with it (set by the completer).
+  bool start = false;
 };
 
 /// An unstarted entry to hand back at shutdown.
@@ -198,6 +213,11 @@ class InFlight {
   /// As finish_and_take(), without taking: an asynchronous handler (Consumer::on_async) ended,
   /// on a thread that is none of the handler threads.
   void finish(std::optional<Completion> c, bool suspect);
+  /// Queues a tracked task's start mark for the completer (see StartMark).
+  void mark_started(StartMark mark);
+  /// Queues a task's reports for the completer, due `at` (see ReportBox); a box already
+  /// queued is only made due sooner.
+  void report_due(const std::shared_ptr<ReportBox>& box, Clock::time_point at);
   /// The watchdog gave up the running entry of delivery `seq` (c.key): `c` goes to the
   /// completer now, as if its handler had returned. False (nothing queued) when that delivery
   /// is no longer held and running.
@@ -209,11 +229,18 @@ class InFlight {
   void acks_refused(std::vector<EntryKey>& keys);
 
   // ---- completer
-  /// Moves queued completions into `out` (appending): retries and dead letters soon (see
-  /// flush_now), successes only when the fetcher has not taken them for a while (it is
-  /// blocked on an empty stream). Waits until there are some, `until` passes, or
-  /// stop_completer() was called. Returns false once stop_completer() was called.
-  bool wait_completions(std::vector<Completion>& out, Clock::time_point until);
+  /// What the completer writes next, besides completions.
+  struct Writes {
+    StartMarks marks;
+    std::vector<std::shared_ptr<ReportBox>> reports;  // due ones
+    bool empty() const { return marks.empty() && reports.empty(); }
+  };
+  /// Moves queued completions into `out`, start marks and due reports into `more` (appending):
+  /// retries, dead letters, marks and reports soon (see flush_now), successes only when the
+  /// fetcher has not taken them for a while (it is blocked on an empty stream). Waits until
+  /// there are some, `until` passes, or stop_completer() was called. Returns false once
+  /// stop_completer() was called.
+  bool wait_completions(std::vector<Completion>& out, Writes& more, Clock::time_point until);
   /// Fate snapshot of each key, in order.
   std::vector<FateInfo> fates(const std::vector<Completion>& batch);
   /// The completions of these keys were written (or given up): forget the entries.
@@ -326,8 +353,10 @@ class InFlight {
   std::deque<Work> ready_;
   std::vector<EntryKey> gates_;  // taken entries whose handler is not yet called (Work::gates)
   std::size_t gate_waiters_ = 0;
-  std::vector<Completion> done_;    // retries, dead letters, orphans, refused successes
-  std::vector<EntryKey> acks_;      // successes not yet taken by the fetcher or the completer
+  std::vector<Completion> done_;  // retries, dead letters, orphans, refused successes
+  std::vector<EntryKey> acks_;    // successes not yet taken by the fetcher or the completer
+  StartMarks marks_;              // tracked tasks' starts, for the completer
+  std::vector<std::pair<std::shared_ptr<ReportBox>, Clock::time_point>> reports_;  // and when due
   Clock::time_point acks_since_{};  // when acks_ last became non-empty
   std::size_t idle_handlers_ = 0;   // handlers waiting in take()
   std::size_t running_ = 0;         // handlers between take() and finish()/not_run()

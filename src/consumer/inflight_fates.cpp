@@ -20,15 +20,21 @@ constexpr std::chrono::milliseconds kAckLinger{5};
 // ------------------------------------------------------------------ completer
 
 bool InFlight::flush_now(Clock::time_point now) const {
-  if (stopping_ || completer_stopping_) return !done_.empty() || !acks_.empty();
+  if (stopping_ || completer_stopping_) {
+    return !done_.empty() || !acks_.empty() || !marks_.empty() || !reports_.empty();
+  }
   // Successes: once the fetcher has left them for kAckLinger (pass a zero `now` to ask only
   // about the rest). The rest: once no more completions are coming (nothing runs or waits to
   // run), or a batch is worth a write on its own; otherwise they gather into bigger writes.
+  // Start marks: as the rest. Reports: once due (they waited for their window already).
   if (!acks_.empty() && now - acks_since_ >= kAckLinger) return true;
+  if (marks_.size() >= flush_batch_) return true;
+  if (std::any_of(reports_.begin(), reports_.end(), [&](const auto& r) { return r.second <= now; }))
+    return true;
   return !done_.empty() && (done_.size() >= flush_batch_ || (running_ == 0 && ready_.empty()));
 }
 
-bool InFlight::wait_completions(std::vector<Completion>& out, Clock::time_point until) {
+bool InFlight::wait_completions(std::vector<Completion>& out, Writes& more, Clock::time_point until) {
   until = std::min(until, Clock::now() + std::chrono::minutes(1));  // never meet the clock's far end
   std::unique_lock lock(mutex_);
   completer_waiting_ = true;
@@ -38,9 +44,10 @@ bool InFlight::wait_completions(std::vector<Completion>& out, Clock::time_point 
     if (flush_now(now) || now >= until) break;
     // Stopping: return at once, unless the caller holds writes to retry at `until`.
     if (completer_stopping_ && out.empty()) break;
-    if (!done_.empty() && now >= linger_end) break;
+    const bool lingering = !done_.empty() || !marks_.empty();
+    if (lingering && now >= linger_end) break;
     auto wake = until;
-    if (!done_.empty()) wake = std::min(wake, linger_end);
+    if (lingering) wake = std::min(wake, linger_end);
     // Successes are not announced (the fetcher takes them): while anything is held, look
     // every kAckLinger for ones it has left, e.g. while it is blocked on an empty stream.
     if (!acks_.empty()) {
@@ -48,6 +55,7 @@ bool InFlight::wait_completions(std::vector<Completion>& out, Clock::time_point 
     } else if (!held_.empty()) {
       wake = std::min(wake, now + kAckLinger);
     }
+    for (const auto& r : reports_) wake = std::min(wake, r.second);
     done_cv_.wait_until(lock, wake);
   }
   completer_waiting_ = false;
@@ -55,7 +63,38 @@ bool InFlight::wait_completions(std::vector<Completion>& out, Clock::time_point 
   done_.clear();
   for (EntryKey& k : acks_) out.push_back(Completion{std::move(k), Outcome::ack, {}});
   acks_.clear();
+  std::move(marks_.begin(), marks_.end(), std::back_inserter(more.marks));
+  marks_.clear();
+  // Due reports; every one when stopping (the window no longer matters).
+  const auto now = Clock::now();
+  const bool all = stopping_ || completer_stopping_;
+  std::erase_if(reports_, [&](auto& r) {
+    if (!all && r.second > now) return false;
+    more.reports.push_back(std::move(r.first));
+    return true;
+  });
   return !completer_stopping_;
+}
+
+void InFlight::mark_started(StartMark mark) {
+  std::lock_guard lock(mutex_);
+  marks_.push_back(std::move(mark));
+  if (completer_waiting_ && flush_now(Clock::time_point{})) done_cv_.notify_one();
+}
+
+void InFlight::report_due(const std::shared_ptr<ReportBox>& box, Clock::time_point at) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it =
+        std::find_if(reports_.begin(), reports_.end(), [&](const auto& r) { return r.first == box; });
+    if (it == reports_.end()) {
+      reports_.emplace_back(box, at);
+    } else {
+      it->second = std::min(it->second, at);
+    }
+    if (!completer_waiting_) return;
+  }
+  done_cv_.notify_one();  // it recomputes when to wake
 }
 
 std::vector<FateInfo> InFlight::fates(const std::vector<Completion>& batch) {

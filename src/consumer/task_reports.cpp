@@ -1,34 +1,55 @@
 // SPDX-License-Identifier: MIT
 #include "task_reports.hpp"
 
-#include "log.hpp"
-#include "redis/scripts.hpp"
+#include <algorithm>
+#include <utility>
+
 #include "task_control.hpp"
-#include "wire/keys.hpp"
 
 namespace streamq {
 
 namespace detail {
 
-TaskReports::TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::mutex* channel_lock,
-                         std::string queue, std::string task_id, std::int64_t attempt)
-    : write_([&s, &channel, channel_lock, queue = std::move(queue), task_id = std::move(task_id),
-              attempt = std::to_string(attempt)](std::string_view what, const std::string& value) {
-        const std::string key = task_key(queue, task_id);
-        std::unique_lock<std::mutex> lock;
-        if (channel_lock != nullptr) lock = std::unique_lock(*channel_lock);
-        try {
-          if (!channel) channel = std::make_unique<Channel>(s.connection);
-          Argv argv = channel->scripts.begin(ScriptId::report, 1);
-          argv.add(key).add(queue).add(what).add(value).add(task_id).add(s.consumer_name).add(attempt);
-          return channel->scripts.call(ScriptId::report, argv).view().check().integer() == 1;
-        } catch (const std::exception& e) {
-          channel.reset();  // rebuilt on the next need
-          log(LogLevel::warning,
-              "task " + task_id + ": its " + std::string(what) + " could not be written: " + e.what());
-          return false;
-        }
-      }) {}
+ReportBox::Hold ReportBox::hold(std::string_view what, std::string value) {
+  std::lock_guard lock(mutex_);
+  if (refused_ || closed_) return {};
+  (what == "result" ? held_.result : held_.progress) = std::move(value);
+  if (queued_) return {true, std::nullopt};
+  queued_ = true;
+  return {true, std::max(Clock::now(), next_write_)};
+}
+
+ReportBox::Held ReportBox::take(Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  queued_ = false;
+  next_write_ = now + kReportEvery;
+  return std::exchange(held_, Held{});
+}
+
+bool ReportBox::put_back(Held held) {
+  std::lock_guard lock(mutex_);
+  if (refused_) return false;
+  if (!held_.progress) held_.progress = std::move(held.progress);
+  if (!held_.result) held_.result = std::move(held.result);
+  if (queued_ || held_.empty()) return false;
+  queued_ = true;
+  return true;
+}
+
+void ReportBox::refuse() {
+  std::lock_guard lock(mutex_);
+  refused_ = true;
+  held_ = {};
+}
+
+std::optional<Clock::time_point> ReportBox::close(bool drop_held) {
+  std::lock_guard lock(mutex_);
+  closed_ = true;
+  if (drop_held) held_ = {};
+  if (held_.empty()) return std::nullopt;
+  queued_ = true;
+  return Clock::now();
+}
 
 void TaskReports::set_result(std::string bytes) {
   std::lock_guard lock(mutex_);
@@ -39,11 +60,17 @@ bool TaskReports::write(std::string_view what, const std::string& value) {
   std::lock_guard lock(mutex_);
   if (!open_) return false;
   if (what == "result") result_ = value;
-  return write_(what, value);
+  if (!box_) return write_(what, value);
+  const ReportBox::Hold h = box_->hold(what, value);
+  if (h.due) s_->inflight.report_due(box_, *h.due);
+  return h.accepted;
 }
 
-std::optional<std::string> TaskReports::close() {
+std::optional<std::string> TaskReports::close(bool drop_held) {
   std::lock_guard lock(mutex_);
+  if (open_ && box_) {
+    if (const auto due = box_->close(drop_held)) s_->inflight.report_due(box_, *due);
+  }
   open_ = false;
   return std::move(result_);
 }

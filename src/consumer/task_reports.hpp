@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 // What a running tracked task sends about itself (Task::set_result, write_partial_result,
-// set_progress): the final result, kept for its completion, and the reports written at once
-// (report.lua) on its handler thread's connection, or, in a process executor's child, sent to
-// the worker, which writes them. Closed when the handler returns, so a copy of the Task kept past
-// that writes nothing.
+// set_progress): the final result, kept for its completion, and the reports, held for the
+// completer to write (report_box.hpp), or, in a process executor's child, sent to the worker,
+// which holds them so. Closed when the handler returns, so a copy of the Task kept past that
+// writes nothing.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,31 +15,32 @@
 #include <string>
 #include <string_view>
 
-#include "executor.hpp"
+#include "report_box.hpp"
 #include "shared.hpp"
 
 namespace streamq::detail {
 
 class TaskReports {
  public:
-  /// `channel` is the handler thread's (made on first need), or, with `channel_lock`, the one
-  /// the asynchronous handlers' attempts share, used under that lock; `queue` the partition's
-  /// stream; `attempt` the attempt's number in the record (running.lua; 0: unknown, nothing is
-  /// written): a report is written only while the record says this consumer runs this attempt.
-  TaskReports(const Shared& s, std::unique_ptr<Channel>& channel, std::mutex* channel_lock, std::string queue,
-              std::string task_id, std::int64_t attempt);
+  /// A worker's: reports go to `box`, which the completer writes.
+  TaskReports(Shared& s, std::shared_ptr<ReportBox> box) : s_(&s), box_(std::move(box)) {}
   /// Writes what `write(what, value)` is given (true when it was written): a child's reports,
   /// sent to its worker.
   using Writer = std::function<bool(std::string_view what, const std::string& value)>;
   explicit TaskReports(Writer write) : write_(std::move(write)) {}
 
   void set_result(std::string bytes);
-  /// Writes `value` as the record's `what` ("progress" or "result") now; see Task.
+  /// Reports `value` as the record's `what` ("progress" or "result"); see Task. True when it
+  /// is written or held to be.
   bool write(std::string_view what, const std::string& value);
-  /// After the handler returned: no more writes; the result it ends with, if one was set.
-  std::optional<std::string> close();
+  /// After the handler returned: what is held is written next (ahead of the completion), or
+  /// dropped with `drop_held` (a task given up on); no more reports. The result it ends with,
+  /// if one was set.
+  std::optional<std::string> close(bool drop_held = false);
 
  private:
+  Shared* s_ = nullptr;
+  std::shared_ptr<ReportBox> box_;
   Writer write_;
   std::mutex mutex_;
   std::optional<std::string> result_;

@@ -1,17 +1,22 @@
--- report: a running tracked task reports its progress, or a partial result (Task::set_progress,
--- Task::write_partial_result).
--- KEYS[1] = the task's record (<queue>:task:<task_id>)
--- ARGV[1] = queue (the queue's stream), ARGV[2] = 'progress' | 'result', ARGV[3] = the value,
---           ARGV[4] = the task id, ARGV[5] = the reporting consumer, ARGV[6] = its attempt's
---           number (what running.lua returned)
--- Returns 1, or 0 when the record does not say running, or says so of another attempt or
--- another worker (a stale holder: its entry was taken over and started again): nothing is
--- written then.
--- One script: the check, the record and (for progress) the event go together.
+-- report: a running tracked task's reports, coalesced by its worker (Task::set_progress,
+-- Task::write_partial_result): its progress, or a partial result, or both.
+-- KEYS[1] = the task's record (<queue>:task:<task_id>), KEYS[2] = the stream of its entry
+-- ARGV[1] = queue (the queue's stream), ARGV[2] = group, ARGV[3] = the reporting consumer,
+-- ARGV[4] = its entry's id, ARGV[5] = the task id, ARGV[6] = '1' when ARGV[7] is a progress
+-- to write, ARGV[8] = '1' when ARGV[9] is a partial result to write.
+-- Returns 1, or 0 when nothing was written: the record does not say running, or says so of
+-- another worker, or the entry is no longer this consumer's (a stale holder: its entry was
+-- taken over, and maybe started again).
+-- One script: the checks, the record and (for progress) the event go together.
+-- @include lib/owner.lua
 -- @include lib/clock.lua
 -- @include lib/track.lua
-local now = redis.call('HMGET', KEYS[1], 'state', 'worker', 'attempts')
-if now[1] ~= 'running' or now[2] ~= ARGV[5] or now[3] ~= ARGV[6] then return 0 end
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
-if ARGV[2] == 'progress' then track_event(ARGV[1], 'progress', ARGV[4], now_ms(), {'progress', ARGV[3]}) end
+local now = redis.call('HMGET', KEYS[1], 'state', 'worker')
+if now[1] ~= 'running' or now[2] ~= ARGV[3] then return 0 end
+if pending_owner(KEYS[2], ARGV[2], ARGV[4]) ~= ARGV[3] then return 0 end
+if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'result', ARGV[9]) end
+if ARGV[6] == '1' then
+  redis.call('HSET', KEYS[1], 'progress', ARGV[7])
+  track_event(ARGV[1], 'progress', ARGV[5], now_ms(), {'progress', ARGV[7]})
+end
 return 1

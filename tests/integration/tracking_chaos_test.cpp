@@ -98,9 +98,13 @@ TEST(TrackingChaos, AWorkerKilledMidTaskLeavesItRunningUntilAnotherReclaimsIt) {
   const std::string id = producer.enqueue("hang", R"({"ms":1000})", {.retention = Retention{.done = 10min}});
   WorkerProcess first(worker_args(server, stream, "slot-0", {"min_idle_ms=1500"}));
   ASSERT_TRUE(wait_until([&] { return client.integer({"HEXISTS", stream + ":started", id}) == 1; }));
-  auto r = in.record(stream, id);
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->state, State::running);
+  // The start is marked by the worker's completer, not on the handler's path: within its
+  // linger (a few ms) of the handler's start.
+  std::optional<TaskRecord> r;
+  ASSERT_TRUE(wait_until([&] {
+    r = in.record(stream, id);
+    return r && r->state == State::running;
+  }));
   EXPECT_EQ(r->worker, "slot-0");
   EXPECT_EQ(r->attempts, 1);
   first.kill9();

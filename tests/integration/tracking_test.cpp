@@ -73,8 +73,12 @@ TEST_F(TrackingTest, ARecordFollowsATaskFromEnqueueThroughProgressToItsResult) {
   ASSERT_FALSE(gate.arrived().empty());
   EXPECT_TRUE(tracked);
   EXPECT_TRUE(reported);
-  r = record(id);
-  ASSERT_TRUE(r);
+  // The start and the reports are written by the completer, not on the handler's path: soon,
+  // while the handler is still held at the gate.
+  ASSERT_TRUE(wait_until([&] {
+    r = record(id);
+    return r && r->progress == "50" && r->result == "half";
+  }));
   EXPECT_EQ(r->state, State::running);
   EXPECT_EQ(r->attempts, 1);
   EXPECT_EQ(r->worker, "w1");
@@ -182,28 +186,39 @@ TEST_F(TrackingTest, AResultIsTheSucceedingAttemptsAndAKeyOfAnotherTypeIsLeftAlo
 }
 
 // A stale holder (its entry was reclaimed and started again elsewhere while its handler ran on)
-// must not write its progress or partial result into the newer attempt's record.
+// must not write its progress or partial result into the newer attempt's record. Its reports are
+// held and written by the completer, which finds the record another worker's: refused, and the
+// reports that follow are dropped (the calls return false once the refusal is known).
 TEST_F(TrackingTest, AStaleHolderCannotReportIntoANewerAttemptsRecord) {
   const std::string id = producer().enqueue("long", "{}", {.retention = Retention{.done = 1min}});
-  std::atomic<bool> started{false}, newer{false};
-  std::atomic<int> own = -1, stale = -1;
+  const std::string key = stream + ":task:" + id;
+  std::atomic<bool> started{false}, newer{false}, refused{false};
+  std::atomic<int> own = -1;
   RunningConsumer rc(options(), [&](Consumer& c) {
     c.on("long", [&](const Task& t) {
-      own = t.set_progress(0.25) ? 1 : 0;  // its own attempt: written
+      own = t.set_progress(0.25) ? 1 : 0;  // its own attempt: held, then written
       started = true;
       while (!newer) std::this_thread::sleep_for(5ms);
-      stale = t.set_progress(0.75) || t.write_partial_result("stale") ? 1 : 0;
+      // Every call is held at first; the refusal of the write is what ends them.
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      while (!refused && std::chrono::steady_clock::now() < until) {
+        refused = !t.set_progress(0.75) || !t.write_partial_result("stale");
+        std::this_thread::sleep_for(20ms);
+      }
     });
   });
-  ASSERT_TRUE(wait_until([&] { return started.load(); }));
+  ASSERT_TRUE(wait_until([&] {
+    return started.load() && client.cmd({"HGET", key, "progress"}).view().is_string();
+  }));
+  EXPECT_EQ(std::string(client.cmd({"HGET", key, "progress"}).view().str()), "0.25");
   // Another worker took the entry over and started it: attempt 2, its worker, its progress.
-  client.cmd({"HSET", stream + ":task:" + id, "attempts", "2", "worker", "new-holder", "progress", "0.1"});
+  client.cmd({"HSET", key, "attempts", "2", "worker", "new-holder", "progress", "0.1"});
   newer = true;
-  ASSERT_TRUE(wait_until([&] { return stale.load() != -1; }));
+  ASSERT_TRUE(wait_until([&] { return refused.load(); }, 15s))
+      << "the stale holder's reports were never refused";
   rc.stop();
   EXPECT_EQ(own.load(), 1);
-  EXPECT_EQ(stale.load(), 0) << "a stale holder wrote into the newer attempt's record";
-  EXPECT_EQ(std::string(client.cmd({"HGET", stream + ":task:" + id, "progress"}).view().str()), "0.1");
+  EXPECT_EQ(std::string(client.cmd({"HGET", key, "progress"}).view().str()), "0.1");
 }
 
 TEST_F(TrackingTest, UntrackedTasksHaveNoRecordAndNoEvents) {

@@ -162,7 +162,8 @@ TEST_F(InFlightTest, GoneRunningEntryKeepsItsRecordForItsCompletion) {
   f.take_acks(acks, 0);
   EXPECT_TRUE(acks.empty());
   std::vector<Completion> out;
-  f.wait_completions(out, Clock::now());
+  InFlight::Writes marks;
+  f.wait_completions(out, marks, Clock::now());
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].key.id, "1-0");
 }
@@ -223,7 +224,8 @@ TEST_F(InFlightTest, RetriesAndDeadLettersAreWrittenOnceNothingElseRuns) {
   ASSERT_TRUE(w);
   std::thread completer([&] {
     std::vector<Completion> out;
-    EXPECT_TRUE(f.wait_completions(out, Clock::now() + 10s));
+    InFlight::Writes marks;
+    EXPECT_TRUE(f.wait_completions(out, marks, Clock::now() + 10s));
     ASSERT_EQ(out.size(), 1u);
     EXPECT_EQ(out[0].outcome, Outcome::retry);
   });

@@ -18,7 +18,7 @@
 -- share the queue's hash tag, so they are in the script's slot. A script including this file
 -- includes lib/clock.lua before it.
 
-local EVENTS_MAX = 10000 -- <queue>:events keeps about this many (XADD MAXLEN ~)
+local EVENTS_MAX = '10000' -- <queue>:events keeps about this many (XADD MAXLEN ~)
 local WAITED_KEEP = 60000 -- ms a record someone waits on (watch.lua) stays after the end, at least
 local FINAL = {done = true, dead = true, cancelled = true}
 
@@ -32,9 +32,11 @@ local function state_of(key)
   return state
 end
 
--- tracked(fields, first, last): the task's id and its retention (done ms, dead ms) when the
--- fields fields[first], fields[first + 1], ... up to fields[last] (name, value pairs; last
--- defaults to the end) hold both; else nil.
+-- tracked(fields, first, last): the task's id and its retention (done ms, dead ms, as numbers,
+-- then as the texts they were) when the fields fields[first], fields[first + 1], ... up to
+-- fields[last] (name, value pairs; last defaults to the end) hold both; else nil. (Numbers
+-- handed to redis.call are formatted with printf's %.17g, a tenth of a tracking script's time:
+-- the records take the texts.)
 local function tracked(fields, first, last)
   local id, retention = nil, nil
   for i = first, (last or #fields) - 1, 2 do
@@ -47,7 +49,12 @@ local function tracked(fields, first, last)
   if not id or not retention then return nil end
   local done_ms, dead_ms = string.match(retention, '^(%-?%d+) (%-?%d+)$')
   if not done_ms then return nil end
-  return id, tonumber(done_ms), tonumber(dead_ms)
+  return id, tonumber(done_ms), tonumber(dead_ms), done_ms, dead_ms
+end
+
+-- ms_text(ms): a number of milliseconds as the text redis.call is given (see tracked).
+local function ms_text(ms)
+  return string.format('%d', ms)
 end
 
 local function task_type_of(fields, first, last)
@@ -69,7 +76,7 @@ local function track_ttl(key, ms)
   if ms == 0 then
     redis.call('DEL', key)
   elseif ms > 0 then
-    redis.call('PEXPIRE', key, ms)
+    redis.call('PEXPIRE', key, ms_text(ms))
   else
     redis.call('PERSIST', key)
   end
@@ -81,12 +88,12 @@ end
 -- A record of the same task id that is not final (a task enqueued again under its id while
 -- the first still runs) keeps its attempts.
 local function track_new(queue, fields, first, last, state, due)
-  local id, done_ms, dead_ms = tracked(fields, first, last)
+  local id, _, _, done_ms, dead_ms = tracked(fields, first, last)
   if not id then return end
   local key = queue .. ':task:' .. id
   local old = state_of(key)
   if old == nil then return end
-  local now = now_ms()
+  local now = ms_text(now_ms())
   if old and FINAL[old] then
     -- A finished task's id enqueued again: a new task, a fresh record. (HDEL, not DEL: the
     -- producer's ACL role gets no command that could delete a stream.)
@@ -97,9 +104,30 @@ local function track_new(queue, fields, first, last, state, due)
   redis.call('HSET', key, 'state', state, 'type', task_type_of(fields, first, last), 'enqueued_at', now,
              'done_ms', done_ms, 'dead_ms', dead_ms)
   redis.call('HSETNX', key, 'attempts', 0)
-  if due and due > 0 then redis.call('HSET', key, 'due_at', due) end
+  if due and due > 0 then redis.call('HSET', key, 'due_at', ms_text(due)) end
   redis.call('PERSIST', key)
   track_event(queue, 'enqueued', id, now, {'state', state})
+end
+
+-- track_start(queue, fields, first, last, worker, now): a handler starts a tracked task (the
+-- caller checked that `worker` holds its entry): its record says running, by which worker, from
+-- when (`now`: ms_text of the server's clock), and counts the attempt; a 'started' event says
+-- so. What an earlier attempt reported (progress, a partial result) is cleared: the result is
+-- this attempt's. Returns the attempt's number, or 0 when nothing was written (not tracked, or
+-- the record is final: a stale start must not undo what a newer owner wrote).
+local function track_start(queue, fields, first, last, worker, now)
+  local id, _, _, done_ms, dead_ms = tracked(fields, first, last)
+  if not id then return 0 end
+  local key = queue .. ':task:' .. id
+  local state = state_of(key)
+  if state == nil or (state and FINAL[state]) then return 0 end
+  redis.call('HDEL', key, 'result', 'progress')
+  redis.call('HSET', key, 'state', 'running', 'started_at', now, 'worker', worker, 'type',
+             task_type_of(fields, first, last), 'done_ms', done_ms, 'dead_ms', dead_ms)
+  local attempt = redis.call('HINCRBY', key, 'attempts', 1)
+  redis.call('PERSIST', key)
+  track_event(queue, 'started', id, now, {'attempt', ms_text(attempt), 'worker', worker})
+  return attempt
 end
 
 -- track_due(queue, fields, first): a delayed task went to its stream (due, or run now): its
@@ -111,20 +139,21 @@ local function track_due(queue, fields, first)
   if state_of(key) == 'delayed' then redis.call('HSET', key, 'state', 'queued') end
 end
 
--- track_state(queue, fields, first, state, event, pairs, kept): a tracked task moves on: its
--- record takes `state` and the field/value `pairs`, and `event` (when not nil) is written with
--- them; `kept` (pairs too) goes to the record only (a result: the events stay small). A final
--- state starts the record's retention and sets finished_at. Returns the record's key (nil:
--- not tracked; queue '' is never tracked).
-local function track_state(queue, fields, first, state, event, pairs, kept)
+-- track_state(queue, fields, first, state, event, pairs, kept, last, now): a tracked task moves
+-- on: its record takes `state` and the field/value `pairs`, and `event` (when not nil) is
+-- written with them; `kept` (pairs too) goes to the record only (a result: the events stay
+-- small). A final state starts the record's retention and sets finished_at. The task's fields
+-- end at fields[last] (default: the end); `now` defaults to the server's clock. Returns the
+-- record's key (nil: not tracked; queue '' is never tracked).
+local function track_state(queue, fields, first, state, event, pairs, kept, last, now)
   if not queue or queue == '' then return nil end
-  local id, done_ms, dead_ms = tracked(fields, first)
+  local id, done_ms, dead_ms, done_text, dead_text = tracked(fields, first, last)
   if not id then return nil end
   local key = queue .. ':task:' .. id
   if state_of(key) == nil then return nil end
-  local now = now_ms()
-  local args = {'HSET', key, 'state', state, 'type', task_type_of(fields, first), 'done_ms', done_ms, 'dead_ms',
-                dead_ms}
+  now = now or ms_text(now_ms())
+  local args = {'HSET', key, 'state', state, 'type', task_type_of(fields, first, last), 'done_ms', done_text,
+                'dead_ms', dead_text}
   if FINAL[state] then
     args[#args + 1] = 'finished_at'
     args[#args + 1] = now
