@@ -27,7 +27,7 @@ class ReportBox {
 
   /// What hold() asks of its caller.
   struct Hold {
-    bool accepted = false;                  // false: refused before, or closed: nothing kept
+    bool accepted = false;                   // false: refused before, or closed: nothing kept
     std::optional<Clock::time_point> due{};  // queue the box for the completer, due then
   };
   /// Holds `value` as the latest `what` ("progress" or "result").

@@ -45,8 +45,13 @@ local function started_and_finished(first, last, fate, result)
   local start = not (record[1] and FINAL[record[1]])
   local attempt = (tonumber(record[2]) or 0) + 1
   if start and attempt > 1 then redis.call('HDEL', key, 'result', 'progress') end
-  local args = {'HSET', key, 'state', fate, 'type', task_type_of(ARGV, first, last), 'done_ms', done_text,
-                'dead_ms', dead_text, 'finished_at', now}
+  local args = {'HSET', key, 'state', fate, 'finished_at', now}
+  if not record[1] then
+    -- No record (its enqueue did not write one): it is made whole here, as track_state would.
+    for _, v in ipairs({'type', task_type_of(ARGV, first, last), 'done_ms', done_text, 'dead_ms', dead_text}) do
+      args[#args + 1] = v
+    end
+  end
   if start then
     for _, v in ipairs({'started_at', now, 'worker', me, 'attempts', ms_text(attempt)}) do args[#args + 1] = v end
   end

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +16,7 @@
 
 #include "consumer_fixture.hpp"
 #include "gate.hpp"
+#include "redis/scripts.hpp"
 #include "running_consumer.hpp"
 
 namespace streamq::test {
@@ -219,6 +221,126 @@ TEST_F(TrackingTest, AStaleHolderCannotReportIntoANewerAttemptsRecord) {
   rc.stop();
   EXPECT_EQ(own.load(), 1);
   EXPECT_EQ(std::string(client.cmd({"HGET", key, "progress"}).view().str()), "0.1");
+}
+
+// The completer writes start marks many per running.lua call and successes many per done.lua
+// call; each entry is owner-checked on its own: one that another consumer took over (or that
+// is no longer pending) is left alone, and the others of the same call are written.
+TEST_F(TrackingTest, ABatchWhereOneEntryLostItsOwnerWritesTheOthersAndLeavesThatOneAlone) {
+  const Retention keep{.done = 1min};
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(producer().enqueue("work", "{}", {.retention = keep}));
+  const std::vector<std::string> entries = read_as("me", 3);
+  ASSERT_EQ(entries.size(), 3u);
+  // The middle one is taken over by another consumer.
+  client.cmd({"XCLAIM", stream, "workers", "other", "0", entries[1]}).view().check();
+  auto fields_of = [&](std::size_t k) {
+    return std::vector<std::string>{"task_id", ids[k], "task_type", "work", "retention", "60000 0"};
+  };
+  std::vector<std::string> running{"EVAL",    std::string(detail::script_source(detail::ScriptId::running)),
+                                   "1",       stream,
+                                   "workers", "me",
+                                   stream,    "3"};
+  for (std::size_t k = 0; k < 3; ++k) {
+    running.push_back(entries[k]);
+    running.push_back("6");
+    for (const std::string& f : fields_of(k)) running.push_back(f);
+  }
+  const detail::Reply marked = client.cmd(running);
+  ASSERT_TRUE(marked.view().is_array()) << (marked.view().is_error() ? marked.view().error() : "");
+  EXPECT_EQ(marked.view()[0].integer(), 1);
+  EXPECT_EQ(marked.view()[1].integer(), 0) << "a start was written for another consumer's entry";
+  EXPECT_EQ(marked.view()[2].integer(), 1);
+  EXPECT_EQ(state_of(ids[0]), State::running);
+  EXPECT_EQ(state_of(ids[1]), State::queued);
+  EXPECT_EQ(state_of(ids[2]), State::running);
+
+  // The other consumer finishes the middle one meanwhile (its retry, say, acknowledged it), so
+  // that entry is no longer pending when this consumer's batch of successes comes.
+  client.cmd({"XACK", stream, "workers", entries[1]}).view().check();
+  std::vector<std::string> done{"EVAL", std::string(detail::script_source(detail::ScriptId::done)),
+                                "2",    stream,
+                                dlq,    "workers",
+                                stream, "me",
+                                "3"};
+  for (std::size_t k = 0; k < 3; ++k) {
+    for (const char* a : {entries[k].c_str(), "done", "0", "1", "\"ok\"", "", ""}) done.emplace_back(a);
+    done.push_back("6");
+    for (const std::string& f : fields_of(k)) done.push_back(f);
+  }
+  const detail::Reply finished = client.cmd(done);
+  ASSERT_TRUE(finished.view().is_array()) << (finished.view().is_error() ? finished.view().error() : "");
+  EXPECT_EQ(finished.view()[0].integer(), 1);
+  EXPECT_EQ(finished.view()[1].integer(), 0) << "a success was written for an entry no longer pending";
+  EXPECT_EQ(finished.view()[2].integer(), 1);
+  EXPECT_EQ(state_of(ids[0]), State::done);
+  EXPECT_EQ(state_of(ids[1]), State::queued);
+  EXPECT_EQ(state_of(ids[2]), State::done);
+  EXPECT_EQ(record(ids[2])->result, "\"ok\"");
+  EXPECT_EQ(events_of(ids[1]), (std::vector<std::string>{"enqueued"}));
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(pending(), 0);
+}
+
+// Marks written with their task's success (the done script's start) and marks written alone
+// ahead of it: in both, every task's 'started' precedes its 'done' in the events stream, and the
+// record counts one attempt.
+TEST_F(TrackingTest, EveryStartedEventPrecedesItsDoneEventUnderLoad) {
+  constexpr int kTasks = 2000;
+  std::vector<TaskSpec> specs;
+  for (int i = 0; i < kTasks; ++i)
+    specs.push_back({"work", Payload("{}"), {.retention = Retention{.done = 1min}}});
+  const std::vector<std::string> ids = producer().enqueue_batch(specs);
+  std::atomic<int> ran{0};
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("work", [&](const Task&) {
+      // Some run long enough for their mark to go alone, ahead of their completion.
+      if (ran.fetch_add(1) % 16 == 0) std::this_thread::sleep_for(8ms);
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return ran == kTasks && pending() == 0; }, 60s));
+  rc.stop();
+  std::map<std::string, std::vector<std::string>> by_task;
+  for (const auto& [event, task] : events()) by_task[task].push_back(event);
+  ASSERT_EQ(by_task.size(), static_cast<std::size_t>(kTasks));
+  for (const std::string& id : ids) {
+    EXPECT_EQ(by_task[id], (std::vector<std::string>{"enqueued", "started", "done"})) << id;
+    const auto r = record(id);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->state, State::done);
+    EXPECT_EQ(r->attempts, 1);
+    EXPECT_TRUE(r->started_at);
+  }
+}
+
+// Reports are coalesced: a handler reporting in a tight loop costs at most one write per 100 ms,
+// and the last value is in the record when the task ends.
+TEST_F(TrackingTest, ProgressInATightLoopIsCoalescedAndItsLastValueIsKept) {
+  const std::string id = producer().enqueue("loop", "{}", {.retention = Retention{.done = 1min}});
+  std::atomic<long long> calls{0}, refused{0};
+  std::atomic<double> seconds{0};
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("loop", [&](const Task& t) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 1; i <= 200000; ++i) {
+        if (!t.set_progress(i)) ++refused;
+        ++calls;
+      }
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return state_of(id) == State::done; }, 60s));
+  rc.stop();
+  EXPECT_EQ(refused.load(), 0);
+  EXPECT_EQ(record(id)->progress, "200000");
+  std::size_t writes = 0;
+  for (const std::string& e : events_of(id)) writes += e == "progress" ? 1 : 0;
+  // One write when the first call came, then at most one per 100 ms, and the last at the end.
+  const auto most = static_cast<std::size_t>(seconds.load() / 0.1) + 3;
+  std::printf("[ progress ] %lld calls in %.3f s (%.0f calls/s), %zu writes\n", calls.load(), seconds.load(),
+              static_cast<double>(calls.load()) / seconds.load(), writes);
+  EXPECT_GE(writes, 2u);
+  EXPECT_LE(writes, most);
 }
 
 TEST_F(TrackingTest, UntrackedTasksHaveNoRecordAndNoEvents) {
