@@ -108,7 +108,7 @@ drain_tracked=" tasks_per_s=$(median "${tr[@]}") peak_rss_mb=$(field peak_rss_mb
 drain_process=" tasks_per_s=$(median "${pr[@]}") peak_rss_mb=$(field tree_rss_mb "$processed")"
 process_fresh=" tasks_per_s=$(median "${pf[@]}") peak_rss_mb=$(field tree_rss_mb "$fresh")"
 wait_rt=$(run wait --stream b:wait --count 2000 --tracked 1); cli DEL b:wait b:wait:events
-progress=$(run progress --stream b:prog --count 20000); cli DEL b:prog b:prog:events
+progress=$(run progress --stream b:prog --count 1000000); cli DEL b:prog b:prog:events
 latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
 retry=$(run retry --stream b:retry --count 50000); cli DEL b:retry
 retry_backoff=$(run retry-backoff --stream b:retryb --count 50000); cli DEL b:retryb b:retryb:delayed
@@ -152,5 +152,5 @@ echo "process-fresh: a new child for every task (tasks_per_child 1, what a repla
 echo "and the children's resident sets summed (shared pages counted in each; PSS: $(field tree_pss_mb "$processed") MB for drain-process)"
 echo "client CPU per task (user + system, µs, medians; the kernel's wake-ups included, so load on the machine moves it too): XADD -P 1 $(median "${p1cpu[@]}"), enqueue $(median "${enqcpu[@]}"), enqueue-trim $(median "${trmcpu[@]}"); XADD -P 64 $(median "${p64cpu[@]}"), enqueue-batch $(median "${batcpu[@]}")"
 echo "enqueue-shared: 8 threads calling enqueue on one Producer, over ${shared_connections} connection(s); enqueue-async: enqueue_async from one thread, at most 4096 unanswered;"
-echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls (20,000), tasks/s = calls/s;"
+echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls in a tight loop (1,000,000), tasks/s = calls/s, $(field writes "$progress") writes (coalesced: at most one per 100 ms);"
 echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"

@@ -33,7 +33,7 @@
 //   wait           N enqueue_and_wait round trips, one after another, with a consumer in the
 //                  same process whose handler returns a result: latency of each round trip
 //   progress       one tracked task whose handler calls Task::set_progress N times: the
-//                  latency of each call
+//                  latency of each call, and the writes they cost (reports are coalesced)
 // Every scenario prints the process's peak RSS (getrusage ru_maxrss).
 #include <dirent.h>
 #include <sys/resource.h>
@@ -562,6 +562,7 @@ int scenario_main(const Args& a) {
     std::atomic<bool> finished{false};
     streamq::Consumer c(consumer_options(a));
     std::vector<double> latency_us;
+    latency_us.reserve(static_cast<std::size_t>(a.count));
     double seconds = 0;
     c.on("send_email", [&](const streamq::Task& task) {
       const auto start = Clock::now();
@@ -576,7 +577,11 @@ int scenario_main(const Args& a) {
     streamq::Producer p(producer_options(a));
     p.enqueue("send_email", kPayload, {.retention = streamq::Retention{}});
     run_until(c, finished);
-    report(a, seconds, percentiles(latency_us));
+    // The writes the calls cost: one 'progress' event each (coalesced: at most one per 100 ms).
+    streamq::Inspector in({.connection = {.url = a.url}});
+    long writes = 0;
+    for (const streamq::QueueEvent& e : in.events(a.stream, "", 10000).events) writes += e.event == "progress";
+    report(a, seconds, percentiles(latency_us) + " writes=" + std::to_string(writes));
   } else if (a.scenario == "retry" || a.scenario == "retry-backoff") {
     streamq::Producer p(producer_options(a));
     enqueue_batches(p, a.count, a.batch);

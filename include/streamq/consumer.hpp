@@ -138,7 +138,7 @@ class Consumer {
   /// (a callback dropped, an io_context destroyed with the work pending), the attempt fails with
   /// "the asynchronous handler's done was destroyed without being called". It runs the attempt's
   /// end on the calling thread: a task with a concurrency limit gives its slots back in Redis
-  /// there (a round trip), as Task::set_progress of an asynchronous task writes from its caller's.
+  /// there (a round trip).
   using AsyncDone = std::function<void(std::exception_ptr)>;
   /// An asynchronous handler: it starts the task's work, arranges for `done` to be called when
   /// that work is over, and returns at once. The Task stays valid until `done` is called.

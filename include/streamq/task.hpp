@@ -123,15 +123,21 @@ class Task {
   /// wins. A typed handler that returns a value (Consumer::on<T>) sets its JSON.
   /// Thread-safe.
   void set_result(std::string bytes) const;
-  /// Writes `bytes` to the record now, as the result so far (visible to Inspector::record and
+  /// Writes `bytes` to the record as the result so far (visible to Inspector::record and
   /// `streamq task` while the task runs), and as the result it ends with unless set_result or
-  /// another call replaces it. One round trip (the report script, only while the record says
-  /// running). False when nothing was written (untracked, finished, or Redis could not be
-  /// reached: logged). Thread-safe; not after the handler returned.
+  /// another call replaces it. No round trip: the worker's completer writes it (the report
+  /// script, only while the record says this worker runs the task and its entry is still this
+  /// worker's), at once or, within 100 ms of this task's last report write, with the next one
+  /// (the latest value wins), and at the latest when the handler returns, before the task's
+  /// completion. True when it is written or held to be; false when the task is untracked, the
+  /// handler returned, or an earlier report of this attempt was refused (a stale holder: its
+  /// entry was taken over). Thread-safe; not after the handler returned.
   bool write_partial_result(const std::string& bytes) const;
   /// Reports progress (a number, or any JSON): written to the record's `progress` and as a
-  /// `progress` event of the queue's events stream. One round trip, cheap enough to call every
-  /// second. Returns as write_partial_result. Thread-safe; not after the handler returned.
+  /// `progress` event of the queue's events stream, as write_partial_result writes (coalesced:
+  /// at most one write per 100 ms per task, the latest value wins, the last one written before
+  /// the completion), so a handler may call it in a tight loop. Returns as
+  /// write_partial_result. Thread-safe; not after the handler returned.
   bool set_progress(const nlohmann::json& progress) const;
 
   Task(const Task& other);
