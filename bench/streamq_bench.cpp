@@ -580,7 +580,8 @@ int scenario_main(const Args& a) {
     // The writes the calls cost: one 'progress' event each (coalesced: at most one per 100 ms).
     streamq::Inspector in({.connection = {.url = a.url}});
     long writes = 0;
-    for (const streamq::QueueEvent& e : in.events(a.stream, "", 10000).events) writes += e.event == "progress";
+    for (const streamq::QueueEvent& e : in.events(a.stream, "", 10000).events)
+      writes += e.event == "progress";
     report(a, seconds, percentiles(latency_us) + " writes=" + std::to_string(writes));
   } else if (a.scenario == "retry" || a.scenario == "retry-backoff") {
     streamq::Producer p(producer_options(a));
