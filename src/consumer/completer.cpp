@@ -128,6 +128,11 @@ void Completer::main(const std::stop_token&) {
                                    " completions could not be written before the shutdown deadline; their "
                                    "entries stay pending and are reclaimed after claim_min_idle");
       }
+      if (!more.empty()) {
+        log(LogLevel::warning, std::to_string(more.marks.size()) + " start marks and " +
+                                   std::to_string(more.reports.size()) +
+                                   " tasks' reports could not be written before the shutdown deadline");
+      }
       break;
     }
     if ((batch.empty() && more.empty()) || now < retry_at) continue;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iterator>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "completer.hpp"
 #include "log.hpp"
@@ -130,7 +131,7 @@ void Flush::marks() {
       argv.add(static_cast<std::int64_t>(to - from));
       for (std::size_t k = from; k < to; ++k) {
         const StartMark& m = marks[of_stream[k]];
-        argv.add(m.key.id).add(static_cast<std::int64_t>(2 * m.tracking.size()));
+        argv.add(m.key.id).add(m.deliveries).add(static_cast<std::int64_t>(2 * m.tracking.size()));
         for (const auto& [f, v] : m.tracking) argv.add(f).add(v);
         plan_.marks.push_back(of_stream[k]);
       }
@@ -147,8 +148,9 @@ void Flush::reports() {
     held_[r] = more_.reports[r]->take(Clock::now());
     if (held_[r].empty()) continue;
     const ReportBox::Held& h = held_[r];
-    Argv argv = scripts_.begin(ScriptId::report, 2);
-    argv.add_copy(task_key(s_.opt.stream, box.task_id)).add(s_.keys(box.key.stream).stream);
+    const std::string& stream = s_.keys(box.key.stream).stream;
+    Argv argv = scripts_.begin(ScriptId::report, 3);
+    argv.add_copy(task_key(s_.opt.stream, box.task_id)).add(stream).add_copy(orphan_key(stream, box.key.id));
     argv.add(s_.opt.stream).add(s_.opt.group).add(s_.consumer_name).add(box.key.id).add(box.task_id);
     argv.add(h.progress ? "1" : "0").add(h.progress ? std::string_view(*h.progress) : "");
     argv.add(h.result ? "1" : "0").add(h.result ? std::string_view(*h.result) : "");
@@ -245,7 +247,10 @@ Argv Flush::fate_call(std::size_t i, ScriptId& id) {
     id = ScriptId::orphan;
     argv = scripts_.begin(id, 3);
     argv.add(keys.stream).add(keys.dlq).add_copy(orphan_key(keys.stream, c.key.id));
-    argv.add(s_.opt.group).add(me).add(c.key.id).add(static_cast<std::int64_t>(s_.opt.claim_min_idle.count()));
+    argv.add(s_.opt.group)
+        .add(me)
+        .add(c.key.id)
+        .add(static_cast<std::int64_t>(s_.opt.claim_min_idle.count()));
     plan_.write[i] = Write::orphan;
   } else if (replace) {
     id = ScriptId::replace;
@@ -272,8 +277,8 @@ Argv Flush::fate_call(std::size_t i, ScriptId& id) {
     // lock). The record of one that never started is its fate.
     static const Fields none;
     const bool provisional = c.outcome == Outcome::orphan && fate_[i].running;
-    append_dead_letter(argv, c.reason, c.error, c.failed_at,
-                       provisional ? std::string_view() : s_.opt.stream, c.read ? *c.read : none);
+    append_dead_letter(argv, c.reason, c.error, c.failed_at, provisional ? std::string_view() : s_.opt.stream,
+                       c.read ? *c.read : none);
   }
   return argv;
 }
@@ -314,14 +319,20 @@ void Flush::settle_marks_and_reports() {
     }
     next_mark += count;
   }
+  // A report whose mark is kept for the next flush found no running record: it goes again after it.
+  std::unordered_set<EntryKey, EntryKeyHash> unmarked;
+  for (const StartMark& m : marks_later) unmarked.insert(m.key);
   std::vector<std::shared_ptr<ReportBox>> reports_later;
   for (const auto& [r, at] : plan_.report_at) {
     const ReplyView v = replies_[at].view();
-    if (v.is_error() && is_transient_error(v.error())) {
+    const bool again = v.is_error()
+                           ? is_transient_error(v.error())
+                           : v.is_integer() && v.integer() == 0 && unmarked.contains(more_.reports[r]->key);
+    if (again) {
       if (more_.reports[r]->put_back(std::move(held_[r]))) reports_later.push_back(more_.reports[r]);
     } else if (v.is_error()) {
-      log(LogLevel::warning,
-          "task " + more_.reports[r]->task_id + ": its reports could not be written: " + std::string(v.error()));
+      log(LogLevel::warning, "task " + more_.reports[r]->task_id +
+                                 ": its reports could not be written: " + std::string(v.error()));
     } else if (v.is_integer() && v.integer() == 0) {
       more_.reports[r]->refuse();  // not this consumer's running task any more
     }
@@ -379,8 +390,8 @@ void Flush::conclude() {
       Metrics::add(s_.metrics.stale, 1);
       log(LogLevel::warning, "entry " + c.key.id +
                                  (plan_.write[i] == Write::replace ? "'s dead-letter record was replayed"
-                                  : v.integer() == move_not_owner ? " was reclaimed by another consumer"
-                                                                  : " is no longer pending") +
+                                  : v.integer() == move_not_owner  ? " was reclaimed by another consumer"
+                                                                   : " is no longer pending") +
                                  "; its " + (c.outcome == Outcome::retry ? "retry" : "dead letter") +
                                  " was not written");
       finished.push_back(c.key);

@@ -184,7 +184,7 @@ std::unique_ptr<Span> set_up_attempt(Shared& s, const Work& w, Task& task, const
   const HandlerOptions* options = r.options;
   std::shared_ptr<TaskReports> reports;
   if (task.field(field::retention)) {
-    s.inflight.mark_started(StartMark{w.key, tracking_fields(task)});
+    s.inflight.mark_started(StartMark{w.key, w.deliveries, tracking_fields(task)});
     reports = std::make_shared<TaskReports>(s, std::make_shared<ReportBox>(w.key, task.id()));
     TaskAccess::attach(task, reports);
   }

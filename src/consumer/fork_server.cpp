@@ -169,7 +169,7 @@ void close_task_socket_in_fork() {
                           m->deliveries, m->created_at, m->retry_count, m->max_retries);
     std::shared_ptr<TaskReports> reports;
     if (m->tracked) {
-      // Progress and partial results go to the worker, which writes them on its connection.
+      // Progress and partial results go to the worker, which holds them for its completer.
       reports = std::make_shared<TaskReports>([fd](std::string_view what, const std::string& value) {
         if (!send_frame(fd, FrameKind::write, WireWriter().bytes(what).bytes(value).take())) return false;
         const std::optional<Frame> answer = receive_frame(fd);

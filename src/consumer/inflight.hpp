@@ -77,7 +77,8 @@ struct Work {
 /// 'done' never precedes its 'started'.
 struct StartMark {
   EntryKey key;
-  Fields tracking;  // task_id, task_type, retention
+  std::int64_t deliveries = 1;  // with the key, names the attempt (running.lua)
+  Fields tracking;              // task_id, task_type, retention
 };
 using StartMarks = std::vector<StartMark>;
 

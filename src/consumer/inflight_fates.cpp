@@ -43,7 +43,7 @@ bool InFlight::wait_completions(std::vector<Completion>& out, Writes& more, Cloc
     const auto now = Clock::now();
     if (flush_now(now) || now >= until) break;
     // Stopping: return at once, unless the caller holds writes to retry at `until`.
-    if (completer_stopping_ && out.empty()) break;
+    if (completer_stopping_ && out.empty() && more.empty()) break;
     const bool lingering = !done_.empty() || !marks_.empty();
     if (lingering && now >= linger_end) break;
     auto wake = until;

@@ -5,8 +5,9 @@
 -- completion is in hand goes with it in the done script instead.
 -- KEYS[1] = stream (the entries' priority level)
 -- ARGV[1] = group, ARGV[2] = consumer, ARGV[3] = queue (the queue's stream), ARGV[4] = n,
--- then per entry: its id, m (the number of field strings), then the m strings (the task's
--- fields: task_id, task_type, retention).
+-- then per entry: its id, its delivery count (with the id, it names the attempt: a mark sent
+-- again after a lost reply is not counted twice), m (the number of field strings), then the m
+-- strings (the task's fields: task_id, task_type, retention).
 -- Returns per entry the attempt's number, or 0 when nothing was written for it: the entry is
 -- not this consumer's (any more), or its record is final (a stale start must not undo what a
 -- newer owner wrote). Each entry is checked on its own.
@@ -17,9 +18,11 @@
 local group, me, queue = ARGV[1], ARGV[2], ARGV[3]
 local out, now, i = {}, ms_text(now_ms()), 5
 for e = 1, tonumber(ARGV[4]) do
-  local entry, first, last = ARGV[i], i + 2, i + 1 + tonumber(ARGV[i + 1])
+  local entry, first, last = ARGV[i], i + 3, i + 2 + tonumber(ARGV[i + 2])
   out[e] = 0
-  if pending_owner(KEYS[1], group, entry) == me then out[e] = track_start(queue, ARGV, first, last, me, now) end
+  if pending_owner(KEYS[1], group, entry) == me then
+    out[e] = track_start(queue, ARGV, first, last, me, now, entry .. ' ' .. ARGV[i + 1])
+  end
   i = last + 1
 end
 return out

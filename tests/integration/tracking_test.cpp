@@ -225,46 +225,73 @@ TEST_F(TrackingTest, AStaleHolderCannotReportIntoANewerAttemptsRecord) {
 
 // The completer writes start marks many per running.lua call and successes many per done.lua
 // call; each entry is owner-checked on its own: one that another consumer took over (or that
-// is no longer pending) is left alone, and the others of the same call are written.
+// is no longer pending) is left alone, and the others of the same call are written. A mark sent
+// again (its reply was lost) is not counted twice; one sent with its success is written first.
 TEST_F(TrackingTest, ABatchWhereOneEntryLostItsOwnerWritesTheOthersAndLeavesThatOneAlone) {
   const Retention keep{.done = 1min};
   std::vector<std::string> ids;
-  for (int i = 0; i < 3; ++i) ids.push_back(producer().enqueue("work", "{}", {.retention = keep}));
-  const std::vector<std::string> entries = read_as("me", 3);
-  ASSERT_EQ(entries.size(), 3u);
-  // The middle one is taken over by another consumer.
+  for (int i = 0; i < 4; ++i) ids.push_back(producer().enqueue("work", "{}", {.retention = keep}));
+  const std::vector<std::string> entries = read_as("me", 4);
+  ASSERT_EQ(entries.size(), 4u);
+  // The second is taken over by another consumer.
   client.cmd({"XCLAIM", stream, "workers", "other", "0", entries[1]}).view().check();
   auto fields_of = [&](std::size_t k) {
     return std::vector<std::string>{"task_id", ids[k], "task_type", "work", "retention", "60000 0"};
   };
+  // Marks for the first three (the fourth's goes with its success below).
   std::vector<std::string> running{"EVAL",    std::string(detail::script_source(detail::ScriptId::running)),
                                    "1",       stream,
                                    "workers", "me",
                                    stream,    "3"};
   for (std::size_t k = 0; k < 3; ++k) {
     running.push_back(entries[k]);
+    running.push_back("1");
     running.push_back("6");
     for (const std::string& f : fields_of(k)) running.push_back(f);
   }
-  const detail::Reply marked = client.cmd(running);
-  ASSERT_TRUE(marked.view().is_array()) << (marked.view().is_error() ? marked.view().error() : "");
-  EXPECT_EQ(marked.view()[0].integer(), 1);
-  EXPECT_EQ(marked.view()[1].integer(), 0) << "a start was written for another consumer's entry";
-  EXPECT_EQ(marked.view()[2].integer(), 1);
+  for (int round = 0; round < 2; ++round) {  // the second: the same marks again, as after a lost reply
+    const detail::Reply marked = client.cmd(running);
+    ASSERT_TRUE(marked.view().is_array()) << (marked.view().is_error() ? marked.view().error() : "");
+    EXPECT_EQ(marked.view()[0].integer(), 1);
+    EXPECT_EQ(marked.view()[1].integer(), 0) << "a start was written for another consumer's entry";
+    EXPECT_EQ(marked.view()[2].integer(), 1);
+  }
   EXPECT_EQ(state_of(ids[0]), State::running);
   EXPECT_EQ(state_of(ids[1]), State::queued);
   EXPECT_EQ(state_of(ids[2]), State::running);
+  EXPECT_EQ(record(ids[0])->attempts, 1) << "a mark sent twice was counted twice";
+  EXPECT_EQ(events_of(ids[0]), (std::vector<std::string>{"enqueued", "started"}));
 
-  // The other consumer finishes the middle one meanwhile (its retry, say, acknowledged it), so
-  // that entry is no longer pending when this consumer's batch of successes comes.
+  // A report is written only for a running record of this worker whose entry is still this
+  // worker's (or left the pending list as an orphan while it ran).
+  auto report = [&](std::size_t k, const std::string& value) {
+    return client
+        .cmd({"EVAL", std::string(detail::script_source(detail::ScriptId::report)), "3",
+              stream + ":task:" + ids[k], stream, stream + ":orphan:" + entries[k], stream, "workers", "me",
+              entries[k], ids[k], "1", value, "0", ""})
+        .view()
+        .integer();
+  };
+  EXPECT_EQ(report(0, "0.5"), 1);
+  client.cmd({"XCLAIM", stream, "workers", "other", "0", entries[2]}).view().check();
+  EXPECT_EQ(report(2, "0.5"), 0) << "a report was written for an entry another consumer holds";
+  client.cmd({"SET", stream + ":orphan:" + entries[2], "x"}).view().check();
+  EXPECT_EQ(report(2, "0.6"), 1) << "an orphaned running task's report was refused";
+  client.cmd({"DEL", stream + ":orphan:" + entries[2]}).view().check();
+  client.cmd({"XCLAIM", stream, "workers", "me", "0", entries[2]}).view().check();
+  EXPECT_EQ(record(ids[0])->progress, "0.5");
+
+  // The other consumer finishes the second meanwhile (its retry, say, acknowledged it), so that
+  // entry is no longer pending when this consumer's batch of successes comes.
   client.cmd({"XACK", stream, "workers", entries[1]}).view().check();
   std::vector<std::string> done{"EVAL", std::string(detail::script_source(detail::ScriptId::done)),
                                 "2",    stream,
                                 dlq,    "workers",
                                 stream, "me",
-                                "3"};
-  for (std::size_t k = 0; k < 3; ++k) {
-    for (const char* a : {entries[k].c_str(), "done", "0", "1", "\"ok\"", "", ""}) done.emplace_back(a);
+                                "4"};
+  for (std::size_t k = 0; k < 4; ++k) {
+    const char* start = k == 3 ? "1" : "0";  // the fourth's start goes with its success
+    for (const char* a : {entries[k].c_str(), "done", start, "1", "\"ok\"", "", ""}) done.emplace_back(a);
     done.push_back("6");
     for (const std::string& f : fields_of(k)) done.push_back(f);
   }
@@ -273,11 +300,22 @@ TEST_F(TrackingTest, ABatchWhereOneEntryLostItsOwnerWritesTheOthersAndLeavesThat
   EXPECT_EQ(finished.view()[0].integer(), 1);
   EXPECT_EQ(finished.view()[1].integer(), 0) << "a success was written for an entry no longer pending";
   EXPECT_EQ(finished.view()[2].integer(), 1);
+  EXPECT_EQ(finished.view()[3].integer(), 1);
   EXPECT_EQ(state_of(ids[0]), State::done);
   EXPECT_EQ(state_of(ids[1]), State::queued);
   EXPECT_EQ(state_of(ids[2]), State::done);
   EXPECT_EQ(record(ids[2])->result, "\"ok\"");
   EXPECT_EQ(events_of(ids[1]), (std::vector<std::string>{"enqueued"}));
+  // The fourth: started and done in one call, the start first, counted once.
+  const auto fourth = record(ids[3]);
+  ASSERT_TRUE(fourth);
+  EXPECT_EQ(fourth->state, State::done);
+  EXPECT_EQ(fourth->attempts, 1);
+  EXPECT_EQ(fourth->worker, "me");
+  EXPECT_TRUE(fourth->started_at);
+  EXPECT_EQ(fourth->result, "\"ok\"");
+  EXPECT_EQ(events_of(ids[3]), (std::vector<std::string>{"enqueued", "started", "done"}));
+  EXPECT_GT(client.integer({"PTTL", stream + ":task:" + ids[3]}), 0);
   EXPECT_EQ(xlen(stream), 0);
   EXPECT_EQ(pending(), 0);
 }
@@ -291,6 +329,7 @@ TEST_F(TrackingTest, EveryStartedEventPrecedesItsDoneEventUnderLoad) {
   for (int i = 0; i < kTasks; ++i)
     specs.push_back({"work", Payload("{}"), {.retention = Retention{.done = 1min}}});
   const std::vector<std::string> ids = producer().enqueue_batch(specs);
+  client.cmd({"CONFIG", "RESETSTAT"}).view().check();
   std::atomic<int> ran{0};
   RunningConsumer rc(options(), [&](Consumer& c) {
     c.on("work", [&](const Task&) {
@@ -300,6 +339,14 @@ TEST_F(TrackingTest, EveryStartedEventPrecedesItsDoneEventUnderLoad) {
   });
   ASSERT_TRUE(wait_until([&] { return ran == kTasks && pending() == 0; }, 60s));
   rc.stop();
+  // Both paths ran: marks alone (running.lua counts the attempt with HINCRBY) and marks with
+  // their success (done.lua's HSET carries the count).
+  const std::string stats(client.cmd({"INFO", "commandstats"}).view().str());
+  const auto at = stats.find("cmdstat_hincrby:calls=");
+  const long long alone = at == std::string::npos ? 0 : std::stoll(stats.substr(at + 22));
+  std::printf("[ marks    ] %lld of %d written alone, the rest with their success\n", alone, kTasks);
+  EXPECT_GT(alone, 0);
+  EXPECT_LT(alone, kTasks);
   std::map<std::string, std::vector<std::string>> by_task;
   for (const auto& [event, task] : events()) by_task[task].push_back(event);
   ASSERT_EQ(by_task.size(), static_cast<std::size_t>(kTasks));

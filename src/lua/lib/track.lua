@@ -98,7 +98,7 @@ local function track_new(queue, fields, first, last, state, due)
     -- A finished task's id enqueued again: a new task, a fresh record. (HDEL, not DEL: the
     -- producer's ACL role gets no command that could delete a stream.)
     redis.call('HDEL', key, 'started_at', 'finished_at', 'due_at', 'worker', 'error', 'reason', 'result',
-               'progress', 'waited')
+               'progress', 'waited', 'run')
     redis.call('HSET', key, 'attempts', 0)
   end
   redis.call('HSET', key, 'state', state, 'type', task_type_of(fields, first, last), 'enqueued_at', now,
@@ -109,20 +109,25 @@ local function track_new(queue, fields, first, last, state, due)
   track_event(queue, 'enqueued', id, now, {'state', state})
 end
 
--- track_start(queue, fields, first, last, worker, now): a handler starts a tracked task (the
--- caller checked that `worker` holds its entry): its record says running, by which worker, from
--- when (`now`: ms_text of the server's clock), and counts the attempt; a 'started' event says
--- so. What an earlier attempt reported (progress, a partial result) is cleared: the result is
--- this attempt's. Returns the attempt's number, or 0 when nothing was written (not tracked, or
--- the record is final: a stale start must not undo what a newer owner wrote).
-local function track_start(queue, fields, first, last, worker, now)
+-- track_start(queue, fields, first, last, worker, now, run): a handler starts a tracked task
+-- (the caller checked that `worker` holds its entry): its record says running, by which worker,
+-- from when (`now`: ms_text of the server's clock), and counts the attempt; a 'started' event
+-- says so. What an earlier attempt reported (progress, a partial result) is cleared: the result
+-- is this attempt's. `run` names the attempt ("<entry id> <delivery count>", kept in the
+-- record's `run`): the same start sent again (its reply was lost) writes nothing twice.
+-- Returns the attempt's number, or 0 when nothing was written (not tracked, or the record is
+-- final: a stale start must not undo what a newer owner wrote).
+local function track_start(queue, fields, first, last, worker, now, run)
   local id, _, _, done_ms, dead_ms = tracked(fields, first, last)
   if not id then return 0 end
   local key = queue .. ':task:' .. id
-  local state = state_of(key)
-  if state == nil or (state and FINAL[state]) then return 0 end
+  local record = redis.pcall('HMGET', key, 'state', 'worker', 'run', 'attempts')
+  if record.err then return 0 end  -- a key of another type: left alone (see state_of)
+  local state = record[1]
+  if state and FINAL[state] then return 0 end
+  if state == 'running' and record[2] == worker and record[3] == run then return tonumber(record[4]) or 0 end
   redis.call('HDEL', key, 'result', 'progress')
-  redis.call('HSET', key, 'state', 'running', 'started_at', now, 'worker', worker, 'type',
+  redis.call('HSET', key, 'state', 'running', 'started_at', now, 'worker', worker, 'run', run, 'type',
              task_type_of(fields, first, last), 'done_ms', done_ms, 'dead_ms', dead_ms)
   local attempt = redis.call('HINCRBY', key, 'attempts', 1)
   redis.call('PERSIST', key)
