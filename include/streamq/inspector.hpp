@@ -298,7 +298,9 @@ class Inspector {
   /// ignores the token is given ConsumerOptions::timeout_grace, then the task ends cancelled
   /// all the same. One that finishes before the request reaches it ends as it finished.
   /// ConfigError when a stream of the queue has consumer groups but not InspectorOptions::group
-  /// (whether the task was delivered cannot be told): nothing changes.
+  /// (whether the task was delivered cannot be told): nothing changes. A flow's parent that
+  /// waits for its children (Producer::enqueue_flow; by task_id) is cancelled, and each of its
+  /// unfinished children is cancelled as above (the answer is `cancelled` for the parent).
   CancelOutcome cancel(const std::string& queue, const std::string& id);
 
   /// Pauses the queue: sets `<queue>:paused` (SET, no expiry). Consumers stop reading and

@@ -227,6 +227,52 @@ struct TaskSpec {
   EnqueueOptions options{};
 };
 
+/// What a child's failure (it was dead-lettered, or cancelled) does to the parent that waits for
+/// it (FlowNode::on_failure). See docs/workflows.md.
+enum class ChildFailure {
+  /// The parent ends dead, unrun, with reason `child_failed` (its own parent learns that in
+  /// turn). The child stays among its parent's pending children: replaying its dead letter,
+  /// once it succeeds, resumes the flow.
+  fail_parent,
+  /// The parent runs once its other children finished, and reads this failure among its
+  /// children's results (ChildResult::state "dead" or "cancelled", with the error).
+  ignore,
+  /// The parent runs without it: the child is no longer among its dependencies, nor among the
+  /// results it reads.
+  remove,
+};
+
+/// One task of a flow (Producer::enqueue_flow), with the children it waits for. A node with
+/// children is a parent: it runs once every child finished (each of those once all of its own
+/// did), and reads their results (Task::children_results).
+struct FlowNode {
+  std::string task_type{};
+  /// JSON text, a JSON value, a braced list or a typed value (see Payload).
+  Payload payload{};
+  /// As for enqueue. A parent may not have a delay or run_at (it runs when its children
+  /// finished). Unset retention (here and in ProducerOptions) = a flow's tasks are tracked all
+  /// the same, kept an hour once done and as long as their dead letter once dead.
+  EnqueueOptions options{};
+  /// What this node's failure does to its parent; ignored on the flow's root.
+  ChildFailure on_failure = ChildFailure::fail_parent;
+  std::vector<FlowNode> children{};
+};
+
+/// The task ids of a flow, in the shape of its FlowNode tree (Producer::enqueue_flow).
+struct FlowIds {
+  std::string task_id;
+  std::vector<FlowIds> children;
+};
+
+/// A chain: each task of `tasks` runs after the one before it finished, and reads its result
+/// (`task.children_results()[0]`). The flow's root is the last task. A failure fails the tasks
+/// after it (ChildFailure::fail_parent). @throws ConfigError for an empty list.
+FlowNode chain(std::vector<TaskSpec> tasks);
+/// A chord: the `header` tasks run (in parallel), then `callback` runs with their results, in
+/// the header's order. `on_failure` applies to every header task. @throws ConfigError for an
+/// empty header.
+FlowNode chord(std::vector<TaskSpec> header, TaskSpec callback, ChildFailure on_failure = ChildFailure::fail_parent);
+
 /// The completion of Producer::enqueue_async: `error` null and the task's id, or `error` holding
 /// what enqueue would have thrown (and an empty id). See Producer for the thread it runs on.
 using EnqueueHandler = std::function<void(std::exception_ptr error, std::string task_id)>;
@@ -342,6 +388,20 @@ class Producer {
   /// The same, with a std::future of the id (get() throws what enqueue would have thrown).
   std::future<std::string> enqueue_async(std::string_view task_type, const Payload& payload,
                                          const EnqueueOptions& options = {});
+  /// Enqueues a flow (see FlowNode, chain, chord, docs/workflows.md) in one script call: all of
+  /// it, or nothing. The tasks without children go to their streams; each parent waits, unrun
+  /// (its record says `waiting`), until its last child finished, and is then enqueued by the
+  /// script that wrote that child's end, exactly once. Every task of a flow is tracked, so
+  /// wait() on the root's id waits for the whole flow. All of its tasks go to one partition
+  /// (the root's partition_key, else its task id, picks it). Returns the ids in the flow's shape.
+  /// @throws ConfigError (an empty task type, a parent with a delay or run_at, a task id given
+  ///   twice, more than 10,000 tasks, deeper than 64 levels, and as enqueue), PayloadError,
+  ///   QueueFullError (the flow does not fit in max_len: nothing written), DuplicateTaskError,
+  ///   ReplyError, ConnectionError / TimeoutError (the outcome is unknown: enqueue it again with
+  ///   the same task ids and unique_for on its root if a second copy must not be added),
+  ///   ReplicationError.
+  FlowIds enqueue_flow(const FlowNode& root);
+
   /// enqueue_batch without blocking (see enqueue_async).
   void enqueue_batch_async(std::vector<TaskSpec> tasks, BatchHandler done);
   std::future<std::vector<std::string>> enqueue_batch_async(std::vector<TaskSpec> tasks);

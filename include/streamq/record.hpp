@@ -28,6 +28,7 @@ struct TaskRecord {
     done,       ///< its handler returned
     dead,       ///< dead-lettered
     cancelled,  ///< cancelled by an operator (Inspector::cancel): before it ran, or while it ran
+    waiting,    ///< a flow's parent, waiting for its children (Producer::enqueue_flow)
   };
   std::string task_id;
   std::string task_type;
@@ -66,7 +67,7 @@ struct TaskRecord {
   std::string to_json() const;
 };
 
-/// "queued", "delayed", "running", "retrying", "done", "dead" or "cancelled".
+/// "queued", "delayed", "running", "retrying", "done", "dead", "cancelled" or "waiting".
 std::string_view to_string(TaskRecord::State s) noexcept;
 std::optional<TaskRecord::State> parse_record_state(std::string_view s) noexcept;
 

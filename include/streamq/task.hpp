@@ -42,6 +42,12 @@ inline constexpr std::string_view deadline = "deadline";
 inline constexpr std::string_view traceparent = "traceparent";
 inline constexpr std::string_view tracestate = "tracestate";
 inline constexpr std::string_view retry_of_span = "retry_of_span";
+/// A flow's task (Producer::enqueue_flow): the id of the parent that waits for it, and what its
+/// failure does to that parent ("fail", "ignore" or "remove", see ChildFailure).
+inline constexpr std::string_view flow_parent = "flow_parent";
+inline constexpr std::string_view flow_on_failure = "flow_on_failure";
+/// A parent's children as they ended, written when the last one finished (Task::children_results).
+inline constexpr std::string_view flow_children = "flow_children";
 // Added to dead-lettered entries.
 inline constexpr std::string_view error = "error";
 inline constexpr std::string_view failed_at = "failed_at";
@@ -52,6 +58,26 @@ inline constexpr std::string_view reason = "reason";
 
 /// Ordered field/value pairs of one stream entry, bytes as stored.
 using Fields = std::vector<std::pair<std::string, std::string>>;
+
+/// How one child of a flow ended, as its parent reads it (Task::children_results).
+struct ChildResult {
+  std::string task_id;
+  /// "done", or "dead" / "cancelled" for a child whose failure the parent ignores
+  /// (ChildFailure::ignore).
+  std::string state;
+  /// What a done child returned (its record's result; empty when it returned nothing).
+  std::string result;
+  /// Why a failed child failed: its last error (or reason), or "cancelled".
+  std::string error;
+
+  bool succeeded() const noexcept { return state == "done"; }
+  /// The result parsed as JSON and converted to T (nlohmann's from_json), as Consumer::on<T>
+  /// reads a payload. @throws nlohmann::json::exception when it is not JSON or not a T.
+  template <class T>
+  T as() const {
+    return nlohmann::json::parse(result).get<T>();
+  }
+};
 
 namespace detail {
 class TaskReports;   // where a running tracked task's result and progress go (src/consumer)
@@ -113,6 +139,14 @@ class Task {
   /// follower for a cancel, the thread
   /// calling Consumer::stop): keep it short and non-blocking.
   const std::stop_token& stop_token() const noexcept { return stop_; }
+
+  /// A flow's parent (Producer::enqueue_flow): its children as they ended, in the order they
+  /// were given, written into the parent's entry by the script that finished its last child.
+  /// A child removed by its failure (ChildFailure::remove) is not among them; one whose failure
+  /// the parent ignores is, with its state and error. Empty for a task that is not a parent.
+  /// Parsed on each call. @throws std::runtime_error when the field is malformed (not written
+  /// by streamq).
+  std::vector<ChildResult> children_results() const;
 
   /// Whether the task is tracked (enqueued with EnqueueOptions::retention): only then do the
   /// calls below keep anything. Untracked, they do nothing.

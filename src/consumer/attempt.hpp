@@ -32,7 +32,8 @@ enum class Start { run, not_ours, gone };
 /// that died.
 Start start_suspect(const Shared& s, Work& w, std::unique_ptr<Channel>& ch);
 
-/// What the tracking scripts need of a task's fields: its id, type and retention (if tracked).
+/// What the tracking scripts need of a task's fields: its id, type and retention (if tracked),
+/// and a flow's child's parent and failure policy.
 Fields tracking_fields(const Task& task);
 
 /// The deadline of a task (EnqueueOptions::deadline), if it has a readable one.

@@ -324,6 +324,19 @@ CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const s
            : what == "pending" ? CancelOutcome::running
                                : CancelOutcome::missing;
   };
+  if (!is_entry_id(id)) {
+    // A flow's parent waiting for its children: it ends cancelled, and so do they (each as a
+    // task cancelled on its own: a running one is asked to stop).
+    Argv argv = scripts.begin(detail::ScriptId::cancel_flow, 1);
+    argv.add(keys.stream).add(id);
+    connected();
+    const Reply r = scripts.call(detail::ScriptId::cancel_flow, argv);
+    const ReplyView v = r.view().check();
+    if (v.is_array()) {
+      for (std::size_t i = 0; i < v.size(); ++i) cancel_one(keys, std::string(v[i].str()));
+      return CancelOutcome::cancelled;
+    }
+  }
   if (is_entry_id(id)) {
     for (Priority p : kPriorities) {
       const CancelOutcome c = cancel_entry(level_stream(keys, p), id);

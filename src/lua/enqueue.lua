@@ -36,6 +36,10 @@
 -- after its last use.
 -- A tracked task (its fields hold `retention`, lib/track.lua) gets its record and an
 -- 'enqueued' event in the same call; such tasks come in the 'full' layout.
+-- A flow (Producer::enqueue_flow) comes whole in one call, in the 'full' layout: a parent's
+-- dest is negative (-1 to -3: the stream it goes to once its children finished); it waits in
+-- <queue>:flow:<id> and its record says waiting; a child's flow_parent field names its parent,
+-- whose pending set and order of children it joins (see the flows in lib/track.lua).
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/track.lua
@@ -104,9 +108,11 @@ if #KEYS > (mark and 5 or 4) then
   end
 end
 local now = nil
+local children = {}  -- parent id -> its children's ids, in order (a flow)
 local i = 6
 for _ = 1, n do
-  local dest, at, delay, lock = KEYS[tonumber(ARGV[i])], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
+  local place = tonumber(ARGV[i])
+  local dest, at, delay, lock = KEYS[math.abs(place)], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
                                 tonumber(ARGV[i + 3])
   local first, last = i + 7, i + 6 + tonumber(ARGV[i + 6])
   local due = 0
@@ -115,7 +121,15 @@ for _ = 1, n do
     due = at > 0 and at or now + delay
     if due <= now then due = 0 end
   end
-  if due > 0 then
+  local parent = field_value(ARGV, first, last, 'flow_parent')
+  if parent then
+    redis.call('SADD', KEYS[1] .. ':flow:' .. parent .. ':pending', ARGV[first + 1])
+    children[parent] = children[parent] or {}
+    table.insert(children[parent], ARGV[first + 1])
+  end
+  if place < 0 then
+    redis.call('HSET', KEYS[1] .. ':flow:' .. ARGV[first + 1], 'body', cmsgpack.pack({dest, unpack(ARGV, first, last)}))
+  elseif due > 0 then
     redis.call('ZADD', KEYS[4], due, delayed_member(ARGV[i + 5], dest, ARGV, first, last))
   elseif gate then
     redis.call('XADD', dest, '*', unpack(ARGV, first, last))
@@ -123,7 +137,10 @@ for _ = 1, n do
     redis.call('XADD', dest, 'MAXLEN', '~', max_len, '*', unpack(ARGV, first, last))
   end
   if lock > 0 then redis.call('SET', KEYS[lock], ARGV[first + 1], 'PX', ARGV[i + 4]) end
-  track_new(KEYS[1], ARGV, first, last, due > 0 and 'delayed' or 'queued', due)
+  track_new(KEYS[1], ARGV, first, last, place < 0 and 'waiting' or (due > 0 and 'delayed' or 'queued'), due)
   i = last + 1
+end
+for parent, ids in pairs(children) do
+  redis.call('HSET', KEYS[1] .. ':flow:' .. parent, 'order', cmsgpack.pack(ids))
 end
 return written()

@@ -60,12 +60,13 @@ Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload
   if (auto problem = detail::payload_problem(payload, options.max_payload_bytes, options.max_payload_depth)) {
     throw PayloadError(*problem);
   }
-  // 9 standard fields at most (with unique_key, retention, deadline), and 2 more on a retry
-  // copy (last_error, retry_of_span); a consumer dead-letters an entry with more than
-  // kMaxFields, and Lua's unpack() cannot pass many more to one XADD.
-  if (eo.extra_fields.size() + 11 > detail::kMaxFields) {
+  // 12 standard fields at most (with unique_key, retention, deadline, and a flow's flow_parent,
+  // flow_on_failure and flow_children), and 2 more on a retry copy (last_error, retry_of_span):
+  // a consumer dead-letters an entry with more than kMaxFields, and Lua's unpack() cannot pass
+  // many more to one XADD.
+  if (eo.extra_fields.size() + 14 > detail::kMaxFields) {
     throw ConfigError("too many extra fields: " + std::to_string(eo.extra_fields.size()) + " (at most " +
-                      std::to_string(detail::kMaxFields - 11) + ")");
+                      std::to_string(detail::kMaxFields - 14) + ")");
   }
   id_storage = eo.task_id.empty() ? detail::new_uuid_v4() : eo.task_id;
   Prepared p;

@@ -162,6 +162,10 @@ std::size_t append_new_task(Argv& argv, const NewTask& task) {
   if (!task.unique_key.empty()) argv.add(field::unique_key).add(task.unique_key);
   if (!task.retention.empty()) argv.add(field::retention).add(task.retention);
   if (!task.deadline.empty()) argv.add(field::deadline).add(task.deadline);
+  if (!task.flow_parent.empty()) {
+    argv.add(field::flow_parent).add(task.flow_parent);
+    argv.add(field::flow_on_failure).add(task.flow_on_failure);
+  }
   if (task.extra_fields != nullptr) {
     for (const auto& [name, value] : *task.extra_fields) argv.add(name).add(value);
   }
@@ -176,7 +180,8 @@ bool is_reserved_field(std::string_view name) noexcept {
     if (name == r) return true;
   }
   return name == field::unique_key || name == field::retention || name == field::deadline ||
-         name == field::retry_of_span;
+         name == field::retry_of_span || name == field::flow_parent || name == field::flow_on_failure ||
+         name == field::flow_children;
 }
 
 Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> shared, std::int64_t deliveries,

@@ -45,6 +45,8 @@ struct NewTask {
   std::string_view unique_key{};  // written as the unique_key field when not empty
   std::string_view retention{};   // written as the retention field when not empty (a tracked task)
   std::string_view deadline{};    // written as the deadline field when not empty
+  std::string_view flow_parent{};      // a flow's child: its parent's id, written when not empty,
+  std::string_view flow_on_failure{};  // with what its failure does to it
 };
 
 /// Appends the task's field/value strings to `argv` in the seed's order (task_id, task_type,
@@ -56,7 +58,7 @@ std::size_t append_new_task(Argv& argv, const NewTask& task);
 inline std::size_t new_task_string_count(const NewTask& task) {
   return 12 + (task.extra_fields != nullptr ? 2 * task.extra_fields->size() : 0) +
          (task.unique_key.empty() ? 0 : 2) + (task.retention.empty() ? 0 : 2) +
-         (task.deadline.empty() ? 0 : 2);
+         (task.deadline.empty() ? 0 : 2) + (task.flow_parent.empty() ? 0 : 4);
 }
 
 /// Most fields a runnable entry may have, and a dead-letter entry keeps: Lua's unpack() cannot

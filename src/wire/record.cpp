@@ -7,8 +7,8 @@
 namespace streamq {
 namespace {
 
-constexpr std::array<std::string_view, 7> kStates = {"queued", "delayed", "running",  "retrying",
-                                                     "done",   "dead",    "cancelled"};
+constexpr std::array<std::string_view, 8> kStates = {"queued", "delayed", "running",   "retrying",
+                                                     "done",   "dead",    "cancelled", "waiting"};
 
 std::optional<std::chrono::system_clock::time_point> ms_time(std::string_view text) {
   std::int64_t ms = 0;

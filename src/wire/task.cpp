@@ -3,6 +3,9 @@
 
 #include "task_factory.hpp"
 
+#include <charconv>
+#include <stdexcept>
+
 namespace streamq {
 namespace {
 const std::string empty_value;
@@ -136,6 +139,48 @@ std::optional<std::string_view> Task::field(std::string_view name) const noexcep
     if (key == name) return std::string_view(value);
   }
   return std::nullopt;
+}
+
+namespace {
+
+/// The next `<length>:<bytes>` of a flow_children field, from `at` on (moved past it).
+std::string_view take_counted(std::string_view text, std::size_t& at) {
+  const std::size_t colon = text.find(':', at);
+  std::size_t n = 0;
+  const char* begin = text.data() + at;
+  const char* end = text.data() + (colon == std::string_view::npos ? at : colon);
+  const auto [stop, ec] = std::from_chars(begin, end, n);
+  if (colon == std::string_view::npos || ec != std::errc() || stop != end || n > text.size() - colon - 1) {
+    throw std::runtime_error("malformed flow_children field at byte " + std::to_string(at));
+  }
+  at = colon + 1 + n;
+  return text.substr(colon + 1, n);
+}
+
+}  // namespace
+
+std::vector<ChildResult> Task::children_results() const {
+  std::vector<ChildResult> out;
+  const std::optional<std::string_view> text = field(field::flow_children);
+  if (!text) return out;
+  // Per child: <length>:<id><length>:<outcome>, the outcome 'd' + result, or 'x' + state + ' ' + error.
+  for (std::size_t at = 0; at < text->size();) {
+    ChildResult child;
+    child.task_id = take_counted(*text, at);
+    const std::string_view outcome = take_counted(*text, at);
+    if (outcome.starts_with('d')) {
+      child.state = "done";
+      child.result = outcome.substr(1);
+    } else if (outcome.starts_with('x')) {
+      const std::size_t space = outcome.find(' ');
+      child.state = outcome.substr(1, space == std::string_view::npos ? std::string_view::npos : space - 1);
+      if (space != std::string_view::npos) child.error = outcome.substr(space + 1);
+    } else {
+      throw std::runtime_error("malformed flow_children field: outcome of child " + child.task_id);
+    }
+    out.push_back(std::move(child));
+  }
+  return out;
 }
 
 }  // namespace streamq

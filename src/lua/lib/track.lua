@@ -57,12 +57,22 @@ local function ms_text(ms)
   return string.format('%d', ms)
 end
 
-local function task_type_of(fields, first, last)
+-- field_value(fields, first, last, name): the value of field `name` among fields[first..last]
+-- (last defaults to the end), or nil.
+local function field_value(fields, first, last, name)
   for i = first, (last or #fields) - 1, 2 do
-    if fields[i] == 'task_type' then return fields[i + 1] end
+    if fields[i] == name then return fields[i + 1] end
   end
-  return ''
+  return nil
 end
+
+local function task_type_of(fields, first, last)
+  return field_value(fields, first, last, 'task_type') or ''
+end
+
+-- flow_settled(queue, id, key, fields, first, last, state): a child of a flow reached its final
+-- state; defined with the flows, at the end of this file (it calls track_state in turn).
+local flow_settled
 
 -- track_event(queue, event, id, now, pairs): one entry of <queue>:events.
 local function track_event(queue, event, id, now, pairs)
@@ -155,7 +165,8 @@ local function track_state(queue, fields, first, state, event, pairs, kept, last
   local id, done_ms, dead_ms, done_text, dead_text = tracked(fields, first, last)
   if not id then return nil end
   local key = queue .. ':task:' .. id
-  if state_of(key) == nil then return nil end
+  local old = state_of(key)
+  if old == nil then return nil end
   now = now or ms_text(now_ms())
   local args = {'HSET', key, 'state', state, 'type', task_type_of(fields, first, last), 'done_ms', done_text,
                 'dead_ms', dead_text}
@@ -171,6 +182,100 @@ local function track_state(queue, fields, first, state, event, pairs, kept, last
   if state == 'dead' then keep = dead_ms end
   -- A record someone waits on outlives a retention of 0 for a while: the waiter reads it.
   if FINAL[state] and keep == 0 and redis.call('HEXISTS', key, 'waited') == 1 then keep = WAITED_KEEP end
+  -- Only the first final state counts for a flow: a stale holder's later write does not.
+  if FINAL[state] and not (old and FINAL[old]) then flow_settled(queue, id, key, fields, first, last, state) end
   if FINAL[state] then track_ttl(key, keep) end
   return key
+end
+
+-- Flows (Producer::enqueue_flow). A parent task waits, unrun, until every child finished; its
+-- record says `waiting`. The flow of parent P is kept in P's queue (so in P's slot):
+--   <queue>:flow:P           hash: body (P's stream, then its fields: a MessagePack array,
+--                            written by enqueue.lua), order (its children's ids as enqueued, packed)
+--   <queue>:flow:P:pending   set: the children not finished yet
+--   <queue>:flow:P:results   hash: per finished child, 'd' .. its result (done), or 'x' .. its
+--                            state .. ' ' .. its error (a failure that does not fail P)
+-- A child carries flow_parent (P) and flow_on_failure: 'fail' (P ends dead, reason
+-- child_failed; the child stays pending, so its replay resumes the flow), 'ignore' (P runs, and
+-- reads the failure) or 'remove' (P runs without it). Every change is made by the script that
+-- writes the child's final state, and only while the child is pending: the script whose SREM
+-- leaves the set empty enqueues P, and the body, deleted then, is enqueued once.
+
+-- flow_children(flow): the finished children, in the order enqueued, as P's `flow_children`
+-- field: per child `<length>:<id><length>:<outcome>` (outcome as in the results hash).
+local function flow_children(flow)
+  local order = cmsgpack.unpack(redis.call('HGET', flow, 'order') or cmsgpack.pack({}))
+  local results = redis.call('HGETALL', flow .. ':results')
+  local by_id = {}
+  for i = 1, #results, 2 do by_id[results[i]] = results[i + 1] end
+  local parts = {}
+  for _, id in ipairs(order) do
+    local r = by_id[id]
+    if r then parts[#parts + 1] = #id .. ':' .. id .. #r .. ':' .. r end
+  end
+  return table.concat(parts)
+end
+
+-- flow_release(queue, parent): the last child of `parent` finished: the parent goes to its
+-- stream with its children's outcomes, its record says queued, and its flow's keys go.
+-- Nothing when the body is gone (released already) or the parent was cancelled meanwhile.
+local function flow_release(queue, parent)
+  local flow = queue .. ':flow:' .. parent
+  local body = redis.call('HGET', flow, 'body')
+  if not body then return end
+  local key = queue .. ':task:' .. parent
+  local parts = nil
+  if state_of(key) ~= 'cancelled' then
+    parts = cmsgpack.unpack(body)
+    parts[#parts + 1] = 'flow_children'
+    parts[#parts + 1] = flow_children(flow)
+  end
+  redis.call('DEL', flow, flow .. ':pending', flow .. ':results')
+  if not parts then return end
+  redis.call('XADD', parts[1], '*', unpack(parts, 2))
+  redis.pcall('HDEL', key, 'error', 'reason', 'finished_at')
+  track_state(queue, parts, 2, 'queued', 'released')
+  redis.pcall('PERSIST', key)
+end
+
+-- flow_fail(queue, parent, child, err): a child whose failure fails its parent: the waiting
+-- parent ends dead (reason child_failed), which its own parent learns in turn, and its flow's
+-- keys live as long as its record. The body stays: a replayed child that succeeds resumes it.
+local function flow_fail(queue, parent, child, err)
+  local key = queue .. ':task:' .. parent
+  if state_of(key) ~= 'waiting' then return end
+  local flow = queue .. ':flow:' .. parent
+  local body = redis.call('HGET', flow, 'body')
+  if not body then return end
+  local parts = cmsgpack.unpack(body)
+  track_state(queue, parts, 2, 'dead', 'dead', {'error', 'child ' .. child .. ' failed: ' .. err, 'reason',
+                                                 'child_failed'})
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then
+    for _, k in ipairs({flow, flow .. ':pending', flow .. ':results'}) do redis.call('PEXPIRE', k, ttl) end
+  end
+end
+
+flow_settled = function(queue, id, key, fields, first, last, state)
+  local parent = field_value(fields, first, last, 'flow_parent')
+  if not parent then return end
+  local flow = queue .. ':flow:' .. parent
+  local pending = flow .. ':pending'
+  if redis.call('SISMEMBER', pending, id) == 0 then return end
+  local outcome = redis.call('HMGET', key, 'result', 'error', 'reason')
+  if state == 'done' then
+    redis.call('HSET', flow .. ':results', id, 'd' .. (outcome[1] or ''))
+  else
+    local policy = field_value(fields, first, last, 'flow_on_failure') or 'fail'
+    local err = state
+    if state == 'dead' then err = outcome[2] or outcome[3] or state end
+    if policy == 'ignore' then
+      redis.call('HSET', flow .. ':results', id, 'x' .. state .. ' ' .. err)
+    elseif policy ~= 'remove' then
+      flow_fail(queue, parent, id, err)
+      return
+    end
+  end
+  redis.call('SREM', pending, id)
+  if redis.call('SCARD', pending) == 0 then flow_release(queue, parent) end
 end

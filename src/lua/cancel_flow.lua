@@ -1,0 +1,19 @@
+-- cancel_flow: cancel a flow's parent that waits for its children (Inspector::cancel): its
+-- record and event say cancelled (which its own parent learns, as of any child that ends), its
+-- unique lock is released, and its flow's keys go, so no child's end enqueues it.
+-- KEYS[1] = the queue's stream (the flow's and the record's prefix, see lib/track.lua)
+-- ARGV[1] = the task id
+-- Returns 0 when the id is not a parent waiting for children (no flow: never one, enqueued
+-- already, or cancelled), else the ids of its unfinished children (the caller cancels them).
+-- @include lib/clock.lua
+-- @include lib/unique.lua
+-- @include lib/track.lua
+local flow = KEYS[1] .. ':flow:' .. ARGV[1]
+local body = redis.call('HGET', flow, 'body')
+if not body then return 0 end
+local unfinished = redis.call('SMEMBERS', flow .. ':pending')
+redis.call('DEL', flow, flow .. ':pending', flow .. ':results')
+local parts = cmsgpack.unpack(body)
+release_unique(KEYS[1], parts, 2)
+track_state(KEYS[1], parts, 2, 'cancelled', 'cancelled')
+return unfinished

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: MIT
+// Producer::enqueue_flow, and the flows it is given ready-made: chain and chord. The flow is
+// flattened (each task with its parent's place), prepared as any task, and written by one call
+// of the enqueue script (src/lua/enqueue.lua; the bookkeeping that runs the parents is in
+// src/lua/lib/track.lua).
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "producer_impl.hpp"
+#include "redis/scripts.hpp"
+#include "refusals.hpp"
+#include "streamq/errors.hpp"
+#include "streamq/producer.hpp"
+#include "wire/codec.hpp"
+
+namespace streamq {
+
+namespace {
+
+constexpr std::size_t kMaxFlowTasks = 10000;  // one script call writes them all
+constexpr int kMaxFlowDepth = 64;             // the scripts that finish a child recurse this deep at most
+
+/// A flow's tasks in pre-order, each with its parent's place (none for the root) and the
+/// places of its children.
+struct FlatFlow {
+  std::vector<TaskSpec> tasks;
+  std::vector<std::ptrdiff_t> parent;
+  std::vector<ChildFailure> on_failure;
+  std::vector<std::vector<std::size_t>> children;
+};
+
+void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::string& partition_key,
+             FlatFlow& flat) {
+  if (depth >= kMaxFlowDepth) {
+    throw ConfigError("flow deeper than " + std::to_string(kMaxFlowDepth) + " levels");
+  }
+  if (flat.tasks.size() >= kMaxFlowTasks) {
+    throw ConfigError("flow of more than " + std::to_string(kMaxFlowTasks) + " tasks");
+  }
+  if (!node.children.empty() && (node.options.delay.count() > 0 || node.options.run_at)) {
+    throw ConfigError("a flow's parent (task type \"" + node.task_type +
+                      "\") runs when its children finished: it cannot have a delay or run_at");
+  }
+  if (node.on_failure != ChildFailure::fail_parent && node.on_failure != ChildFailure::ignore &&
+      node.on_failure != ChildFailure::remove) {
+    throw ConfigError("on_failure must be ChildFailure::fail_parent, ignore or remove");
+  }
+  const std::size_t place = flat.tasks.size();
+  TaskSpec spec{node.task_type, node.payload, node.options};
+  if (spec.options.task_id.empty()) spec.options.task_id = detail::new_uuid_v4();
+  spec.options.partition_key = partition_key;
+  if (!spec.options.retention) spec.options.retention = Retention{.done = std::chrono::hours(1)};
+  flat.tasks.push_back(std::move(spec));
+  flat.parent.push_back(parent);
+  flat.on_failure.push_back(node.on_failure);
+  flat.children.emplace_back();
+  if (parent >= 0) flat.children[static_cast<std::size_t>(parent)].push_back(place);
+  for (const FlowNode& child : node.children) {
+    flatten(child, static_cast<std::ptrdiff_t>(place), depth + 1, partition_key, flat);
+  }
+}
+
+std::string_view failure_text(ChildFailure f) {
+  switch (f) {
+    case ChildFailure::ignore: return "ignore";
+    case ChildFailure::remove: return "remove";
+    case ChildFailure::fail_parent: break;
+  }
+  return "fail";
+}
+
+FlowIds ids_of(const std::vector<std::string>& ids, const FlatFlow& flat, std::size_t place) {
+  FlowIds out{ids[place], {}};
+  out.children.reserve(flat.children[place].size());
+  for (const std::size_t c : flat.children[place]) out.children.push_back(ids_of(ids, flat, c));
+  return out;
+}
+
+}  // namespace
+
+FlowNode chain(std::vector<TaskSpec> tasks) {
+  if (tasks.empty()) throw ConfigError("chain: no tasks");
+  FlowNode node{tasks.front().task_type, std::move(tasks.front().payload), std::move(tasks.front().options)};
+  for (std::size_t i = 1; i < tasks.size(); ++i) {
+    FlowNode next{tasks[i].task_type, std::move(tasks[i].payload), std::move(tasks[i].options)};
+    next.children.push_back(std::move(node));
+    node = std::move(next);
+  }
+  return node;
+}
+
+FlowNode chord(std::vector<TaskSpec> header, TaskSpec callback, ChildFailure on_failure) {
+  if (header.empty()) throw ConfigError("chord: no header tasks");
+  FlowNode node{callback.task_type, std::move(callback.payload), std::move(callback.options)};
+  node.children.reserve(header.size());
+  for (TaskSpec& t : header) {
+    node.children.push_back(FlowNode{t.task_type, std::move(t.payload), std::move(t.options), on_failure});
+  }
+  return node;
+}
+
+FlowIds Producer::enqueue_flow(const FlowNode& root) {
+  Impl& im = *impl_;
+  FlatFlow flat;
+  // Every task in the root's partition: a flow's bookkeeping lives in one slot.
+  std::string partition_key = root.options.partition_key;
+  if (partition_key.empty()) partition_key = root.options.task_id.empty() ? detail::new_uuid_v4() : root.options.task_id;
+  flatten(root, -1, 0, partition_key, flat);
+  if (im.has_middleware.load() || im.options.tracer) flat.tasks = im.through_middleware(flat.tasks);
+  const std::size_t n = flat.tasks.size();
+  std::vector<std::string> ids(n);  // viewed by the prepared tasks: sized once
+  std::unordered_set<std::string_view> seen;
+  const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
+  std::vector<detail::Prepared> prepared;
+  prepared.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const TaskSpec& t = flat.tasks[i];
+    prepared.push_back(im.prepare(t.task_type, t.payload.text(), t.options, ids[i], created_at));
+    if (!seen.insert(ids[i]).second) throw ConfigError("flow: task id \"" + ids[i] + "\" is given twice");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    detail::Prepared& p = prepared[i];
+    if (flat.parent[i] >= 0) {
+      p.task.flow_parent = ids[static_cast<std::size_t>(flat.parent[i])];
+      p.task.flow_on_failure = failure_text(flat.on_failure[i]);
+    }
+    if (!flat.children[i].empty()) p.dest = -p.dest;  // waits for its children (enqueue.lua)
+  }
+  detail::Argv argv = im.script_argv(prepared, 0, n);
+  std::uint64_t written_on = 0;
+  std::vector<detail::Reply> replies =
+      im.link.run({{&argv, detail::ScriptId::enqueue}}, true, &written_on);
+  const detail::Reply& reply = replies[0];
+  if (detail::is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
+  if (auto d = detail::parse_duplicate(reply)) {
+    throw DuplicateTaskError(detail::duplicate_message(*d), d->holder);
+  }
+  reply.view().check();
+  im.wait_for_replicas(ids, written_on);
+  return ids_of(ids, flat, 0);
+}
+
+}  // namespace streamq

@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: MIT
+// Flows (Producer::enqueue_flow, chain, chord): a parent runs once, after all its children
+// finished, with their results; each failure policy; a replayed dead child resumes its flow; a
+// flow is written whole or not at all.
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "consumer_fixture.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+using State = TaskRecord::State;
+
+class FlowsTest : public ConsumerTest {
+ protected:
+  Inspector inspector{InspectorOptions{.connection = {.url = server.url()}}};
+  Producer shared = producer();
+
+  State state_of(const std::string& id) {
+    const auto r = inspector.record(stream, id);
+    return r ? r->state : static_cast<State>(-1);
+  }
+  /// The flow keys left in Redis (`<stream>:flow:*`).
+  std::int64_t flow_keys() {
+    return static_cast<std::int64_t>(client.cmd({"KEYS", stream + ":flow:*"}).view().size());
+  }
+};
+
+/// Counts each task's runs, and keeps what each parent read of its children.
+struct Runs {
+  std::mutex mutex;
+  std::map<std::string, int> count;
+  std::map<std::string, std::vector<ChildResult>> read;
+
+  void add(const Task& t) {
+    std::lock_guard lock(mutex);
+    ++count[t.id()];
+    read[t.id()] = t.children_results();
+  }
+  int of(const std::string& id) {
+    std::lock_guard lock(mutex);
+    return count.count(id) ? count[id] : 0;
+  }
+  std::vector<ChildResult> read_by(const std::string& id) {
+    std::lock_guard lock(mutex);
+    return read[id];
+  }
+};
+
+TEST_F(FlowsTest, AChainRunsInOrderAndEachTaskReadsTheResultOfTheOneBefore) {
+  const FlowIds ids = shared.enqueue_flow(chain({{.task_type = "add", .payload = {{"n", 1}}},
+                                                 {.task_type = "add", .payload = {{"n", 10}}},
+                                                 {.task_type = "add", .payload = {{"n", 100}}}}));
+  // The root is the last task; it waits for the second, which waits for the first.
+  ASSERT_EQ(ids.children.size(), 1u);
+  ASSERT_EQ(ids.children[0].children.size(), 1u);
+  EXPECT_EQ(state_of(ids.task_id), State::waiting);
+  EXPECT_EQ(state_of(ids.children[0].task_id), State::waiting);
+  EXPECT_EQ(state_of(ids.children[0].children[0].task_id), State::queued);
+  std::mutex mutex;
+  std::vector<int> seen;  // the sum each task computed, in the order they ran
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("add", [&](const Task& t) {
+      int sum = t.json()["n"].get<int>();
+      for (const ChildResult& r : t.children_results()) sum += r.as<int>();
+      std::lock_guard lock(mutex);
+      seen.push_back(sum);
+      t.set_result(std::to_string(sum));
+    });
+  });
+  const TaskRecord root = shared.wait(ids.task_id, 10s);
+  EXPECT_EQ(root.state, State::done);
+  EXPECT_EQ(root.result.value_or(""), "111");
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(seen, (std::vector<int>{1, 11, 111}));
+  EXPECT_EQ(flow_keys(), 0);
+}
+
+TEST_F(FlowsTest, AThousandChildFanOutRunsItsParentOnceWithEveryResultInOrder) {
+  std::vector<TaskSpec> header;
+  for (int i = 0; i < 1000; ++i) header.push_back({.task_type = "square", .payload = {{"i", i}}});
+  const FlowIds ids = shared.enqueue_flow(chord(std::move(header), {.task_type = "sum", .payload = {{"k", 0}}}));
+  ASSERT_EQ(ids.children.size(), 1000u);
+  Runs runs;
+  auto o = options();
+  o.concurrency = 8;
+  auto setup = [&](Consumer& c) {
+    c.on("square", [&](const Task& t) {
+      const int i = t.json()["i"].get<int>();
+      runs.add(t);
+      t.set_result(std::to_string(i * i));
+    });
+    c.on("sum", [&](const Task& t) { runs.add(t); });
+  };
+  o.consumer_name = "a";
+  RunningConsumer a(o, setup);
+  o.consumer_name = "b";
+  RunningConsumer b(o, setup);
+  EXPECT_EQ(shared.wait(ids.task_id, 30s).state, State::done);
+  EXPECT_EQ(runs.of(ids.task_id), 1);
+  const std::vector<ChildResult> read = runs.read_by(ids.task_id);
+  ASSERT_EQ(read.size(), 1000u);
+  for (std::size_t i = 0; i < read.size(); ++i) {
+    EXPECT_EQ(read[i].task_id, ids.children[i].task_id);
+    EXPECT_TRUE(read[i].succeeded());
+    EXPECT_EQ(read[i].as<int>(), static_cast<int>(i * i));
+    EXPECT_EQ(runs.of(ids.children[i].task_id), 1);
+  }
+  EXPECT_EQ(flow_keys(), 0);
+}
+
+TEST_F(FlowsTest, TheLastTwoChildrenFinishingTogetherOnTwoWorkersEnqueueTheParentExactlyOnce) {
+  // 200 flows of two children each, run by two consumers: the two children of a flow are often
+  // finished at the same instant by both. Each parent must run once.
+  std::vector<FlowIds> flows;
+  for (int i = 0; i < 200; ++i) {
+    flows.push_back(shared.enqueue_flow(
+        chord({{.task_type = "child", .payload = "{}"}, {.task_type = "child", .payload = "{}"}},
+              {.task_type = "parent", .payload = "{}"})));
+  }
+  Runs runs;
+  auto o = options();
+  o.concurrency = 4;
+  auto setup = [&](Consumer& c) {
+    c.on("child", [&](const Task& t) { t.set_result(R"("ok")"); });
+    c.on("parent", [&](const Task& t) { runs.add(t); });
+  };
+  o.consumer_name = "a";
+  RunningConsumer a(o, setup);
+  o.consumer_name = "b";
+  RunningConsumer b(o, setup);
+  for (const FlowIds& f : flows) ASSERT_EQ(shared.wait(f.task_id, 20s).state, State::done);
+  a.stop();
+  b.stop();
+  for (const FlowIds& f : flows) {
+    EXPECT_EQ(runs.of(f.task_id), 1) << f.task_id;
+    EXPECT_EQ(runs.read_by(f.task_id).size(), 2u);
+  }
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(flow_keys(), 0);
+}
+
+TEST_F(FlowsTest, AFailedChildFailsItsParentAndItsGrandparentByDefault) {
+  FlowNode leaf{.task_type = "fails", .payload = "{}", .options = {.max_retries = 0}};
+  FlowNode middle{.task_type = "ok", .payload = "{}", .children = {leaf, FlowNode{.task_type = "ok", .payload = "{}"}}};
+  const FlowIds ids = shared.enqueue_flow(FlowNode{.task_type = "ok", .payload = "{}", .children = {middle}});
+  Runs runs;
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("fails", [](const Task&) { throw std::runtime_error("boom"); });
+    c.on("ok", [&](const Task& t) { runs.add(t); });
+  });
+  const std::string middle_id = ids.children[0].task_id;
+  ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::dead; }, 10s));
+  const TaskRecord root = *inspector.record(stream, ids.task_id);
+  EXPECT_EQ(root.reason, "child_failed");
+  EXPECT_NE(root.error.find(middle_id), std::string::npos) << root.error;
+  const auto middle_record = inspector.record(stream, middle_id);
+  ASSERT_TRUE(middle_record);
+  EXPECT_EQ(middle_record->state, State::dead);
+  EXPECT_EQ(middle_record->reason, "child_failed");
+  EXPECT_NE(middle_record->error.find("boom"), std::string::npos) << middle_record->error;
+  // The other child ran; neither parent did.
+  EXPECT_TRUE(wait_until([&] { return runs.of(ids.children[0].children[1].task_id) == 1; }, 5s));
+  EXPECT_EQ(runs.of(middle_id), 0);
+  EXPECT_EQ(runs.of(ids.task_id), 0);
+}
+
+TEST_F(FlowsTest, AnIgnoredFailureIsReadByTheParentAndARemovedOneIsNot) {
+  FlowNode parent{.task_type = "parent", .payload = "{}"};
+  parent.children.push_back({.task_type = "ok", .payload = "{}"});
+  parent.children.push_back({.task_type = "fails", .payload = "{}", .options = {.max_retries = 0},
+                             .on_failure = ChildFailure::ignore});
+  parent.children.push_back({.task_type = "fails", .payload = "{}", .options = {.max_retries = 0},
+                             .on_failure = ChildFailure::remove});
+  const FlowIds ids = shared.enqueue_flow(parent);
+  Runs runs;
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("ok", [](const Task& t) { t.set_result("1"); });
+    c.on("fails", [](const Task&) { throw std::runtime_error("no luck"); });
+    c.on("parent", [&](const Task& t) { runs.add(t); });
+  });
+  EXPECT_EQ(shared.wait(ids.task_id, 10s).state, State::done);
+  const std::vector<ChildResult> read = runs.read_by(ids.task_id);
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[0].task_id, ids.children[0].task_id);
+  EXPECT_TRUE(read[0].succeeded());
+  EXPECT_EQ(read[0].result, "1");
+  EXPECT_EQ(read[1].task_id, ids.children[1].task_id);
+  EXPECT_EQ(read[1].state, "dead");
+  EXPECT_NE(read[1].error.find("no luck"), std::string::npos) << read[1].error;
+}
+
+TEST_F(FlowsTest, AReplayedDeadChildResumesItsFlow) {
+  std::atomic<int> attempts{0};
+  FlowNode parent{.task_type = "parent", .payload = "{}"};
+  parent.children.push_back({.task_type = "flaky", .payload = "{}", .options = {.max_retries = 0}});
+  parent.children.push_back({.task_type = "ok", .payload = "{}"});
+  const FlowIds ids = shared.enqueue_flow(parent);
+  Runs runs;
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("flaky", [&](const Task& t) {
+      if (attempts.fetch_add(1) == 0) throw std::runtime_error("first time");
+      t.set_result("2");
+    });
+    c.on("ok", [](const Task& t) { t.set_result("1"); });
+    c.on("parent", [&](const Task& t) { runs.add(t); });
+  });
+  ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::dead; }, 10s));
+  EXPECT_EQ(runs.of(ids.task_id), 0);
+  EXPECT_EQ(inspector.replay(stream).done, 1);
+  const TaskRecord root = shared.wait(ids.task_id, 10s);
+  EXPECT_EQ(root.state, State::done);
+  EXPECT_EQ(runs.of(ids.task_id), 1);
+  const std::vector<ChildResult> read = runs.read_by(ids.task_id);
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[0].result, "2");
+  EXPECT_EQ(read[1].result, "1");
+  EXPECT_EQ(flow_keys(), 0);
+}
+
+TEST_F(FlowsTest, AFlowIsWrittenWholeOrNotAtAll) {
+  Producer small({.connection = {.url = server.url()}, .stream = stream, .max_len = 5});
+  std::vector<TaskSpec> header(6, TaskSpec{.task_type = "t", .payload = "{}"});
+  EXPECT_THROW(small.enqueue_flow(chord(header, {.task_type = "t", .payload = "{}"})), QueueFullError);
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(flow_keys(), 0);
+  EXPECT_EQ(client.cmd({"KEYS", stream + ":task:*"}).view().size(), 0u);
+  header.resize(3);
+  const FlowIds ids = small.enqueue_flow(chord(header, {.task_type = "t", .payload = "{}"}));
+  EXPECT_EQ(xlen(stream), 3);
+  EXPECT_EQ(state_of(ids.task_id), State::waiting);
+}
+
+TEST_F(FlowsTest, BadFlowsAreRefusedBeforeAnythingIsWritten) {
+  FlowNode delayed_parent{.task_type = "p", .payload = "{}", .options = {.delay = 1s}};
+  delayed_parent.children.push_back({.task_type = "c", .payload = "{}"});
+  EXPECT_THROW(shared.enqueue_flow(delayed_parent), ConfigError);
+  FlowNode twice{.task_type = "p", .payload = "{}", .options = {.task_id = "x"}};
+  twice.children.push_back({.task_type = "c", .payload = "{}", .options = {.task_id = "x"}});
+  EXPECT_THROW(shared.enqueue_flow(twice), ConfigError);
+  EXPECT_THROW(chain({}), ConfigError);
+  EXPECT_THROW(chord({}, {.task_type = "p", .payload = "{}"}), ConfigError);
+  FlowNode bad_payload{.task_type = "p", .payload = "{}"};
+  bad_payload.children.push_back({.task_type = "c", .payload = "not json"});
+  EXPECT_THROW(shared.enqueue_flow(bad_payload), PayloadError);
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(flow_keys(), 0);
+}
+
+TEST_F(FlowsTest, CancellingAWaitingParentCancelsItsUnfinishedChildrenAndItNeverRuns) {
+  FlowNode parent{.task_type = "parent", .payload = "{}"};
+  parent.children.push_back({.task_type = "ok", .payload = "{}"});
+  parent.children.push_back({.task_type = "ok", .payload = "{}", .options = {.delay = 1h}});
+  FlowNode grandchild_parent{.task_type = "ok", .payload = "{}"};
+  grandchild_parent.children.push_back({.task_type = "ok", .payload = "{}", .options = {.delay = 1h}});
+  parent.children.push_back(grandchild_parent);
+  const FlowIds ids = shared.enqueue_flow(parent);
+  Runs runs;
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("ok", [&](const Task& t) { runs.add(t); });
+    c.on("parent", [&](const Task& t) { runs.add(t); });
+  });
+  ASSERT_TRUE(wait_until([&] { return state_of(ids.children[0].task_id) == State::done; }, 10s));
+  EXPECT_EQ(inspector.cancel(stream, ids.task_id), CancelOutcome::cancelled);
+  EXPECT_EQ(state_of(ids.task_id), State::cancelled);
+  EXPECT_EQ(state_of(ids.children[0].task_id), State::done);
+  EXPECT_EQ(state_of(ids.children[1].task_id), State::cancelled);
+  EXPECT_EQ(state_of(ids.children[2].task_id), State::cancelled);
+  EXPECT_EQ(state_of(ids.children[2].children[0].task_id), State::cancelled);
+  EXPECT_EQ(flow_keys(), 0);
+  EXPECT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 0);
+  EXPECT_EQ(runs.of(ids.task_id), 0);
+  // Cancelled already: nothing more to cancel.
+  EXPECT_EQ(inspector.cancel(stream, ids.task_id), CancelOutcome::missing);
+}
+
+}  // namespace
+}  // namespace streamq::test
