@@ -154,5 +154,40 @@ TEST(TrackingChaos, RecordsAgreeWithWhereTasksAreWhileWorkersAreKilled) {
   EXPECT_EQ(retried, static_cast<int>(ids.size()));  // each failed once, then ran again
 }
 
+TEST(FlowChaos, EveryParentIsEnqueuedOnceWithAllItsChildrenWhileWorkersAreKilled) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Inspector in({.connection = {.url = server.url()}});
+  Producer producer({.connection = {.url = server.url()},
+                     .stream = stream,
+                     .max_len = 100000,
+                     .retention = Retention{.done = std::chrono::minutes(10)}});
+  // 40 chords of 25 children (each child sleeps 8 ms) under a parent that records how many
+  // children it read: the kills land while children finish and parents are released.
+  std::vector<std::string> ids, parents;
+  for (int f = 0; f < 40; ++f) {
+    const FlowIds flow = producer.enqueue_flow(
+        chord(std::vector<TaskSpec>(25, TaskSpec{"work", R"({"ms":8})"}), TaskSpec{"gather", "{}"}));
+    parents.push_back(flow.task_id);
+    ids.push_back(flow.task_id);
+    for (const FlowIds& c : flow.children) ids.push_back(c.task_id);
+  }
+  run_chaos(server, client, stream, ids, 3, 8, 10, 150ms);
+  const auto children = hash(client, stream + ":children");
+  std::map<std::string, int> released;
+  for (const QueueEvent& e : in.events(stream, "", 10000).events) {
+    if (e.event == "released") ++released[e.task_id];
+  }
+  for (const std::string& p : parents) {
+    EXPECT_EQ(released[p], 1) << "parent " << p << " enqueued " << released[p] << " times";
+    ASSERT_TRUE(children.count(p)) << "parent " << p << " never ran";
+    EXPECT_EQ(children.at(p), 25) << "parent " << p;
+    EXPECT_EQ(in.record(stream, p)->state, State::done);
+  }
+  EXPECT_EQ(disagreements(in, stream, ids), 0);
+  EXPECT_EQ(client.cmd({"KEYS", stream + ":flow:*"}).view().size(), 0u);
+}
+
 }  // namespace
 }  // namespace streamq::test

@@ -182,6 +182,15 @@ int main(int argc, char** argv) {
     if (sleep_ms > 0) std::this_thread::sleep_for(ms(sleep_ms));
     record(stream + ":done", task.id());
   });
+  // A flow's parent: how many of its children it read (<stream>:children, the fewest seen).
+  consumer.on("gather", [&](const streamq::Task& task) {
+    const auto n = static_cast<std::int64_t>(task.children_results().size());
+    recorder()
+        .command(streamq::detail::Argv{"HSET", stream + ":children", task.id(), std::to_string(n)})
+        .view()
+        .check();
+    record(stream + ":done", task.id());
+  });
   consumer.on("fail_once", [&](const streamq::Task& task) {
     const int sleep_ms = task.json().value("ms", 0);
     if (sleep_ms > 0) std::this_thread::sleep_for(ms(sleep_ms));
