@@ -271,7 +271,8 @@ FlowNode chain(std::vector<TaskSpec> tasks);
 /// A chord: the `header` tasks run (in parallel), then `callback` runs with their results, in
 /// the header's order. `on_failure` applies to every header task. @throws ConfigError for an
 /// empty header.
-FlowNode chord(std::vector<TaskSpec> header, TaskSpec callback, ChildFailure on_failure = ChildFailure::fail_parent);
+FlowNode chord(std::vector<TaskSpec> header, TaskSpec callback,
+               ChildFailure on_failure = ChildFailure::fail_parent);
 
 /// The completion of Producer::enqueue_async: `error` null and the task's id, or `error` holding
 /// what enqueue would have thrown (and an empty id). See Producer for the thread it runs on.

@@ -108,7 +108,8 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   FlatFlow flat;
   // Every task in the root's partition: a flow's bookkeeping lives in one slot.
   std::string partition_key = root.options.partition_key;
-  if (partition_key.empty()) partition_key = root.options.task_id.empty() ? detail::new_uuid_v4() : root.options.task_id;
+  if (partition_key.empty())
+    partition_key = root.options.task_id.empty() ? detail::new_uuid_v4() : root.options.task_id;
   flatten(root, -1, 0, partition_key, flat);
   if (im.has_middleware.load() || im.options.tracer) flat.tasks = im.through_middleware(flat.tasks);
   const std::size_t n = flat.tasks.size();
@@ -132,8 +133,7 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   }
   detail::Argv argv = im.script_argv(prepared, 0, n);
   std::uint64_t written_on = 0;
-  std::vector<detail::Reply> replies =
-      im.link.run({{&argv, detail::ScriptId::enqueue}}, true, &written_on);
+  std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::enqueue}}, true, &written_on);
   const detail::Reply& reply = replies[0];
   if (detail::is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
   if (auto d = detail::parse_duplicate(reply)) {

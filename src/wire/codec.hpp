@@ -42,9 +42,9 @@ struct NewTask {
   std::string_view created_at;  // format_timestamp() text, shared by a batch
   int max_retries = 3;
   const std::vector<std::pair<std::string, std::string>>* extra_fields = nullptr;
-  std::string_view unique_key{};  // written as the unique_key field when not empty
-  std::string_view retention{};   // written as the retention field when not empty (a tracked task)
-  std::string_view deadline{};    // written as the deadline field when not empty
+  std::string_view unique_key{};       // written as the unique_key field when not empty
+  std::string_view retention{};        // written as the retention field when not empty (a tracked task)
+  std::string_view deadline{};         // written as the deadline field when not empty
   std::string_view flow_parent{};      // a flow's child: its parent's id, written when not empty,
   std::string_view flow_on_failure{};  // with what its failure does to it
 };

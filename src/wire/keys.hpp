@@ -57,6 +57,12 @@ inline std::string task_key(std::string_view stream, std::string_view task_id) {
   return std::string(stream) + ":task:" + std::string(task_id);
 }
 
+/// The flow of parent `task_id` (Producer::enqueue_flow, lib/track.lua): a hash (its body and
+/// its children's order), with `<flow>:pending` (a set) and `<flow>:results` (a hash).
+inline std::string flow_key(std::string_view stream, std::string_view task_id) {
+  return std::string(stream) + ":flow:" + std::string(task_id);
+}
+
 /// The queue's events stream (the changes of its tracked tasks, capped at about 10,000).
 inline std::string events_key(std::string_view stream) { return std::string(stream) + ":events"; }
 

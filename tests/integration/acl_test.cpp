@@ -103,6 +103,9 @@ TEST_F(AclRoles, TheProducerEnqueuesAndCanDoNothingElse) {
                               TaskSpec{.task_type = "t", .payload = "{}"});  // > 64: the refusal mark too
   EXPECT_EQ(p.enqueue_batch(batch).size(), 100u);
   EXPECT_EQ(admin.integer({"XLEN", queue}), 102);
+  // A flow: its parent waits in task_queue:flow:<id>, its child joins the parent's pending set.
+  p.enqueue_flow(chord({{.task_type = "t", .payload = "{}"}}, {.task_type = "t", .payload = "{}"}));
+  EXPECT_EQ(admin.integer({"XLEN", queue}), 103);
 
   Client as_producer(url("producer"));
   for (const auto& args :
@@ -140,6 +143,12 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
   // Under a concurrency limit, and cancelled by the operator while it runs: the slot, its
   // renewal and release, and the cancel request are the worker's to read and write.
   const std::string to_cancel = p.enqueue("cancel_me", R"({})");
+  // A flow whose children succeed and fail (ignored): the worker's ends update the parent, the
+  // last one enqueues it.
+  const FlowIds flow =
+      p.enqueue_flow(chord({{.task_type = "ok", .payload = "{}"},
+                            {.task_type = "flaky", .payload = "{}", .options = {.max_retries = 1}}},
+                           {.task_type = "ok", .payload = "{}"}, ChildFailure::ignore));
   std::atomic<int> done{0}, flaky{0}, long_done{0};
   std::atomic<bool> go{false}, cancel_started{false};
   std::string long_entry;
@@ -190,13 +199,14 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
   ASSERT_TRUE(wait_until([&] { return w.consumer().metrics().cancelled == 1; }));
   EXPECT_EQ(admin.integer({"ZCARD", queue + ":running:cancel_me"}), 0) << "its slot was given back";
   ASSERT_TRUE(wait_until([&] {
-    return done.load() == 3 && long_done.load() == 1 && admin.integer({"XLEN", queue + ":dlq"}) == 1 &&
+    return done.load() == 5 && long_done.load() == 1 && admin.integer({"XLEN", queue + ":dlq"}) == 2 &&
            admin.integer({"EXISTS", queue + ":orphan:" + long_entry}) == 0;
   }));
   w.stop();
-  EXPECT_EQ(w.consumer().metrics().done, 4u);
+  EXPECT_EQ(w.consumer().metrics().done, 6u);
   EXPECT_EQ(p.wait(tracked, 5s).state, TaskRecord::State::done);  // the producer reads the record
-  EXPECT_EQ(flaky.load(), 2) << "the first attempt and its retry";
+  EXPECT_EQ(p.wait(flow.task_id, 5s).state, TaskRecord::State::done);
+  EXPECT_EQ(flaky.load(), 4) << "the first attempt and its retry, of each";
   EXPECT_EQ(admin.integer({"XLEN", queue}), 0);
   EXPECT_EQ(admin.integer({"EXISTS", queue + ":unique:u"}), 0) << "the lock was released";
 
@@ -273,6 +283,10 @@ TEST_F(AclRoles, TheOperatorReplaysPurgesPausesButCannotConsume) {
   EXPECT_EQ(op.replay(queue, {.filter = {.task_type = "t"}}).done, 3);
   EXPECT_TRUE(op.run_now(queue, later).has_value());
   EXPECT_EQ(op.cancel(queue, later), CancelOutcome::cancelled);
+  const FlowIds flow =
+      p.enqueue_flow(chord({{.task_type = "t", .payload = "{}"}}, {.task_type = "t", .payload = "{}"}));
+  EXPECT_EQ(op.cancel(queue, flow.task_id), CancelOutcome::cancelled);
+  EXPECT_EQ(op.record(queue, flow.children[0].task_id)->state, TaskRecord::State::cancelled);
   op.pause(queue);
   EXPECT_TRUE(op.paused(queue));
   op.resume(queue);

@@ -90,7 +90,8 @@ TEST_F(FlowsTest, AChainRunsInOrderAndEachTaskReadsTheResultOfTheOneBefore) {
 TEST_F(FlowsTest, AThousandChildFanOutRunsItsParentOnceWithEveryResultInOrder) {
   std::vector<TaskSpec> header;
   for (int i = 0; i < 1000; ++i) header.push_back({.task_type = "square", .payload = {{"i", i}}});
-  const FlowIds ids = shared.enqueue_flow(chord(std::move(header), {.task_type = "sum", .payload = {{"k", 0}}}));
+  const FlowIds ids =
+      shared.enqueue_flow(chord(std::move(header), {.task_type = "sum", .payload = {{"k", 0}}}));
   ASSERT_EQ(ids.children.size(), 1000u);
   Runs runs;
   auto o = options();
@@ -153,7 +154,8 @@ TEST_F(FlowsTest, TheLastTwoChildrenFinishingTogetherOnTwoWorkersEnqueueTheParen
 
 TEST_F(FlowsTest, AFailedChildFailsItsParentAndItsGrandparentByDefault) {
   FlowNode leaf{.task_type = "fails", .payload = "{}", .options = {.max_retries = 0}};
-  FlowNode middle{.task_type = "ok", .payload = "{}", .children = {leaf, FlowNode{.task_type = "ok", .payload = "{}"}}};
+  FlowNode middle{
+      .task_type = "ok", .payload = "{}", .children = {leaf, FlowNode{.task_type = "ok", .payload = "{}"}}};
   const FlowIds ids = shared.enqueue_flow(FlowNode{.task_type = "ok", .payload = "{}", .children = {middle}});
   Runs runs;
   RunningConsumer rc(options(), [&](Consumer& c) {
@@ -179,9 +181,13 @@ TEST_F(FlowsTest, AFailedChildFailsItsParentAndItsGrandparentByDefault) {
 TEST_F(FlowsTest, AnIgnoredFailureIsReadByTheParentAndARemovedOneIsNot) {
   FlowNode parent{.task_type = "parent", .payload = "{}"};
   parent.children.push_back({.task_type = "ok", .payload = "{}"});
-  parent.children.push_back({.task_type = "fails", .payload = "{}", .options = {.max_retries = 0},
+  parent.children.push_back({.task_type = "fails",
+                             .payload = "{}",
+                             .options = {.max_retries = 0},
                              .on_failure = ChildFailure::ignore});
-  parent.children.push_back({.task_type = "fails", .payload = "{}", .options = {.max_retries = 0},
+  parent.children.push_back({.task_type = "fails",
+                             .payload = "{}",
+                             .options = {.max_retries = 0},
                              .on_failure = ChildFailure::remove});
   const FlowIds ids = shared.enqueue_flow(parent);
   Runs runs;
