@@ -76,7 +76,8 @@ std::optional<TaskRecord::State> parse_record_state(std::string_view s) noexcept
 struct QueueEvent {
   /// The entry's id; pass it back to read on after it.
   std::string id;
-  /// enqueued, started, progress, retry, done, dead or cancelled.
+  /// enqueued, started, progress, retry, handed_back, done, dead, cancelled or released (a flow's
+  /// parent enqueued once its children finished).
   std::string event;
   std::string task_id;
   /// When (the server's clock).
