@@ -442,7 +442,70 @@ void time_async_enqueue(const Args& a) {
   report(a, seconds_since(t), " failed=" + std::to_string(failed));
 }
 
+/// One round of the chord scenario: `count` tracked tasks enqueued then drained (as_chord false),
+/// or the same tasks as the header of a chord whose callback reads their results (true). The
+/// seconds from the enqueue to the last task's end (the callback's, for a chord); for a chord,
+/// the ms from the last header task's handler return to the callback's start in `parent_ms`.
+double chord_round(const Args& a, bool as_chord, double& parent_ms) {
+  const std::string stream = a.stream + (as_chord ? ":chord" : ":tracked");
+  Args own = a;
+  own.stream = stream;
+  streamq::Producer p(producer_options(own));
+  p.enqueue_batch({});
+  std::atomic<long> done{0};
+  std::atomic<bool> finished{false};
+  std::atomic<std::int64_t> last_child_end{0};
+  std::int64_t parent_start = 0;
+  streamq::Consumer c(consumer_options(own));
+  c.on("child", [&](const streamq::Task& t) {
+    t.set_result("1");
+    const std::int64_t now = Clock::now().time_since_epoch().count();
+    std::int64_t seen = last_child_end.load();
+    while (seen < now && !last_child_end.compare_exchange_weak(seen, now)) {
+    }
+    if (++done == a.count && !as_chord) finish(finished);
+  });
+  c.on("callback", [&](const streamq::Task& t) {
+    parent_start = Clock::now().time_since_epoch().count();
+    if (static_cast<long>(t.children_results().size()) != a.count)
+      throw std::runtime_error("children missing");
+    finish(finished);
+  });
+  const streamq::Retention kept{.done = std::chrono::minutes(1)};
+  std::vector<streamq::TaskSpec> tasks(static_cast<std::size_t>(a.count),
+                                       streamq::TaskSpec{"child", kPayload, {.retention = kept}});
+  const auto t = Clock::now();
+  if (as_chord) {
+    p.enqueue_flow(streamq::chord(std::move(tasks), {"callback", "{}", {.retention = kept}}));
+  } else {
+    p.enqueue_batch(tasks);
+  }
+  run_until(c, finished);
+  const double seconds = seconds_since(t);
+  parent_ms = static_cast<double>(parent_start - last_child_end.load()) / 1e6;
+  return seconds;
+}
+
 int scenario_main(const Args& a) {
+  if (a.scenario == "chord") {
+    // A chord of `count` tasks against the same tasks tracked, interleaved, three rounds each.
+    std::vector<double> tracked, chorded, parent;
+    for (int round = 0; round < 3; ++round) {
+      double ms = 0;
+      tracked.push_back(chord_round(a, false, ms));
+      chorded.push_back(chord_round(a, true, ms));
+      parent.push_back(ms);
+    }
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    char extra[200];
+    std::snprintf(extra, sizeof extra, " tracked_s=%.4f chord_overhead=%.2f parent_start_ms=%.2f",
+                  median(tracked), median(chorded) / median(tracked), median(parent));
+    report(a, median(chorded), extra);
+    return 0;
+  }
   if (a.scenario == "enqueue") {
     streamq::Producer p(producer_options(a));
     p.enqueue("send_email", kPayload);  // connect outside the timed part
@@ -619,7 +682,7 @@ int main(int argc, char** argv) {
               << "\nusage: streamq-bench "
                  "enqueue|enqueue-batch|enqueue-shared|enqueue-async|preload|drain|drain-levels|drain-raw|"
                  "latency|retry"
-              << "|retry-backoff|forward|wait|progress"
+              << "|retry-backoff|forward|wait|progress|chord"
               << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C] [--prefetch F]"
               << " [--partitions P] [--tracked 1] [--executor process] [--overflow trim_oldest]\n";
     return 2;

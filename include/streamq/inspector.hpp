@@ -156,6 +156,14 @@ struct Progress {
 /// done, nothing is left half-done: each batch is one atomic script or command).
 using ProgressCallback = std::function<bool(const Progress&)>;
 
+/// A task of a flow and the tasks below it (Inspector::flow).
+struct FlowTree {
+  std::string task_id;
+  /// Its record; unset when it is gone (its retention passed).
+  std::optional<TaskRecord> record;
+  std::vector<FlowTree> children;
+};
+
 struct ReplayOptions {
   DeadLetterFilter filter{};
   /// The level whose stream the tasks go back to (dead letters do not record theirs).
@@ -256,6 +264,12 @@ class Inspector {
   /// times, worker, error, result and progress; nullopt when there is none (not tracked, or
   /// its retention passed). HGETALL on each partition. `<partition>/<task id>` names one.
   std::optional<TaskRecord> record(const std::string& queue, const std::string& task_id);
+  /// A flow's task (Producer::enqueue_flow) and every task below it, each with its record (its
+  /// state: a parent `waiting` for its children, ...). The children are the ones the parent's
+  /// record names (TaskRecord::children); a child whose record is gone (its retention passed)
+  /// has none and shows no children. nullopt when `task_id` has no record. A record read per
+  /// task (at most 10,000).
+  std::optional<FlowTree> flow(const std::string& queue, const std::string& task_id);
   /// The events of the queue's tracked tasks after `after` ("" = from the oldest kept; "$" =
   /// only new ones), at most `count` per partition, waiting up to `block` for one when none is
   /// there yet (0: no wait). In a partitioned queue, `after` holds one id per partition,

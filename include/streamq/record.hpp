@@ -53,6 +53,10 @@ struct TaskRecord {
   std::optional<std::string> progress{};
   /// The stream whose record it is (a partition's, in a partitioned queue).
   std::string queue;
+  /// A flow's task (Producer::enqueue_flow): the id of the parent that waits for it (empty for
+  /// the root and for a task outside a flow), and a parent's children's ids, in order.
+  std::string parent;
+  std::vector<std::string> children;
 
   /// Whether it is done, dead or cancelled.
   bool finished() const noexcept {

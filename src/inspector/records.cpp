@@ -37,6 +37,33 @@ std::optional<TaskRecord> Inspector::record(const std::string& queue, const std:
   return std::nullopt;
 }
 
+namespace {
+constexpr std::size_t kMaxFlowRecords = 10000;  // a flow's size at most (Producer::enqueue_flow)
+}  // namespace
+
+std::optional<FlowTree> Inspector::flow(const std::string& queue, const std::string& task_id) {
+  std::optional<TaskRecord> top = record(queue, task_id);
+  if (!top) return std::nullopt;
+  FlowTree root{task_id, std::move(top), {}};
+  std::size_t read = 1;
+  // Breadth first, each level's records read one by one (record() finds each one's partition).
+  std::vector<FlowTree*> level{&root};
+  while (!level.empty()) {
+    std::vector<FlowTree*> next;
+    for (FlowTree* node : level) {
+      if (!node->record) continue;
+      node->children.reserve(node->record->children.size());
+      for (const std::string& id : node->record->children) {
+        if (read++ >= kMaxFlowRecords) return root;
+        node->children.push_back(FlowTree{id, record(queue, id), {}});
+      }
+      for (FlowTree& child : node->children) next.push_back(&child);
+    }
+    level = std::move(next);
+  }
+  return root;
+}
+
 Inspector::QueueEvents Inspector::events(const std::string& queue, const std::string& after,
                                          std::size_t count, std::chrono::milliseconds block) {
   const std::lock_guard lock(impl_->calls);

@@ -138,9 +138,15 @@ for _ = 1, n do
   end
   if lock > 0 then redis.call('SET', KEYS[lock], ARGV[first + 1], 'PX', ARGV[i + 4]) end
   track_new(KEYS[1], ARGV, first, last, place < 0 and 'waiting' or (due > 0 and 'delayed' or 'queued'), due)
+  if parent then redis.pcall('HSET', KEYS[1] .. ':task:' .. ARGV[first + 1], 'flow_parent', parent) end
   i = last + 1
 end
+-- A parent's children: in its flow (packed), and in its record, `<length>:<id>` each
+-- (TaskRecord::children, Inspector::flow).
 for parent, ids in pairs(children) do
   redis.call('HSET', KEYS[1] .. ':flow:' .. parent, 'order', cmsgpack.pack(ids))
+  local listed = {}
+  for k, id in ipairs(ids) do listed[k] = #id .. ':' .. id end
+  redis.pcall('HSET', KEYS[1] .. ':task:' .. parent, 'flow_children', table.concat(listed))
 end
 return written()

@@ -172,6 +172,16 @@ std::size_t append_new_task(Argv& argv, const NewTask& task) {
   return new_task_string_count(task);
 }
 
+std::optional<std::string_view> take_counted(std::string_view text, std::size_t& at) {
+  const std::size_t colon = text.find(':', at);
+  if (colon == std::string_view::npos) return std::nullopt;
+  std::size_t n = 0;
+  const auto [end, ec] = std::from_chars(text.data() + at, text.data() + colon, n);
+  if (ec != std::errc() || end != text.data() + colon || n > text.size() - colon - 1) return std::nullopt;
+  at = colon + 1 + n;
+  return text.substr(colon + 1, n);
+}
+
 bool is_reserved_field(std::string_view name) noexcept {
   for (std::string_view r : task_fields) {
     if (name == r) return true;

@@ -54,6 +54,11 @@ struct NewTask {
 /// extras) and returns how many strings were added. The views must outlive the command.
 std::size_t append_new_task(Argv& argv, const NewTask& task);
 
+/// The next `<length>:<bytes>` of `text` from `at` on (a flow's lists: a parent's
+/// flow_children field and record field), moving `at` past it; nullopt when there is none
+/// there (malformed: not written by streamq).
+std::optional<std::string_view> take_counted(std::string_view text, std::size_t& at);
+
 /// How many strings append_new_task adds for `task`.
 inline std::size_t new_task_string_count(const NewTask& task) {
   return 12 + (task.extra_fields != nullptr ? 2 * task.extra_fields->size() : 0) +

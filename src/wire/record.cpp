@@ -4,6 +4,8 @@
 #include <array>
 #include <charconv>
 
+#include "codec.hpp"
+
 namespace streamq {
 namespace {
 
@@ -19,6 +21,19 @@ std::optional<std::chrono::system_clock::time_point> ms_time(std::string_view te
 
 std::int64_t ms_of(const std::optional<std::chrono::system_clock::time_point>& t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t->time_since_epoch()).count();
+}
+
+/// The ids of a `<length>:<id>...` list (a parent's flow_children in its record); what cannot be
+/// read ends it (not written by streamq).
+std::vector<std::string> counted_list(std::string_view text) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::optional<std::string_view> id = detail::take_counted(text, at);
+    if (!id) break;
+    out.emplace_back(*id);
+  }
+  return out;
 }
 
 }  // namespace
@@ -57,6 +72,8 @@ std::string TaskRecord::to_json() const {
   };
   j["result"] = value(result);
   j["progress"] = value(progress);
+  if (!parent.empty()) j["parent"] = parent;
+  if (!children.empty()) j["children"] = children;
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
@@ -96,6 +113,10 @@ std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task
       r.result = std::string(value);
     } else if (name == "progress") {
       r.progress = std::string(value);
+    } else if (name == "flow_parent") {
+      r.parent = std::string(value);
+    } else if (name == "flow_children") {
+      r.children = counted_list(value);
     }
   }
   return r;

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "streamq/task.hpp"
 
-#include "task_factory.hpp"
-
-#include <charconv>
 #include <stdexcept>
+
+#include "codec.hpp"
+#include "task_factory.hpp"
 
 namespace streamq {
 namespace {
@@ -145,16 +145,9 @@ namespace {
 
 /// The next `<length>:<bytes>` of a flow_children field, from `at` on (moved past it).
 std::string_view take_counted(std::string_view text, std::size_t& at) {
-  const std::size_t colon = text.find(':', at);
-  std::size_t n = 0;
-  const char* begin = text.data() + at;
-  const char* end = text.data() + (colon == std::string_view::npos ? at : colon);
-  const auto [stop, ec] = std::from_chars(begin, end, n);
-  if (colon == std::string_view::npos || ec != std::errc() || stop != end || n > text.size() - colon - 1) {
-    throw std::runtime_error("malformed flow_children field at byte " + std::to_string(at));
-  }
-  at = colon + 1 + n;
-  return text.substr(colon + 1, n);
+  const std::optional<std::string_view> got = detail::take_counted(text, at);
+  if (!got) throw std::runtime_error("malformed flow_children field at byte " + std::to_string(at));
+  return *got;
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ class CliTest(RedisTestCase):
         self.assertEqual(self.cli("cancel", q, queued, "--yes", check=False).returncode, 3)
         self.assertEqual(self.cli("--help").returncode, 0)
         for sub in ("queues", "stats", "tasks", "task", "dlq", "delayed", "enqueue", "pause", "resume",
-                    "consumers", "doctor", "exporter", "cancel", "events"):
+                    "consumers", "doctor", "exporter", "cancel", "events", "flow"):
             self.assertIn("--help", self.cli(sub, "--help").stdout, sub)
 
     def test_destructive_commands_need_a_terminal_or_yes(self):
@@ -151,6 +151,26 @@ class CliTest(RedisTestCase):
         # One form of time in the table: ISO 8601 UTC, as the task's created_at field.
         self.assertRegex(table, r"record\.finished_at +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
         self.assertNotRegex(table, r"_at_ms|\b1\d{12}\b")
+
+    def test_a_flow_is_shown_as_a_tree_with_each_tasks_state(self):
+        # The records a flow's enqueue writes (Producer::enqueue_flow): a parent waiting for two
+        # children, one done, one dead; the parent names its children, each child its parent.
+        q = self.q
+        self.r.hset(q + ":task:root", mapping={"state": "waiting", "type": "report", "attempts": "0",
+                                               "flow_children": "4:kid14:kid2"})
+        self.r.hset(q + ":task:kid1", mapping={"state": "done", "type": "leaf", "flow_parent": "root"})
+        self.r.hset(q + ":task:kid2", mapping={"state": "dead", "type": "leaf", "reason": "max_retries",
+                                               "flow_parent": "root"})
+        lines = self.cli("flow", q, "root").stdout.splitlines()
+        self.assertEqual([line.split() for line in lines],
+                         [["root", "report", "waiting"], ["kid1", "leaf", "done"],
+                          ["kid2", "leaf", "dead", "(max_retries)"]])
+        self.assertTrue(lines[1].startswith("  kid1"), lines)
+        tree = json.loads(self.cli("flow", q, "root", "--format", "json").stdout)
+        self.assertEqual(tree["record"]["children"], ["kid1", "kid2"])
+        self.assertEqual([(c["task_id"], c["record"]["state"], c["record"]["parent"]) for c in tree["children"]],
+                         [("kid1", "done", "root"), ("kid2", "dead", "root")])
+        self.assertEqual(self.cli("flow", q, "nobody", check=False).returncode, 3)
 
     def test_a_partitioned_queue_is_one_queue(self):
         parts = ["{%s:%d}" % (self.q, i) for i in range(3)]

@@ -291,5 +291,37 @@ TEST_F(FlowsTest, CancellingAWaitingParentCancelsItsUnfinishedChildrenAndItNever
   EXPECT_EQ(inspector.cancel(stream, ids.task_id), CancelOutcome::missing);
 }
 
+TEST_F(FlowsTest, TheInspectorShowsAFlowAsATreeWithEachTasksState) {
+  FlowNode middle{.task_type = "sum", .payload = "{}"};
+  middle.children.push_back({.task_type = "leaf", .payload = "{}"});
+  middle.children.push_back({.task_type = "leaf", .payload = "{}", .options = {.delay = 1h}});
+  FlowNode root{.task_type = "report", .payload = "{}"};
+  root.children.push_back(middle);
+  root.children.push_back({.task_type = "leaf", .payload = "{}"});
+  const FlowIds ids = shared.enqueue_flow(root);
+  const std::optional<FlowTree> tree = inspector.flow(stream, ids.task_id);
+  ASSERT_TRUE(tree);
+  ASSERT_TRUE(tree->record);
+  EXPECT_EQ(tree->record->state, State::waiting);
+  EXPECT_EQ(tree->record->children,
+            (std::vector<std::string>{ids.children[0].task_id, ids.children[1].task_id}));
+  ASSERT_EQ(tree->children.size(), 2u);
+  const FlowTree& sum = tree->children[0];
+  EXPECT_EQ(sum.task_id, ids.children[0].task_id);
+  ASSERT_TRUE(sum.record);
+  EXPECT_EQ(sum.record->task_type, "sum");
+  EXPECT_EQ(sum.record->state, State::waiting);
+  EXPECT_EQ(sum.record->parent, ids.task_id);
+  ASSERT_EQ(sum.children.size(), 2u);
+  EXPECT_EQ(sum.children[0].record->state, State::queued);
+  EXPECT_EQ(sum.children[1].record->state, State::delayed);
+  EXPECT_TRUE(sum.children[1].children.empty());
+  EXPECT_EQ(tree->children[1].record->state, State::queued);
+  EXPECT_EQ(tree->children[1].record->parent, ids.task_id);
+  // Any task of the flow is a tree's top; one without a record is none.
+  EXPECT_EQ(inspector.flow(stream, ids.children[0].task_id)->children.size(), 2u);
+  EXPECT_FALSE(inspector.flow(stream, "no-such-task"));
+}
+
 }  // namespace
 }  // namespace streamq::test

@@ -108,7 +108,7 @@ local function track_new(queue, fields, first, last, state, due)
     -- A finished task's id enqueued again: a new task, a fresh record. (HDEL, not DEL: the
     -- producer's ACL role gets no command that could delete a stream.)
     redis.call('HDEL', key, 'started_at', 'finished_at', 'due_at', 'worker', 'error', 'reason', 'result',
-               'progress', 'waited', 'run')
+               'progress', 'waited', 'run', 'flow_parent', 'flow_children')
     redis.call('HSET', key, 'attempts', 0)
   end
   redis.call('HSET', key, 'state', state, 'type', task_type_of(fields, first, last), 'enqueued_at', now,
