@@ -109,6 +109,9 @@ drain_process=" tasks_per_s=$(median "${pr[@]}") peak_rss_mb=$(field tree_rss_mb
 process_fresh=" tasks_per_s=$(median "${pf[@]}") peak_rss_mb=$(field tree_rss_mb "$fresh")"
 wait_rt=$(run wait --stream b:wait --count 2000 --tracked 1); cli DEL b:wait b:wait:events
 progress=$(run progress --stream b:prog --count 1000000); cli DEL b:prog b:prog:events
+# A chord of 1,000 tasks against the same 1,000 tasks tracked (three interleaved rounds inside).
+chord=$(run chord --stream b:chord --count 1000)
+redis-cli -p "$port" --scan --pattern 'b:chord:*' | xargs -r -n 500 redis-cli -p "$port" DEL >/dev/null
 latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
 retry=$(run retry --stream b:retry --count 50000); cli DEL b:retry
 retry_backoff=$(run retry-backoff --stream b:retryb --count 50000); cli DEL b:retryb b:retryb:delayed
@@ -140,6 +143,7 @@ line drain-process "$drain_process" "$ref_drain"
 line process-fresh "$process_fresh" "$ref_drain"
 line wait-round-trip "$wait_rt" ""
 line set_progress "$progress" ""
+line chord-1000 "$chord" ""
 line "latency@5k/s" "$latency" ""
 line retry "$retry" ""
 line retry-backoff "$retry_backoff" ""
@@ -153,4 +157,5 @@ echo "and the children's resident sets summed (shared pages counted in each; PSS
 echo "client CPU per task (user + system, µs, medians; the kernel's wake-ups included, so load on the machine moves it too): XADD -P 1 $(median "${p1cpu[@]}"), enqueue $(median "${enqcpu[@]}"), enqueue-trim $(median "${trmcpu[@]}"); XADD -P 64 $(median "${p64cpu[@]}"), enqueue-batch $(median "${batcpu[@]}")"
 echo "enqueue-shared: 8 threads calling enqueue on one Producer, over ${shared_connections} connection(s); enqueue-async: enqueue_async from one thread, at most 4096 unanswered;"
 echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls in a tight loop (1,000,000), tasks/s = calls/s, $(field writes "$progress") writes (coalesced: at most one per 100 ms);"
+echo "chord-1000: enqueue_flow of a chord of 1,000 tasks and its callback, run to the callback's end (tasks/s: the 1,000 over that time); $(field chord_overhead "$chord")x the time of the same 1,000 tasks tracked, enqueued with enqueue_batch; the callback started $(field parent_start_ms "$chord") ms after the last child's handler returned (medians of three);"
 echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"
