@@ -87,6 +87,14 @@ class QueueFullError : public EnqueueRefusedError {
   using EnqueueRefusedError::EnqueueRefusedError;
 };
 
+/// A task of a batch (EnqueueOptions::batch) was refused: its batch is closed (or was never
+/// opened, or its counts expired). From enqueue_batch, batch_ids() is as for QueueFullError.
+/// Also thrown by Producer::open_batch for a parent batch that is not open.
+class BatchClosedError : public EnqueueRefusedError {
+ public:
+  using EnqueueRefusedError::EnqueueRefusedError;
+};
+
 /// A task with EnqueueOptions::unique_for was refused: a task with the same unique key was
 /// enqueued within its window and has not finished (or been dead-lettered) yet.
 /// existing_task_id() is the task id holding the key; from enqueue_batch, index() is the

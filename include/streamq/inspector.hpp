@@ -156,12 +156,28 @@ struct Progress {
 /// done, nothing is left half-done: each batch is one atomic script or command).
 using ProgressCallback = std::function<bool(const Progress&)>;
 
+/// A batch's state and counts (Inspector::batch).
+struct BatchInfo {
+  std::string batch_id{};
+  /// "open" (tasks may join), "closed" (members still running) or "fired" (its callbacks were
+  /// enqueued).
+  std::string state{};
+  /// Members so far (tasks and nested batches), and how many ended done and failed (dead or
+  /// cancelled); the rest are pending.
+  std::int64_t total = 0;
+  std::int64_t done = 0;
+  std::int64_t failed = 0;
+  std::int64_t pending() const noexcept { return total - done - failed; }
+  /// The batch this one is nested in, if any.
+  std::string parent_batch{};
+};
+
 /// A task of a flow and the tasks below it (Inspector::flow).
 struct FlowTree {
-  std::string task_id;
+  std::string task_id{};
   /// Its record; unset when it is gone (its retention passed).
-  std::optional<TaskRecord> record;
-  std::vector<FlowTree> children;
+  std::optional<TaskRecord> record{};
+  std::vector<FlowTree> children{};
 };
 
 struct ReplayOptions {
@@ -270,6 +286,9 @@ class Inspector {
   /// has none and shows no children. nullopt when `task_id` has no record. A record read per
   /// task (at most 10,000).
   std::optional<FlowTree> flow(const std::string& queue, const std::string& task_id);
+  /// Batch `batch_id` (Producer::open_batch): its state and counts; nullopt when there is none
+  /// (never opened, or fired more than a day ago). HGETALL on each partition.
+  std::optional<BatchInfo> batch(const std::string& queue, const std::string& batch_id);
   /// The events of the queue's tracked tasks after `after` ("" = from the oldest kept; "$" =
   /// only new ones), at most `count` per partition, waiting up to `block` for one when none is
   /// there yet (0: no wait). In a partitioned queue, `after` holds one id per partition,

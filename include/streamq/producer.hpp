@@ -127,6 +127,11 @@ struct EnqueueOptions {
   /// ConsumerOptions::timeout_grace more, then its task is dead-lettered all the same and what
   /// its thread does afterwards is dropped (see HandlerOptions::timeout). Unset = none.
   std::optional<std::chrono::system_clock::time_point> deadline{};
+  /// The batch (Producer::open_batch, by any producer of the queue) this task joins: it must be
+  /// open, else the enqueue is refused with BatchClosedError, nothing written. The task is
+  /// tracked (an hour once done when no retention is set) and goes to the batch's partition.
+  /// Its end (done, dead, cancelled) is counted in the batch. Empty: none.
+  std::string batch{};
 };
 
 /// One enqueue as a producer middleware sees it: what is about to be written, changeable before
@@ -260,8 +265,8 @@ struct FlowNode {
 
 /// The task ids of a flow, in the shape of its FlowNode tree (Producer::enqueue_flow).
 struct FlowIds {
-  std::string task_id;
-  std::vector<FlowIds> children;
+  std::string task_id{};
+  std::vector<FlowIds> children{};
 };
 
 /// A chain: each task of `tasks` runs after the one before it finished, and reads its result
@@ -273,6 +278,22 @@ FlowNode chain(std::vector<TaskSpec> tasks);
 /// empty header.
 FlowNode chord(std::vector<TaskSpec> header, TaskSpec callback,
                ChildFailure on_failure = ChildFailure::fail_parent);
+
+/// A batch of tasks (Producer::open_batch): a set that grows while it is open, from any
+/// producer (EnqueueOptions::batch), whose callbacks are enqueued as tasks once it is closed and
+/// every member finished. See docs/workflows.md.
+struct BatchOptions {
+  /// The batch's id; empty = a new UUID v4. An id in use (open, or fired within a day) is
+  /// refused with ConfigError.
+  std::string batch_id{};
+  /// Enqueued once the batch is closed and every member finished (done, dead or cancelled).
+  std::optional<TaskSpec> on_complete{};
+  /// Enqueued then too, when every member succeeded (none dead or cancelled).
+  std::optional<TaskSpec> on_success{};
+  /// The open batch this one is nested in: it counts there as one member, which ends when this
+  /// one fires (succeeded when none of its members failed). Empty: none.
+  std::string parent_batch{};
+};
 
 /// The completion of Producer::enqueue_async: `error` null and the task's id, or `error` holding
 /// what enqueue would have thrown (and an empty id). See Producer for the thread it runs on.
@@ -402,6 +423,20 @@ class Producer {
   ///   the same task ids and unique_for on its root if a second copy must not be added),
   ///   ReplicationError.
   FlowIds enqueue_flow(const FlowNode& root);
+
+  /// Opens a batch and returns its id. Tasks join it with EnqueueOptions::batch while it is
+  /// open; close_batch() closes it. Once it is closed and every member finished, the script
+  /// that saw the last end (or the close) enqueues its callbacks, exactly once, in the batch's
+  /// queue: on_complete, and on_success when no member failed. Each callback carries the
+  /// `batch_id` field. The batch's counts (Inspector::batch) stay a day after it fired.
+  /// @throws ConfigError (an id in use; a callback with a delay, run_at or unique_for; as
+  ///   enqueue), PayloadError, BatchClosedError (parent_batch is not open), ReplyError,
+  ///   ConnectionError / TimeoutError (unknown: open it again with the same batch_id, and a
+  ///   ConfigError then says it was).
+  std::string open_batch(const BatchOptions& options = {});
+  /// Closes batch `batch_id`: no task joins it any more. Returns true when this call closed it,
+  /// false when it was closed already. @throws BatchClosedError when there is no such batch.
+  bool close_batch(const std::string& batch_id);
 
   /// enqueue_batch without blocking (see enqueue_async).
   void enqueue_batch_async(std::vector<TaskSpec> tasks, BatchHandler done);

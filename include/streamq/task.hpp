@@ -48,6 +48,9 @@ inline constexpr std::string_view flow_parent = "flow_parent";
 inline constexpr std::string_view flow_on_failure = "flow_on_failure";
 /// A parent's children as they ended, written when the last one finished (Task::children_results).
 inline constexpr std::string_view flow_children = "flow_children";
+/// The batch a task belongs to (EnqueueOptions::batch), and on a batch's callback the batch it
+/// was enqueued for.
+inline constexpr std::string_view batch_id = "batch_id";
 // Added to dead-lettered entries.
 inline constexpr std::string_view error = "error";
 inline constexpr std::string_view failed_at = "failed_at";

@@ -33,7 +33,7 @@ enum class Start { run, not_ours, gone };
 Start start_suspect(const Shared& s, Work& w, std::unique_ptr<Channel>& ch);
 
 /// What the tracking scripts need of a task's fields: its id, type and retention (if tracked),
-/// and a flow's child's parent and failure policy.
+/// a flow's child's parent and failure policy, and a batch's task's batch.
 Fields tracking_fields(const Task& task);
 
 /// The deadline of a task (EnqueueOptions::deadline), if it has a readable one.

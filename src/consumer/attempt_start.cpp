@@ -47,6 +47,8 @@ Fields tracking_fields(const Task& task) {
     f.emplace_back(field::flow_parent, *parent);
     f.emplace_back(field::flow_on_failure, task.field(field::flow_on_failure).value_or("fail"));
   }
+  // A batch's task: its end is counted in its batch.
+  if (const auto batch = task.field(field::batch_id)) f.emplace_back(field::batch_id, *batch);
   return f;
 }
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The Inspector's reads of tracked tasks: a task's record and the queue's events.
+#include <charconv>
 #include <sstream>
 
 #include "inspector_impl.hpp"
@@ -62,6 +63,39 @@ std::optional<FlowTree> Inspector::flow(const std::string& queue, const std::str
     level = std::move(next);
   }
   return root;
+}
+
+std::optional<BatchInfo> Inspector::batch(const std::string& queue, const std::string& batch_id) {
+  const std::lock_guard lock(impl_->calls);
+  detail::check_queue(queue);
+  if (batch_id.empty()) throw ConfigError("batch_id must not be empty");
+  std::vector<std::string> keys;  // the argvs' strings
+  for (const std::string& part : impl_->parts(queue)) keys.push_back(detail::batch_key(part, batch_id));
+  std::vector<Argv> argvs;
+  argvs.reserve(keys.size());
+  for (const std::string& k : keys) argvs.push_back(Argv{"HGETALL", k});
+  const std::vector<Reply> replies = impl_->connected().pipeline(argvs);
+  for (const Reply& r : replies) {
+    const ReplyView v = r.view().check();
+    if (v.size() == 0) continue;
+    BatchInfo b{.batch_id = batch_id};
+    const auto count = [](std::string_view text) {
+      std::int64_t n = 0;
+      std::from_chars(text.data(), text.data() + text.size(), n);
+      return n;
+    };
+    for (std::size_t i = 0; i + 1 < v.size(); i += 2) {
+      const std::string_view name = v[i].str();
+      const std::string_view value = v[i + 1].str();
+      if (name == "state") b.state = std::string(value);
+      if (name == "total") b.total = count(value);
+      if (name == "done") b.done = count(value);
+      if (name == "failed") b.failed = count(value);
+      if (name == "parent") b.parent_batch = std::string(value);
+    }
+    return b;
+  }
+  return std::nullopt;
 }
 
 Inspector::QueueEvents Inspector::events(const std::string& queue, const std::string& after,

@@ -14,7 +14,7 @@
 --       orphan.lua);
 --   the unique lock (<queue>:unique:<key>, '' for none);
 --   m, then the m strings of the task's fields (task_id, task_type, and retention when tracked;
---   flow_parent and flow_on_failure for a flow's child).
+--   flow_parent and flow_on_failure for a flow's child, batch_id for a batch's task).
 -- Returns per entry 1 when its record says done (or cancelled); 0 when the entry was no longer
 -- pending and had no provisional record, so this success was not its fate to write (its lease
 -- was lost and the new owner retried it meanwhile: the record says what it did). Each entry is
@@ -64,7 +64,7 @@ local function started_and_finished(first, last, fate, result)
   if start then track_event(queue, 'started', id, now, {'attempt', ms_text(attempt), 'worker', me}) end
   track_event(queue, fate, id, now)
   -- (A record final already: only the first final state counts for a flow, as in track_state.)
-  if start then flow_settled(queue, id, key, ARGV, first, last, fate) end
+  if start then task_settled(queue, id, key, ARGV, first, last, fate) end
   local keep = done_ms
   if keep == 0 and record[3] then keep = WAITED_KEEP end
   track_ttl(key, keep)

@@ -15,7 +15,8 @@
 --            member), m (the number of field and value strings), then the m strings;
 --   'plain': every task immediate, normal priority and not unique, so per task only m and
 --            the m strings (the common case: a third fewer arguments to send and parse).
--- Returns n, or an error with nothing written: "QUEUEFULL ..." or
+-- Returns n, or an error with nothing written: "QUEUEFULL ...", "BATCHCLOSED ..." (a task of a
+-- batch that is not open, see Producer::open_batch and the batches in lib/track.lua) or
 -- "DUPLICATE <index in this call> <length of the id> <task id holding the lock> ...", or
 -- "WRONGTYPE ..." (a lock key holds something else; the batch is marked refused too), 0
 -- with nothing written when an earlier chunk of the same batch was refused, or -1 with
@@ -107,9 +108,24 @@ if #KEYS > (mark and 5 or 4) then
     i = i + 7 + tonumber(ARGV[i + 6])
   end
 end
+-- A task of a batch (its batch_id field) joins it only while the batch is open: checked for
+-- every task before anything is written.
+local i = 6
+for _ = 1, n do
+  local first, last = i + 7, i + 6 + tonumber(ARGV[i + 6])
+  local batch = field_value(ARGV, first, last, 'batch_id')
+  if batch then
+    local state = redis.pcall('HGET', KEYS[1] .. ':batches:' .. batch, 'state')
+    if state ~= 'open' then
+      return refuse('BATCHCLOSED batch ' .. batch .. (type(state) == 'string' and (' is ' .. state) or
+                    ' is not open (no such batch)'))
+    end
+  end
+  i = last + 1
+end
 local now = nil
 local children = {}  -- parent id -> its children's ids, in order (a flow)
-local i = 6
+i = 6
 for _ = 1, n do
   local place = tonumber(ARGV[i])
   local dest, at, delay, lock = KEYS[math.abs(place)], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
@@ -139,6 +155,11 @@ for _ = 1, n do
   if lock > 0 then redis.call('SET', KEYS[lock], ARGV[first + 1], 'PX', ARGV[i + 4]) end
   track_new(KEYS[1], ARGV, first, last, place < 0 and 'waiting' or (due > 0 and 'delayed' or 'queued'), due)
   if parent then redis.pcall('HSET', KEYS[1] .. ':task:' .. ARGV[first + 1], 'flow_parent', parent) end
+  local batch = field_value(ARGV, first, last, 'batch_id')
+  if batch then
+    redis.call('SADD', KEYS[1] .. ':batches:' .. batch .. ':pending', ARGV[first + 1])
+    redis.call('HINCRBY', KEYS[1] .. ':batches:' .. batch, 'total', 1)
+  end
   i = last + 1
 end
 -- A parent's children: in its flow (packed), and in its record, `<length>:<id>` each

@@ -243,6 +243,11 @@ std::vector<std::string> Producer::Impl::finish_batch(BatchWrite& b, std::vector
         "ERR a chunk of the batch was not run and the ones behind it were not written (the batch's mark "
         "expired or was evicted)";
   }
+  if (failure.starts_with("BATCHCLOSED")) {
+    std::string message =
+        partial_batch_message("batch closed", ids, failure) + im.replication_of_written(ids, b.generation);
+    throw BatchClosedError(message, std::move(ids));
+  }
   if (!failure.empty()) im.refuse_batch(ids, failure, b.generation);
   im.wait_for_replicas(ids, b.generation);
   return std::move(ids);

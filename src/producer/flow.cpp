@@ -2,7 +2,7 @@
 // Producer::enqueue_flow, and the flows it is given ready-made: chain and chord. The flow is
 // flattened (each task with its parent's place), prepared as any task, and written by one call
 // of the enqueue script (src/lua/enqueue.lua; the bookkeeping that runs the parents is in
-// src/lua/lib/track.lua).
+// src/lua/lib/track.lua). And batches: Producer::open_batch and close_batch (src/lua/batch.lua).
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -136,12 +136,77 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::enqueue}}, true, &written_on);
   const detail::Reply& reply = replies[0];
   if (detail::is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
+  if (detail::is_batch_closed(reply)) throw BatchClosedError(std::string(reply.view().error()));
   if (auto d = detail::parse_duplicate(reply)) {
     throw DuplicateTaskError(detail::duplicate_message(*d), d->holder);
   }
   reply.view().check();
   im.wait_for_replicas(ids, written_on);
   return ids_of(ids, flat, 0);
+}
+
+namespace {
+
+/// The reply of the batch script, or the refusal it says.
+const detail::Reply& checked_batch_reply(const detail::Reply& r) {
+  if (r.view().is_error()) {
+    const std::string e(r.view().error());
+    if (e.starts_with("BATCHEXISTS")) throw ConfigError(e.substr(12) + ": batch ids must be unique");
+    if (e.starts_with("BATCHCLOSED")) throw BatchClosedError(e);
+  }
+  r.view().check();
+  return r;
+}
+
+}  // namespace
+
+std::string Producer::open_batch(const BatchOptions& options) {
+  Impl& im = *impl_;
+  const std::string id = options.batch_id.empty() ? detail::new_uuid_v4() : options.batch_id;
+  if (!options.parent_batch.empty() && im.options.partitions > 1) {
+    throw ConfigError("nested batches (parent_batch) need a queue of one partition");
+  }
+  const int partition = im.partition_of(EnqueueOptions{.batch = id}, {});
+  const detail::QueueKeys& k = im.keys[static_cast<std::size_t>(partition)];
+  const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
+  std::string ids[2];
+  std::vector<detail::Prepared> callbacks;  // viewed by the command: reserved, never moved
+  callbacks.reserve(2);
+  detail::Argv argv = detail::ScriptRunner::begin_shared(detail::ScriptId::batch, 1);
+  argv.add(k.stream).add("open").add(id).add(options.parent_batch);
+  const std::optional<TaskSpec>* given[] = {&options.on_complete, &options.on_success};
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (!*given[i]) {
+      argv.add(std::int64_t{0});
+      continue;
+    }
+    const TaskSpec& t = **given[i];
+    const EnqueueOptions& eo = t.options;
+    if (eo.delay.count() > 0 || eo.run_at || eo.unique_for.count() > 0 || !eo.batch.empty()) {
+      throw ConfigError("a batch's callback (task type \"" + t.task_type +
+                        "\") is enqueued when the batch ends: no delay, run_at, unique_for or batch");
+    }
+    detail::Prepared& p =
+        callbacks.emplace_back(im.prepare(t.task_type, t.payload.text(), eo, ids[i], created_at));
+    p.task.batch_id = id;
+    const std::string& stream = p.dest == 2 ? k.high : p.dest == 3 ? k.low : k.stream;
+    const detail::NewTask written = p.written_task();
+    argv.add(static_cast<std::int64_t>(1 + detail::new_task_string_count(written))).add(stream);
+    detail::append_new_task(argv, written);
+  }
+  std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::batch}}, true);
+  checked_batch_reply(replies[0]);
+  return id;
+}
+
+bool Producer::close_batch(const std::string& batch_id) {
+  Impl& im = *impl_;
+  if (batch_id.empty()) throw ConfigError("batch_id must not be empty");
+  const int partition = im.partition_of(EnqueueOptions{.batch = batch_id}, {});
+  detail::Argv argv = detail::ScriptRunner::begin_shared(detail::ScriptId::batch, 1);
+  argv.add(im.keys[static_cast<std::size_t>(partition)].stream).add("close").add(batch_id);
+  std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::batch}}, true);
+  return checked_batch_reply(replies[0]).view().integer() == 1;
 }
 
 }  // namespace streamq

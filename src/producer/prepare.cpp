@@ -32,7 +32,10 @@ std::string retention_field(const Retention& r) {
 
 int Producer::Impl::partition_of(const EnqueueOptions& eo, std::string_view unique_key) {
   if (options.partitions == 1) return 0;
-  const std::string_view key = !eo.partition_key.empty() ? std::string_view(eo.partition_key) : unique_key;
+  // A batch's task goes where its batch is (open_batch: the batch id's partition).
+  const std::string_view key = !eo.batch.empty()           ? std::string_view(eo.batch)
+                               : !eo.partition_key.empty() ? std::string_view(eo.partition_key)
+                                                           : unique_key;
   if (!key.empty()) return static_cast<int>(detail::crc16(key) % static_cast<unsigned>(options.partitions));
   return static_cast<int>(next_partition.fetch_add(1, std::memory_order_relaxed) %
                           static_cast<unsigned>(options.partitions));
@@ -87,7 +90,11 @@ Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload
   }
   if (const std::optional<Retention>& r = eo.retention ? eo.retention : options.retention) {
     p.retention = retention_field(*r);
+  } else if (!eo.batch.empty()) {
+    p.retention =
+        retention_field(Retention{.done = std::chrono::hours(1)});  // a batch counts its tasks' ends
   }
+  p.task.batch_id = eo.batch;
   if (eo.deadline) {
     if (*eo.deadline > std::chrono::system_clock::now() + detail::kMaxDuration) {
       throw ConfigError("deadline must be at most ten years from now");

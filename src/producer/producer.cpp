@@ -233,6 +233,7 @@ void Producer::Impl::build_one(OneWrite& w) {
 
 std::string Producer::Impl::finish_one(const OneWrite& w, const detail::Reply& reply) {
   if (is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
+  if (detail::is_batch_closed(reply)) throw BatchClosedError(std::string(reply.view().error()));
   if (auto d = parse_duplicate(reply)) throw DuplicateTaskError(duplicate_message(*d), d->holder);
   reply.view().check();
   return w.id;

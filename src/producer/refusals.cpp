@@ -12,6 +12,10 @@ bool is_queue_full(const Reply& r) {
   return r.view().is_error() && r.view().error().starts_with("QUEUEFULL");
 }
 
+bool is_batch_closed(const Reply& r) {
+  return r.view().is_error() && r.view().error().starts_with("BATCHCLOSED");
+}
+
 std::optional<Duplicate> parse_duplicate(const Reply& r) {
   if (!r.view().is_error()) return std::nullopt;
   std::string_view e = r.view().error();

@@ -14,6 +14,9 @@ namespace streamq::detail {
 /// Whether `r` is the enqueue script's QUEUEFULL refusal.
 bool is_queue_full(const Reply& r);
 
+/// Whether `r` is the enqueue script's BATCHCLOSED refusal (a task of a batch that is not open).
+bool is_batch_closed(const Reply& r);
+
 /// A DUPLICATE refusal of the enqueue script: "DUPLICATE <index> <id length> <id> holds <key>".
 struct Duplicate {
   std::size_t index = 0;  // in the script call

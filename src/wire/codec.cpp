@@ -166,6 +166,7 @@ std::size_t append_new_task(Argv& argv, const NewTask& task) {
     argv.add(field::flow_parent).add(task.flow_parent);
     argv.add(field::flow_on_failure).add(task.flow_on_failure);
   }
+  if (!task.batch_id.empty()) argv.add(field::batch_id).add(task.batch_id);
   if (task.extra_fields != nullptr) {
     for (const auto& [name, value] : *task.extra_fields) argv.add(name).add(value);
   }
@@ -191,7 +192,7 @@ bool is_reserved_field(std::string_view name) noexcept {
   }
   return name == field::unique_key || name == field::retention || name == field::deadline ||
          name == field::retry_of_span || name == field::flow_parent || name == field::flow_on_failure ||
-         name == field::flow_children;
+         name == field::flow_children || name == field::batch_id;
 }
 
 Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> shared, std::int64_t deliveries,

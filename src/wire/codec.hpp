@@ -47,6 +47,7 @@ struct NewTask {
   std::string_view deadline{};         // written as the deadline field when not empty
   std::string_view flow_parent{};      // a flow's child: its parent's id, written when not empty,
   std::string_view flow_on_failure{};  // with what its failure does to it
+  std::string_view batch_id{};         // its batch (EnqueueOptions::batch), written when not empty
 };
 
 /// Appends the task's field/value strings to `argv` in the seed's order (task_id, task_type,
@@ -63,7 +64,8 @@ std::optional<std::string_view> take_counted(std::string_view text, std::size_t&
 inline std::size_t new_task_string_count(const NewTask& task) {
   return 12 + (task.extra_fields != nullptr ? 2 * task.extra_fields->size() : 0) +
          (task.unique_key.empty() ? 0 : 2) + (task.retention.empty() ? 0 : 2) +
-         (task.deadline.empty() ? 0 : 2) + (task.flow_parent.empty() ? 0 : 4);
+         (task.deadline.empty() ? 0 : 2) + (task.flow_parent.empty() ? 0 : 4) +
+         (task.batch_id.empty() ? 0 : 2);
 }
 
 /// Most fields a runnable entry may have, and a dead-letter entry keeps: Lua's unpack() cannot

@@ -63,6 +63,12 @@ inline std::string flow_key(std::string_view stream, std::string_view task_id) {
   return std::string(stream) + ":flow:" + std::string(task_id);
 }
 
+/// Batch `batch_id` (Producer::open_batch, lib/track.lua): a hash (state, counts, callbacks),
+/// with `<batch>:pending` (a set of its unfinished members).
+inline std::string batch_key(std::string_view stream, std::string_view batch_id) {
+  return std::string(stream) + ":batches:" + std::string(batch_id);
+}
+
 /// The queue's events stream (the changes of its tracked tasks, capped at about 10,000).
 inline std::string events_key(std::string_view stream) { return std::string(stream) + ":events"; }
 

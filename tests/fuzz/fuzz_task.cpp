@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -45,6 +46,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)task->field("payload");
     (void)task->created_at();
     if (task->fields().size() != fields->size()) std::abort();
+    // A flow_children field (a parent's children's outcomes) is read as written or refused with
+    // std::runtime_error; each child it yields came from within the field.
+    try {
+      const auto field = task->field(streamq::field::flow_children);
+      for (const streamq::ChildResult& c : task->children_results()) {
+        if (!field || c.task_id.size() + c.result.size() + c.error.size() > field->size()) std::abort();
+      }
+    } catch (const std::runtime_error&) {
+    }
   } else if (std::get<std::string>(d).empty()) {
     std::abort();  // a refusal names its reason
   }

@@ -106,6 +106,15 @@ TEST_F(AclRoles, TheProducerEnqueuesAndCanDoNothingElse) {
   // A flow: its parent waits in task_queue:flow:<id>, its child joins the parent's pending set.
   p.enqueue_flow(chord({{.task_type = "t", .payload = "{}"}}, {.task_type = "t", .payload = "{}"}));
   EXPECT_EQ(admin.integer({"XLEN", queue}), 103);
+  // A batch: opened, joined, closed; closed empty, it enqueues its (tracked) callback at once.
+  const std::string joined = p.open_batch();
+  p.enqueue("t", R"({})", {.batch = joined});
+  EXPECT_TRUE(p.close_batch(joined));
+  const std::string empty = p.open_batch(
+      {.on_complete =
+           TaskSpec{.task_type = "t", .payload = "{}", .options = {.retention = Retention{.done = 1min}}}});
+  EXPECT_TRUE(p.close_batch(empty));
+  EXPECT_EQ(admin.integer({"XLEN", queue}), 105);
 
   Client as_producer(url("producer"));
   for (const auto& args :
@@ -149,6 +158,12 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
       p.enqueue_flow(chord({{.task_type = "ok", .payload = "{}"},
                             {.task_type = "flaky", .payload = "{}", .options = {.max_retries = 1}}},
                            {.task_type = "ok", .payload = "{}"}, ChildFailure::ignore));
+  // A batch the worker's ends finish: the last one enqueues its (tracked) callback.
+  const std::string batch = p.open_batch(
+      {.on_complete =
+           TaskSpec{.task_type = "ok", .payload = "{}", .options = {.retention = Retention{.done = 1min}}}});
+  p.enqueue("ok", R"({})", {.batch = batch});
+  p.close_batch(batch);
   std::atomic<int> done{0}, flaky{0}, long_done{0};
   std::atomic<bool> go{false}, cancel_started{false};
   std::string long_entry;
@@ -199,13 +214,14 @@ TEST_F(AclRoles, TheWorkerRunsRetriesDeadLettersAndForwardsButCannotEnqueueElsew
   ASSERT_TRUE(wait_until([&] { return w.consumer().metrics().cancelled == 1; }));
   EXPECT_EQ(admin.integer({"ZCARD", queue + ":running:cancel_me"}), 0) << "its slot was given back";
   ASSERT_TRUE(wait_until([&] {
-    return done.load() == 5 && long_done.load() == 1 && admin.integer({"XLEN", queue + ":dlq"}) == 2 &&
+    return done.load() == 7 && long_done.load() == 1 && admin.integer({"XLEN", queue + ":dlq"}) == 2 &&
            admin.integer({"EXISTS", queue + ":orphan:" + long_entry}) == 0;
   }));
   w.stop();
-  EXPECT_EQ(w.consumer().metrics().done, 6u);
+  EXPECT_EQ(w.consumer().metrics().done, 8u);
   EXPECT_EQ(p.wait(tracked, 5s).state, TaskRecord::State::done);  // the producer reads the record
   EXPECT_EQ(p.wait(flow.task_id, 5s).state, TaskRecord::State::done);
+  EXPECT_EQ(Inspector({.connection = {.url = url("operator")}}).batch(queue, batch)->state, "fired");
   EXPECT_EQ(flaky.load(), 4) << "the first attempt and its retry, of each";
   EXPECT_EQ(admin.integer({"XLEN", queue}), 0);
   EXPECT_EQ(admin.integer({"EXISTS", queue + ":unique:u"}), 0) << "the lock was released";

@@ -2,11 +2,13 @@
 // Flows (Producer::enqueue_flow, chain, chord): a parent runs once, after all its children
 // finished, with their results; each failure policy; a replayed dead child resumes its flow; a
 // flow is written whole or not at all.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -321,6 +323,147 @@ TEST_F(FlowsTest, TheInspectorShowsAFlowAsATreeWithEachTasksState) {
   // Any task of the flow is a tree's top; one without a record is none.
   EXPECT_EQ(inspector.flow(stream, ids.children[0].task_id)->children.size(), 2u);
   EXPECT_FALSE(inspector.flow(stream, "no-such-task"));
+}
+
+using BatchesTest = FlowsTest;
+
+TEST_F(BatchesTest, ABatchThatGrowsWhileItsTasksFinishFiresOnCompleteOnceAfterItsClose) {
+  const std::string batch =
+      shared.open_batch({.on_complete = TaskSpec{.task_type = "complete", .payload = "{}"},
+                         .on_success = TaskSpec{.task_type = "success", .payload = "{}"}});
+  Runs runs;
+  std::atomic<int> completes{0}, successes{0}, members{0};
+  std::string seen_batch;
+  std::mutex mutex;
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("member", [&](const Task&) { ++members; });
+    c.on("complete", [&](const Task& t) {
+      ++completes;
+      std::lock_guard lock(mutex);
+      seen_batch = std::string(t.field(field::batch_id).value_or(""));
+    });
+    c.on("success", [&](const Task&) { ++successes; });
+  });
+  Producer other = producer();  // tasks join from any producer
+  for (int i = 0; i < 50; ++i) shared.enqueue("member", "{}", {.batch = batch});
+  ASSERT_TRUE(wait_until([&] { return members.load() == 50; }, 10s));
+  // Every task so far finished: the batch is open, so nothing fires.
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(completes.load(), 0);
+  EXPECT_EQ(inspector.batch(stream, batch)->state, "open");
+  std::vector<TaskSpec> more(50,
+                             TaskSpec{.task_type = "member", .payload = "{}", .options = {.batch = batch}});
+  other.enqueue_batch(more);
+  EXPECT_TRUE(shared.close_batch(batch));
+  EXPECT_FALSE(shared.close_batch(batch));
+  ASSERT_TRUE(wait_until([&] { return completes.load() == 1 && successes.load() == 1; }, 10s));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(completes.load(), 1);
+  EXPECT_EQ(successes.load(), 1);
+  EXPECT_EQ(members.load(), 100);
+  const std::optional<BatchInfo> info = inspector.batch(stream, batch);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->state, "fired");
+  EXPECT_EQ(info->total, 100);
+  EXPECT_EQ(info->done, 100);
+  EXPECT_EQ(info->failed, 0);
+  EXPECT_EQ(info->pending(), 0);
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(seen_batch, batch);
+}
+
+TEST_F(BatchesTest, AFailedMemberFiresOnCompleteButNotOnSuccess) {
+  const std::string batch =
+      shared.open_batch({.on_complete = TaskSpec{.task_type = "complete", .payload = "{}"},
+                         .on_success = TaskSpec{.task_type = "success", .payload = "{}"}});
+  shared.enqueue("ok", "{}", {.batch = batch});
+  shared.enqueue("fails", "{}", {.max_retries = 1, .batch = batch});  // a retry does not end it
+  shared.close_batch(batch);
+  std::atomic<int> completes{0}, successes{0}, failures{0};
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("ok", [](const Task&) {});
+    c.on("fails", [&](const Task&) {
+      ++failures;
+      throw std::runtime_error("no");
+    });
+    c.on("complete", [&](const Task&) { ++completes; });
+    c.on("success", [&](const Task&) { ++successes; });
+  });
+  ASSERT_TRUE(wait_until([&] { return completes.load() == 1; }, 10s));
+  EXPECT_EQ(failures.load(), 2);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(successes.load(), 0);
+  const BatchInfo info = *inspector.batch(stream, batch);
+  EXPECT_EQ(info.state, "fired");
+  EXPECT_EQ(info.done, 1);
+  EXPECT_EQ(info.failed, 1);
+}
+
+TEST_F(BatchesTest, AnEmptyBatchFiresWhenClosedAndAClosedOneRefusesTasks) {
+  const std::string batch = shared.open_batch(
+      {.batch_id = "b1", .on_complete = TaskSpec{.task_type = "complete", .payload = "{}"}});
+  EXPECT_EQ(batch, "b1");
+  EXPECT_THROW(shared.open_batch({.batch_id = "b1"}), ConfigError);
+  EXPECT_TRUE(shared.close_batch(batch));
+  EXPECT_EQ(xlen(stream), 1) << "its on_complete, at once";
+  EXPECT_EQ(inspector.batch(stream, batch)->state, "fired");
+  EXPECT_THROW(shared.enqueue("late", "{}", {.batch = batch}), BatchClosedError);
+  EXPECT_THROW(shared.enqueue("nowhere", "{}", {.batch = "no-such-batch"}), BatchClosedError);
+  std::vector<TaskSpec> mixed{{.task_type = "fine", .payload = "{}"},
+                              {.task_type = "late", .payload = "{}", .options = {.batch = batch}}};
+  EXPECT_THROW(shared.enqueue_batch(mixed), BatchClosedError);
+  EXPECT_EQ(xlen(stream), 1) << "nothing of a refused call is written";
+  EXPECT_THROW(shared.close_batch("no-such-batch"), BatchClosedError);
+  EXPECT_FALSE(inspector.batch(stream, "no-such-batch"));
+  EXPECT_THROW(shared.open_batch(
+                   {.on_complete = TaskSpec{.task_type = "c", .payload = "{}", .options = {.delay = 1s}}}),
+               ConfigError);
+}
+
+TEST_F(BatchesTest, ANestedBatchEndsAsOneMemberOfItsParentWhenItFires) {
+  const std::string outer =
+      shared.open_batch({.on_complete = TaskSpec{.task_type = "outer_done", .payload = "{}"}});
+  const std::string inner = shared.open_batch(
+      {.on_complete = TaskSpec{.task_type = "inner_done", .payload = "{}"}, .parent_batch = outer});
+  shared.enqueue("member", "{}", {.batch = outer});
+  for (int i = 0; i < 3; ++i) shared.enqueue("member", "{}", {.batch = inner});
+  std::mutex mutex;
+  std::vector<std::string> order;
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("member", [](const Task&) {});
+    c.on("inner_done", [&](const Task&) {
+      std::lock_guard lock(mutex);
+      order.push_back("inner");
+    });
+    c.on("outer_done", [&](const Task&) {
+      std::lock_guard lock(mutex);
+      order.push_back("outer");
+    });
+  });
+  shared.close_batch(outer);
+  ASSERT_TRUE(wait_until([&] { return inspector.batch(stream, inner)->done == 3; }, 10s));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(inspector.batch(stream, outer)->state, "closed") << "its nested batch is still open";
+  shared.close_batch(inner);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::lock_guard lock(mutex);
+        return order.size() == 2;
+      },
+      10s));
+  {
+    // Both fired by the inner's close, in one script: the inner's callback enqueued first (they
+    // may then run in either order, on two handler threads).
+    std::lock_guard lock(mutex);
+    std::sort(order.begin(), order.end());
+    EXPECT_EQ(order, (std::vector<std::string>{"inner", "outer"}));
+  }
+  const BatchInfo o = *inspector.batch(stream, outer);
+  EXPECT_EQ(o.state, "fired");
+  EXPECT_EQ(o.total, 2);  // one task and the nested batch
+  EXPECT_EQ(o.done, 2);
+  EXPECT_EQ(inspector.batch(stream, inner)->parent_batch, outer);
+  EXPECT_THROW(shared.open_batch({.parent_batch = outer}), BatchClosedError);
 }
 
 }  // namespace

@@ -158,6 +158,55 @@ TEST(Cluster, APartitionedQueueSpreadsOverTheMasters) {
 // and workers of the old count until the partitions left behind are empty (delayed tasks and
 // retries included); to grow, workers first. Nothing is lost either way. (The procedure does
 // not depend on the cluster: a single server runs it faster.)
+// Flows in a partitioned queue on the cluster: each flow lives in one partition (its root's), so
+// its bookkeeping is in one slot; the flows spread over the partitions, and every parent runs
+// once with its children's results.
+TEST(Cluster, FlowsOfAPartitionedQueueRunEachInItsRootsPartition) {
+  ClusterTopology t(3);
+  const std::string url = t.url({0});
+  const std::string queue = plain_key();
+  constexpr int kPartitions = 6;
+  Producer producer({.connection = {.url = url}, .stream = queue, .partitions = kPartitions});
+  std::vector<FlowIds> flows;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<TaskSpec> header(5, TaskSpec{.task_type = "child", .payload = "{}"});
+    flows.push_back(
+        producer.enqueue_flow(chord(std::move(header), {.task_type = "parent", .payload = "{}"})));
+  }
+  // Each flow's tasks in one partition: its root's (where its record is), every child's record there too.
+  const auto exists = [&](const std::string& key) {
+    Client node(t.node(t.owner_of(detail::key_slot(key))).url());
+    return node.integer({"EXISTS", key}) == 1;
+  };
+  std::set<std::string> used;
+  for (const FlowIds& f : flows) {
+    std::string where;
+    for (int p = 0; p < kPartitions; ++p) {
+      const std::string part = detail::partition_stream(queue, kPartitions, p);
+      if (exists(detail::task_key(part, f.task_id))) where = part;
+    }
+    ASSERT_FALSE(where.empty());
+    used.insert(where);
+    for (const FlowIds& c : f.children) EXPECT_TRUE(exists(detail::task_key(where, c.task_id)));
+  }
+  EXPECT_GE(used.size(), 2u) << "the flows spread over the partitions";
+  std::mutex m;
+  std::map<std::string, std::size_t> read;  // parent id -> children it read
+  auto o = cluster_worker_options(url, queue, "w1");
+  o.partitions = kPartitions;
+  o.concurrency = kPartitions;
+  RunningConsumer w(o, [&](Consumer& c) {
+    c.on("child", [](const Task& task) { task.set_result(R"("ok")"); });
+    c.on("parent", [&](const Task& task) {
+      std::lock_guard lock(m);
+      read[task.id()] += task.children_results().size();
+    });
+  });
+  for (const FlowIds& f : flows) EXPECT_EQ(producer.wait(f.task_id, 30s).state, TaskRecord::State::done);
+  std::lock_guard lock(m);
+  for (const FlowIds& f : flows) EXPECT_EQ(read[f.task_id], 5u) << f.task_id;
+}
+
 TEST(Partitions, TheCountOfALiveQueueChangesWithoutLosingATask) {
   RedisServer server;
   const std::string queue = plain_key();

@@ -70,9 +70,10 @@ local function task_type_of(fields, first, last)
   return field_value(fields, first, last, 'task_type') or ''
 end
 
--- flow_settled(queue, id, key, fields, first, last, state): a child of a flow reached its final
--- state; defined with the flows, at the end of this file (it calls track_state in turn).
-local flow_settled
+-- task_settled(queue, id, key, fields, first, last, state): a tracked task reached its final
+-- state: its flow's parent and its batch learn it. Defined at the end of this file, with the
+-- flows and batches (which call track_state in turn).
+local task_settled
 
 -- track_event(queue, event, id, now, pairs): one entry of <queue>:events.
 local function track_event(queue, event, id, now, pairs)
@@ -183,7 +184,7 @@ local function track_state(queue, fields, first, state, event, pairs, kept, last
   -- A record someone waits on outlives a retention of 0 for a while: the waiter reads it.
   if FINAL[state] and keep == 0 and redis.call('HEXISTS', key, 'waited') == 1 then keep = WAITED_KEEP end
   -- Only the first final state counts for a flow: a stale holder's later write does not.
-  if FINAL[state] and not (old and FINAL[old]) then flow_settled(queue, id, key, fields, first, last, state) end
+  if FINAL[state] and not (old and FINAL[old]) then task_settled(queue, id, key, fields, first, last, state) end
   if FINAL[state] then track_ttl(key, keep) end
   return key
 end
@@ -256,7 +257,7 @@ local function flow_fail(queue, parent, child, err)
   end
 end
 
-flow_settled = function(queue, id, key, fields, first, last, state)
+local function flow_settled(queue, id, key, fields, first, last, state)
   local parent = field_value(fields, first, last, 'flow_parent')
   if not parent then return end
   local flow = queue .. ':flow:' .. parent
@@ -278,4 +279,51 @@ flow_settled = function(queue, id, key, fields, first, last, state)
   end
   redis.call('SREM', pending, id)
   if redis.call('SCARD', pending) == 0 then flow_release(queue, parent) end
+end
+
+-- Batches (Producer::open_batch). Batch B of a queue is kept in the queue's slot:
+--   <queue>:batches:B          hash: state (open, closed, fired), total, done, failed (its
+--                              members so far, and how many ended each way), on_complete and
+--                              on_success (a callback's stream and fields, packed as a flow's body),
+--                              parent (the batch B is a member of, if any)
+--   <queue>:batches:B:pending  set: its members not finished: task ids, and 'batch:' .. id for a
+--                              nested batch
+-- A task of B carries batch_id (B). A member's end is counted once (its SREM); the script that
+-- leaves a closed batch with nothing pending fires it (state fired, only from closed): its
+-- on_complete is enqueued, and its on_success when no member failed; a nested batch then ends
+-- as a member of its parent (done when none of its members failed). A fired batch's counts
+-- stay BATCH_KEEP ms.
+local BATCH_KEEP = 86400000
+local batch_member_ended
+
+-- batch_fire(queue, batch): the closed batch has nothing pending: its callbacks go.
+local function batch_fire(queue, batch)
+  local key = queue .. ':batches:' .. batch
+  local b = redis.call('HMGET', key, 'state', 'failed', 'on_complete', 'on_success', 'parent')
+  if b[1] ~= 'closed' then return end
+  redis.call('HSET', key, 'state', 'fired')
+  local failed = tonumber(b[2]) or 0
+  for _, packed in ipairs({b[3] or '', failed == 0 and b[4] or ''}) do
+    if packed ~= '' then
+      local parts = cmsgpack.unpack(packed)
+      redis.call('XADD', parts[1], '*', unpack(parts, 2))
+      track_new(queue, parts, 2, #parts, 'queued', 0)
+    end
+  end
+  redis.call('PEXPIRE', key, BATCH_KEEP)  -- (its pending set is empty: Redis deleted it)
+  if b[5] then batch_member_ended(queue, b[5], 'batch:' .. batch, failed == 0) end
+end
+
+-- batch_member_ended(queue, batch, member, ok): a member of `batch` ended (ok: done), once.
+batch_member_ended = function(queue, batch, member, ok)
+  local key = queue .. ':batches:' .. batch
+  if redis.call('SREM', key .. ':pending', member) == 0 then return end
+  redis.call('HINCRBY', key, ok and 'done' or 'failed', 1)
+  if redis.call('SCARD', key .. ':pending') == 0 then batch_fire(queue, batch) end
+end
+
+task_settled = function(queue, id, key, fields, first, last, state)
+  flow_settled(queue, id, key, fields, first, last, state)
+  local batch = field_value(fields, first, last, 'batch_id')
+  if batch then batch_member_ended(queue, batch, id, state == 'done') end
 end

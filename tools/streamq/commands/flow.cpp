@@ -13,8 +13,9 @@ namespace streamq::cli {
 namespace {
 
 nlohmann::json tree_json(const FlowTree& t) {
-  nlohmann::json j = {{"task_id", t.task_id},
-                      {"record", t.record ? nlohmann::json::parse(t.record->to_json()) : nlohmann::json(nullptr)}};
+  nlohmann::json j = {
+      {"task_id", t.task_id},
+      {"record", t.record ? nlohmann::json::parse(t.record->to_json()) : nlohmann::json(nullptr)}};
   j["children"] = nlohmann::json::array();
   for (const FlowTree& c : t.children) j["children"].push_back(tree_json(c));
   return j;
@@ -56,7 +57,8 @@ struct FlowArgs {
 
 void add_flow(CLI::App& app, Context& ctx) {
   auto a = std::make_shared<FlowArgs>();
-  auto* sub = add_queue_command(app, "flow", "a flow's task and the tasks below it, with their states", a->queue);
+  auto* sub =
+      add_queue_command(app, "flow", "a flow's task and the tasks below it, with their states", a->queue);
   sub->add_option("id", a->id, "the task id (of a flow's root, or of any task in it)")->required();
   on_run(sub, ctx, [&ctx, a] { return flow(ctx, a->queue, a->id); });
 }
