@@ -4,8 +4,11 @@
 // checker over the streams, the pending lists, the delayed set and the dead letters).
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -187,6 +190,59 @@ TEST(FlowChaos, EveryParentIsEnqueuedOnceWithAllItsChildrenWhileWorkersAreKilled
   }
   EXPECT_EQ(disagreements(in, stream, ids), 0);
   EXPECT_EQ(client.cmd({"KEYS", stream + ":flow:*"}).view().size(), 0u);
+}
+
+TEST(FlowChaos, ABatchGrowingWhileWorkersAreKilledFiresItsCallbackOnceAfterItsClose) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Inspector in({.connection = {.url = server.url()}});
+  Producer producer({.connection = {.url = server.url()}, .stream = stream, .max_len = 100000});
+  const std::string batch = producer.open_batch(
+      {.on_complete =
+           TaskSpec{"work",
+                    "{}",
+                    {.task_id = "on-complete", .retention = Retention{.done = std::chrono::minutes(10)}}},
+       .on_success =
+           TaskSpec{"work",
+                    "{}",
+                    {.task_id = "on-success", .retention = Retention{.done = std::chrono::minutes(10)}}}});
+  // 600 members (each sleeps 4 ms), the last 300 added while the first run and workers die.
+  std::vector<TaskSpec> half(300, TaskSpec{"work", R"({"ms":4})", {.batch = batch}});
+  std::vector<std::string> ids = producer.enqueue_batch(half);
+  std::vector<std::unique_ptr<WorkerProcess>> procs;
+  for (int i = 0; i < 3; ++i) {
+    procs.push_back(std::make_unique<WorkerProcess>(
+        worker_args(server, stream, "slot-" + std::to_string(i), {"concurrency=2", "max_deliveries=20"})));
+  }
+  std::mt19937 rng(2026);
+  for (int kill = 0; kill < 8; ++kill) {
+    std::this_thread::sleep_for(150ms);
+    if (kill == 2) {
+      const std::vector<std::string> added = producer.enqueue_batch(half);
+      ids.insert(ids.end(), added.begin(), added.end());
+      EXPECT_TRUE(producer.close_batch(batch));
+    }
+    auto& w = procs[rng() % procs.size()];
+    w->kill9();
+    w->start();
+  }
+  ids.push_back("on-complete");
+  ids.push_back("on-success");
+  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":done").size() == ids.size(); }, 60s))
+      << hash(client, stream + ":done").size() << " of " << ids.size();
+  const auto done = hash(client, stream + ":done");
+  for (const std::string& id : ids) EXPECT_TRUE(done.count(id)) << "lost task " << id;
+  const BatchInfo info = *in.batch(stream, batch);
+  EXPECT_EQ(info.state, "fired");
+  EXPECT_EQ(info.total, 600);
+  EXPECT_EQ(info.done, 600);
+  // Each callback enqueued once (its one 'enqueued' event; a kill may run it twice, not add it twice).
+  int enqueued = 0;
+  for (const QueueEvent& e : in.events(stream, "", 10000).events) {
+    enqueued += e.event == "enqueued" && (e.task_id == "on-complete" || e.task_id == "on-success");
+  }
+  EXPECT_EQ(enqueued, 2);
 }
 
 }  // namespace
