@@ -417,7 +417,8 @@ class Producer {
   /// wait() on the root's id waits for the whole flow. All of its tasks go to one partition
   /// (the root's partition_key, else its task id, picks it). Returns the ids in the flow's shape.
   /// @throws ConfigError (an empty task type, a parent with a delay or run_at, a task id given
-  ///   twice, more than 10,000 tasks, deeper than 64 levels, and as enqueue), PayloadError,
+  ///   twice, more than 10,000 tasks, deeper than 64 levels, a task with a batch in a queue of
+  ///   more than one partition, and as enqueue), PayloadError, BatchClosedError,
   ///   QueueFullError (the flow does not fit in max_len: nothing written), DuplicateTaskError,
   ///   ReplyError, ConnectionError / TimeoutError (the outcome is unknown: enqueue it again with
   ///   the same task ids and unique_for on its root if a second copy must not be added),

@@ -111,6 +111,12 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   if (partition_key.empty())
     partition_key = root.options.task_id.empty() ? detail::new_uuid_v4() : root.options.task_id;
   flatten(root, -1, 0, partition_key, flat);
+  for (const TaskSpec& t : flat.tasks) {
+    if (!t.options.batch.empty() && im.options.partitions > 1) {
+      // (A batch's task goes to the batch's partition: the flow would be split.)
+      throw ConfigError("a flow's task may join a batch only in a queue of one partition");
+    }
+  }
   if (im.has_middleware.load() || im.options.tracer) flat.tasks = im.through_middleware(flat.tasks);
   const std::size_t n = flat.tasks.size();
   std::vector<std::string> ids(n);  // viewed by the prepared tasks: sized once
