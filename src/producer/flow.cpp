@@ -168,7 +168,7 @@ const detail::Reply& checked_batch_reply(const detail::Reply& r) {
 
 std::string Producer::open_batch(const BatchOptions& options) {
   Impl& im = *impl_;
-  const std::string id = options.batch_id.empty() ? detail::new_uuid_v4() : options.batch_id;
+  std::string id = options.batch_id.empty() ? detail::new_uuid_v4() : options.batch_id;
   if (!options.parent_batch.empty() && im.options.partitions > 1) {
     throw ConfigError("nested batches (parent_batch) need a queue of one partition");
   }
