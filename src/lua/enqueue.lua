@@ -154,11 +154,9 @@ for _ = 1, n do
   end
   if lock > 0 then redis.call('SET', KEYS[lock], ARGV[first + 1], 'PX', ARGV[i + 4]) end
   track_new(KEYS[1], ARGV, first, last, place < 0 and 'waiting' or (due > 0 and 'delayed' or 'queued'), due)
-  if parent then redis.pcall('HSET', KEYS[1] .. ':task:' .. ARGV[first + 1], 'flow_parent', parent) end
   local batch = field_value(ARGV, first, last, 'batch_id')
-  if batch then
-    redis.call('SADD', KEYS[1] .. ':batches:' .. batch .. ':pending', ARGV[first + 1])
-    redis.call('HINCRBY', KEYS[1] .. ':batches:' .. batch, 'total', 1)
+  if batch and redis.call('SADD', KEYS[1] .. ':batches:' .. batch .. ':pending', ARGV[first + 1]) == 1 then
+    redis.call('HINCRBY', KEYS[1] .. ':batches:' .. batch, 'total', 1)  -- (a task enqueued again counts once)
   end
   i = last + 1
 end

@@ -34,7 +34,7 @@ struct FlatFlow {
 };
 
 void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::string& partition_key,
-             FlatFlow& flat) {
+             bool tracked_by_default, FlatFlow& flat) {
   if (depth >= kMaxFlowDepth) {
     throw ConfigError("flow deeper than " + std::to_string(kMaxFlowDepth) + " levels");
   }
@@ -53,14 +53,16 @@ void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::
   TaskSpec spec{node.task_type, node.payload, node.options};
   if (spec.options.task_id.empty()) spec.options.task_id = detail::new_uuid_v4();
   spec.options.partition_key = partition_key;
-  if (!spec.options.retention) spec.options.retention = Retention{.done = std::chrono::hours(1)};
+  // Every task of a flow is tracked: the producer's retention, else an hour once done.
+  if (!spec.options.retention && !tracked_by_default)
+    spec.options.retention = Retention{.done = std::chrono::hours(1)};
   flat.tasks.push_back(std::move(spec));
   flat.parent.push_back(parent);
   flat.on_failure.push_back(node.on_failure);
   flat.children.emplace_back();
   if (parent >= 0) flat.children[static_cast<std::size_t>(parent)].push_back(place);
   for (const FlowNode& child : node.children) {
-    flatten(child, static_cast<std::ptrdiff_t>(place), depth + 1, partition_key, flat);
+    flatten(child, static_cast<std::ptrdiff_t>(place), depth + 1, partition_key, tracked_by_default, flat);
   }
 }
 
@@ -110,11 +112,17 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   std::string partition_key = root.options.partition_key;
   if (partition_key.empty())
     partition_key = root.options.task_id.empty() ? detail::new_uuid_v4() : root.options.task_id;
-  flatten(root, -1, 0, partition_key, flat);
+  if (im.options.overflow == Overflow::trim_oldest) {
+    throw ConfigError(
+        "enqueue_flow needs Overflow::reject: trim_oldest may drop a child unfinished, and its "
+        "parent would wait forever");
+  }
+  flatten(root, -1, 0, partition_key, im.options.retention.has_value(), flat);
   for (const TaskSpec& t : flat.tasks) {
-    if (!t.options.batch.empty() && im.options.partitions > 1) {
-      // (A batch's task goes to the batch's partition: the flow would be split.)
-      throw ConfigError("a flow's task may join a batch only in a queue of one partition");
+    if (im.options.partitions > 1 && (!t.options.batch.empty() || t.options.unique_for.count() > 0)) {
+      // (A batch's task goes to the batch's partition: the flow would be split; a unique task's
+      // lock would be in the flow's partition, not the unique key's.)
+      throw ConfigError("in a partitioned queue a flow's task may not join a batch or be unique");
     }
   }
   if (im.has_middleware.load() || im.options.tracer) flat.tasks = im.through_middleware(flat.tasks);

@@ -57,19 +57,31 @@ Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload
   if (!eo.unique_key.empty() && eo.unique_for.count() == 0) {
     throw ConfigError("unique_key needs unique_for > 0");
   }
+  if (!eo.batch.empty()) {
+    // A batch's members must all end (an entry trimmed unread never would), and go to the
+    // batch's partition (the unique key's, where its lock would be, may differ).
+    if (options.overflow == Overflow::trim_oldest) {
+      throw ConfigError("a batch's task needs Overflow::reject: trim_oldest may drop it unfinished");
+    }
+    if (eo.unique_for.count() > 0 && options.partitions > 1) {
+      throw ConfigError(
+          "a batch's task cannot be unique in a partitioned queue (its lock would be in the "
+          "batch's partition, not the unique key's)");
+    }
+  }
   if (eo.priority != Priority::high && eo.priority != Priority::normal && eo.priority != Priority::low) {
     throw ConfigError("priority must be Priority::high, Priority::normal or Priority::low");
   }
   if (auto problem = detail::payload_problem(payload, options.max_payload_bytes, options.max_payload_depth)) {
     throw PayloadError(*problem);
   }
-  // 12 standard fields at most (with unique_key, retention, deadline, and a flow's flow_parent,
-  // flow_on_failure and flow_children), and 2 more on a retry copy (last_error, retry_of_span):
-  // a consumer dead-letters an entry with more than kMaxFields, and Lua's unpack() cannot pass
-  // many more to one XADD.
-  if (eo.extra_fields.size() + 14 > detail::kMaxFields) {
+  // 13 standard fields at most (with unique_key, retention, deadline, batch_id, and a flow's
+  // flow_parent, flow_on_failure and flow_children), and 2 more on a retry copy (last_error,
+  // retry_of_span): a consumer dead-letters an entry with more than kMaxFields, and Lua's
+  // unpack() cannot pass many more to one XADD.
+  if (eo.extra_fields.size() + 15 > detail::kMaxFields) {
     throw ConfigError("too many extra fields: " + std::to_string(eo.extra_fields.size()) + " (at most " +
-                      std::to_string(detail::kMaxFields - 14) + ")");
+                      std::to_string(detail::kMaxFields - 15) + ")");
   }
   id_storage = eo.task_id.empty() ? detail::new_uuid_v4() : eo.task_id;
   Prepared p;

@@ -278,7 +278,8 @@ TEST_F(SchedulingTest, ATaskWithMoreFieldsThanAnEntryMayHaveIsRefused) {
   EnqueueOptions o{.delay = 1h};
   for (int i = 0; i < 1000; ++i) o.extra_fields.emplace_back("x" + std::to_string(i), "v");
   EXPECT_THROW(p.enqueue("t", "{}", o), ConfigError);
-  o.extra_fields.resize(986);  // 12 standard fields at most besides them (a flow's 3), 2 more on a retry
+  o.extra_fields.resize(
+      985);  // 13 standard fields at most besides them (a flow's 3, a batch's), 2 more on a retry
   p.enqueue("t", "{}", o);
   EXPECT_EQ(zcard(), 1);
 }

@@ -227,6 +227,8 @@ TEST_F(FlowsTest, AReplayedDeadChildResumesItsFlow) {
   ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::dead; }, 10s));
   EXPECT_EQ(runs.of(ids.task_id), 0);
   EXPECT_EQ(inspector.replay(stream).done, 1);
+  EXPECT_EQ(inspector.record(stream, ids.children[0].task_id)->parent, ids.task_id)
+      << "a replay keeps its link";
   const TaskRecord root = shared.wait(ids.task_id, 10s);
   EXPECT_EQ(root.state, State::done);
   EXPECT_EQ(runs.of(ids.task_id), 1);
@@ -262,6 +264,18 @@ TEST_F(FlowsTest, BadFlowsAreRefusedBeforeAnythingIsWritten) {
   FlowNode bad_payload{.task_type = "p", .payload = "{}"};
   bad_payload.children.push_back({.task_type = "c", .payload = "not json"});
   EXPECT_THROW(shared.enqueue_flow(bad_payload), PayloadError);
+  // trim_oldest could drop a child unfinished (its parent would wait forever); in a partitioned
+  // queue a unique child's lock would not be in its unique key's partition.
+  Producer trimming(
+      {.connection = {.url = server.url()}, .stream = stream, .overflow = Overflow::trim_oldest});
+  EXPECT_THROW(trimming.enqueue_flow(
+                   chord({{.task_type = "c", .payload = "{}"}}, {.task_type = "p", .payload = "{}"})),
+               ConfigError);
+  Producer partitioned({.connection = {.url = server.url()}, .stream = stream, .partitions = 2});
+  EXPECT_THROW(
+      partitioned.enqueue_flow(chord({{.task_type = "c", .payload = "{}", .options = {.unique_for = 1min}}},
+                                     {.task_type = "p", .payload = "{}"})),
+      ConfigError);
   EXPECT_EQ(xlen(stream), 0);
   EXPECT_EQ(flow_keys(), 0);
 }
@@ -325,6 +339,32 @@ TEST_F(FlowsTest, TheInspectorShowsAFlowAsATreeWithEachTasksState) {
   EXPECT_FALSE(inspector.flow(stream, "no-such-task"));
 }
 
+TEST_F(FlowsTest, AFailedParentsFlowLivesAsLongAsItsRecord) {
+  const Retention kept{.done = 1min, .dead = 1min};
+  FlowNode parent{.task_type = "parent", .payload = "{}", .options = {.retention = kept}};
+  parent.children.push_back(
+      {.task_type = "fails", .payload = "{}", .options = {.max_retries = 0, .retention = kept}});
+  parent.children.push_back({.task_type = "slow", .payload = "{}", .options = {.retention = kept}});
+  const FlowIds ids = shared.enqueue_flow(parent);
+  std::atomic<bool> go{false};
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("fails", [](const Task&) { throw std::runtime_error("no"); });
+    c.on("slow", [&](const Task& t) {
+      EXPECT_TRUE(wait_until([&] { return go.load(); }, 10s));
+      t.set_result("1");
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::dead; }, 10s));
+  go = true;  // the other child ends after its parent died: its result is the flow's last write
+  ASSERT_TRUE(wait_until([&] { return state_of(ids.children[1].task_id) == State::done; }, 10s));
+  const std::string flow = stream + ":flow:" + ids.task_id;
+  for (const std::string& key : {flow, flow + ":pending", flow + ":results"}) {
+    const std::int64_t ttl = client.integer({"PTTL", key});
+    EXPECT_GT(ttl, 0) << key << " (its record's retention: a minute)";
+    EXPECT_LE(ttl, 60000) << key;
+  }
+}
+
 using BatchesTest = FlowsTest;
 
 TEST_F(BatchesTest, ABatchThatGrowsWhileItsTasksFinishFiresOnCompleteOnceAfterItsClose) {
@@ -378,6 +418,10 @@ TEST_F(BatchesTest, AFailedMemberFiresOnCompleteButNotOnSuccess) {
                          .on_success = TaskSpec{.task_type = "success", .payload = "{}"}});
   shared.enqueue("ok", "{}", {.batch = batch});
   shared.enqueue("fails", "{}", {.max_retries = 1, .batch = batch});  // a retry does not end it
+  // The same task enqueued again while unfinished (a retry after a lost reply) is one member:
+  // it runs twice, and its first end is counted.
+  shared.enqueue("ok", "{}", {.task_id = "again", .batch = batch});
+  shared.enqueue("ok", "{}", {.task_id = "again", .batch = batch});
   shared.close_batch(batch);
   std::atomic<int> completes{0}, successes{0}, failures{0};
   RunningConsumer rc(options(), [&](Consumer& c) {
@@ -395,8 +439,10 @@ TEST_F(BatchesTest, AFailedMemberFiresOnCompleteButNotOnSuccess) {
   EXPECT_EQ(successes.load(), 0);
   const BatchInfo info = *inspector.batch(stream, batch);
   EXPECT_EQ(info.state, "fired");
-  EXPECT_EQ(info.done, 1);
+  EXPECT_EQ(info.total, 3);
+  EXPECT_EQ(info.done, 2);
   EXPECT_EQ(info.failed, 1);
+  EXPECT_EQ(info.pending(), 0);
 }
 
 TEST_F(BatchesTest, AnEmptyBatchFiresWhenClosedAndAClosedOneRefusesTasks) {
@@ -418,6 +464,9 @@ TEST_F(BatchesTest, AnEmptyBatchFiresWhenClosedAndAClosedOneRefusesTasks) {
   EXPECT_THROW(shared.open_batch(
                    {.on_complete = TaskSpec{.task_type = "c", .payload = "{}", .options = {.delay = 1s}}}),
                ConfigError);
+  Producer trimming(
+      {.connection = {.url = server.url()}, .stream = stream, .overflow = Overflow::trim_oldest});
+  EXPECT_THROW(trimming.enqueue("t", "{}", {.batch = "b2"}), ConfigError);
 }
 
 TEST_F(BatchesTest, ANestedBatchEndsAsOneMemberOfItsParentWhenItFires) {

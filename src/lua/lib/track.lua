@@ -109,9 +109,15 @@ local function track_new(queue, fields, first, last, state, due)
     -- A finished task's id enqueued again: a new task, a fresh record. (HDEL, not DEL: the
     -- producer's ACL role gets no command that could delete a stream.)
     redis.call('HDEL', key, 'started_at', 'finished_at', 'due_at', 'worker', 'error', 'reason', 'result',
-               'progress', 'waited', 'run', 'flow_parent', 'flow_children')
+               'progress', 'waited', 'run')
     redis.call('HSET', key, 'attempts', 0)
+    -- Its links in a flow (Inspector::flow) stay for a replay of the same task (its fields say
+    -- so: a child's flow_parent, a released parent's flow_children), not for a new one.
+    if not field_value(fields, first, last, 'flow_parent') then redis.call('HDEL', key, 'flow_parent') end
+    if not field_value(fields, first, last, 'flow_children') then redis.call('HDEL', key, 'flow_children') end
   end
+  local parent = field_value(fields, first, last, 'flow_parent')
+  if parent then redis.call('HSET', key, 'flow_parent', parent) end
   redis.call('HSET', key, 'state', state, 'type', task_type_of(fields, first, last), 'enqueued_at', now,
              'done_ms', done_ms, 'dead_ms', dead_ms)
   redis.call('HSETNX', key, 'attempts', 0)
@@ -239,9 +245,22 @@ local function flow_release(queue, parent)
   redis.pcall('PERSIST', key)
 end
 
+-- flow_keep(queue, parent): the flow of a parent that ended dead lives as long as its record:
+-- its keys take the record's TTL, or go with it (a retention of 0, or expired).
+local function flow_keep(queue, parent)
+  local flow = queue .. ':flow:' .. parent
+  local ttl = redis.call('PTTL', queue .. ':task:' .. parent)
+  if ttl == -2 then
+    redis.call('DEL', flow, flow .. ':pending', flow .. ':results')
+  elseif ttl > 0 then
+    for _, k in ipairs({flow, flow .. ':pending', flow .. ':results'}) do redis.call('PEXPIRE', k, ttl) end
+  end
+end
+
 -- flow_fail(queue, parent, child, err): a child whose failure fails its parent: the waiting
 -- parent ends dead (reason child_failed), which its own parent learns in turn, and its flow's
--- keys live as long as its record. The body stays: a replayed child that succeeds resumes it.
+-- keys live as long as its record (flow_keep). The body stays: a replayed child that succeeds
+-- resumes it. (A unique parent keeps its lock, to expire on its own: the flow may resume.)
 local function flow_fail(queue, parent, child, err)
   local key = queue .. ':task:' .. parent
   if state_of(key) ~= 'waiting' then return end
@@ -251,10 +270,7 @@ local function flow_fail(queue, parent, child, err)
   local parts = cmsgpack.unpack(body)
   track_state(queue, parts, 2, 'dead', 'dead', {'error', 'child ' .. child .. ' failed: ' .. err, 'reason',
                                                  'child_failed'})
-  local ttl = redis.call('PTTL', key)
-  if ttl > 0 then
-    for _, k in ipairs({flow, flow .. ':pending', flow .. ':results'}) do redis.call('PEXPIRE', k, ttl) end
-  end
+  flow_keep(queue, parent)
 end
 
 local function flow_settled(queue, id, key, fields, first, last, state)
@@ -278,7 +294,11 @@ local function flow_settled(queue, id, key, fields, first, last, state)
     end
   end
   redis.call('SREM', pending, id)
-  if redis.call('SCARD', pending) == 0 then flow_release(queue, parent) end
+  if redis.call('SCARD', pending) == 0 then
+    flow_release(queue, parent)
+  elseif state_of(queue .. ':task:' .. parent) == 'dead' then
+    flow_keep(queue, parent)  -- (a key written now, the results hash, lives no longer than the rest)
+  end
 end
 
 -- Batches (Producer::open_batch). Batch B of a queue is kept in the queue's slot:
