@@ -46,6 +46,9 @@ inline constexpr std::string_view retry_of_span = "retry_of_span";
 /// failure does to that parent ("fail", "ignore" or "remove", see ChildFailure).
 inline constexpr std::string_view flow_parent = "flow_parent";
 inline constexpr std::string_view flow_on_failure = "flow_on_failure";
+/// A flow's child in another partition than its parent: the parent's partition (its stream),
+/// where the child's outcome is carried (see docs/workflows.md, "Flows across partitions").
+inline constexpr std::string_view flow_home = "flow_home";
 /// A parent's children as they ended, written when the last one finished (Task::children_results).
 inline constexpr std::string_view flow_children = "flow_children";
 /// The batch a task belongs to (EnqueueOptions::batch), and on a batch's callback the batch it

@@ -46,6 +46,7 @@ Fields tracking_fields(const Task& task) {
   if (const auto parent = task.field(field::flow_parent)) {
     f.emplace_back(field::flow_parent, *parent);
     f.emplace_back(field::flow_on_failure, task.field(field::flow_on_failure).value_or("fail"));
+    if (const auto home = task.field(field::flow_home)) f.emplace_back(field::flow_home, *home);
   }
   // A batch's task: its end is counted in its batch.
   if (const auto batch = task.field(field::batch_id)) f.emplace_back(field::batch_id, *batch);

@@ -15,7 +15,9 @@ Forwarder::Forwarder(Shared& shared)
     : s_(shared),
       standby_interval_(std::max(kStandbyInterval, shared.opt.forward_interval)),
       lease_(std::max(kLease, 3 * shared.opt.forward_interval)),
-      next_(Clock::now()) {}
+      next_(Clock::now()) {
+  if (FlowCourier::needed(shared)) courier_.emplace(shared);
+}
 
 void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   const QueueKeys& keys = s_.keys();
@@ -41,7 +43,8 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   const std::int64_t next_due = r[1].integer();
   const bool leader = r[2].integer() == 1;
   if (moved > 0) Metrics::add(s_.metrics.forwarded, static_cast<std::uint64_t>(moved));
-  if (moved >= kMostPerPass) {
+  const std::int64_t carried = courier_ ? courier_->pass(scripts) : 0;
+  if (moved >= kMostPerPass || carried >= FlowCourier::kMostPerPass) {
     next_ = now;  // more are due: go on at once
     return;
   }

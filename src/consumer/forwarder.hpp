@@ -6,10 +6,15 @@
 // in that one script), so any number of forwarders run at once without duplicates or losses. Due times are
 // the server's clock; the script also says how long until the next task is due, and the next pass is then (or
 // at forward_interval, whichever is sooner) while this consumer holds the queue's forwarder lease, and once a
-// second otherwise: one consumer polls often, the rest stand by. Talks to: Redis only.
+// second otherwise: one consumer polls often, the rest stand by. In a partitioned queue each
+// pass also runs the flow courier over the partition's outbox (flow_courier.hpp). Talks to:
+// Redis only.
 #pragma once
 
+#include <optional>
+
 #include "duties.hpp"
+#include "flow_courier.hpp"
 
 namespace streamq::detail {
 
@@ -34,6 +39,7 @@ class Forwarder final : public Duty {
   const Millis standby_interval_;
   const Millis lease_;
   Clock::time_point next_;
+  std::optional<FlowCourier> courier_;  // a partitioned queue's
 };
 
 }  // namespace streamq::detail

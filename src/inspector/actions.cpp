@@ -290,9 +290,14 @@ CancelOutcome Inspector::cancel(const std::string& queue, const std::string& id)
   if (t.part.empty() && parts.size() > 1 && is_entry_id(t.id)) {
     Impl::check_unambiguous(t.id, impl_->parts_with_entry(parts, t.id, false));
   }
-  for (const std::string& part : parts) {
-    if (!t.part.empty() && part != t.part) continue;
-    const CancelOutcome c = impl_->cancel_one(detail::queue_keys(part), t.id);
+  return impl_->cancel_in(parts, t.part, t.id);
+}
+
+CancelOutcome Inspector::Impl::cancel_in(const std::vector<std::string>& parts, const std::string& part,
+                                         const std::string& id) {
+  for (const std::string& p : parts) {
+    if (!part.empty() && p != part) continue;
+    const CancelOutcome c = cancel_one(detail::queue_keys(p), id, parts);
     if (c != CancelOutcome::missing) return c;
   }
   return CancelOutcome::missing;
@@ -305,7 +310,8 @@ namespace {
 constexpr std::int64_t kCancelRequestMs = std::int64_t{24} * 3600 * 1000;
 }  // namespace
 
-CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const std::string& id) {
+CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const std::string& id,
+                                          const std::vector<std::string>& parts) {
   const auto cancel_entry = [&](const std::string& stream, const std::string& entry_id) {
     Argv argv = scripts.begin(detail::ScriptId::cancel, 1);
     argv.add(stream).add(options.group).add(entry_id).add(keys.stream).add(kCancelRequestMs);
@@ -326,14 +332,18 @@ CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const s
   };
   if (!is_entry_id(id)) {
     // A flow's parent waiting for its children: it ends cancelled, and so do they (each as a
-    // task cancelled on its own: a running one is asked to stop).
+    // task cancelled on its own: a running one is asked to stop), in its partition or in
+    // theirs (a flow across partitions).
     Argv argv = scripts.begin(detail::ScriptId::cancel_flow, 1);
     argv.add(keys.stream).add(id);
     connected();
     const Reply r = scripts.call(detail::ScriptId::cancel_flow, argv);
     const ReplyView v = r.view().check();
     if (v.is_array()) {
-      for (std::size_t i = 0; i < v.size(); ++i) cancel_one(keys, std::string(v[i].str()));
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string child(v[i].str());
+        if (cancel_one(keys, child, parts) == CancelOutcome::missing) cancel_in(parts, "", child);
+      }
       return CancelOutcome::cancelled;
     }
   }

@@ -57,7 +57,11 @@ struct Inspector::Impl {
   /// were deleted. `drop_empty`: the dead-letter stream's key goes too when it is left empty.
   std::int64_t forget(const detail::QueueKeys& keys, const std::vector<std::string>& ids, bool drop_empty);
   std::optional<std::string> run_now_one(const detail::QueueKeys& keys, const std::string& task_id);
-  CancelOutcome cancel_one(const detail::QueueKeys& keys, const std::string& id);
+  CancelOutcome cancel_one(const detail::QueueKeys& keys, const std::string& id,
+                           const std::vector<std::string>& parts);
+  /// cancel_one in each of `parts` (the queue's) until one has `id` (or the one `part` names).
+  CancelOutcome cancel_in(const std::vector<std::string>& parts, const std::string& part,
+                          const std::string& id);
   /// replay_one or delete_one (`act`) on every part of `queue`, dead-letter ids sent to the part
   /// that has them, results and progress summed.
   template <typename Act>

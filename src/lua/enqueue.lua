@@ -4,8 +4,10 @@
 -- KEYS[4] = delayed set, then the unique locks the tasks name (unique_lock_key() in
 -- keys.hpp), then, when ARGV[3] > 0, the batch's mark (batch_refused_key()), passed by
 -- enqueue_batch when it sends more than one chunk of a partition.
--- ARGV[1] = 'reject' (the backlog gate: Overflow::reject) or 'trim' (no gate; immediate
---           entries are added with MAXLEN ~ max_len, as the seed does), ARGV[2] = max_len,
+-- ARGV[1] = 'reject' (the backlog gate: Overflow::reject), 'trim' (no gate; immediate
+--           entries are added with MAXLEN ~ max_len, as the seed does) or 'placed' (a flow's
+--           children placed in their partition, see below: no gate, no trim, and nothing
+--           written when the first task's record exists: placed already), ARGV[2] = max_len,
 -- ARGV[3] = this chunk's place (1, 2, ...) among its batch's chunks when the last key is the
 --           mark, else 0, ARGV[4] = n (tasks),
 -- ARGV[5] = the tasks' layout, then the tasks:
@@ -41,10 +43,18 @@
 -- dest is negative (-1 to -3: the stream it goes to once its children finished); it waits in
 -- <queue>:flow:<id> and its record says waiting; a child's flow_parent field names its parent,
 -- whose pending set and order of children it joins (see the flows in lib/track.lua).
+-- A flow across partitions: the call to the home partition (the root's, where every parent
+-- is) lists each child of another partition as a stub (dest 0: task_id and flow_parent only),
+-- which joins its parent's pending set and order and is written nowhere; after the tasks come
+-- k, then k times the partition's stream and the enqueue call that places its children there
+-- ('placed', packed by the producer), each added to the home's outbox (<queue>:flow:outbox)
+-- for the producer, or else a consumer's courier, to make. Returns then {n, the outbox entry
+-- ids}. A child placed elsewhere carries flow_home, and joins no set in its own partition.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/track.lua
 local gate = ARGV[1] == 'reject'
+local trim = ARGV[1] == 'trim'
 local max_len = tonumber(ARGV[2])
 local mark = nil
 local place = tonumber(ARGV[3])
@@ -74,11 +84,12 @@ if gate then
                   ' would exceed max_len ' .. max_len)
   end
 end
+if ARGV[1] == 'placed' and redis.call('EXISTS', KEYS[1] .. ':task:' .. ARGV[14]) == 1 then return n end
 if ARGV[5] == 'plain' then
   local i = 6
   for _ = 1, n do
     local last = i + tonumber(ARGV[i])
-    if gate then
+    if not trim then
       redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 1, last))
     else
       redis.call('XADD', KEYS[1], 'MAXLEN', '~', max_len, '*', unpack(ARGV, i + 1, last))
@@ -138,22 +149,26 @@ for _ = 1, n do
     if due <= now then due = 0 end
   end
   local parent = field_value(ARGV, first, last, 'flow_parent')
-  if parent then
+  if parent and not field_value(ARGV, first, last, 'flow_home') then
     redis.call('SADD', KEYS[1] .. ':flow:' .. parent .. ':pending', ARGV[first + 1])
     children[parent] = children[parent] or {}
     table.insert(children[parent], ARGV[first + 1])
   end
-  if place < 0 then
+  if place == 0 then
+    -- a stub: placed in its own partition (see above)
+  elseif place < 0 then
     redis.call('HSET', KEYS[1] .. ':flow:' .. ARGV[first + 1], 'body', cmsgpack.pack({dest, unpack(ARGV, first, last)}))
   elseif due > 0 then
     redis.call('ZADD', KEYS[4], due, delayed_member(ARGV[i + 5], dest, ARGV, first, last))
-  elseif gate then
+  elseif not trim then
     redis.call('XADD', dest, '*', unpack(ARGV, first, last))
   else
     redis.call('XADD', dest, 'MAXLEN', '~', max_len, '*', unpack(ARGV, first, last))
   end
   if lock > 0 then redis.call('SET', KEYS[lock], ARGV[first + 1], 'PX', ARGV[i + 4]) end
-  track_new(KEYS[1], ARGV, first, last, place < 0 and 'waiting' or (due > 0 and 'delayed' or 'queued'), due)
+  if place ~= 0 then
+    track_new(KEYS[1], ARGV, first, last, place < 0 and 'waiting' or (due > 0 and 'delayed' or 'queued'), due)
+  end
   local batch = field_value(ARGV, first, last, 'batch_id')
   if batch and redis.call('SADD', KEYS[1] .. ':batches:' .. batch .. ':pending', ARGV[first + 1]) == 1 then
     redis.call('HINCRBY', KEYS[1] .. ':batches:' .. batch, 'total', 1)  -- (a task enqueued again counts once)
@@ -168,4 +183,11 @@ for parent, ids in pairs(children) do
   for k, id in ipairs(ids) do listed[k] = #id .. ':' .. id end
   redis.pcall('HSET', KEYS[1] .. ':task:' .. parent, 'flow_children', table.concat(listed))
 end
-return written()
+local k = tonumber(ARGV[i] or '0')
+if k == 0 then return written() end
+local out = {n}
+for p = 1, k do
+  out[p + 1] = redis.call('XADD', KEYS[1] .. ':flow:outbox', '*', 'kind', 'place', 'to', ARGV[i + 2 * p - 1],
+                          'call', ARGV[i + 2 * p])
+end
+return out

@@ -5,11 +5,13 @@
 // src/lua/lib/track.lua). And batches: Producer::open_batch and close_batch (src/lua/batch.lua).
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <string>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "log.hpp"
 #include "producer_impl.hpp"
 #include "redis/scripts.hpp"
 #include "refusals.hpp"
@@ -52,7 +54,9 @@ void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::
   const std::size_t place = flat.tasks.size();
   TaskSpec spec{node.task_type, node.payload, node.options};
   if (spec.options.task_id.empty()) spec.options.task_id = detail::new_uuid_v4();
-  spec.options.partition_key = partition_key;
+  // Every parent lives in the root's partition (its flow's keys with it); a task without
+  // children goes to its own (its partition_key's, else the next in turn): see enqueue_flow.
+  if (!node.children.empty() || parent < 0) spec.options.partition_key = partition_key;
   // Every task of a flow is tracked: the producer's retention, else an hour once done.
   if (!spec.options.retention && !tracked_by_default)
     spec.options.retention = Retention{.done = std::chrono::hours(1)};
@@ -145,7 +149,42 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
     }
     if (!flat.children[i].empty()) p.dest = -p.dest;  // waits for its children (enqueue.lua)
   }
-  detail::Argv argv = im.script_argv(prepared, 0, n);
+  const int home = prepared[0].partition;
+  std::map<int, std::vector<detail::Prepared>> away;  // the children of other partitions, by partition
+  std::vector<detail::Prepared> at_home;              // the rest, and a stub of each of those
+  at_home.reserve(n);
+  for (detail::Prepared& p : prepared) {
+    if (p.partition == home) {
+      at_home.push_back(p);
+      continue;
+    }
+    // A stub in the home's call (joins its parent's pending set, written nowhere: enqueue.lua);
+    // the child itself is placed in its partition, carrying flow_home.
+    detail::Prepared& stub = at_home.emplace_back(p);
+    stub.dest = 0;
+    stub.task.payload = {};
+    stub.task.extra_fields = nullptr;
+    p.task.flow_home = im.keys[static_cast<std::size_t>(home)].stream;
+    away[p.partition].push_back(p);
+  }
+  std::vector<detail::Argv> placements;  // one enqueue call per other partition: 'placed'
+  std::vector<std::string> packed;       // each packed into the home's call
+  placements.reserve(away.size());
+  packed.reserve(away.size());
+  for (const auto& [partition, tasks] : away) {
+    detail::Argv& a = placements.emplace_back(im.script_argv(tasks, 0, tasks.size()));
+    a.set(3 + 4, "placed");  // (EVALSHA, sha, numkeys 4, the 4 keys, ARGV[1]: no locks in a flow)
+    std::string& blob = packed.emplace_back();
+    for (std::size_t i = 2; i < a.size(); ++i) detail::append_counted(blob, a[i]);
+  }
+  detail::Argv argv = im.script_argv(at_home, 0, at_home.size());
+  if (!away.empty()) {
+    argv.add(static_cast<std::int64_t>(away.size()));
+    std::size_t i = 0;
+    for (const auto& entry : away) {
+      argv.add(im.keys[static_cast<std::size_t>(entry.first)].stream).add(packed[i++]);
+    }
+  }
   std::uint64_t written_on = 0;
   std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::enqueue}}, true, &written_on);
   const detail::Reply& reply = replies[0];
@@ -154,9 +193,38 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   if (auto d = detail::parse_duplicate(reply)) {
     throw DuplicateTaskError(detail::duplicate_message(*d), d->holder);
   }
-  reply.view().check();
+  const detail::ReplyView written = reply.view().check();
+  if (!placements.empty()) im.place_away(home, placements, written);
   im.wait_for_replicas(ids, written_on);
   return ids_of(ids, flat, 0);
+}
+
+void Producer::Impl::place_away(int home, std::vector<detail::Argv>& placements,
+                                detail::ReplyView outbox_ids) {
+  // The flow is accepted: its placements wait in the home's outbox. Made here at once (a
+  // consumer's courier makes what is left there: this process may die now, or a partition be
+  // out of reach), then taken out of the outbox.
+  std::vector<detail::SharedCommand> calls;
+  calls.reserve(placements.size());
+  for (detail::Argv& a : placements) calls.push_back({&a, detail::ScriptId::enqueue});
+  detail::Argv done{"XDEL", keys[static_cast<std::size_t>(home)].outbox};
+  try {
+    const std::vector<detail::Reply> placed = link.run(calls, true);
+    for (std::size_t i = 0; i < placed.size(); ++i) {
+      if (placed[i].view().is_error()) {
+        detail::log(LogLevel::warning, "a flow's tasks in " + std::string(placements[i][3]) +
+                                           " were not placed yet (" + std::string(placed[i].view().error()) +
+                                           "): a consumer's courier places them");
+      } else {
+        done.add(outbox_ids[i + 1].str());
+      }
+    }
+    if (done.size() > 2) link.run({{&done, detail::not_a_script}}, true);
+  } catch (const Error& e) {
+    detail::log(LogLevel::warning,
+                std::string("a flow's tasks in other partitions were not all placed yet (") + e.what() +
+                    "): a consumer's courier places them");
+  }
 }
 
 namespace {

@@ -76,7 +76,8 @@ Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload
     throw PayloadError(*problem);
   }
   // 13 standard fields at most (with unique_key, retention, deadline, batch_id, and a flow's
-  // flow_parent, flow_on_failure and flow_children), and 2 more on a retry copy (last_error,
+  // flow_parent, flow_on_failure and flow_children, or flow_home in place of flow_children on a
+  // child in another partition: a parent has no flow_home), and 2 more on a retry copy (last_error,
   // retry_of_span): a consumer dead-letters an entry with more than kMaxFields, and Lua's
   // unpack() cannot pass many more to one XADD.
   if (eo.extra_fields.size() + 15 > detail::kMaxFields) {

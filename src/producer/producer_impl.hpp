@@ -143,6 +143,9 @@ struct Producer::Impl {
   /// With min_replicas_acked: WAIT for the replicas to have what this connection wrote (the
   /// tasks `ids`, just written), and ReplicationError when too few did in time.
   void wait_for_replicas(const std::vector<std::string>& ids, std::uint64_t written_on);
+  /// enqueue_flow across partitions: makes the placements the home's call (partition `home`)
+  /// left in its outbox, and takes those made out of it (outbox_ids: that call's reply).
+  void place_away(int home, std::vector<detail::Argv>& placements, detail::ReplyView outbox_ids);
 
   ProducerOptions options;
   std::mutex middleware_mutex;

@@ -165,6 +165,7 @@ std::size_t append_new_task(Argv& argv, const NewTask& task) {
   if (!task.flow_parent.empty()) {
     argv.add(field::flow_parent).add(task.flow_parent);
     argv.add(field::flow_on_failure).add(task.flow_on_failure);
+    if (!task.flow_home.empty()) argv.add(field::flow_home).add(task.flow_home);
   }
   if (!task.batch_id.empty()) argv.add(field::batch_id).add(task.batch_id);
   if (task.extra_fields != nullptr) {
@@ -183,6 +184,12 @@ std::optional<std::string_view> take_counted(std::string_view text, std::size_t&
   return text.substr(colon + 1, n);
 }
 
+void append_counted(std::string& out, std::string_view s) {
+  out += std::to_string(s.size());
+  out += ':';
+  out += s;
+}
+
 bool is_reserved_field(std::string_view name) noexcept {
   for (std::string_view r : task_fields) {
     if (name == r) return true;
@@ -192,7 +199,7 @@ bool is_reserved_field(std::string_view name) noexcept {
   }
   return name == field::unique_key || name == field::retention || name == field::deadline ||
          name == field::retry_of_span || name == field::flow_parent || name == field::flow_on_failure ||
-         name == field::flow_children || name == field::batch_id;
+         name == field::flow_home || name == field::flow_children || name == field::batch_id;
 }
 
 Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> shared, std::int64_t deliveries,

@@ -46,7 +46,8 @@ struct NewTask {
   std::string_view retention{};        // written as the retention field when not empty (a tracked task)
   std::string_view deadline{};         // written as the deadline field when not empty
   std::string_view flow_parent{};      // a flow's child: its parent's id, written when not empty,
-  std::string_view flow_on_failure{};  // with what its failure does to it
+  std::string_view flow_on_failure{};  // with what its failure does to it,
+  std::string_view flow_home{};        // and, in another partition than its parent, the parent's
   std::string_view batch_id{};         // its batch (EnqueueOptions::batch), written when not empty
 };
 
@@ -59,13 +60,15 @@ std::size_t append_new_task(Argv& argv, const NewTask& task);
 /// flow_children field and record field), moving `at` past it; nullopt when there is none
 /// there (malformed: not written by streamq).
 std::optional<std::string_view> take_counted(std::string_view text, std::size_t& at);
+/// Appends `<length>:<bytes>` of `s` to `out` (what take_counted reads back).
+void append_counted(std::string& out, std::string_view s);
 
 /// How many strings append_new_task adds for `task`.
 inline std::size_t new_task_string_count(const NewTask& task) {
   return 12 + (task.extra_fields != nullptr ? 2 * task.extra_fields->size() : 0) +
          (task.unique_key.empty() ? 0 : 2) + (task.retention.empty() ? 0 : 2) +
          (task.deadline.empty() ? 0 : 2) + (task.flow_parent.empty() ? 0 : 4) +
-         (task.batch_id.empty() ? 0 : 2);
+         (task.flow_home.empty() ? 0 : 2) + (task.batch_id.empty() ? 0 : 2);
 }
 
 /// Most fields a runnable entry may have, and a dead-letter entry keeps: Lua's unpack() cannot

@@ -21,6 +21,7 @@ struct QueueKeys {
   std::string low;        // the low-priority sibling stream
   std::string forwarder;  // the forwarder lease: which consumer polls the delayed set often
   std::string paused;     // the pause flag (Inspector::pause): workers take no new tasks while it exists
+  std::string outbox;     // a partitioned queue's flows: what a courier carries to another partition
 };
 
 /// The mark of one multi-chunk enqueue_batch (see the enqueue script): 'refused', or the place
@@ -101,8 +102,14 @@ inline std::string schedule_key(std::string_view stream, std::string_view name) 
 
 inline QueueKeys queue_keys(std::string_view stream) {
   const std::string s(stream);
-  return QueueKeys{
-      s, s + ":dlq", s + ":delayed", s + ":p:high", s + ":p:low", s + ":forwarder", s + ":paused"};
+  return QueueKeys{s,
+                   s + ":dlq",
+                   s + ":delayed",
+                   s + ":p:high",
+                   s + ":p:low",
+                   s + ":forwarder",
+                   s + ":paused",
+                   s + ":flow:outbox"};
 }
 
 /// Most partitions a queue may have (ProducerOptions::partitions, ...).
@@ -135,6 +142,18 @@ inline void check_partitions(int partitions, std::string_view stream) {
 inline std::string partition_stream(std::string_view stream, int partitions, int i) {
   if (partitions <= 1) return std::string(stream);
   return "{" + partition_base(stream) + ":" + std::to_string(i) + "}";
+}
+
+/// Whether `stream` is one of the partitions of queue `queue` (`{<base>:<i>}`, any i).
+inline bool is_partition_of(std::string_view queue, std::string_view stream) {
+  const std::string prefix = "{" + partition_base(queue) + ":";
+  if (stream.size() <= prefix.size() + 1 || !stream.starts_with(prefix) || !stream.ends_with('}'))
+    return false;
+  const std::string_view index = stream.substr(prefix.size(), stream.size() - prefix.size() - 1);
+  for (const char c : index) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
 }
 
 /// The priority levels: a level's index is its Priority's value (0 high, 1 normal: the queue's

@@ -161,7 +161,7 @@ TEST(Cluster, APartitionedQueueSpreadsOverTheMasters) {
 // Flows in a partitioned queue on the cluster: each flow lives in one partition (its root's), so
 // its bookkeeping is in one slot; the flows spread over the partitions, and every parent runs
 // once with its children's results.
-TEST(Cluster, FlowsOfAPartitionedQueueRunEachInItsRootsPartition) {
+TEST(Cluster, FlowsAcrossThePartitionsOfAQueueRunEachParentOnceWithEveryResult) {
   ClusterTopology t(3);
   const std::string url = t.url({0});
   const std::string queue = plain_key();
@@ -169,42 +169,64 @@ TEST(Cluster, FlowsOfAPartitionedQueueRunEachInItsRootsPartition) {
   Producer producer({.connection = {.url = url}, .stream = queue, .partitions = kPartitions});
   std::vector<FlowIds> flows;
   for (int i = 0; i < 12; ++i) {
-    std::vector<TaskSpec> header(5, TaskSpec{.task_type = "child", .payload = "{}"});
+    std::vector<TaskSpec> header;
+    for (int c = 0; c < 6; ++c) header.push_back({.task_type = "child", .payload = {{"n", 10 * i + c}}});
     flows.push_back(
         producer.enqueue_flow(chord(std::move(header), {.task_type = "parent", .payload = "{}"})));
   }
-  // Each flow's tasks in one partition: its root's (where its record is), every child's record there too.
+  // A parent in its root's partition, its children in theirs: the next in turn, so every
+  // partition, on every master.
   const auto exists = [&](const std::string& key) {
     Client node(t.node(t.owner_of(detail::key_slot(key))).url());
     return node.integer({"EXISTS", key}) == 1;
   };
-  std::set<std::string> used;
-  for (const FlowIds& f : flows) {
-    std::string where;
+  const auto where = [&](const std::string& id) {
     for (int p = 0; p < kPartitions; ++p) {
       const std::string part = detail::partition_stream(queue, kPartitions, p);
-      if (exists(detail::task_key(part, f.task_id))) where = part;
+      if (exists(detail::task_key(part, id))) return part;
     }
-    ASSERT_FALSE(where.empty());
-    used.insert(where);
-    for (const FlowIds& c : f.children) EXPECT_TRUE(exists(detail::task_key(where, c.task_id)));
+    return std::string();
+  };
+  std::set<std::string> homes;
+  std::set<int> masters;  // the masters children live on
+  for (const FlowIds& f : flows) {
+    homes.insert(where(f.task_id));
+    std::set<std::string> parts;
+    for (const FlowIds& c : f.children) {
+      const std::string part = where(c.task_id);
+      ASSERT_FALSE(part.empty()) << "placed";
+      parts.insert(part);
+      masters.insert(t.owner_of(detail::key_slot(part)));
+    }
+    EXPECT_EQ(parts.size(), 6u) << "a flow's children in every partition";
   }
-  EXPECT_GE(used.size(), 2u) << "the flows spread over the partitions";
+  EXPECT_GE(homes.size(), 2u) << "the flows spread over the partitions";
+  EXPECT_EQ(masters.size(), 3u);
   std::mutex m;
-  std::map<std::string, std::size_t> read;  // parent id -> children it read
+  std::map<std::string, std::vector<ChildResult>> read;  // parent id -> what it read
+  std::map<std::string, int> runs;
   auto o = cluster_worker_options(url, queue, "w1");
   o.partitions = kPartitions;
   o.concurrency = kPartitions;
   RunningConsumer w(o, [&](Consumer& c) {
-    c.on("child", [](const Task& task) { task.set_result(R"("ok")"); });
+    c.on("child", [](const Task& task) { task.set_result(std::to_string(task.json()["n"].get<int>())); });
     c.on("parent", [&](const Task& task) {
       std::lock_guard lock(m);
-      read[task.id()] += task.children_results().size();
+      read[task.id()] = task.children_results();
+      ++runs[task.id()];
     });
   });
   for (const FlowIds& f : flows) EXPECT_EQ(producer.wait(f.task_id, 30s).state, TaskRecord::State::done);
   std::lock_guard lock(m);
-  for (const FlowIds& f : flows) EXPECT_EQ(read[f.task_id], 5u) << f.task_id;
+  for (std::size_t i = 0; i < flows.size(); ++i) {
+    const FlowIds& f = flows[i];
+    EXPECT_EQ(runs[f.task_id], 1);
+    ASSERT_EQ(read[f.task_id].size(), 6u) << f.task_id;
+    for (std::size_t c = 0; c < 6; ++c) {
+      EXPECT_EQ(read[f.task_id][c].task_id, f.children[c].task_id);
+      EXPECT_EQ(read[f.task_id][c].as<int>(), static_cast<int>(10 * i + c));
+    }
+  }
 }
 
 TEST(Partitions, TheCountOfALiveQueueChangesWithoutLosingATask) {

@@ -273,31 +273,53 @@ local function flow_fail(queue, parent, child, err)
   flow_keep(queue, parent)
 end
 
-local function flow_settled(queue, id, key, fields, first, last, state)
-  local parent = field_value(fields, first, last, 'flow_parent')
-  if not parent then return end
+-- flow_child_ended(queue, parent, id, state, policy, result, err): child `id` of `parent` (in
+-- this queue) ended `state` (done, dead or cancelled) for the first time, with its result
+-- (done) or error: applied once, while the child is pending (a stale or repeated word of the
+-- same end finds it gone, and changes nothing).
+local function flow_child_ended(queue, parent, id, state, policy, result, err)
   local flow = queue .. ':flow:' .. parent
   local pending = flow .. ':pending'
   if redis.call('SISMEMBER', pending, id) == 0 then return end
-  local outcome = redis.call('HMGET', key, 'result', 'error', 'reason')
   if state == 'done' then
-    redis.call('HSET', flow .. ':results', id, 'd' .. (outcome[1] or ''))
-  else
-    local policy = field_value(fields, first, last, 'flow_on_failure') or 'fail'
-    local err = state
-    if state == 'dead' then err = outcome[2] or outcome[3] or state end
-    if policy == 'ignore' then
-      redis.call('HSET', flow .. ':results', id, 'x' .. state .. ' ' .. err)
-    elseif policy ~= 'remove' then
-      flow_fail(queue, parent, id, err)
-      return
-    end
+    redis.call('HSET', flow .. ':results', id, 'd' .. result)
+  elseif policy == 'ignore' then
+    redis.call('HSET', flow .. ':results', id, 'x' .. state .. ' ' .. err)
+  elseif policy ~= 'remove' then
+    flow_fail(queue, parent, id, err)
+    return
   end
   redis.call('SREM', pending, id)
   if redis.call('SCARD', pending) == 0 then
     flow_release(queue, parent)
   elseif state_of(queue .. ':task:' .. parent) == 'dead' then
     flow_keep(queue, parent)  -- (a key written now, the results hash, lives no longer than the rest)
+  end
+end
+
+-- Flows across partitions (Producer::enqueue_flow on a partitioned queue): every parent lives
+-- in the root's partition (its "home"), a child without children in its own. Such a child
+-- carries flow_home (the home's stream). Its end cannot be applied by its own script (another
+-- slot, on Cluster another master): it is recorded in its partition's outbox, the stream
+-- <queue>:flow:outbox, and the consumers' courier (src/consumer/flow_courier.cpp) carries it
+-- home with flow_apply.lua (which calls flow_child_ended), then deletes it: carried at least
+-- once, applied once. The same outbox carries the home's placements of such children
+-- (enqueue.lua), the other way.
+local function flow_settled(queue, id, key, fields, first, last, state)
+  local parent = field_value(fields, first, last, 'flow_parent')
+  if not parent then return end
+  local home = field_value(fields, first, last, 'flow_home')
+  if home == queue then home = nil end
+  if not home and redis.call('SISMEMBER', queue .. ':flow:' .. parent .. ':pending', id) == 0 then return end
+  local outcome = redis.call('HMGET', key, 'result', 'error', 'reason')
+  local policy = field_value(fields, first, last, 'flow_on_failure') or 'fail'
+  local err = state
+  if state == 'dead' then err = outcome[2] or outcome[3] or state end
+  if home then
+    redis.call('XADD', queue .. ':flow:outbox', '*', 'kind', 'settle', 'to', home, 'parent', parent, 'child', id,
+               'state', state, 'policy', policy, 'result', outcome[1] or '', 'error', err)
+  else
+    flow_child_ended(queue, parent, id, state, policy, outcome[1] or '', err)
   end
 end
 

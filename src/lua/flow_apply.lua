@@ -1,0 +1,17 @@
+-- flow_apply: the end of a flow's child that lives in another partition than its parent,
+-- carried to the parent's partition by a consumer's courier (src/consumer/flow_courier.cpp)
+-- from the child's partition's outbox (see the flows across partitions in lib/track.lua).
+-- Applied once however often it is carried: only while the child is in its parent's pending
+-- set, as a child of the same partition.
+-- KEYS[1] = the parent's queue (its partition's stream: the flow's prefix)
+-- ARGV[1] = parent id, ARGV[2] = child id, ARGV[3] = its state (done, dead or cancelled),
+-- ARGV[4] = its flow_on_failure, ARGV[5] = its result, ARGV[6] = its error
+-- Returns 1.
+-- @include lib/clock.lua
+-- @include lib/track.lua
+local state = ARGV[3]
+if state ~= 'done' and state ~= 'dead' and state ~= 'cancelled' then
+  return redis.error_reply('ERR flow_apply: state "' .. state .. '" is not a final state')
+end
+flow_child_ended(KEYS[1], ARGV[1], ARGV[2], state, ARGV[4], ARGV[5], ARGV[6])
+return 1

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: MIT
+// Flows across the partitions of a partitioned queue: the parents live in the root's
+// partition (the home), each child without children in its own; a child's end is carried home
+// by the consumers' courier, and children the producer could not place are placed by it.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <streamq/streamq.hpp>
+
+#include "consumer_fixture.hpp"
+#include "redis/cluster.hpp"
+#include "wire/keys.hpp"
+#include "running_consumer.hpp"
+
+namespace streamq::test {
+namespace {
+
+using namespace std::chrono_literals;
+using State = TaskRecord::State;
+
+constexpr int kPartitions = 4;
+
+class PartitionedFlowsTest : public ConsumerTest {
+ protected:
+  Inspector inspector{InspectorOptions{.connection = {.url = server.url()}}};
+
+  std::string part(int i) const { return detail::partition_stream(stream, kPartitions, i); }
+  Producer partitioned_producer(const std::string& url) const {
+    return Producer({.connection = {.url = url}, .stream = stream, .partitions = kPartitions});
+  }
+  ConsumerOptions partitioned(const std::string& name) const {
+    ConsumerOptions o = options();
+    o.partitions = kPartitions;
+    o.concurrency = 2 * kPartitions;
+    o.consumer_name = name;
+    return o;
+  }
+  State state_of(const std::string& id) {
+    const auto r = inspector.record(stream, id);
+    return r ? r->state : static_cast<State>(-1);
+  }
+  /// Entries left in the partitions' outboxes, and flow keys left anywhere (but the outboxes:
+  /// an empty stream stays).
+  std::int64_t leftovers() {
+    std::int64_t n = 0;
+    for (int i = 0; i < kPartitions; ++i) {
+      n += client.integer({"XLEN", part(i) + ":flow:outbox"});
+      const detail::Reply keys = client.cmd({"KEYS", part(i) + ":flow:*"});
+      for (std::size_t k = 0; k < keys.view().size(); ++k) n += keys.view()[k].str().ends_with(":flow:outbox") ? 0 : 1;
+    }
+    return n;
+  }
+  /// A partition key whose partition is `i` (CRC16 mod the partition count, as the producer's).
+  static std::string key_of_partition(int i) {
+    for (int k = 0;; ++k) {
+      const std::string key = "root-" + std::to_string(k);
+      if (static_cast<int>(detail::crc16(key) % kPartitions) == i) return key;
+    }
+  }
+};
+
+/// Counts each task's runs, and keeps what each parent read of its children.
+struct Runs {
+  std::mutex mutex;
+  std::map<std::string, int> count;
+  std::map<std::string, std::vector<ChildResult>> read;
+
+  void add(const Task& t) {
+    std::lock_guard lock(mutex);
+    ++count[t.id()];
+    read[t.id()] = t.children_results();
+  }
+  int of(const std::string& id) {
+    std::lock_guard lock(mutex);
+    return count.count(id) ? count[id] : 0;
+  }
+  std::vector<ChildResult> read_by(const std::string& id) {
+    std::lock_guard lock(mutex);
+    return read[id];
+  }
+};
+
+TEST_F(PartitionedFlowsTest, AChordsChildrenRunInEveryPartitionAndItsCallbackOnceWithEveryResult) {
+  Producer producer = partitioned_producer(server.url());
+  std::vector<TaskSpec> header;
+  for (int i = 0; i < 200; ++i) header.push_back({.task_type = "square", .payload = {{"i", i}}});
+  const FlowIds ids = producer.enqueue_flow(chord(std::move(header), {.task_type = "sum", .payload = "{}"}));
+  ASSERT_EQ(ids.children.size(), 200u);
+  // Placed by the producer: every child has its record (queued) before any worker runs.
+  std::map<std::string, int> per_partition;
+  for (const FlowIds& c : ids.children) {
+    const auto r = inspector.record(stream, c.task_id);
+    ASSERT_TRUE(r) << c.task_id;
+    EXPECT_EQ(r->state, State::queued);
+    EXPECT_EQ(r->parent, ids.task_id);
+    ++per_partition[r->queue];
+  }
+  EXPECT_EQ(per_partition.size(), static_cast<std::size_t>(kPartitions)) << "children spread over the partitions";
+  const std::string home = inspector.record(stream, ids.task_id)->queue;
+  EXPECT_EQ(client.integer({"XLEN", home + ":flow:outbox"}), 0) << "the producer took what it placed out";
+  Runs runs;
+  auto setup = [&](Consumer& c) {
+    c.on("square", [&](const Task& t) {
+      const int i = t.json()["i"].get<int>();
+      runs.add(t);
+      t.set_result(std::to_string(i * i));
+    });
+    c.on("sum", [&](const Task& t) { runs.add(t); });
+  };
+  RunningConsumer a(partitioned("a"), setup);
+  RunningConsumer b(partitioned("b"), setup);
+  const TaskRecord root = producer.wait(ids.task_id, 30s);
+  EXPECT_EQ(root.state, State::done);
+  EXPECT_EQ(runs.of(ids.task_id), 1);
+  const std::vector<ChildResult> read = runs.read_by(ids.task_id);
+  ASSERT_EQ(read.size(), 200u);
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(read[static_cast<std::size_t>(i)].task_id, ids.children[static_cast<std::size_t>(i)].task_id);
+    EXPECT_EQ(read[static_cast<std::size_t>(i)].as<int>(), i * i);
+  }
+  for (const FlowIds& c : ids.children) EXPECT_EQ(runs.of(c.task_id), 1);
+  EXPECT_TRUE(wait_until([&] { return leftovers() == 0; }, 5s)) << leftovers() << " outbox entries or flow keys left";
+}
+
+TEST_F(PartitionedFlowsTest, AChildThatFailsInAnotherPartitionFailsItsParentAndItsReplayResumesIt) {
+  Producer producer = partitioned_producer(server.url());
+  std::atomic<int> attempts{0};
+  FlowNode parent{.task_type = "parent", .payload = "{}", .options = {.partition_key = key_of_partition(0)}};
+  parent.children.push_back(
+      {.task_type = "flaky", .payload = "{}", .options = {.max_retries = 0, .partition_key = key_of_partition(1)}});
+  parent.children.push_back({.task_type = "ok", .payload = "{}", .options = {.partition_key = key_of_partition(2)}});
+  const FlowIds ids = producer.enqueue_flow(parent);
+  Runs runs;
+  RunningConsumer rc(partitioned("a"), [&](Consumer& c) {
+    c.on("flaky", [&](const Task& t) {
+      if (attempts.fetch_add(1) == 0) throw std::runtime_error("first time");
+      t.set_result("2");
+    });
+    c.on("ok", [](const Task& t) { t.set_result("1"); });
+    c.on("parent", [&](const Task& t) { runs.add(t); });
+  });
+  ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::dead; }, 10s));
+  // (The Inspector finds a partitioned queue by its streams: the workers created them.)
+  EXPECT_EQ(inspector.record(stream, ids.children[0].task_id)->queue, part(1));
+  const TaskRecord dead = *inspector.record(stream, ids.task_id);
+  EXPECT_EQ(dead.reason, "child_failed");
+  EXPECT_NE(dead.error.find("first time"), std::string::npos) << dead.error;
+  EXPECT_EQ(runs.of(ids.task_id), 0);
+  EXPECT_EQ(inspector.replay(stream).done, 1);
+  ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::done; }, 10s));
+  EXPECT_EQ(runs.of(ids.task_id), 1);
+  const std::vector<ChildResult> read = runs.read_by(ids.task_id);
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[0].result, "2");
+  EXPECT_EQ(read[1].result, "1");
+  EXPECT_TRUE(wait_until([&] { return leftovers() == 0; }, 5s)) << leftovers();
+}
+
+TEST_F(PartitionedFlowsTest, ChildrenTheProducerCouldNotPlaceAreRunWhenAConsumersCourierPlacesThem) {
+  if (!client.redis_at_least(7, 0)) GTEST_SKIP() << "needs ACL selectors of Redis 7";
+  // A producer that may write only partition 0: the flow (rooted there) is accepted, and its
+  // children of the other partitions wait in partition 0's outbox, as after a producer that died
+  // between the flow's write and their placement.
+  client.cmd({"ACL", "SETUSER", "only-0", "on", ">secret", "~" + part(0) + "*", "+@all"}).view().check();
+  const std::string url = "redis://only-0:secret@127.0.0.1:" + std::to_string(server.port());
+  Producer limited = partitioned_producer(url);
+  std::vector<TaskSpec> header;
+  for (int i = 0; i < 12; ++i) {
+    header.push_back({.task_type = "child", .payload = {{"i", i}}, .options = {.partition_key = key_of_partition(i % 4)}});
+  }
+  const FlowIds ids = limited.enqueue_flow(
+      chord(std::move(header), {.task_type = "sum", .payload = "{}", .options = {.partition_key = key_of_partition(0)}}));
+  EXPECT_EQ(client.integer({"XLEN", part(0) + ":flow:outbox"}), 3) << "one placement per other partition";
+  EXPECT_FALSE(inspector.record(stream, ids.children[1].task_id)) << "not placed yet";
+  EXPECT_EQ(state_of(ids.children[0].task_id), State::queued) << "placed with its flow";
+  Runs runs;
+  RunningConsumer rc(partitioned("a"), [&](Consumer& c) {
+    c.on("child", [&](const Task& t) {
+      runs.add(t);
+      t.set_result(std::to_string(t.json()["i"].get<int>()));
+    });
+    c.on("sum", [&](const Task& t) { runs.add(t); });
+  });
+  Producer waiter = partitioned_producer(server.url());
+  EXPECT_EQ(waiter.wait(ids.task_id, 15s).state, State::done);
+  const std::vector<ChildResult> read = runs.read_by(ids.task_id);
+  ASSERT_EQ(read.size(), 12u);
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(read[static_cast<std::size_t>(i)].as<int>(), i);
+    EXPECT_EQ(runs.of(ids.children[static_cast<std::size_t>(i)].task_id), 1) << i;
+    EXPECT_EQ(inspector.record(stream, ids.children[static_cast<std::size_t>(i)].task_id)->queue, part(i % 4));
+  }
+  EXPECT_TRUE(wait_until([&] { return leftovers() == 0; }, 5s)) << leftovers();
+}
+
+TEST_F(PartitionedFlowsTest, CancellingAParentCancelsItsChildrenInOtherPartitions) {
+  Producer producer = partitioned_producer(server.url());
+  FlowNode parent{.task_type = "parent", .payload = "{}", .options = {.partition_key = key_of_partition(3)}};
+  for (int i = 0; i < 4; ++i) {
+    parent.children.push_back({.task_type = "child", .payload = "{}", .options = {.partition_key = key_of_partition(i)}});
+  }
+  const FlowIds ids = producer.enqueue_flow(parent);
+  EXPECT_EQ(inspector.cancel(stream, ids.task_id), CancelOutcome::cancelled);
+  EXPECT_EQ(state_of(ids.task_id), State::cancelled);
+  for (const FlowIds& c : ids.children) EXPECT_EQ(state_of(c.task_id), State::cancelled) << c.task_id;
+  // The children's ends (in partitions 0 to 2) are carried home, where nothing waits for them.
+  std::atomic<int> ran{0};
+  RunningConsumer rc(partitioned("a"), [&](Consumer& c) {
+    c.on("child", [&](const Task&) { ++ran; });
+    c.on("parent", [&](const Task&) { ++ran; });
+  });
+  EXPECT_TRUE(wait_until([&] { return leftovers() == 0; }, 5s)) << leftovers();
+  EXPECT_EQ(ran.load(), 0);
+}
+
+TEST_F(PartitionedFlowsTest, AMalformedOutboxEntryIsDeletedAndTheRestCarried) {
+  Producer producer = partitioned_producer(server.url());
+  FlowNode parent{.task_type = "parent", .payload = "{}", .options = {.partition_key = key_of_partition(0)}};
+  parent.children.push_back({.task_type = "child", .payload = "{}", .options = {.partition_key = key_of_partition(1)}});
+  client.cmd({"XADD", part(1) + ":flow:outbox", "*", "kind", "place", "to", "{elsewhere:1}", "call", "1:4"});
+  client.cmd({"XADD", part(1) + ":flow:outbox", "*", "kind", "settle", "to", part(0), "parent", "x", "child", "y",
+              "state", "running"});
+  const FlowIds ids = producer.enqueue_flow(parent);
+  Runs runs;
+  RunningConsumer rc(partitioned("a"), [&](Consumer& c) {
+    c.on("child", [](const Task&) {});
+    c.on("parent", [&](const Task& t) { runs.add(t); });
+  });
+  EXPECT_EQ(producer.wait(ids.task_id, 10s).state, State::done);
+  EXPECT_EQ(runs.of(ids.task_id), 1);
+  // Both foreign entries (a placement into another queue, a settle of a state that is not
+  // final) are deleted, with an error in the log.
+  EXPECT_TRUE(wait_until([&] { return leftovers() == 0; }, 5s)) << leftovers();
+}
+
+}  // namespace
+}  // namespace streamq::test
