@@ -16,7 +16,8 @@ namespace {
 /// The value of field `name` of an outbox entry's fields (name, value, ...), "" when absent.
 std::string_view field_of(const ReplyView& fields, std::string_view name) {
   for (std::size_t i = 0; i + 1 < fields.size(); i += 2) {
-    if (fields[i].is_string() && fields[i].str() == name && fields[i + 1].is_string()) return fields[i + 1].str();
+    if (fields[i].is_string() && fields[i].str() == name && fields[i + 1].is_string())
+      return fields[i + 1].str();
   }
   return {};
 }
@@ -33,8 +34,8 @@ bool unpack_placement(std::string_view to, std::string_view packed, Argv& argv, 
     parts.push_back(*part);
   }
   const QueueKeys k = queue_keys(to);
-  if (parts.size() < 6 || parts[0] != "4" || parts[1] != k.stream || parts[2] != k.high || parts[3] != k.low ||
-      parts[4] != k.delayed || parts[5] != "placed") {
+  if (parts.size() < 6 || parts[0] != "4" || parts[1] != k.stream || parts[2] != k.high ||
+      parts[3] != k.low || parts[4] != k.delayed || parts[5] != "placed") {
     return false;
   }
   argv = scripts.begin(ScriptId::enqueue, 4);
@@ -90,8 +91,8 @@ std::int64_t FlowCourier::pass(ScriptRunner& scripts) {
       if (!replies[i].view().is_error()) {
         carried.add(of[i]);
       } else if (failed.empty()) {
-        failed = std::string(replies[i].view().error()) + " (flow outbox " + outbox + ", entry " + std::string(of[i]) +
-                 ", kept for a later pass)";
+        failed = std::string(replies[i].view().error()) + " (flow outbox " + outbox + ", entry " +
+                 std::string(of[i]) + ", kept for a later pass)";
       }
     }
   }

@@ -17,8 +17,8 @@
 
 #include "consumer_fixture.hpp"
 #include "redis/cluster.hpp"
-#include "wire/keys.hpp"
 #include "running_consumer.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::test {
 namespace {
@@ -54,7 +54,8 @@ class PartitionedFlowsTest : public ConsumerTest {
     for (int i = 0; i < kPartitions; ++i) {
       n += client.integer({"XLEN", part(i) + ":flow:outbox"});
       const detail::Reply keys = client.cmd({"KEYS", part(i) + ":flow:*"});
-      for (std::size_t k = 0; k < keys.view().size(); ++k) n += keys.view()[k].str().ends_with(":flow:outbox") ? 0 : 1;
+      for (std::size_t k = 0; k < keys.view().size(); ++k)
+        n += keys.view()[k].str().ends_with(":flow:outbox") ? 0 : 1;
     }
     return n;
   }
@@ -103,7 +104,8 @@ TEST_F(PartitionedFlowsTest, AChordsChildrenRunInEveryPartitionAndItsCallbackOnc
     EXPECT_EQ(r->parent, ids.task_id);
     ++per_partition[r->queue];
   }
-  EXPECT_EQ(per_partition.size(), static_cast<std::size_t>(kPartitions)) << "children spread over the partitions";
+  EXPECT_EQ(per_partition.size(), static_cast<std::size_t>(kPartitions))
+      << "children spread over the partitions";
   const std::string home = inspector.record(stream, ids.task_id)->queue;
   EXPECT_EQ(client.integer({"XLEN", home + ":flow:outbox"}), 0) << "the producer took what it placed out";
   Runs runs;
@@ -127,16 +129,19 @@ TEST_F(PartitionedFlowsTest, AChordsChildrenRunInEveryPartitionAndItsCallbackOnc
     EXPECT_EQ(read[static_cast<std::size_t>(i)].as<int>(), i * i);
   }
   for (const FlowIds& c : ids.children) EXPECT_EQ(runs.of(c.task_id), 1);
-  EXPECT_TRUE(wait_until([&] { return leftovers() == 0; }, 5s)) << leftovers() << " outbox entries or flow keys left";
+  EXPECT_TRUE(wait_until([&] { return leftovers() == 0; }, 5s))
+      << leftovers() << " outbox entries or flow keys left";
 }
 
 TEST_F(PartitionedFlowsTest, AChildThatFailsInAnotherPartitionFailsItsParentAndItsReplayResumesIt) {
   Producer producer = partitioned_producer(server.url());
   std::atomic<int> attempts{0};
   FlowNode parent{.task_type = "parent", .payload = "{}", .options = {.partition_key = key_of_partition(0)}};
+  parent.children.push_back({.task_type = "flaky",
+                             .payload = "{}",
+                             .options = {.max_retries = 0, .partition_key = key_of_partition(1)}});
   parent.children.push_back(
-      {.task_type = "flaky", .payload = "{}", .options = {.max_retries = 0, .partition_key = key_of_partition(1)}});
-  parent.children.push_back({.task_type = "ok", .payload = "{}", .options = {.partition_key = key_of_partition(2)}});
+      {.task_type = "ok", .payload = "{}", .options = {.partition_key = key_of_partition(2)}});
   const FlowIds ids = producer.enqueue_flow(parent);
   Runs runs;
   RunningConsumer rc(partitioned("a"), [&](Consumer& c) {
@@ -174,10 +179,12 @@ TEST_F(PartitionedFlowsTest, ChildrenTheProducerCouldNotPlaceAreRunWhenAConsumer
   Producer limited = partitioned_producer(url);
   std::vector<TaskSpec> header;
   for (int i = 0; i < 12; ++i) {
-    header.push_back({.task_type = "child", .payload = {{"i", i}}, .options = {.partition_key = key_of_partition(i % 4)}});
+    header.push_back(
+        {.task_type = "child", .payload = {{"i", i}}, .options = {.partition_key = key_of_partition(i % 4)}});
   }
   const FlowIds ids = limited.enqueue_flow(
-      chord(std::move(header), {.task_type = "sum", .payload = "{}", .options = {.partition_key = key_of_partition(0)}}));
+      chord(std::move(header),
+            {.task_type = "sum", .payload = "{}", .options = {.partition_key = key_of_partition(0)}}));
   EXPECT_EQ(client.integer({"XLEN", part(0) + ":flow:outbox"}), 3) << "one placement per other partition";
   EXPECT_FALSE(inspector.record(stream, ids.children[1].task_id)) << "not placed yet";
   EXPECT_EQ(state_of(ids.children[0].task_id), State::queued) << "placed with its flow";
@@ -196,7 +203,8 @@ TEST_F(PartitionedFlowsTest, ChildrenTheProducerCouldNotPlaceAreRunWhenAConsumer
   for (int i = 0; i < 12; ++i) {
     EXPECT_EQ(read[static_cast<std::size_t>(i)].as<int>(), i);
     EXPECT_EQ(runs.of(ids.children[static_cast<std::size_t>(i)].task_id), 1) << i;
-    EXPECT_EQ(inspector.record(stream, ids.children[static_cast<std::size_t>(i)].task_id)->queue, part(i % 4));
+    EXPECT_EQ(inspector.record(stream, ids.children[static_cast<std::size_t>(i)].task_id)->queue,
+              part(i % 4));
   }
   EXPECT_TRUE(wait_until([&] { return leftovers() == 0; }, 5s)) << leftovers();
 }
@@ -205,7 +213,8 @@ TEST_F(PartitionedFlowsTest, CancellingAParentCancelsItsChildrenInOtherPartition
   Producer producer = partitioned_producer(server.url());
   FlowNode parent{.task_type = "parent", .payload = "{}", .options = {.partition_key = key_of_partition(3)}};
   for (int i = 0; i < 4; ++i) {
-    parent.children.push_back({.task_type = "child", .payload = "{}", .options = {.partition_key = key_of_partition(i)}});
+    parent.children.push_back(
+        {.task_type = "child", .payload = "{}", .options = {.partition_key = key_of_partition(i)}});
   }
   const FlowIds ids = producer.enqueue_flow(parent);
   EXPECT_EQ(inspector.cancel(stream, ids.task_id), CancelOutcome::cancelled);
@@ -224,10 +233,11 @@ TEST_F(PartitionedFlowsTest, CancellingAParentCancelsItsChildrenInOtherPartition
 TEST_F(PartitionedFlowsTest, AMalformedOutboxEntryIsDeletedAndTheRestCarried) {
   Producer producer = partitioned_producer(server.url());
   FlowNode parent{.task_type = "parent", .payload = "{}", .options = {.partition_key = key_of_partition(0)}};
-  parent.children.push_back({.task_type = "child", .payload = "{}", .options = {.partition_key = key_of_partition(1)}});
+  parent.children.push_back(
+      {.task_type = "child", .payload = "{}", .options = {.partition_key = key_of_partition(1)}});
   client.cmd({"XADD", part(1) + ":flow:outbox", "*", "kind", "place", "to", "{elsewhere:1}", "call", "1:4"});
-  client.cmd({"XADD", part(1) + ":flow:outbox", "*", "kind", "settle", "to", part(0), "parent", "x", "child", "y",
-              "state", "running"});
+  client.cmd({"XADD", part(1) + ":flow:outbox", "*", "kind", "settle", "to", part(0), "parent", "x", "child",
+              "y", "state", "running"});
   const FlowIds ids = producer.enqueue_flow(parent);
   Runs runs;
   RunningConsumer rc(partitioned("a"), [&](Consumer& c) {

@@ -17,6 +17,7 @@
 
 #include "chaos.hpp"
 #include "redis_server.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::test {
 namespace {
@@ -190,6 +191,72 @@ TEST(FlowChaos, EveryParentIsEnqueuedOnceWithAllItsChildrenWhileWorkersAreKilled
   }
   EXPECT_EQ(disagreements(in, stream, ids), 0);
   EXPECT_EQ(client.cmd({"KEYS", stream + ":flow:*"}).view().size(), 0u);
+}
+
+TEST(FlowChaos, FlowsAcrossPartitionsReleaseEveryParentOnceWithAllItsChildrenWhileWorkersAreKilled) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  constexpr int kPartitions = 3;
+  Inspector in({.connection = {.url = server.url()}});
+  Producer producer({.connection = {.url = server.url()},
+                     .stream = stream,
+                     .max_len = 100000,
+                     .partitions = kPartitions,
+                     .retention = Retention{.done = std::chrono::minutes(10)}});
+  // 30 chords of 20 children (8 ms each), each child in the next partition in turn: most
+  // children's ends go through an outbox and a courier while workers die.
+  std::vector<std::string> ids, parents;
+  for (int f = 0; f < 30; ++f) {
+    const FlowIds flow = producer.enqueue_flow(
+        chord(std::vector<TaskSpec>(20, TaskSpec{"work", R"({"ms":8})"}), TaskSpec{"gather", "{}"}));
+    parents.push_back(flow.task_id);
+    ids.push_back(flow.task_id);
+    for (const FlowIds& c : flow.children) ids.push_back(c.task_id);
+  }
+  std::vector<std::unique_ptr<WorkerProcess>> procs;
+  for (int i = 0; i < 3; ++i) {
+    procs.push_back(std::make_unique<WorkerProcess>(
+        worker_args(server, stream, "slot-" + std::to_string(i),
+                    {"partitions=" + std::to_string(kPartitions), "concurrency=3", "max_deliveries=30"})));
+  }
+  std::mt19937 rng(2027);
+  for (int kill = 0; kill < 8; ++kill) {
+    std::this_thread::sleep_for(150ms);
+    auto& w = procs[rng() % procs.size()];
+    w->kill9();
+    w->start();
+  }
+  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":done").size() == ids.size(); }, 60s))
+      << hash(client, stream + ":done").size() << " of " << ids.size();
+  const auto children = hash(client, stream + ":children");
+  std::map<std::string, int> released;
+  for (int p = 0; p < kPartitions; ++p) {
+    for (const QueueEvent& e :
+         in.events(detail::partition_stream(stream, kPartitions, p), "", 10000).events) {
+      if (e.event == "released") ++released[e.task_id];
+    }
+  }
+  for (const std::string& p : parents) {
+    EXPECT_EQ(released[p], 1) << "parent " << p << " enqueued " << released[p] << " times";
+    ASSERT_TRUE(children.count(p)) << "parent " << p << " never ran";
+    EXPECT_EQ(children.at(p), 20) << "parent " << p;
+    EXPECT_EQ(in.record(stream, p)->state, State::done);
+  }
+  for (const std::string& id : ids) EXPECT_EQ(in.record(stream, id)->state, State::done) << id;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        std::int64_t left = 0;
+        for (int p = 0; p < kPartitions; ++p) {
+          const std::string part = detail::partition_stream(stream, kPartitions, p);
+          left += client.integer({"XLEN", part + ":flow:outbox"}) + client.integer({"XLEN", part + ":dlq"});
+          left += static_cast<std::int64_t>(client.cmd({"KEYS", part + ":flow:*"}).view().size()) -
+                  client.integer({"EXISTS", part + ":flow:outbox"});
+        }
+        return left == 0;
+      },
+      10s))
+      << "outbox entries, dead letters or flow keys left";
 }
 
 TEST(FlowChaos, ABatchGrowingWhileWorkersAreKilledFiresItsCallbackOnceAfterItsClose) {

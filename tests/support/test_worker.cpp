@@ -9,11 +9,11 @@
 //   (the third enqueues "mark" tasks numbered 0, 1, ... at that steady rate, retrying a refused
 //   or failed enqueue, until SIGTERM or the time is up; prints "produced <count>": the soak's
 //   producer)
-//   concurrency, prefetch, min_idle_ms, heartbeat_ms, reclaim_ms, max_deliveries, grace_ms,
-//   backoff_base_ms (retry backoff, default 0: at once), backoff_cap_ms, app_thread (1: a thread
-//   of the application's own is started before run(), as an HTTP server's would be), app_fork
-//   (a file: 300 ms after run() started, the application forks a helper without exec, which
-//   writes its pid there and sleeps until killed, holding copies of the worker's descriptors)
+//   partitions (a partitioned queue: concurrency must be at least this), concurrency, prefetch, min_idle_ms,
+//   heartbeat_ms, reclaim_ms, max_deliveries, grace_ms, backoff_base_ms (retry backoff, default 0: at once),
+//   backoff_cap_ms, app_thread (1: a thread of the application's own is started before run(), as an HTTP
+//   server's would be), app_fork (a file: 300 ms after run() started, the application forks a helper without
+//   exec, which writes its pid there and sleeps until killed, holding copies of the worker's descriptors)
 // Task types:
 //   work       sleep payload "ms" milliseconds, then HINCRBY <stream>:done <task_id> 1
 //   hang       HINCRBY <stream>:started <task_id> 1, sleep "ms" ignoring stop requests, then
@@ -168,6 +168,7 @@ int main(int argc, char** argv) {
        .stream = stream,
        .consumer_name = argv[3],
        .concurrency = static_cast<int>(get("concurrency", 2)),
+       .partitions = static_cast<int>(get("partitions", 1)),
        .prefetch = static_cast<int>(get("prefetch", 8)),
        .block = ms(200),
        .claim_min_idle = ms(get("min_idle_ms", 1500)),
