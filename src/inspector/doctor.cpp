@@ -92,6 +92,8 @@ std::vector<RoleCheck> role_checks(const std::string& q, const std::string& grou
         {"PTTL", detail::task_key(q, "x")},
         {"HSETNX", detail::task_key(q, "x"), "attempts", "0"},
         {"SREM", detail::batch_key(q, "x") + ":pending", "x"},
+        {"XRANGE", detail::queue_keys(q).outbox, "-", "+"},
+        {"XDEL", detail::queue_keys(q).outbox, "0-1"},
         {"CLIENT", "LIST", "ID", "1"},
         {"EVALSHA", "0000000000000000000000000000000000000000", "1", q},
         {"TIME"}}},

@@ -203,7 +203,8 @@ void Producer::Impl::place_away(int home, std::vector<detail::Argv>& placements,
                                 detail::ReplyView outbox_ids) {
   // The flow is accepted: its placements wait in the home's outbox. Made here at once (a
   // consumer's courier makes what is left there: this process may die now, or a partition be
-  // out of reach), then taken out of the outbox.
+  // out of reach), then taken out of the outbox when this user may XDEL (the producer role of
+  // docs/operations.md may not: the courier finds them placed, and deletes them).
   std::vector<detail::SharedCommand> calls;
   calls.reserve(placements.size());
   for (detail::Argv& a : placements) calls.push_back({&a, detail::ScriptId::enqueue});
@@ -219,7 +220,7 @@ void Producer::Impl::place_away(int home, std::vector<detail::Argv>& placements,
         done.add(outbox_ids[i + 1].str());
       }
     }
-    if (done.size() > 2) link.run({{&done, detail::not_a_script}}, true);
+    if (done.size() > 2) link.run({{&done, detail::not_a_script}}, true);  // (its reply: either way)
   } catch (const Error& e) {
     detail::log(LogLevel::warning,
                 std::string("a flow's tasks in other partitions were not all placed yet (") + e.what() +
