@@ -278,6 +278,20 @@ FlowNode chain(std::vector<TaskSpec> tasks);
 /// empty header.
 FlowNode chord(std::vector<TaskSpec> header, TaskSpec callback,
                ChildFailure on_failure = ChildFailure::fail_parent);
+/// The task type of a group's root (group()).
+inline constexpr std::string_view group_task_type = "streamq:group";
+/// A group: `tasks` run (in parallel) and are awaited together by the root's id, with no task
+/// run after them. The root is not a task that runs: its record (type "streamq:group") says
+/// waiting until every task finished, then done, set by the script that wrote the last end,
+/// with their outcomes as its result (group_results), or dead (reason child_failed) under
+/// ChildFailure::fail_parent. Producer::wait on the root's id waits for the group. Its id is
+/// the root's `options.task_id` (set it on the returned node), else a new one. A group may be a
+/// child in a flow. @throws ConfigError for an empty list.
+FlowNode group(std::vector<TaskSpec> tasks, ChildFailure on_failure = ChildFailure::fail_parent);
+/// What a finished group's tasks ended with, in the order given (a group's record: its type
+/// "streamq:group"; empty while it waits, or when it ended dead). @throws ConfigError for a
+/// record of another type; std::runtime_error for a result not written by streamq.
+std::vector<ChildResult> group_results(const TaskRecord& group);
 
 /// A batch of tasks (Producer::open_batch): a set that grows while it is open, from any
 /// producer (EnqueueOptions::batch), whose callbacks are enqueued as tasks once it is closed and
@@ -414,8 +428,10 @@ class Producer {
   /// it, or nothing. The tasks without children go to their streams; each parent waits, unrun
   /// (its record says `waiting`), until its last child finished, and is then enqueued by the
   /// script that wrote that child's end, exactly once. Every task of a flow is tracked, so
-  /// wait() on the root's id waits for the whole flow. All of its tasks go to one partition
-  /// (the root's partition_key, else its task id, picks it). Returns the ids in the flow's shape.
+  /// wait() on the root's id waits for the whole flow. In a partitioned queue every parent goes
+  /// to the root's partition (its partition_key, else its task id, picks it), and each task
+  /// without children to its own (docs/workflows.md, "Flows across partitions"). Returns the
+  /// ids in the flow's shape.
   /// @throws ConfigError (an empty task type, a parent with a delay or run_at, a task id given
   ///   twice, more than 10,000 tasks, deeper than 64 levels, a task with a batch in a queue of
   ///   more than one partition, and as enqueue), PayloadError, BatchClosedError,

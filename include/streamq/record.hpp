@@ -80,8 +80,9 @@ std::optional<TaskRecord::State> parse_record_state(std::string_view s) noexcept
 struct QueueEvent {
   /// The entry's id; pass it back to read on after it.
   std::string id;
-  /// enqueued, started, progress, retry, handed_back, done, dead, cancelled or released (a flow's
-  /// parent enqueued once its children finished).
+  /// enqueued, started, progress, retry, handed_back, done, dead, cancelled, released (a flow's
+  /// parent enqueued once its children finished) or child_ended (of a flow's parent: one of its
+  /// children ended; fields child, state and pending, the children it still waits for).
   std::string event;
   std::string task_id;
   /// When (the server's clock).

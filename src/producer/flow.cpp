@@ -109,6 +109,24 @@ FlowNode chord(std::vector<TaskSpec> header, TaskSpec callback, ChildFailure on_
   return node;
 }
 
+FlowNode group(std::vector<TaskSpec> tasks, ChildFailure on_failure) {
+  if (tasks.empty()) throw ConfigError("group: no tasks");
+  FlowNode node{std::string(group_task_type), Payload("{}"), {}};
+  node.children.reserve(tasks.size());
+  for (TaskSpec& t : tasks) {
+    node.children.push_back(FlowNode{t.task_type, std::move(t.payload), std::move(t.options), on_failure});
+  }
+  return node;
+}
+
+std::vector<ChildResult> group_results(const TaskRecord& group) {
+  if (group.task_type != group_task_type) {
+    throw ConfigError("task " + group.task_id + " is a \"" + group.task_type + "\", not a group");
+  }
+  if (group.state != TaskRecord::State::done || !group.result) return {};
+  return detail::parse_children(*group.result);
+}
+
 FlowIds Producer::enqueue_flow(const FlowNode& root) {
   Impl& im = *impl_;
   FlatFlow flat;

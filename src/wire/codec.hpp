@@ -60,6 +60,9 @@ std::size_t append_new_task(Argv& argv, const NewTask& task);
 /// flow_children field and record field), moving `at` past it; nullopt when there is none
 /// there (malformed: not written by streamq).
 std::optional<std::string_view> take_counted(std::string_view text, std::size_t& at);
+/// A flow's children as they ended, from a parent's flow_children field (or a group's result):
+/// per child `<length>:<id><length>:<outcome>`. @throws std::runtime_error when malformed.
+std::vector<ChildResult> parse_children(std::string_view text);
 /// Appends `<length>:<bytes>` of `s` to `out` (what take_counted reads back).
 void append_counted(std::string& out, std::string_view s);
 

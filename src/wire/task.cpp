@@ -144,7 +144,7 @@ std::optional<std::string_view> Task::field(std::string_view name) const noexcep
 namespace {
 
 /// The next `<length>:<bytes>` of a flow_children field, from `at` on (moved past it).
-std::string_view take_counted(std::string_view text, std::size_t& at) {
+std::string_view take_part(std::string_view text, std::size_t& at) {
   const std::optional<std::string_view> got = detail::take_counted(text, at);
   if (!got) throw std::runtime_error("malformed flow_children field at byte " + std::to_string(at));
   return *got;
@@ -153,14 +153,18 @@ std::string_view take_counted(std::string_view text, std::size_t& at) {
 }  // namespace
 
 std::vector<ChildResult> Task::children_results() const {
-  std::vector<ChildResult> out;
   const std::optional<std::string_view> text = field(field::flow_children);
-  if (!text) return out;
+  if (!text) return {};
+  return detail::parse_children(*text);
+}
+
+std::vector<ChildResult> detail::parse_children(std::string_view text) {
+  std::vector<ChildResult> out;
   // Per child: <length>:<id><length>:<outcome>, the outcome 'd' + result, or 'x' + state + ' ' + error.
-  for (std::size_t at = 0; at < text->size();) {
+  for (std::size_t at = 0; at < text.size();) {
     ChildResult child;
-    child.task_id = take_counted(*text, at);
-    const std::string_view outcome = take_counted(*text, at);
+    child.task_id = take_part(text, at);
+    const std::string_view outcome = take_part(text, at);
     if (outcome.starts_with('d')) {
       child.state = "done";
       child.result = outcome.substr(1);

@@ -348,6 +348,52 @@ TEST_F(FlowsTest, TheInspectorShowsAFlowAsATreeWithEachTasksState) {
   EXPECT_FALSE(inspector.flow(stream, "no-such-task"));
 }
 
+TEST_F(FlowsTest, AGroupIsAwaitedByItsIdAndEndsWithItsTasksOutcomesWithoutRunning) {
+  FlowNode tolerant = group({{.task_type = "ok", .payload = {{"n", 1}}},
+                             {.task_type = "boom", .payload = "{}", .options = {.max_retries = 0}},
+                             {.task_type = "ok", .payload = {{"n", 3}}}},
+                            ChildFailure::ignore);
+  tolerant.options.task_id = "tolerant-group";
+  const FlowIds ids = shared.enqueue_flow(tolerant);
+  EXPECT_EQ(ids.task_id, "tolerant-group");
+  const FlowIds strict =
+      shared.enqueue_flow(group({{.task_type = "ok", .payload = {{"n", 4}}},
+                                 {.task_type = "boom", .payload = "{}", .options = {.max_retries = 0}}}));
+  EXPECT_EQ(state_of(ids.task_id), State::waiting);
+  EXPECT_TRUE(group_results(*inspector.record(stream, ids.task_id)).empty()) << "nothing while it waits";
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("ok", [](const Task& t) { t.set_result(std::to_string(t.json()["n"].get<int>())); });
+    c.on("boom", [](const Task&) { throw std::runtime_error("boom"); });
+  });
+  const TaskRecord done = shared.wait(ids.task_id, 10s);
+  EXPECT_EQ(done.state, State::done);
+  EXPECT_EQ(done.task_type, group_task_type);
+  const std::vector<ChildResult> results = group_results(done);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(results[0].as<int>(), 1);
+  EXPECT_EQ(results[1].state, "dead");
+  EXPECT_NE(results[1].error.find("boom"), std::string::npos) << results[1].error;
+  EXPECT_EQ(results[2].as<int>(), 3);
+  EXPECT_THROW(shared.wait(strict.task_id, 10s), TaskFailedError);
+  EXPECT_EQ(inspector.record(stream, strict.task_id)->reason, "child_failed");
+  // Neither root ran: no entry of the group's type was ever added, nothing was dead-lettered
+  // but the failing tasks.
+  EXPECT_EQ(xlen(dlq), 2);
+  for (const auto& [id, fields] : client.xrange(stream))
+    EXPECT_NE(Client::get(fields, "task_type"), group_task_type);
+  // Each end of a task is an event of the group's: child_ended, with what is left.
+  std::vector<std::string> left;
+  for (const QueueEvent& e : inspector.events(stream, "", 1000).events) {
+    if (e.event != "child_ended" || e.task_id != ids.task_id) continue;
+    for (const auto& [name, value] : e.fields) {
+      if (name == "pending") left.push_back(value);
+    }
+  }
+  EXPECT_EQ(left, (std::vector<std::string>{"2", "1", "0"}));
+  EXPECT_THROW(group_results(*inspector.record(stream, ids.children[0].task_id)), ConfigError);
+  EXPECT_THROW(group({}), ConfigError);
+}
+
 TEST_F(FlowsTest, AFailedParentsFlowLivesAsLongAsItsRecord) {
   const Retention kept{.done = 1min, .dead = 1min};
   FlowNode parent{.task_type = "parent", .payload = "{}", .options = {.retention = kept}};

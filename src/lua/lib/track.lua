@@ -224,25 +224,34 @@ local function flow_children(flow)
 end
 
 -- flow_release(queue, parent): the last child of `parent` finished: the parent goes to its
--- stream with its children's outcomes, its record says queued, and its flow's keys go.
--- Nothing when the body is gone (released already) or the parent was cancelled meanwhile.
+-- stream with its children's outcomes, its record says queued, and its flow's keys go. A group
+-- (its task_type GROUP_TYPE, see group() in streamq/producer.hpp) is not run: its record says
+-- done at once, its children's outcomes its result. Nothing when the body is gone (released
+-- already) or the parent was cancelled meanwhile.
+local GROUP_TYPE = 'streamq:group'
 local function flow_release(queue, parent)
   local flow = queue .. ':flow:' .. parent
   local body = redis.call('HGET', flow, 'body')
   if not body then return end
   local key = queue .. ':task:' .. parent
   local parts = nil
+  local children = nil
   if state_of(key) ~= 'cancelled' then
     parts = cmsgpack.unpack(body)
-    parts[#parts + 1] = 'flow_children'
-    parts[#parts + 1] = flow_children(flow)
+    children = flow_children(flow)
   end
   redis.call('DEL', flow, flow .. ':pending', flow .. ':results')
   if not parts then return end
-  redis.call('XADD', parts[1], '*', unpack(parts, 2))
   redis.pcall('HDEL', key, 'error', 'reason', 'finished_at')
-  track_state(queue, parts, 2, 'queued', 'released')
   redis.pcall('PERSIST', key)
+  if field_value(parts, 2, #parts, 'task_type') == GROUP_TYPE then
+    track_state(queue, parts, 2, 'done', 'done', nil, {'result', children})
+    return
+  end
+  parts[#parts + 1] = 'flow_children'
+  parts[#parts + 1] = children
+  redis.call('XADD', parts[1], '*', unpack(parts, 2))
+  track_state(queue, parts, 2, 'queued', 'released')
 end
 
 -- flow_keep(queue, parent): the flow of a parent that ended dead lives as long as its record:
@@ -290,7 +299,9 @@ local function flow_child_ended(queue, parent, id, state, policy, result, err)
     return
   end
   redis.call('SREM', pending, id)
-  if redis.call('SCARD', pending) == 0 then
+  local left = redis.call('SCARD', pending)
+  track_event(queue, 'child_ended', parent, ms_text(now_ms()), {'child', id, 'state', state, 'pending', tostring(left)})
+  if left == 0 then
     flow_release(queue, parent)
   elseif state_of(queue .. ':task:' .. parent) == 'dead' then
     flow_keep(queue, parent)  -- (a key written now, the results hash, lives no longer than the rest)
