@@ -112,6 +112,10 @@ progress=$(run progress --stream b:prog --count 1000000); cli DEL b:prog b:prog:
 # A chord of 1,000 tasks against the same 1,000 tasks tracked (three interleaved rounds inside).
 chord=$(run chord --stream b:chord --count 1000)
 redis-cli -p "$port" --scan --pattern 'b:chord:*' | xargs -r -n 500 redis-cli -p "$port" DEL >/dev/null
+# The same with 4 partitions: the callback in one, the children in all four (their ends carried
+# to the callback's partition by the courier), against the same tasks tracked in 4 partitions.
+chord_p4=$(run chord --stream b:chp --count 1000 --partitions 4)
+redis-cli -p "$port" --scan --pattern '{b:chp:*' | xargs -r -n 500 redis-cli -p "$port" DEL >/dev/null
 latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
 retry=$(run retry --stream b:retry --count 50000); cli DEL b:retry
 retry_backoff=$(run retry-backoff --stream b:retryb --count 50000); cli DEL b:retryb b:retryb:delayed
@@ -144,6 +148,7 @@ line process-fresh "$process_fresh" "$ref_drain"
 line wait-round-trip "$wait_rt" ""
 line set_progress "$progress" ""
 line chord-1000 "$chord" ""
+line chord-1000-p4 "$chord_p4" ""
 line "latency@5k/s" "$latency" ""
 line retry "$retry" ""
 line retry-backoff "$retry_backoff" ""
@@ -158,4 +163,5 @@ echo "client CPU per task (user + system, µs, medians; the kernel's wake-ups in
 echo "enqueue-shared: 8 threads calling enqueue on one Producer, over ${shared_connections} connection(s); enqueue-async: enqueue_async from one thread, at most 4096 unanswered;"
 echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls in a tight loop (1,000,000), tasks/s = calls/s, $(field writes "$progress") writes (coalesced: at most one per 100 ms);"
 echo "chord-1000: enqueue_flow of a chord of 1,000 tasks and its callback, run to the callback's end (tasks/s: the 1,000 over that time); $(field chord_overhead "$chord")x the time of the same 1,000 tasks tracked, enqueued with enqueue_batch; the callback started $(field parent_start_ms "$chord") ms after the last child's handler returned (medians of three);"
+echo "chord-1000-p4: the same in a queue of 4 partitions (children in all four, the callback in one): $(field chord_overhead "$chord_p4")x the same tasks tracked in 4 partitions; the callback started $(field parent_start_ms "$chord_p4") ms after the last child's handler returned;"
 echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"

@@ -426,6 +426,12 @@ void Flush::conclude() {
 }  // namespace
 
 void Completer::flush(std::vector<Completion>& batch, InFlight::Writes& more) {
+  // The end of a flow's child in another partition than its parent goes to this partition's
+  // outbox: its courier carries it at once rather than at its next pass.
+  const bool to_carry = s_.wake_courier && std::any_of(batch.begin(), batch.end(), [](const Completion& c) {
+                          return std::any_of(c.fields.begin(), c.fields.end(),
+                                             [](const auto& f) { return f.first == field::flow_home; });
+                        });
   Flush f(s_, scripts_, batch, more);
   f.marks();
   f.reports();
@@ -435,6 +441,7 @@ void Completer::flush(std::vector<Completion>& batch, InFlight::Writes& more) {
   f.send(scripts_, conn_);
   f.settle_marks_and_reports();
   f.conclude();
+  if (to_carry) s_.wake_courier();
 }
 
 }  // namespace streamq::detail

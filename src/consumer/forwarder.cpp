@@ -20,6 +20,11 @@ Forwarder::Forwarder(Shared& shared)
 }
 
 void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
+  if (poked_.exchange(false) && courier_ && now < next_) {
+    // Woken for the outbox alone (poke): the delayed set waits for its time.
+    if (courier_->pass(scripts) >= FlowCourier::kMostPerPass) poked_.store(true);
+    return;
+  }
   const QueueKeys& keys = s_.keys();
   Argv argv = scripts.begin(ScriptId::forward, 6);
   argv.add(keys.delayed).add(keys.dlq).add(keys.forwarder).add(keys.stream).add(keys.high).add(keys.low);

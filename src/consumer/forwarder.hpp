@@ -11,6 +11,7 @@
 // Redis only.
 #pragma once
 
+#include <atomic>
 #include <optional>
 
 #include "duties.hpp"
@@ -31,7 +32,9 @@ class Forwarder final : public Duty {
 
   explicit Forwarder(Shared& shared);
   std::string_view name() const noexcept override { return "forwarder"; }
-  Clock::time_point next() const override { return next_; }
+  Clock::time_point next() const override { return poked_.load() ? Clock::time_point::min() : next_; }
+  /// Due at once (any thread; then DutyRunner::wake): an outbox entry was just written.
+  void poke() noexcept { poked_.store(true); }
   void tick(ScriptRunner& scripts, Clock::time_point now) override;
 
  private:
@@ -40,6 +43,7 @@ class Forwarder final : public Duty {
   const Millis lease_;
   Clock::time_point next_;
   std::optional<FlowCourier> courier_;  // a partitioned queue's
+  std::atomic<bool> poked_{false};
 };
 
 }  // namespace streamq::detail

@@ -125,6 +125,10 @@ struct Shared {
   std::shared_ptr<ProcessPool> pool;
   /// The connection asynchronous handlers' attempts share (set by the executor's start).
   std::shared_ptr<AsyncChannel> async_channel;
+  /// A partitioned queue's: tells this partition's flow courier that an end of a flow's child
+  /// was just written to the outbox (set by the consumer before its engines start; called by
+  /// the completer, after the write).
+  std::function<void()> wake_courier;
   /// The queue's pause flag (see PauseWatch), and whether the ACL user may not read it.
   PauseFlag pause;
   std::atomic<bool> pause_unreadable{false};
