@@ -354,6 +354,33 @@ class DashboardTest(RedisTestCase):
         self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "#detail-box script, #detail-box img"), [])
         self.assertIsNone(driver.execute_script("return window.__xss"))
 
+        # A flow's task: its parent and children, each a link to its record (records as
+        # Producer::enqueue_flow and the scripts write them).
+        self.r.hset(q + ":task:flow-root", mapping={"state": "waiting", "type": "album",
+                                                   "flow_children": "7:kid<b>14:kid2"})
+        self.r.hset(q + ":task:kid<b>1", mapping={"state": "done", "type": "resize", "flow_parent": "flow-root"})
+        self.r.hset(q + ":task:kid2", mapping={"state": "running", "type": "resize", "flow_parent": "flow-root"})
+        driver.find_element(By.ID, "lookup-id").send_keys("flow-root")
+        driver.find_element(By.CSS_SELECTOR, "#lookup button[type=submit], #lookup input[type=submit]").click()
+        wait.until(lambda d: text("detail-title") == "flow-root")
+        children = driver.execute_script(
+            "return [...document.querySelectorAll('#detail-flow tr[data-child]')]"
+            ".map((r) => [...r.cells].map((c) => c.textContent))")
+        self.assertEqual(children, [["kid<b>1", "resize", "done"], ["kid2", "resize", "running"]])
+        self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "#detail-flow b"), [])
+        driver.find_element(By.CSS_SELECTOR, "#detail-flow button[data-task='kid2']").click()
+        wait.until(lambda d: text("detail-title") == "kid2")
+        self.assertIn("Parent: flow-root album · waiting", text("detail-flow"))
+        driver.find_element(By.CSS_SELECTOR, "#detail-flow button[data-task='flow-root']").click()
+        wait.until(lambda d: text("detail-title") == "flow-root")
+        # A task outside a flow shows none of it.
+        driver.find_element(By.ID, "lookup-id").clear()
+        self.r.hset(q + ":task:alone", mapping={"state": "queued", "type": "resize"})
+        driver.find_element(By.ID, "lookup-id").send_keys("alone")
+        driver.find_element(By.CSS_SELECTOR, "#lookup button[type=submit], #lookup input[type=submit]").click()
+        wait.until(lambda d: text("detail-title") == "alone")
+        self.assertFalse(driver.find_element(By.ID, "detail-flow").is_displayed())
+
         screenshot = os.environ.get("STREAMQ_SCREENSHOT") or os.path.join(self.dir, "dashboard.png")
         driver.save_screenshot(screenshot)
 

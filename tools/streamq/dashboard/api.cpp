@@ -118,6 +118,24 @@ void action(httplib::Server& server, const Api& api, const char* path, Body body
   });
 }
 
+/// A flow's task's neighbours, for its detail view: its parent and its first kMostChildren
+/// children, each {task_id, task_type, state} (state null: no record, its retention passed).
+json flow_of(Inspector& in, const std::string& queue, const TaskRecord& r) {
+  constexpr std::size_t kMostChildren = 100;
+  const auto brief = [&](const std::string& id) {
+    const auto rec = in.record(queue, id);
+    return json{{"task_id", id},
+                {"task_type", rec ? json(rec->task_type) : json(nullptr)},
+                {"state", rec ? json(std::string(to_string(rec->state))) : json(nullptr)}};
+  };
+  json children = json::array();
+  for (std::size_t i = 0; i < r.children.size() && i < kMostChildren; ++i)
+    children.push_back(brief(r.children[i]));
+  return json{{"parent", r.parent.empty() ? json(nullptr) : brief(r.parent)},
+              {"children", std::move(children)},
+              {"children_total", r.children.size()}};
+}
+
 }  // namespace
 
 void no_store(httplib::Response& res) { res.set_header("Cache-Control", "no-store"); }
@@ -148,8 +166,11 @@ void add_api(httplib::Server& server, const Api& api) {
                 {"sampler_error", api.sampler.last_error()}};
   });
   read(server, api, "/api/record", [](Inspector& in, const httplib::Request& req) {
-    const auto r = in.record(required_param(req, "name"), required_param(req, "id"));
-    return json{{"record", r ? json::parse(r->to_json()) : json(nullptr)}};
+    const std::string name = required_param(req, "name");
+    const auto r = in.record(name, required_param(req, "id"));
+    json out{{"record", r ? json::parse(r->to_json()) : json(nullptr)}};
+    if (r && (!r->parent.empty() || !r->children.empty())) out["flow"] = flow_of(in, name, *r);
+    return out;
   });
   read(server, api, "/api/tasks", [](Inspector& in, const httplib::Request& req) {
     const std::string name = required_param(req, "name");

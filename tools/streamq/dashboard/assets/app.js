@@ -204,12 +204,44 @@ async function act(action, body, question) {
   return done;
 }
 
-function showDetail(title, value) {
+function showDetail(title, value, flow) {
   setText('detail-title', title);
   setText('detail', JSON.stringify(value, null, 2));
+  showFlow(flow);
   const box = document.getElementById('detail-box');
   box.hidden = false;
   box.scrollIntoView();
+}
+
+/** A flow's task (docs/workflows.md): its parent and its children, each a link to its record. */
+function showFlow(flow) {
+  const node = document.getElementById('detail-flow');
+  node.replaceChildren();
+  node.hidden = !flow;
+  if (!flow) return;
+  const link = (t) => {
+    const b = button(t.task_id, () => showRecord(t.task_id), 'link');
+    b.dataset.task = t.task_id;
+    return b;
+  };
+  const described = (t) => (t.state === null ? 'no record (its retention passed)' : `${t.task_type} · ${t.state}`);
+  if (flow.parent) {
+    node.append(el('p', {className: 'flow-parent'}, 'Parent: ', link(flow.parent), ` ${described(flow.parent)}`));
+  }
+  if (flow.children.length) {
+    const shown = flow.children.length < flow.children_total ? ` (the first ${flow.children.length})` : '';
+    node.append(el('p', {}, `Children: ${flow.children_total}${shown}`));
+    const body = el('tbody');
+    for (const c of flow.children) {
+      const tr = el('tr', {}, el('td', {}, link(c)), el('td', {textContent: c.task_type ?? ''}),
+        el('td', {textContent: c.state ?? 'no record'}));
+      tr.dataset.child = c.task_id;
+      body.append(tr);
+    }
+    node.append(el('table', {className: 'flow-children'},
+      el('thead', {}, el('tr', {}, el('th', {textContent: 'task id'}), el('th', {textContent: 'type'}),
+        el('th', {textContent: 'state'}))), body));
+  }
 }
 
 /** A task's entry, and the record of a tracked one (its state, attempts, progress, result). */
@@ -218,24 +250,27 @@ async function showTask(task) {
   if (!f.retention || !f.task_id) return showDetail(task.id, task);
   try {
     const r = await get(`/api/record?name=${encodeURIComponent(queue)}&id=${encodeURIComponent(f.task_id)}`);
-    showDetail(task.id, Object.assign({}, task, {record: r.record}));
+    showDetail(task.id, Object.assign({}, task, {record: r.record}), r.flow);
   } catch (e) {
     showDetail(task.id, Object.assign({}, task, {record_error: e.message}));
   }
 }
 
 /** The record of a tracked task by its task id (also once it finished and left the queue). */
-async function lookUp(event) {
-  event.preventDefault();
-  const id = document.getElementById('lookup-id').value.trim();
-  if (!id) return;
+async function showRecord(id) {
   try {
     const r = await get(`/api/record?name=${encodeURIComponent(queue)}&id=${encodeURIComponent(id)}`);
     if (!r.record) return notice(`no record of task ${id} (not tracked, or its retention passed)`, true);
-    showDetail(id, r.record);
+    showDetail(id, r.record, r.flow);
   } catch (e) {
     notice(`look up: ${e.message}`, true);
   }
+}
+
+async function lookUp(event) {
+  event.preventDefault();
+  const id = document.getElementById('lookup-id').value.trim();
+  if (id) await showRecord(id);
 }
 
 // State -> its own columns: [heading, value of a task].
