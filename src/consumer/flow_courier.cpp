@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include "flow_courier.hpp"
 
+#include <charconv>
 #include <string_view>
 #include <vector>
 
 #include "log.hpp"
-#include "streamq/errors.hpp"
 #include "wire/codec.hpp"
 #include "wire/keys.hpp"
 
@@ -23,8 +23,8 @@ std::string_view field_of(const ReplyView& fields, std::string_view name) {
 }
 
 /// The placement `packed` (the enqueue call's numkeys, keys and arguments, each
-/// `<length>:<bytes>`) as a call to `to`'s partition, or false when it is not one: four keys,
-/// those of `to`, the mode 'placed'.
+/// `<length>:<bytes>`) as a call to `to`'s partition, or false when it is not one: five keys,
+/// those of `to` and a guard of its, the mode 'placed'.
 bool unpack_placement(std::string_view to, std::string_view packed, Argv& argv, const ScriptRunner& scripts) {
   std::vector<std::string_view> parts;
   std::size_t at = 0;
@@ -34,72 +34,133 @@ bool unpack_placement(std::string_view to, std::string_view packed, Argv& argv, 
     parts.push_back(*part);
   }
   const QueueKeys k = queue_keys(to);
-  if (parts.size() < 6 || parts[0] != "4" || parts[1] != k.stream || parts[2] != k.high ||
-      parts[3] != k.low || parts[4] != k.delayed || parts[5] != "placed") {
+  if (parts.size() < 7 || parts[0] != "5" || parts[1] != k.stream || parts[2] != k.high ||
+      parts[3] != k.low || parts[4] != k.delayed || !parts[5].starts_with(placed_key(to, "")) ||
+      parts[6] != "placed") {
     return false;
   }
-  argv = scripts.begin(ScriptId::enqueue, 4);
+  argv = scripts.begin(ScriptId::enqueue, 5);
   for (std::size_t i = 1; i < parts.size(); ++i) argv.add(parts[i]);
   return true;
 }
 
+/// One pass's calls, each with how its entry is deleted once it answered.
+struct Calls {
+  std::vector<Argv> argvs;
+  std::vector<ScriptId> ids;
+  std::vector<std::string_view> entries;  // the outbox entry, or the placement's token
+  std::vector<bool> placement;
+};
+
 }  // namespace
 
-std::int64_t FlowCourier::pass(ScriptRunner& scripts) {
-  const std::string& outbox = s_.keys().outbox;
+FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
+  const QueueKeys& keys = s_.keys();
+  Connection& conn = scripts.connection();
+  Pass out;
   const std::string most = std::to_string(kMostPerPass);
-  const Reply read = scripts.connection().command(Argv{"XRANGE", outbox, "-", "+", "COUNT", most});
-  const ReplyView entries = read.view().check();
-  if (entries.size() == 0) return 0;
-  std::vector<Argv> calls;
-  std::vector<ScriptId> ids;
-  std::vector<std::string_view> of;  // each call's entry
-  Argv carried{"XDEL", outbox};
+  // The ends, in order, and whether there are placements (and the server's clock to age them).
+  std::vector<Argv> reads;
+  reads.push_back(Argv{"XRANGE", keys.outbox, after_, "+", "COUNT", most});
+  reads.push_back(Argv{"HLEN", keys.placing});
+  reads.push_back(Argv{"TIME"});
+  const std::vector<Reply> read = conn.pipeline(reads);
+  const ReplyView entries = read[0].view().check();
+  const bool placing = read[1].view().check().integer() > 0;
+  Calls calls;
+  Argv foreign{"XDEL", keys.outbox};  // entries that are not streamq's
   for (std::size_t e = 0; e < entries.size(); ++e) {
     const std::string_view id = entries[e][0].str();
     const ReplyView fields = entries[e][1];
-    const std::string_view kind = field_of(fields, "kind");
     const std::string_view to = field_of(fields, "to");
-    Argv argv;
     const std::string_view state = field_of(fields, "state");
-    bool ok = is_partition_of(s_.queue, to);
-    if (ok && kind == "settle" && (state == "done" || state == "dead" || state == "cancelled")) {
-      argv = scripts.begin(ScriptId::flow_apply, 1);
-      argv.add(to);
-      for (const std::string_view name : {"parent", "child", "state", "policy", "result", "error"}) {
-        argv.add(field_of(fields, name));
-      }
-    } else {
-      ok = ok && kind == "place" && unpack_placement(to, field_of(fields, "call"), argv, scripts);
-    }
-    if (!ok) {
-      // Not written by streamq (or by a version that wrote another shape): it cannot be
-      // carried; kept in the log, not in the way of the rest.
-      log(LogLevel::error, "flow outbox " + outbox + ": entry " + std::string(id) +
-                               " is not a flow's settle or place entry of this queue; deleted");
-      carried.add(id);
+    if (field_of(fields, "kind") != "settle" || !is_partition_of(s_.queue, to) ||
+        (state != "done" && state != "dead" && state != "cancelled")) {
+      log(LogLevel::error, "flow outbox " + keys.outbox + ": entry " + std::string(id) +
+                               " is not the end of a flow's child of this queue; deleted");
+      foreign.add(id);
       continue;
     }
-    calls.push_back(std::move(argv));
-    ids.push_back(kind == "settle" ? ScriptId::flow_apply : ScriptId::enqueue);
-    of.push_back(id);
+    Argv& argv = calls.argvs.emplace_back(scripts.begin(ScriptId::flow_apply, 1));
+    argv.add(to);
+    for (const std::string_view name : {"parent", "child", "state", "policy", "result", "error"}) {
+      argv.add(field_of(fields, name));
+    }
+    calls.ids.push_back(ScriptId::flow_apply);
+    calls.entries.push_back(id);
+    calls.placement.push_back(false);
   }
-  std::string failed;  // the first call's error, with its entry
-  if (!calls.empty()) {
-    const std::vector<Reply> replies = scripts.call_pipelined(ids, calls);
-    for (std::size_t i = 0; i < replies.size(); ++i) {
-      if (!replies[i].view().is_error()) {
-        carried.add(of[i]);
-      } else if (failed.empty()) {
-        failed = std::string(replies[i].view().error()) + " (flow outbox " + outbox + ", entry " +
-                 std::string(of[i]) + ", kept for a later pass)";
+  // The placements their producer did not take out of the hash in time.
+  Reply scanned;
+  Argv unreadable{"HDEL", keys.placing};
+  if (placing) {
+    std::int64_t seconds = 0, micros = 0;
+    const ReplyView time = read[2].view().check();
+    std::from_chars(time[0].str().data(), time[0].str().data() + time[0].str().size(), seconds);
+    std::from_chars(time[1].str().data(), time[1].str().data() + time[1].str().size(), micros);
+    const std::int64_t now_ms = seconds * 1000 + micros / 1000;
+    scanned = conn.command(Argv{"HSCAN", keys.placing, placing_cursor_, "COUNT", most});
+    const ReplyView v = scanned.view().check();
+    placing_cursor_ = std::string(v[0].str());
+    const ReplyView pairs = v[1];
+    for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
+      const std::string_view token = pairs[i].str();
+      const std::string_view packed = pairs[i + 1].str();
+      std::size_t at = 0;
+      const auto since = take_counted(packed, at);
+      const auto to = take_counted(packed, at);
+      const auto call = take_counted(packed, at);
+      std::int64_t since_ms = 0;
+      Argv argv;
+      const bool ok =
+          since && to && call &&
+          std::from_chars(since->data(), since->data() + since->size(), since_ms).ec == std::errc() &&
+          is_partition_of(s_.queue, *to) && unpack_placement(*to, *call, argv, scripts);
+      if (!ok) {
+        log(LogLevel::error, "flow placements " + keys.placing + ": " + std::string(token) +
+                                 " is not a placement of this queue's flows; deleted");
+        unreadable.add(token);
+        continue;
       }
+      if (now_ms - since_ms < kPlacementGraceMs) continue;  // its producer is on it
+      calls.argvs.push_back(std::move(argv));
+      calls.ids.push_back(ScriptId::enqueue);
+      calls.entries.push_back(token);
+      calls.placement.push_back(true);
     }
   }
-  if (carried.size() > 2) scripts.connection().command(carried).view().check();
-  // The runner logs it and tries again after its backoff: the entries stay until carried.
-  if (!failed.empty()) throw ReplyError(failed);
-  return static_cast<std::int64_t>(entries.size());
+  Argv carried{"XDEL", keys.outbox};
+  Argv placed{"HDEL", keys.placing};
+  std::string_view last_failed;  // the last outbox entry that failed
+  if (!calls.argvs.empty()) {
+    const std::vector<Reply> replies = scripts.call_pipelined(calls.ids, calls.argvs);
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (!replies[i].view().is_error()) {
+        (calls.placement[i] ? placed : carried).add(calls.entries[i]);
+        continue;
+      }
+      if (out.failed.empty()) {
+        out.failed = std::string(replies[i].view().error()) + " (" +
+                     (calls.placement[i] ? keys.placing : keys.outbox) + " " + std::string(calls.entries[i]) +
+                     ", kept for a later pass)";
+      }
+      if (!calls.placement[i]) last_failed = calls.entries[i];
+    }
+  }
+  std::vector<Argv> deletes;
+  for (Argv* a : {&foreign, &carried, &placed, &unreadable}) {
+    if (a->size() > 2) deletes.push_back(std::move(*a));
+  }
+  if (!deletes.empty()) {
+    for (const Reply& r : conn.pipeline(deletes)) r.view().check();
+  }
+  // A full read whose entries failed in part: the next pass reads on after them (then from the
+  // start again), so ends for partitions that answer are not held up behind them.
+  out.read = static_cast<std::int64_t>(entries.size());
+  after_ = !last_failed.empty() && out.read >= kMostPerPass
+               ? "(" + std::string(entries[entries.size() - 1][0].str())
+               : "-";
+  return out;
 }
 
 }  // namespace streamq::detail

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: MIT
-// The courier of a partitioned queue's flows: carries what a partition's outbox
-// (<partition>:flow:outbox, see the flows across partitions in src/lua/lib/track.lua) holds
-// for another partition:
-//   settle  the end of a flow's child, to its parent's partition (flow_apply.lua);
-//   place   a flow's children, from the partition their flow was written to (the home, where
-//           the parents are), to their own (enqueue.lua, 'placed'), when the producer that
-//           wrote the flow did not place them itself (it died, or the partition was out of
-//           reach).
+// The courier of a partitioned queue's flows (see the flows across partitions in
+// src/lua/lib/track.lua and src/lua/enqueue.lua). Per partition, it carries:
+//   the ends of this partition's children whose parents live in another partition, from the
+//   stream <partition>:flows:outbox to the parent's partition (flow_apply.lua), in order;
+//   the placements of this partition's flows' children in other partitions
+//   (<partition>:flows:placing, a hash), made there (enqueue.lua, 'placed') when the producer
+//   that wrote the flow did not take them out of the hash within kPlacementGraceMs (it died,
+//   or a partition was out of its reach).
 // An entry is deleted once its call answered without an error: carried at least once. Both
-// calls are idempotent (a child applied once, a placement made once), so any number of
-// consumers carry an outbox at once. A call that fails leaves its entry for a later pass (the
-// pass throws its error once the others are carried: the duty runner logs it and backs off).
+// calls are idempotent (a child's end applied once, a placement made once: its guard), so any
+// number of consumers carry a partition's at once. A call that fails leaves its entry for a
+// later pass; the pass goes on past it, and says what failed.
 // Runs in each partition's forwarder pass (forwarder.hpp). Talks to: Redis only.
 #pragma once
 
@@ -24,18 +24,26 @@ namespace streamq::detail {
 
 class FlowCourier {
  public:
-  /// Most entries one pass carries (pipelined: one round trip for all of them).
+  /// Most outbox entries, and about as many placements, one pass carries (pipelined).
   static constexpr std::int64_t kMostPerPass = 200;
+
+  /// What a pass did.
+  struct Pass {
+    std::int64_t read = 0;  // outbox entries read (kMostPerPass: more may wait)
+    std::string failed;     // the first call that failed, with its error ("" when none did)
+  };
 
   explicit FlowCourier(Shared& shared) : s_(shared) {}
   /// Whether the consumer's queue is partitioned (else no outbox is ever written).
   static bool needed(const Shared& shared) { return shared.queue != shared.opt.stream; }
-  /// One pass over the outbox. Returns how many entries it read (kMostPerPass: more may wait).
-  /// Throws ConnectionError / ReplyError when the outbox cannot be read, or an entry's call failed.
-  std::int64_t pass(ScriptRunner& scripts);
+  /// One pass over the outbox and the placements. Throws ConnectionError / ReplyError when
+  /// they cannot be read.
+  Pass pass(ScriptRunner& scripts);
 
  private:
   Shared& s_;
+  std::string after_ = "-";           // where the next outbox read starts (past entries that failed)
+  std::string placing_cursor_ = "0";  // HSCAN's cursor over the placements
 };
 
 }  // namespace streamq::detail

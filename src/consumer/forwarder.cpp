@@ -22,7 +22,7 @@ Forwarder::Forwarder(Shared& shared)
 void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   if (poked_.exchange(false) && courier_ && now < next_) {
     // Woken for the outbox alone (poke): the delayed set waits for its time.
-    if (courier_->pass(scripts) >= FlowCourier::kMostPerPass) poked_.store(true);
+    if (carry(scripts, now) >= FlowCourier::kMostPerPass) poked_.store(true);
     return;
   }
   const QueueKeys& keys = s_.keys();
@@ -48,7 +48,7 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   const std::int64_t next_due = r[1].integer();
   const bool leader = r[2].integer() == 1;
   if (moved > 0) Metrics::add(s_.metrics.forwarded, static_cast<std::uint64_t>(moved));
-  const std::int64_t carried = courier_ ? courier_->pass(scripts) : 0;
+  const std::int64_t carried = courier_ ? carry(scripts, now) : 0;
   if (moved >= kMostPerPass || carried >= FlowCourier::kMostPerPass) {
     next_ = now;  // more are due: go on at once
     return;
@@ -57,6 +57,17 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   // The lease holder also wakes for the next due task if that comes before its poll.
   const Millis wait = leader && next_due >= 0 ? std::min(poll, Millis(next_due)) : poll;
   next_ = now + wait;
+}
+
+std::int64_t Forwarder::carry(ScriptRunner& scripts, Clock::time_point now) {
+  const FlowCourier::Pass pass = courier_->pass(scripts);
+  // An entry that cannot be carried now (its partition out of reach) stays for a later pass; the
+  // forwarding goes on. Said once in a while, not at every pass.
+  if (!pass.failed.empty() && now >= quiet_until_) {
+    log(LogLevel::warning, "flow courier: " + pass.failed);
+    quiet_until_ = now + kCourierLogEvery;
+  }
+  return pass.read;
 }
 
 }  // namespace streamq::detail

@@ -38,12 +38,17 @@ class Forwarder final : public Duty {
   void tick(ScriptRunner& scripts, Clock::time_point now) override;
 
  private:
+  static constexpr Millis kCourierLogEvery{10000};
+  /// The flow courier's pass; how many outbox entries it read.
+  std::int64_t carry(ScriptRunner& scripts, Clock::time_point now);
+
   Shared& s_;
   const Millis standby_interval_;
   const Millis lease_;
   Clock::time_point next_;
   std::optional<FlowCourier> courier_;  // a partitioned queue's
   std::atomic<bool> poked_{false};
+  Clock::time_point quiet_until_{};  // the courier's next failure is logged from then on
 };
 
 }  // namespace streamq::detail

@@ -14,7 +14,8 @@
 --       orphan.lua);
 --   the unique lock (<queue>:unique:<key>, '' for none);
 --   m, then the m strings of the task's fields (task_id, task_type, and retention when tracked;
---   flow_parent and flow_on_failure for a flow's child, batch_id for a batch's task).
+--   flow_parent and flow_on_failure for a flow's child, with flow_home when its parent is in
+--   another partition, batch_id for a batch's task).
 -- Returns per entry 1 when its record says done (or cancelled); 0 when the entry was no longer
 -- pending and had no provisional record, so this success was not its fate to write (its lease
 -- was lost and the new owner retried it meanwhile: the record says what it did). Each entry is

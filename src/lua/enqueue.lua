@@ -6,8 +6,8 @@
 -- enqueue_batch when it sends more than one chunk of a partition.
 -- ARGV[1] = 'reject' (the backlog gate: Overflow::reject), 'trim' (no gate; immediate
 --           entries are added with MAXLEN ~ max_len, as the seed does) or 'placed' (a flow's
---           children placed in their partition, see below: no gate, no trim, and nothing
---           written when the first task's record exists: placed already), ARGV[2] = max_len,
+--           children placed in their partition, see below: no gate, no trim, KEYS[5] is the
+--           placement's guard, and nothing is written when it is set already), ARGV[2] = max_len,
 -- ARGV[3] = this chunk's place (1, 2, ...) among its batch's chunks when the last key is the
 --           mark, else 0, ARGV[4] = n (tasks),
 -- ARGV[5] = the tasks' layout, then the tasks:
@@ -46,13 +46,16 @@
 -- A flow across partitions: the call to the home partition (the root's, where every parent
 -- is) lists each child of another partition as a stub (dest 0: task_id and flow_parent only),
 -- which joins its parent's pending set and order and is written nowhere; after the tasks come
--- k, then k times the partition's stream and the enqueue call that places its children there
--- ('placed', packed by the producer), each added to the home's outbox (<queue>:flow:outbox)
--- for the producer, or else a consumer's courier, to make. Returns then {n, the outbox entry
--- ids}. A child placed elsewhere carries flow_home, and joins no set in its own partition.
+-- k, then k times the partition's stream, a token and the enqueue call that places its
+-- children there ('placed', packed by the producer; KEYS[5] of it is the guard
+-- <partition>:flows:placed:<token>), each kept in the home's hash <queue>:flows:placing under
+-- its token, as `<length>:<now ms><length>:<partition><length>:<call>`, for the producer, or
+-- else a consumer's courier, to make (src/consumer/flow_courier.hpp). A child placed
+-- elsewhere carries flow_home, and joins no set in its own partition.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/track.lua
+local PLACED_KEEP = 86400000  -- ms a placement's guard stays (the producer shortens it once done)
 local gate = ARGV[1] == 'reject'
 local trim = ARGV[1] == 'trim'
 local max_len = tonumber(ARGV[2])
@@ -84,7 +87,7 @@ if gate then
                   ' would exceed max_len ' .. max_len)
   end
 end
-if ARGV[1] == 'placed' and redis.call('EXISTS', KEYS[1] .. ':task:' .. ARGV[14]) == 1 then return n end
+if ARGV[1] == 'placed' and not redis.call('SET', KEYS[5], '1', 'NX', 'PX', PLACED_KEEP) then return n end
 if ARGV[5] == 'plain' then
   local i = 6
   for _ = 1, n do
@@ -184,10 +187,11 @@ for parent, ids in pairs(children) do
   redis.pcall('HSET', KEYS[1] .. ':task:' .. parent, 'flow_children', table.concat(listed))
 end
 local k = tonumber(ARGV[i] or '0')
-if k == 0 then return written() end
-local out = {n}
-for p = 1, k do
-  out[p + 1] = redis.call('XADD', KEYS[1] .. ':flow:outbox', '*', 'kind', 'place', 'to', ARGV[i + 2 * p - 1],
-                          'call', ARGV[i + 2 * p])
+if k > 0 then
+  local at = ms_text(now_ms())
+  for p = 0, k - 1 do
+    local to, token, call = ARGV[i + 3 * p + 1], ARGV[i + 3 * p + 2], ARGV[i + 3 * p + 3]
+    redis.call('HSET', KEYS[1] .. ':flows:placing', token, #at .. ':' .. at .. #to .. ':' .. to .. #call .. ':' .. call)
+  end
 end
-return out
+return written()

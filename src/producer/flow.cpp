@@ -180,18 +180,25 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
     // the child itself is placed in its partition, carrying flow_home.
     detail::Prepared& stub = at_home.emplace_back(p);
     stub.dest = 0;
-    stub.task.payload = {};
+    stub.task.payload = "{}";
     stub.task.extra_fields = nullptr;
     p.task.flow_home = im.keys[static_cast<std::size_t>(home)].stream;
     away[p.partition].push_back(p);
   }
-  std::vector<detail::Argv> placements;  // one enqueue call per other partition: 'placed'
-  std::vector<std::string> packed;       // each packed into the home's call
-  placements.reserve(away.size());
+  // One enqueue call per other partition ('placed', its guard the last key), each packed into
+  // the home's call under a token of its own.
+  Impl::Placements placements;
+  placements.calls.reserve(away.size());  // (each viewed by the argv: never reallocated)
+  placements.tokens.reserve(away.size());
+  placements.guards.reserve(away.size());
+  std::vector<std::string> packed;
   packed.reserve(away.size());
   for (const auto& [partition, tasks] : away) {
-    detail::Argv& a = placements.emplace_back(im.script_argv(tasks, 0, tasks.size()));
-    a.set(3 + 4, "placed");  // (EVALSHA, sha, numkeys 4, the 4 keys, ARGV[1]: no locks in a flow)
+    const std::string& to = im.keys[static_cast<std::size_t>(partition)].stream;
+    const std::string& token = placements.tokens.emplace_back(detail::new_uuid_v4());
+    const std::string& guard = placements.guards.emplace_back(detail::placed_key(to, token));
+    detail::Argv& a = placements.calls.emplace_back(im.script_argv(tasks, 0, tasks.size(), guard, 0));
+    a.set(3 + 5, "placed");  // (EVALSHA, sha, numkeys 5, the 4 keys and the guard, ARGV[1])
     std::string& blob = packed.emplace_back();
     for (std::size_t i = 2; i < a.size(); ++i) detail::append_counted(blob, a[i]);
   }
@@ -200,7 +207,10 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
     argv.add(static_cast<std::int64_t>(away.size()));
     std::size_t i = 0;
     for (const auto& entry : away) {
-      argv.add(im.keys[static_cast<std::size_t>(entry.first)].stream).add(packed[i++]);
+      argv.add(im.keys[static_cast<std::size_t>(entry.first)].stream)
+          .add(placements.tokens[i])
+          .add(packed[i]);
+      ++i;
     }
   }
   std::uint64_t written_on = 0;
@@ -211,34 +221,42 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   if (auto d = detail::parse_duplicate(reply)) {
     throw DuplicateTaskError(detail::duplicate_message(*d), d->holder);
   }
-  const detail::ReplyView written = reply.view().check();
-  if (!placements.empty()) im.place_away(home, placements, written);
+  reply.view().check();
   im.wait_for_replicas(ids, written_on);
+  if (!placements.calls.empty()) im.place_away(home, placements);
   return ids_of(ids, flat, 0);
 }
 
-void Producer::Impl::place_away(int home, std::vector<detail::Argv>& placements,
-                                detail::ReplyView outbox_ids) {
-  // The flow is accepted: its placements wait in the home's outbox. Made here at once (a
-  // consumer's courier makes what is left there: this process may die now, or a partition be
-  // out of reach), then taken out of the outbox when this user may XDEL (the producer role of
-  // docs/operations.md may not: the courier finds them placed, and deletes them).
+void Producer::Impl::place_away(int home, Placements& placements) {
+  // The flow is accepted: its placements wait in the home's hash. Made here at once (a
+  // consumer's courier makes what is left there after kPlacementGrace: this process may die
+  // now, or a partition be out of reach); once they are on the replicas asked for, taken out of
+  // the hash, their guards kept only while a courier that read them meanwhile may still try.
   std::vector<detail::SharedCommand> calls;
-  calls.reserve(placements.size());
-  for (detail::Argv& a : placements) calls.push_back({&a, detail::ScriptId::enqueue});
-  detail::Argv done{"XDEL", keys[static_cast<std::size_t>(home)].outbox};
+  calls.reserve(placements.calls.size());
+  for (detail::Argv& a : placements.calls) calls.push_back({&a, detail::ScriptId::enqueue});
+  std::vector<detail::Argv> done;
+  done.push_back(detail::Argv{"HDEL", keys[static_cast<std::size_t>(home)].placing});
   try {
-    const std::vector<detail::Reply> placed = link.run(calls, true);
+    std::uint64_t placed_on = 0;
+    const std::vector<detail::Reply> placed = link.run(calls, true, &placed_on);
     for (std::size_t i = 0; i < placed.size(); ++i) {
       if (placed[i].view().is_error()) {
-        detail::log(LogLevel::warning, "a flow's tasks in " + std::string(placements[i][3]) +
+        detail::log(LogLevel::warning, "a flow's tasks in " + std::string(placements.calls[i][3]) +
                                            " were not placed yet (" + std::string(placed[i].view().error()) +
                                            "): a consumer's courier places them");
-      } else {
-        done.add(outbox_ids[i + 1].str());
+        continue;
       }
+      done[0].add(placements.tokens[i]);
+      done.push_back(detail::Argv{"PEXPIRE", placements.guards[i], detail::kPlacedGuardAfterMs});
     }
-    if (done.size() > 2) link.run({{&done, detail::not_a_script}}, true);  // (its reply: either way)
+    if (done.size() == 1) return;
+    if (options.min_replicas_acked > 0 && replicas_acknowledging(placed_on) < options.min_replicas_acked) {
+      return;  // (a failover could lose them: the courier makes them again if so)
+    }
+    std::vector<detail::SharedCommand> cleanup;
+    for (detail::Argv& a : done) cleanup.push_back({&a, detail::not_a_script});
+    link.run(cleanup, true);
   } catch (const Error& e) {
     detail::log(LogLevel::warning,
                 std::string("a flow's tasks in other partitions were not all placed yet (") + e.what() +

@@ -143,9 +143,16 @@ struct Producer::Impl {
   /// With min_replicas_acked: WAIT for the replicas to have what this connection wrote (the
   /// tasks `ids`, just written), and ReplicationError when too few did in time.
   void wait_for_replicas(const std::vector<std::string>& ids, std::uint64_t written_on);
-  /// enqueue_flow across partitions: makes the placements the home's call (partition `home`)
-  /// left in its outbox, and takes those made out of it (outbox_ids: that call's reply).
-  void place_away(int home, std::vector<detail::Argv>& placements, detail::ReplyView outbox_ids);
+  /// enqueue_flow across partitions: the enqueue calls ('placed') of a flow's children in other
+  /// partitions than its home, each with its token and guard key.
+  struct Placements {
+    std::vector<detail::Argv> calls;
+    std::vector<std::string> tokens;
+    std::vector<std::string> guards;
+  };
+  /// Makes the placements the home's call (partition `home`) kept in its hash, and takes those
+  /// made out of it.
+  void place_away(int home, Placements& placements);
 
   ProducerOptions options;
   std::mutex middleware_mutex;

@@ -21,8 +21,24 @@ struct QueueKeys {
   std::string low;        // the low-priority sibling stream
   std::string forwarder;  // the forwarder lease: which consumer polls the delayed set often
   std::string paused;     // the pause flag (Inspector::pause): workers take no new tasks while it exists
-  std::string outbox;     // a partitioned queue's flows: what a courier carries to another partition
+  // A partitioned queue's flows across partitions (src/consumer/flow_courier.hpp), out of the
+  // way of a flow's own keys (<stream>:flow:<parent id>...):
+  std::string outbox;   // a stream: the ends of this partition's children, for their parents' partitions
+  std::string placing;  // a hash: the children this partition's flows place in other partitions
 };
+
+/// A placement of a flow's children waits this long in its home's hash before a courier makes
+/// it (the producer that wrote the flow makes it at once, and takes it out of the hash).
+inline constexpr std::int64_t kPlacementGraceMs = 30000;
+/// How long a placement's guard stays once its producer took it out of the hash (a courier
+/// that read it before then may still try it); otherwise a day (PLACED_KEEP in enqueue.lua).
+inline constexpr std::string_view kPlacedGuardAfterMs = "120000";
+
+/// The guard of one placement of a flow's children into partition `stream` (enqueue.lua,
+/// 'placed'): set when it is made, so it is made once.
+inline std::string placed_key(std::string_view stream, std::string_view token) {
+  return std::string(stream) + ":flows:placed:" + std::string(token);
+}
 
 /// The mark of one multi-chunk enqueue_batch (see the enqueue script): 'refused', or the place
 /// of the last chunk written, so no chunk writes after one that was refused or not run.
@@ -109,7 +125,8 @@ inline QueueKeys queue_keys(std::string_view stream) {
                    s + ":p:low",
                    s + ":forwarder",
                    s + ":paused",
-                   s + ":flow:outbox"};
+                   s + ":flows:outbox",
+                   s + ":flows:placing"};
 }
 
 /// Most partitions a queue may have (ProducerOptions::partitions, ...).

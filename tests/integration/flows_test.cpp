@@ -394,6 +394,36 @@ TEST_F(FlowsTest, AGroupIsAwaitedByItsIdAndEndsWithItsTasksOutcomesWithoutRunnin
   EXPECT_THROW(group({}), ConfigError);
 }
 
+TEST_F(FlowsTest, AGroupInAFlowThatFailedAndResumesReleasesItsParent) {
+  std::atomic<int> attempts{0};
+  FlowNode root{.task_type = "report", .payload = "{}"};
+  root.children.push_back(group({{.task_type = "ok", .payload = "{}"},
+                                 {.task_type = "flaky", .payload = "{}", .options = {.max_retries = 0}}}));
+  const FlowIds ids = shared.enqueue_flow(root);
+  const std::string group_id = ids.children[0].task_id;
+  Runs runs;
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("ok", [](const Task& t) { t.set_result("1"); });
+    c.on("flaky", [&](const Task& t) {
+      if (attempts.fetch_add(1) == 0) throw std::runtime_error("first time");
+      t.set_result("2");
+    });
+    c.on("report", [&](const Task& t) { runs.add(t); });
+  });
+  ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::dead; }, 10s));
+  EXPECT_EQ(state_of(group_id), State::dead);
+  EXPECT_EQ(inspector.replay(stream).done, 1);
+  // The group ends done (from dead), and its parent learns it: it runs with the group's outcome.
+  ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::done; }, 10s));
+  EXPECT_EQ(state_of(group_id), State::done);
+  EXPECT_EQ(runs.of(ids.task_id), 1);
+  const std::vector<ChildResult> read = runs.read_by(ids.task_id);
+  ASSERT_EQ(read.size(), 1u);
+  EXPECT_EQ(read[0].task_id, group_id);
+  EXPECT_EQ(group_results(*inspector.record(stream, group_id)).size(), 2u);
+  EXPECT_EQ(flow_keys(), 0);
+}
+
 TEST_F(FlowsTest, AFailedParentsFlowLivesAsLongAsItsRecord) {
   const Retention kept{.done = 1min, .dead = 1min};
   FlowNode parent{.task_type = "parent", .payload = "{}", .options = {.retention = kept}};

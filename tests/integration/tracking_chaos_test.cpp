@@ -249,9 +249,9 @@ TEST(FlowChaos, FlowsAcrossPartitionsReleaseEveryParentOnceWithAllItsChildrenWhi
         std::int64_t left = 0;
         for (int p = 0; p < kPartitions; ++p) {
           const std::string part = detail::partition_stream(stream, kPartitions, p);
-          left += client.integer({"XLEN", part + ":flow:outbox"}) + client.integer({"XLEN", part + ":dlq"});
-          left += static_cast<std::int64_t>(client.cmd({"KEYS", part + ":flow:*"}).view().size()) -
-                  client.integer({"EXISTS", part + ":flow:outbox"});
+          left += client.integer({"XLEN", part + ":flows:outbox"}) +
+                  client.integer({"HLEN", part + ":flows:placing"}) + client.integer({"XLEN", part + ":dlq"});
+          left += static_cast<std::int64_t>(client.cmd({"KEYS", part + ":flow:*"}).view().size());
         }
         return left == 0;
       },

@@ -245,6 +245,9 @@ local function flow_release(queue, parent)
   redis.pcall('HDEL', key, 'error', 'reason', 'finished_at')
   redis.pcall('PERSIST', key)
   if field_value(parts, 2, #parts, 'task_type') == GROUP_TYPE then
+    -- (A group that ended dead and resumes goes through waiting: its end is then a first
+    -- final state again, which its own parent learns.)
+    redis.pcall('HSET', key, 'state', 'waiting')
     track_state(queue, parts, 2, 'done', 'done', nil, {'result', children})
     return
   end
@@ -295,6 +298,8 @@ local function flow_child_ended(queue, parent, id, state, policy, result, err)
   elseif policy == 'ignore' then
     redis.call('HSET', flow .. ':results', id, 'x' .. state .. ' ' .. err)
   elseif policy ~= 'remove' then
+    track_event(queue, 'child_ended', parent, ms_text(now_ms()),
+                {'child', id, 'state', state, 'pending', tostring(redis.call('SCARD', pending))})
     flow_fail(queue, parent, id, err)
     return
   end
@@ -312,10 +317,10 @@ end
 -- in the root's partition (its "home"), a child without children in its own. Such a child
 -- carries flow_home (the home's stream). Its end cannot be applied by its own script (another
 -- slot, on Cluster another master): it is recorded in its partition's outbox, the stream
--- <queue>:flow:outbox, and the consumers' courier (src/consumer/flow_courier.cpp) carries it
+-- <queue>:flows:outbox, and the consumers' courier (src/consumer/flow_courier.cpp) carries it
 -- home with flow_apply.lua (which calls flow_child_ended), then deletes it: carried at least
--- once, applied once. The same outbox carries the home's placements of such children
--- (enqueue.lua), the other way.
+-- once, applied once. The home's placements of such children go the other way
+-- (<queue>:flows:placing, see enqueue.lua).
 local function flow_settled(queue, id, key, fields, first, last, state)
   local parent = field_value(fields, first, last, 'flow_parent')
   if not parent then return end
@@ -327,7 +332,7 @@ local function flow_settled(queue, id, key, fields, first, last, state)
   local err = state
   if state == 'dead' then err = outcome[2] or outcome[3] or state end
   if home then
-    redis.call('XADD', queue .. ':flow:outbox', '*', 'kind', 'settle', 'to', home, 'parent', parent, 'child', id,
+    redis.call('XADD', queue .. ':flows:outbox', '*', 'kind', 'settle', 'to', home, 'parent', parent, 'child', id,
                'state', state, 'policy', policy, 'result', outcome[1] or '', 'error', err)
   else
     flow_child_ended(queue, parent, id, state, policy, outcome[1] or '', err)
