@@ -236,6 +236,7 @@ void Producer::Impl::place_away(int home, Placements& placements) {
   calls.reserve(placements.calls.size());
   for (detail::Argv& a : placements.calls) calls.push_back({&a, detail::ScriptId::enqueue});
   std::vector<detail::Argv> done;
+  done.reserve(1 + placements.calls.size());
   done.push_back(detail::Argv{"HDEL", keys[static_cast<std::size_t>(home)].placing});
   try {
     std::uint64_t placed_on = 0;
@@ -255,6 +256,7 @@ void Producer::Impl::place_away(int home, Placements& placements) {
       return;  // (a failover could lose them: the courier makes them again if so)
     }
     std::vector<detail::SharedCommand> cleanup;
+    cleanup.reserve(done.size());
     for (detail::Argv& a : done) cleanup.push_back({&a, detail::not_a_script});
     link.run(cleanup, true);
   } catch (const Error& e) {
