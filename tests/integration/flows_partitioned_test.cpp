@@ -17,6 +17,7 @@
 #include <streamq/streamq.hpp>
 
 #include "consumer_fixture.hpp"
+#include "flow_runs.hpp"
 #include "redis/cluster.hpp"
 #include "running_consumer.hpp"
 #include "wire/keys.hpp"
@@ -86,27 +87,6 @@ class PartitionedFlowsTest : public ConsumerTest {
   }
 };
 
-/// Counts each task's runs, and keeps what each parent read of its children.
-struct Runs {
-  std::mutex mutex;
-  std::map<std::string, int> count;
-  std::map<std::string, std::vector<ChildResult>> read;
-
-  void add(const Task& t) {
-    std::lock_guard lock(mutex);
-    ++count[t.id()];
-    read[t.id()] = t.children_results();
-  }
-  int of(const std::string& id) {
-    std::lock_guard lock(mutex);
-    return count.count(id) ? count[id] : 0;
-  }
-  std::vector<ChildResult> read_by(const std::string& id) {
-    std::lock_guard lock(mutex);
-    return read[id];
-  }
-};
-
 TEST_F(PartitionedFlowsTest, AChordsChildrenRunInEveryPartitionAndItsCallbackOnceWithEveryResult) {
   Producer producer = partitioned_producer(server.url());
   std::vector<TaskSpec> header;
@@ -127,14 +107,7 @@ TEST_F(PartitionedFlowsTest, AChordsChildrenRunInEveryPartitionAndItsCallbackOnc
   const std::string home = inspector.record(stream, ids.task_id)->queue;
   EXPECT_EQ(client.integer({"HLEN", home + ":flows:placing"}), 0) << "the producer took what it placed out";
   Runs runs;
-  auto setup = [&](Consumer& c) {
-    c.on("square", [&](const Task& t) {
-      const int i = t.json()["i"].get<int>();
-      runs.add(t);
-      t.set_result(std::to_string(i * i));
-    });
-    c.on("sum", [&](const Task& t) { runs.add(t); });
-  };
+  auto setup = [&](Consumer& c) { on_squares(c, runs); };
   RunningConsumer a(partitioned("a"), setup);
   RunningConsumer b(partitioned("b"), setup);
   const TaskRecord root = producer.wait(ids.task_id, 30s);
@@ -162,14 +135,7 @@ TEST_F(PartitionedFlowsTest, AChildThatFailsInAnotherPartitionFailsItsParentAndI
       {.task_type = "ok", .payload = "{}", .options = {.partition_key = key_of_partition(2)}});
   const FlowIds ids = producer.enqueue_flow(parent);
   Runs runs;
-  RunningConsumer rc(partitioned("a"), [&](Consumer& c) {
-    c.on("flaky", [&](const Task& t) {
-      if (attempts.fetch_add(1) == 0) throw std::runtime_error("first time");
-      t.set_result("2");
-    });
-    c.on("ok", [](const Task& t) { t.set_result("1"); });
-    c.on("parent", [&](const Task& t) { runs.add(t); });
-  });
+  RunningConsumer rc(partitioned("a"), [&](Consumer& c) { on_flaky_flow(c, runs, attempts); });
   ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::dead; }, 10s));
   // (The Inspector finds a partitioned queue by its streams: the workers created them.)
   EXPECT_EQ(inspector.record(stream, ids.children[0].task_id)->queue, part(1));
@@ -180,10 +146,7 @@ TEST_F(PartitionedFlowsTest, AChildThatFailsInAnotherPartitionFailsItsParentAndI
   EXPECT_EQ(inspector.replay(stream).done, 1);
   ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::done; }, 10s));
   EXPECT_EQ(runs.of(ids.task_id), 1);
-  const std::vector<ChildResult> read = runs.read_by(ids.task_id);
-  ASSERT_EQ(read.size(), 2u);
-  EXPECT_EQ(read[0].result, "2");
-  EXPECT_EQ(read[1].result, "1");
+  EXPECT_EQ(runs.results_read_by(ids.task_id), (std::vector<std::string>{"2", "1"}));
   EXPECT_TRUE(wait_until([&] { return leftovers() == 0; }, 5s)) << leftovers();
 }
 

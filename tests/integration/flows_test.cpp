@@ -15,6 +15,7 @@
 #include <streamq/streamq.hpp>
 
 #include "consumer_fixture.hpp"
+#include "flow_runs.hpp"
 #include "running_consumer.hpp"
 
 namespace streamq::test {
@@ -44,27 +45,6 @@ class FlowsTest : public ConsumerTest {
   /// The flow keys left in Redis (`<stream>:flow:*`).
   std::int64_t flow_keys() {
     return static_cast<std::int64_t>(client.cmd({"KEYS", stream + ":flow:*"}).view().size());
-  }
-};
-
-/// Counts each task's runs, and keeps what each parent read of its children.
-struct Runs {
-  std::mutex mutex;
-  std::map<std::string, int> count;
-  std::map<std::string, std::vector<ChildResult>> read;
-
-  void add(const Task& t) {
-    std::lock_guard lock(mutex);
-    ++count[t.id()];
-    read[t.id()] = t.children_results();
-  }
-  int of(const std::string& id) {
-    std::lock_guard lock(mutex);
-    return count.count(id) ? count[id] : 0;
-  }
-  std::vector<ChildResult> read_by(const std::string& id) {
-    std::lock_guard lock(mutex);
-    return read[id];
   }
 };
 
@@ -106,14 +86,7 @@ TEST_F(FlowsTest, AThousandChildFanOutRunsItsParentOnceWithEveryResultInOrder) {
   Runs runs;
   auto o = options();
   o.concurrency = 8;
-  auto setup = [&](Consumer& c) {
-    c.on("square", [&](const Task& t) {
-      const int i = t.json()["i"].get<int>();
-      runs.add(t);
-      t.set_result(std::to_string(i * i));
-    });
-    c.on("sum", [&](const Task& t) { runs.add(t); });
-  };
+  auto setup = [&](Consumer& c) { on_squares(c, runs); };
   o.consumer_name = "a";
   RunningConsumer a(o, setup);
   o.consumer_name = "b";
@@ -224,14 +197,7 @@ TEST_F(FlowsTest, AReplayedDeadChildResumesItsFlow) {
   parent.children.push_back({.task_type = "ok", .payload = "{}"});
   const FlowIds ids = shared.enqueue_flow(parent);
   Runs runs;
-  RunningConsumer rc(options(), [&](Consumer& c) {
-    c.on("flaky", [&](const Task& t) {
-      if (attempts.fetch_add(1) == 0) throw std::runtime_error("first time");
-      t.set_result("2");
-    });
-    c.on("ok", [](const Task& t) { t.set_result("1"); });
-    c.on("parent", [&](const Task& t) { runs.add(t); });
-  });
+  RunningConsumer rc(options(), [&](Consumer& c) { on_flaky_flow(c, runs, attempts); });
   ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::dead; }, 10s));
   EXPECT_EQ(runs.of(ids.task_id), 0);
   EXPECT_EQ(inspector.replay(stream).done, 1);
@@ -241,10 +207,7 @@ TEST_F(FlowsTest, AReplayedDeadChildResumesItsFlow) {
   // child's end enqueues it.)
   ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::done; }, 10s));
   EXPECT_EQ(runs.of(ids.task_id), 1);
-  const std::vector<ChildResult> read = runs.read_by(ids.task_id);
-  ASSERT_EQ(read.size(), 2u);
-  EXPECT_EQ(read[0].result, "2");
-  EXPECT_EQ(read[1].result, "1");
+  EXPECT_EQ(runs.results_read_by(ids.task_id), (std::vector<std::string>{"2", "1"}));
   EXPECT_EQ(flow_keys(), 0);
 }
 
@@ -396,20 +359,13 @@ TEST_F(FlowsTest, AGroupIsAwaitedByItsIdAndEndsWithItsTasksOutcomesWithoutRunnin
 
 TEST_F(FlowsTest, AGroupInAFlowThatFailedAndResumesReleasesItsParent) {
   std::atomic<int> attempts{0};
-  FlowNode root{.task_type = "report", .payload = "{}"};
+  FlowNode root{.task_type = "parent", .payload = "{}"};
   root.children.push_back(group({{.task_type = "ok", .payload = "{}"},
                                  {.task_type = "flaky", .payload = "{}", .options = {.max_retries = 0}}}));
   const FlowIds ids = shared.enqueue_flow(root);
   const std::string group_id = ids.children[0].task_id;
   Runs runs;
-  RunningConsumer rc(options(), [&](Consumer& c) {
-    c.on("ok", [](const Task& t) { t.set_result("1"); });
-    c.on("flaky", [&](const Task& t) {
-      if (attempts.fetch_add(1) == 0) throw std::runtime_error("first time");
-      t.set_result("2");
-    });
-    c.on("report", [&](const Task& t) { runs.add(t); });
-  });
+  RunningConsumer rc(options(), [&](Consumer& c) { on_flaky_flow(c, runs, attempts); });
   ASSERT_TRUE(wait_until([&] { return state_of(ids.task_id) == State::dead; }, 10s));
   EXPECT_EQ(state_of(group_id), State::dead);
   EXPECT_EQ(inspector.replay(stream).done, 1);

@@ -158,6 +158,44 @@ TEST(TrackingChaos, RecordsAgreeWithWhereTasksAreWhileWorkersAreKilled) {
   EXPECT_EQ(retried, static_cast<int>(ids.size()));  // each failed once, then ran again
 }
 
+/// `flows` chords of `children` "work" tasks (8 ms each) under a "gather" parent (the test
+/// worker records how many children it read): every task's id, and the parents'.
+struct Chords {
+  std::vector<std::string> ids, parents;
+};
+Chords enqueue_chords(Producer& producer, int flows, int children) {
+  Chords out;
+  for (int f = 0; f < flows; ++f) {
+    const FlowIds flow = producer.enqueue_flow(
+        chord(std::vector<TaskSpec>(static_cast<std::size_t>(children), TaskSpec{"work", R"({"ms":8})"}),
+              TaskSpec{"gather", "{}"}));
+    out.parents.push_back(flow.task_id);
+    out.ids.push_back(flow.task_id);
+    for (const FlowIds& c : flow.children) out.ids.push_back(c.task_id);
+  }
+  return out;
+}
+
+/// Each parent of `chords` released once (its 'released' events in `streams`, the queue's),
+/// run once done, having read all its `children`.
+void expect_each_parent_released_once(Inspector& in, Client& client, const std::string& queue,
+                                      const std::vector<std::string>& streams, const Chords& chords,
+                                      int children) {
+  const auto read = hash(client, queue + ":children");
+  std::map<std::string, int> released;
+  for (const std::string& s : streams) {
+    for (const QueueEvent& e : in.events(s, "", 10000).events) {
+      if (e.event == "released") ++released[e.task_id];
+    }
+  }
+  for (const std::string& p : chords.parents) {
+    EXPECT_EQ(released[p], 1) << "parent " << p << " enqueued " << released[p] << " times";
+    ASSERT_TRUE(read.count(p)) << "parent " << p << " never ran";
+    EXPECT_EQ(read.at(p), children) << "parent " << p;
+    EXPECT_EQ(in.record(queue, p)->state, State::done);
+  }
+}
+
 TEST(FlowChaos, EveryParentIsEnqueuedOnceWithAllItsChildrenWhileWorkersAreKilled) {
   RedisServer server;
   Client client(server.url());
@@ -167,29 +205,11 @@ TEST(FlowChaos, EveryParentIsEnqueuedOnceWithAllItsChildrenWhileWorkersAreKilled
                      .stream = stream,
                      .max_len = 100000,
                      .retention = Retention{.done = std::chrono::minutes(10)}});
-  // 40 chords of 25 children (each child sleeps 8 ms) under a parent that records how many
-  // children it read: the kills land while children finish and parents are released.
-  std::vector<std::string> ids, parents;
-  for (int f = 0; f < 40; ++f) {
-    const FlowIds flow = producer.enqueue_flow(
-        chord(std::vector<TaskSpec>(25, TaskSpec{"work", R"({"ms":8})"}), TaskSpec{"gather", "{}"}));
-    parents.push_back(flow.task_id);
-    ids.push_back(flow.task_id);
-    for (const FlowIds& c : flow.children) ids.push_back(c.task_id);
-  }
-  run_chaos(server, client, stream, ids, 3, 8, 10, 150ms);
-  const auto children = hash(client, stream + ":children");
-  std::map<std::string, int> released;
-  for (const QueueEvent& e : in.events(stream, "", 10000).events) {
-    if (e.event == "released") ++released[e.task_id];
-  }
-  for (const std::string& p : parents) {
-    EXPECT_EQ(released[p], 1) << "parent " << p << " enqueued " << released[p] << " times";
-    ASSERT_TRUE(children.count(p)) << "parent " << p << " never ran";
-    EXPECT_EQ(children.at(p), 25) << "parent " << p;
-    EXPECT_EQ(in.record(stream, p)->state, State::done);
-  }
-  EXPECT_EQ(disagreements(in, stream, ids), 0);
+  // 40 chords of 25 children: the kills land while children finish and parents are released.
+  const Chords chords = enqueue_chords(producer, 40, 25);
+  run_chaos(server, client, stream, chords.ids, 3, 8, 10, 150ms);
+  expect_each_parent_released_once(in, client, stream, {stream}, chords, 25);
+  EXPECT_EQ(disagreements(in, stream, chords.ids), 0);
   EXPECT_EQ(client.cmd({"KEYS", stream + ":flow:*"}).view().size(), 0u);
 }
 
@@ -204,16 +224,10 @@ TEST(FlowChaos, FlowsAcrossPartitionsReleaseEveryParentOnceWithAllItsChildrenWhi
                      .max_len = 100000,
                      .partitions = kPartitions,
                      .retention = Retention{.done = std::chrono::minutes(10)}});
-  // 30 chords of 20 children (8 ms each), each child in the next partition in turn: most
-  // children's ends go through an outbox and a courier while workers die.
-  std::vector<std::string> ids, parents;
-  for (int f = 0; f < 30; ++f) {
-    const FlowIds flow = producer.enqueue_flow(
-        chord(std::vector<TaskSpec>(20, TaskSpec{"work", R"({"ms":8})"}), TaskSpec{"gather", "{}"}));
-    parents.push_back(flow.task_id);
-    ids.push_back(flow.task_id);
-    for (const FlowIds& c : flow.children) ids.push_back(c.task_id);
-  }
+  // 30 chords of 20 children, each child in the next partition in turn: most children's ends
+  // go through an outbox and a courier while workers die.
+  const Chords chords = enqueue_chords(producer, 30, 20);
+  const std::vector<std::string>& ids = chords.ids;
   std::vector<std::unique_ptr<WorkerProcess>> procs;
   for (int i = 0; i < 3; ++i) {
     procs.push_back(std::make_unique<WorkerProcess>(
@@ -229,20 +243,9 @@ TEST(FlowChaos, FlowsAcrossPartitionsReleaseEveryParentOnceWithAllItsChildrenWhi
   }
   ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":done").size() == ids.size(); }, 60s))
       << hash(client, stream + ":done").size() << " of " << ids.size();
-  const auto children = hash(client, stream + ":children");
-  std::map<std::string, int> released;
-  for (int p = 0; p < kPartitions; ++p) {
-    for (const QueueEvent& e :
-         in.events(detail::partition_stream(stream, kPartitions, p), "", 10000).events) {
-      if (e.event == "released") ++released[e.task_id];
-    }
-  }
-  for (const std::string& p : parents) {
-    EXPECT_EQ(released[p], 1) << "parent " << p << " enqueued " << released[p] << " times";
-    ASSERT_TRUE(children.count(p)) << "parent " << p << " never ran";
-    EXPECT_EQ(children.at(p), 20) << "parent " << p;
-    EXPECT_EQ(in.record(stream, p)->state, State::done);
-  }
+  std::vector<std::string> streams;
+  for (int p = 0; p < kPartitions; ++p) streams.push_back(detail::partition_stream(stream, kPartitions, p));
+  expect_each_parent_released_once(in, client, stream, streams, chords, 20);
   for (const std::string& id : ids) EXPECT_EQ(in.record(stream, id)->state, State::done) << id;
   EXPECT_TRUE(wait_until(
       [&] {
