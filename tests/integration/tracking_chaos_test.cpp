@@ -3,6 +3,7 @@
 // reclaims the task, and the records always agree with where their tasks really are (a
 // checker over the streams, the pending lists, the delayed set and the dead letters).
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -92,6 +93,33 @@ std::vector<std::string> worker_args(const RedisServer& server, const std::strin
   args.insert(args.end(), more.begin(), more.end());
   return args;
 }
+
+/// Three worker processes (slot-0..2) of `stream` with `more` arguments, one of them killed with
+/// SIGKILL and started again every 150 ms, `kills` times (`between(k)` runs before kill k).
+class KilledWorkers {
+ public:
+  KilledWorkers(const RedisServer& server, const std::string& stream, const std::vector<std::string>& more,
+                unsigned seed)
+      : rng_(seed) {
+    for (int i = 0; i < 3; ++i) {
+      procs_.push_back(
+          std::make_unique<WorkerProcess>(worker_args(server, stream, "slot-" + std::to_string(i), more)));
+    }
+  }
+  void kill(int kills, const std::function<void(int)>& between = {}) {
+    for (int k = 0; k < kills; ++k) {
+      std::this_thread::sleep_for(150ms);
+      if (between) between(k);
+      auto& w = procs_[rng_() % procs_.size()];
+      w->kill9();
+      w->start();
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<WorkerProcess>> procs_;
+  std::mt19937 rng_;
+};
 
 TEST(TrackingChaos, AWorkerKilledMidTaskLeavesItRunningUntilAnotherReclaimsIt) {
   RedisServer server;
@@ -205,11 +233,16 @@ TEST(FlowChaos, EveryParentIsEnqueuedOnceWithAllItsChildrenWhileWorkersAreKilled
                      .stream = stream,
                      .max_len = 100000,
                      .retention = Retention{.done = std::chrono::minutes(10)}});
-  // 40 chords of 25 children: the kills land while children finish and parents are released.
+  // 40 chords of 25 children and one of 1,000: the kills land while children finish and
+  // parents are released.
   const Chords chords = enqueue_chords(producer, 40, 25);
-  run_chaos(server, client, stream, chords.ids, 3, 8, 10, 150ms);
+  const Chords fan_out = enqueue_chords(producer, 1, 1000);
+  std::vector<std::string> ids = chords.ids;
+  ids.insert(ids.end(), fan_out.ids.begin(), fan_out.ids.end());
+  run_chaos(server, client, stream, ids, 3, 8, 14, 150ms);
   expect_each_parent_released_once(in, client, stream, {stream}, chords, 25);
-  EXPECT_EQ(disagreements(in, stream, chords.ids), 0);
+  expect_each_parent_released_once(in, client, stream, {stream}, fan_out, 1000);
+  EXPECT_EQ(disagreements(in, stream, ids), 0);
   EXPECT_EQ(client.cmd({"KEYS", stream + ":flow:*"}).view().size(), 0u);
 }
 
@@ -228,19 +261,10 @@ TEST(FlowChaos, FlowsAcrossPartitionsReleaseEveryParentOnceWithAllItsChildrenWhi
   // go through an outbox and a courier while workers die.
   const Chords chords = enqueue_chords(producer, 30, 20);
   const std::vector<std::string>& ids = chords.ids;
-  std::vector<std::unique_ptr<WorkerProcess>> procs;
-  for (int i = 0; i < 3; ++i) {
-    procs.push_back(std::make_unique<WorkerProcess>(
-        worker_args(server, stream, "slot-" + std::to_string(i),
-                    {"partitions=" + std::to_string(kPartitions), "concurrency=3", "max_deliveries=30"})));
-  }
-  std::mt19937 rng(2027);
-  for (int kill = 0; kill < 8; ++kill) {
-    std::this_thread::sleep_for(150ms);
-    auto& w = procs[rng() % procs.size()];
-    w->kill9();
-    w->start();
-  }
+  KilledWorkers workers(server, stream,
+                        {"partitions=" + std::to_string(kPartitions), "concurrency=3", "max_deliveries=30"},
+                        2027);
+  workers.kill(8);
   ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":done").size() == ids.size(); }, 60s))
       << hash(client, stream + ":done").size() << " of " << ids.size();
   std::vector<std::string> streams;
@@ -262,6 +286,64 @@ TEST(FlowChaos, FlowsAcrossPartitionsReleaseEveryParentOnceWithAllItsChildrenWhi
       << "outbox entries, dead letters or flow keys left";
 }
 
+TEST(FlowChaos, EachFailurePolicyAndAReplayHoldWhileWorkersAreKilled) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Inspector in({.connection = {.url = server.url()}});
+  Producer producer({.connection = {.url = server.url()},
+                     .stream = stream,
+                     .max_len = 100000,
+                     .retention = Retention{.done = std::chrono::minutes(10)}});
+  // 30 chords of 5 children that succeed and one that fails until it is replayed, with each
+  // policy in turn for their failures; then every dead letter replayed, while workers die.
+  const ChildFailure policies[] = {ChildFailure::fail_parent, ChildFailure::ignore, ChildFailure::remove};
+  const int expected_read[] = {6, 6, 5};  // what each policy's parent reads, in the end
+  std::vector<std::string> parents;
+  for (int f = 0; f < 30; ++f) {
+    // (Long enough for the kills to land while they run: about 1.5 s of work, 0.5 s replayed.)
+    std::vector<TaskSpec> header(5, TaskSpec{"work", R"({"ms":40})"});
+    header.push_back(TaskSpec{"fail_unreplayed", R"({"ms":100})", {.max_retries = 0}});
+    parents.push_back(
+        producer.enqueue_flow(chord(std::move(header), {"gather", "{}"}, policies[f % 3])).task_id);
+  }
+  KilledWorkers workers(server, stream, {"concurrency=2", "max_deliveries=30"}, 2028);
+  workers.kill(6);
+  // Every failing child dead (once), the parents of fail_parent dead, the others run.
+  const auto settled = [&] {
+    if (client.integer({"XLEN", stream + ":dlq"}) != 30) return false;
+    for (int f = 0; f < 30; ++f) {
+      const auto r = in.record(stream, parents[static_cast<std::size_t>(f)]);
+      if (!r || r->state != (f % 3 == 0 ? State::dead : State::done)) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(wait_until(settled, 60s));
+  for (int f = 0; f < 30; f += 3)
+    EXPECT_EQ(in.record(stream, parents[static_cast<std::size_t>(f)])->reason, "child_failed");
+  EXPECT_EQ(in.replay(stream).done, 30);
+  workers.kill(4);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (const std::string& p : parents) {
+          if (in.record(stream, p)->state != State::done) return false;
+        }
+        return client.integer({"XLEN", stream + ":dlq"}) == 0;
+      },
+      60s));
+  const auto read = hash(client, stream + ":children");
+  std::map<std::string, int> released;
+  for (const QueueEvent& e : in.events(stream, "", 10000).events) {
+    if (e.event == "released") ++released[e.task_id];
+  }
+  for (int f = 0; f < 30; ++f) {
+    const std::string& p = parents[static_cast<std::size_t>(f)];
+    EXPECT_EQ(released[p], 1) << "parent " << p << " enqueued " << released[p] << " times";
+    EXPECT_EQ(read.at(p), expected_read[f % 3]) << "parent " << p << " (policy " << f % 3 << ")";
+  }
+  EXPECT_TRUE(wait_until([&] { return client.cmd({"KEYS", stream + ":flow:*"}).view().size() == 0; }, 10s));
+}
+
 TEST(FlowChaos, ABatchGrowingWhileWorkersAreKilledFiresItsCallbackOnceAfterItsClose) {
   RedisServer server;
   Client client(server.url());
@@ -280,23 +362,13 @@ TEST(FlowChaos, ABatchGrowingWhileWorkersAreKilledFiresItsCallbackOnceAfterItsCl
   // 600 members (each sleeps 4 ms), the last 300 added while the first run and workers die.
   std::vector<TaskSpec> half(300, TaskSpec{"work", R"({"ms":4})", {.batch = batch}});
   std::vector<std::string> ids = producer.enqueue_batch(half);
-  std::vector<std::unique_ptr<WorkerProcess>> procs;
-  for (int i = 0; i < 3; ++i) {
-    procs.push_back(std::make_unique<WorkerProcess>(
-        worker_args(server, stream, "slot-" + std::to_string(i), {"concurrency=2", "max_deliveries=20"})));
-  }
-  std::mt19937 rng(2026);
-  for (int kill = 0; kill < 8; ++kill) {
-    std::this_thread::sleep_for(150ms);
-    if (kill == 2) {
-      const std::vector<std::string> added = producer.enqueue_batch(half);
-      ids.insert(ids.end(), added.begin(), added.end());
-      EXPECT_TRUE(producer.close_batch(batch));
-    }
-    auto& w = procs[rng() % procs.size()];
-    w->kill9();
-    w->start();
-  }
+  KilledWorkers workers(server, stream, {"concurrency=2", "max_deliveries=20"}, 2026);
+  workers.kill(8, [&](int kill) {
+    if (kill != 2) return;
+    const std::vector<std::string> added = producer.enqueue_batch(half);
+    ids.insert(ids.end(), added.begin(), added.end());
+    EXPECT_TRUE(producer.close_batch(batch));
+  });
   ids.push_back("on-complete");
   ids.push_back("on-success");
   ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":done").size() == ids.size(); }, 60s))

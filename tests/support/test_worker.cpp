@@ -19,6 +19,8 @@
 //   hang       HINCRBY <stream>:started <task_id> 1, sleep "ms" ignoring stop requests, then
 //              record like work
 //   fail_once  sleep "ms", throw on the first attempt (retry_count 0), record like work
+//   fail_unreplayed  sleep "ms", throw unless the task was replayed (its replay_count field),
+//              then record like work
 //   crash      HINCRBY <stream>:attempts <task_id> 1, then abort() the process
 //   mark       SETBIT <stream>:seen <payload "n"> 1, and INCR <stream>:again when the bit was set
 //              already (a task run twice)
@@ -196,6 +198,12 @@ int main(int argc, char** argv) {
     const int sleep_ms = task.json().value("ms", 0);
     if (sleep_ms > 0) std::this_thread::sleep_for(ms(sleep_ms));
     if (task.retry_count() == 0) throw std::runtime_error("first attempt fails");
+    record(stream + ":done", task.id());
+  });
+  consumer.on("fail_unreplayed", [&](const streamq::Task& task) {
+    const int sleep_ms = task.json().value("ms", 0);
+    if (sleep_ms > 0) std::this_thread::sleep_for(ms(sleep_ms));
+    if (!task.field("replay_count")) throw std::runtime_error("fails until replayed");
     record(stream + ":done", task.id());
   });
   consumer.on("hang", [&](const streamq::Task& task) {
