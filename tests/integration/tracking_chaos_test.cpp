@@ -94,6 +94,27 @@ std::vector<std::string> worker_args(const RedisServer& server, const std::strin
   return args;
 }
 
+/// What each chaos test starts with: a server of its own, a raw client, its stream and an
+/// Inspector.
+class ChaosTest : public ::testing::Test {
+ protected:
+  RedisServer server;
+  Client client{server.url()};
+  std::string stream = unique_key();
+  Inspector in{InspectorOptions{.connection = {.url = server.url()}}};
+
+  /// A producer of tracked tasks (kept ten minutes once done), with room for every task.
+  Producer tracked_producer(int partitions) const {
+    return Producer({.connection = {.url = server.url()},
+                     .stream = stream,
+                     .max_len = 100000,
+                     .partitions = partitions,
+                     .retention = Retention{.done = std::chrono::minutes(10)}});
+  }
+};
+class TrackingChaos : public ChaosTest {};
+class FlowChaos : public ChaosTest {};
+
 /// Three worker processes (slot-0..2) of `stream` with `more` arguments, one of them killed with
 /// SIGKILL and started again every 150 ms, `kills` times (`between(k)` runs before kill k).
 class KilledWorkers {
@@ -121,11 +142,7 @@ class KilledWorkers {
   std::mt19937 rng_;
 };
 
-TEST(TrackingChaos, AWorkerKilledMidTaskLeavesItRunningUntilAnotherReclaimsIt) {
-  RedisServer server;
-  Client client(server.url());
-  const std::string stream = unique_key();
-  Inspector in({.connection = {.url = server.url()}});
+TEST_F(TrackingChaos, AWorkerKilledMidTaskLeavesItRunningUntilAnotherReclaimsIt) {
   Producer producer({.connection = {.url = server.url()}, .stream = stream});
   const std::string id = producer.enqueue("hang", R"({"ms":1000})", {.retention = Retention{.done = 10min}});
   WorkerProcess first(worker_args(server, stream, "slot-0", {"min_idle_ms=1500"}));
@@ -154,15 +171,8 @@ TEST(TrackingChaos, AWorkerKilledMidTaskLeavesItRunningUntilAnotherReclaimsIt) {
   EXPECT_EQ(disagreements(in, stream, {id}), 0);
 }
 
-TEST(TrackingChaos, RecordsAgreeWithWhereTasksAreWhileWorkersAreKilled) {
-  RedisServer server;
-  Client client(server.url());
-  const std::string stream = unique_key();
-  Inspector in({.connection = {.url = server.url()}});
-  Producer producer({.connection = {.url = server.url()},
-                     .stream = stream,
-                     .max_len = 100000,
-                     .retention = Retention{.done = std::chrono::minutes(10)}});
+TEST_F(TrackingChaos, RecordsAgreeWithWhereTasksAreWhileWorkersAreKilled) {
+  Producer producer = tracked_producer(1);
   // Each task fails once (a retry, through the backoff's delayed set), so they go through
   // every state while workers die.
   std::vector<TaskSpec> batch(1500, TaskSpec{"fail_once", R"({"ms":2})"});
@@ -224,15 +234,8 @@ void expect_each_parent_released_once(Inspector& in, Client& client, const std::
   }
 }
 
-TEST(FlowChaos, EveryParentIsEnqueuedOnceWithAllItsChildrenWhileWorkersAreKilled) {
-  RedisServer server;
-  Client client(server.url());
-  const std::string stream = unique_key();
-  Inspector in({.connection = {.url = server.url()}});
-  Producer producer({.connection = {.url = server.url()},
-                     .stream = stream,
-                     .max_len = 100000,
-                     .retention = Retention{.done = std::chrono::minutes(10)}});
+TEST_F(FlowChaos, EveryParentIsEnqueuedOnceWithAllItsChildrenWhileWorkersAreKilled) {
+  Producer producer = tracked_producer(1);
   // 40 chords of 25 children and one of 1,000: the kills land while children finish and
   // parents are released.
   const Chords chords = enqueue_chords(producer, 40, 25);
@@ -246,17 +249,9 @@ TEST(FlowChaos, EveryParentIsEnqueuedOnceWithAllItsChildrenWhileWorkersAreKilled
   EXPECT_EQ(client.cmd({"KEYS", stream + ":flow:*"}).view().size(), 0u);
 }
 
-TEST(FlowChaos, FlowsAcrossPartitionsReleaseEveryParentOnceWithAllItsChildrenWhileWorkersAreKilled) {
-  RedisServer server;
-  Client client(server.url());
-  const std::string stream = unique_key();
+TEST_F(FlowChaos, FlowsAcrossPartitionsReleaseEveryParentOnceWithAllItsChildrenWhileWorkersAreKilled) {
   constexpr int kPartitions = 3;
-  Inspector in({.connection = {.url = server.url()}});
-  Producer producer({.connection = {.url = server.url()},
-                     .stream = stream,
-                     .max_len = 100000,
-                     .partitions = kPartitions,
-                     .retention = Retention{.done = std::chrono::minutes(10)}});
+  Producer producer = tracked_producer(kPartitions);
   // 30 chords of 20 children, each child in the next partition in turn: most children's ends
   // go through an outbox and a courier while workers die.
   const Chords chords = enqueue_chords(producer, 30, 20);
@@ -286,15 +281,8 @@ TEST(FlowChaos, FlowsAcrossPartitionsReleaseEveryParentOnceWithAllItsChildrenWhi
       << "outbox entries, dead letters or flow keys left";
 }
 
-TEST(FlowChaos, EachFailurePolicyAndAReplayHoldWhileWorkersAreKilled) {
-  RedisServer server;
-  Client client(server.url());
-  const std::string stream = unique_key();
-  Inspector in({.connection = {.url = server.url()}});
-  Producer producer({.connection = {.url = server.url()},
-                     .stream = stream,
-                     .max_len = 100000,
-                     .retention = Retention{.done = std::chrono::minutes(10)}});
+TEST_F(FlowChaos, EachFailurePolicyAndAReplayHoldWhileWorkersAreKilled) {
+  Producer producer = tracked_producer(1);
   // 30 chords of 5 children that succeed and one that fails until it is replayed, with each
   // policy in turn for their failures; then every dead letter replayed, while workers die.
   const ChildFailure policies[] = {ChildFailure::fail_parent, ChildFailure::ignore, ChildFailure::remove};
@@ -344,11 +332,7 @@ TEST(FlowChaos, EachFailurePolicyAndAReplayHoldWhileWorkersAreKilled) {
   EXPECT_TRUE(wait_until([&] { return client.cmd({"KEYS", stream + ":flow:*"}).view().size() == 0; }, 10s));
 }
 
-TEST(FlowChaos, ABatchGrowingWhileWorkersAreKilledFiresItsCallbackOnceAfterItsClose) {
-  RedisServer server;
-  Client client(server.url());
-  const std::string stream = unique_key();
-  Inspector in({.connection = {.url = server.url()}});
+TEST_F(FlowChaos, ABatchGrowingWhileWorkersAreKilledFiresItsCallbackOnceAfterItsClose) {
   Producer producer({.connection = {.url = server.url()}, .stream = stream, .max_len = 100000});
   const std::string batch = producer.open_batch(
       {.on_complete =
