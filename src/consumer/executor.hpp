@@ -54,8 +54,9 @@ struct Channel {
   ScriptRunner scripts;
 };
 
-/// The connection the asynchronous handlers' attempts share, for their reports and the release
-/// of their concurrency slots, made on first need and used under its lock.
+/// The connection the asynchronous handlers' attempts share, for the release of their
+/// concurrency slots when they end (their reports go through the completer), made on first
+/// need and used under its lock.
 struct AsyncChannel {
   std::mutex mutex;
   std::unique_ptr<Channel> channel;

@@ -6,7 +6,6 @@
 // writes nothing.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
