@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "log.hpp"
+#include "streamq/errors.hpp"
 #include "wire/codec.hpp"
 #include "wire/keys.hpp"
 
@@ -131,22 +132,26 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
   }
   Argv carried{"XDEL", keys.outbox};
   Argv placed{"HDEL", keys.placing};
-  std::string_view last_failed;  // the last outbox entry that failed
   if (!calls.argvs.empty()) {
-    const std::vector<Reply> replies = scripts.call_pipelined(calls.ids, calls.argvs);
-    for (std::size_t i = 0; i < replies.size(); ++i) {
-      if (!replies[i].view().is_error()) {
-        (calls.placement[i] ? placed : carried).add(calls.entries[i]);
-        continue;
+    try {
+      const std::vector<Reply> replies = scripts.call_pipelined(calls.ids, calls.argvs);
+      for (std::size_t i = 0; i < replies.size(); ++i) {
+        if (!replies[i].view().is_error()) {
+          (calls.placement[i] ? placed : carried).add(calls.entries[i]);
+        } else if (out.failed.empty()) {
+          out.failed = std::string(replies[i].view().error()) + " (" +
+                       (calls.placement[i] ? keys.placing : keys.outbox) + " " +
+                       std::string(calls.entries[i]) + ", kept for a later pass)";
+        }
       }
-      if (out.failed.empty()) {
-        out.failed = std::string(replies[i].view().error()) + " (" +
-                     (calls.placement[i] ? keys.placing : keys.outbox) + " " + std::string(calls.entries[i]) +
-                     ", kept for a later pass)";
-      }
-      if (!calls.placement[i]) last_failed = calls.entries[i];
+    } catch (const ConnectionError& e) {
+      // A partition they go to is out of reach (its master down, before a failover): none of
+      // this pass's calls is known to have run; all stay, and the next pass reads on past them.
+      out.failed = std::string(e.what()) + " (" + std::to_string(calls.argvs.size()) + " flow calls of " +
+                   keys.outbox + " kept for a later pass)";
     }
   }
+  out.carried = static_cast<std::int64_t>(carried.size() + placed.size() - 4);
   std::vector<Argv> deletes;
   for (Argv* a : {&foreign, &carried, &placed, &unreadable}) {
     if (a->size() > 2) deletes.push_back(std::move(*a));
@@ -154,12 +159,11 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
   if (!deletes.empty()) {
     for (const Reply& r : conn.pipeline(deletes)) r.view().check();
   }
-  // A full read whose entries failed in part: the next pass reads on after them (then from the
-  // start again), so ends for partitions that answer are not held up behind them.
+  // While reads come back full, the next reads on after this one (past entries that failed,
+  // so ends for partitions that answer are not held up behind them); a short one ends the
+  // round, and the next starts from the oldest entry again.
   out.read = static_cast<std::int64_t>(entries.size());
-  after_ = !last_failed.empty() && out.read >= kMostPerPass
-               ? "(" + std::string(entries[entries.size() - 1][0].str())
-               : "-";
+  after_ = out.read >= kMostPerPass ? "(" + std::string(entries[entries.size() - 1][0].str()) : "-";
   return out;
 }
 

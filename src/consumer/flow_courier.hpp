@@ -10,7 +10,8 @@
 // An entry is deleted once its call answered without an error: carried at least once. Both
 // calls are idempotent (a child's end applied once, a placement made once: its guard), so any
 // number of consumers carry a partition's at once. A call that fails leaves its entry for a
-// later pass; the pass goes on past it, and says what failed.
+// later pass; the pass goes on past it, and says what failed (a partition out of reach fails
+// every call of the pass: they all wait for a later one).
 // Runs in each partition's forwarder pass (forwarder.hpp). Talks to: Redis only.
 #pragma once
 
@@ -29,8 +30,9 @@ class FlowCourier {
 
   /// What a pass did.
   struct Pass {
-    std::int64_t read = 0;  // outbox entries read (kMostPerPass: more may wait)
-    std::string failed;     // the first call that failed, with its error ("" when none did)
+    std::int64_t read = 0;     // outbox entries read (kMostPerPass: more may wait)
+    std::int64_t carried = 0;  // entries and placements carried
+    std::string failed;        // the first call that failed, with its error ("" when none did)
   };
 
   explicit FlowCourier(Shared& shared) : s_(shared) {}
@@ -42,7 +44,7 @@ class FlowCourier {
 
  private:
   Shared& s_;
-  std::string after_ = "-";           // where the next outbox read starts (past entries that failed)
+  std::string after_ = "-";           // where the next outbox read starts (after a full one)
   std::string placing_cursor_ = "0";  // HSCAN's cursor over the placements
 };
 

@@ -22,7 +22,7 @@ Forwarder::Forwarder(Shared& shared)
 void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   if (poked_.exchange(false) && courier_ && now < next_) {
     // Woken for the outbox alone (poke): the delayed set waits for its time.
-    if (carry(scripts, now) >= FlowCourier::kMostPerPass) poked_.store(true);
+    if (carry(scripts, now)) poked_.store(true);
     return;
   }
   const QueueKeys& keys = s_.keys();
@@ -48,8 +48,8 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   const std::int64_t next_due = r[1].integer();
   const bool leader = r[2].integer() == 1;
   if (moved > 0) Metrics::add(s_.metrics.forwarded, static_cast<std::uint64_t>(moved));
-  const std::int64_t carried = courier_ ? carry(scripts, now) : 0;
-  if (moved >= kMostPerPass || carried >= FlowCourier::kMostPerPass) {
+  const bool more_to_carry = courier_ && carry(scripts, now);
+  if (moved >= kMostPerPass || more_to_carry) {
     next_ = now;  // more are due: go on at once
     return;
   }
@@ -59,7 +59,7 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   next_ = now + wait;
 }
 
-std::int64_t Forwarder::carry(ScriptRunner& scripts, Clock::time_point now) {
+bool Forwarder::carry(ScriptRunner& scripts, Clock::time_point now) {
   const FlowCourier::Pass pass = courier_->pass(scripts);
   // An entry that cannot be carried now (its partition out of reach) stays for a later pass; the
   // forwarding goes on. Said once in a while, not at every pass.
@@ -67,7 +67,9 @@ std::int64_t Forwarder::carry(ScriptRunner& scripts, Clock::time_point now) {
     log(LogLevel::warning, "flow courier: " + pass.failed);
     quiet_until_ = now + kCourierLogEvery;
   }
-  return pass.read;
+  // On at once only while full reads carry something: entries that keep failing wait for the
+  // next pass at the usual interval.
+  return pass.read >= FlowCourier::kMostPerPass && pass.carried > 0;
 }
 
 }  // namespace streamq::detail

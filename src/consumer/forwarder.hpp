@@ -39,8 +39,8 @@ class Forwarder final : public Duty {
 
  private:
   static constexpr Millis kCourierLogEvery{10000};
-  /// The flow courier's pass; how many outbox entries it read.
-  std::int64_t carry(ScriptRunner& scripts, Clock::time_point now);
+  /// The flow courier's pass; whether another should follow at once.
+  bool carry(ScriptRunner& scripts, Clock::time_point now);
 
   Shared& s_;
   const Millis standby_interval_;

@@ -7,7 +7,8 @@
 -- ARGV[1] = 'reject' (the backlog gate: Overflow::reject), 'trim' (no gate; immediate
 --           entries are added with MAXLEN ~ max_len, as the seed does) or 'placed' (a flow's
 --           children placed in their partition, see below: no gate, no trim, KEYS[5] is the
---           placement's guard, and nothing is written when it is set already), ARGV[2] = max_len,
+--           placement's guard, set by its last write, and nothing is written when it is set
+--           already), ARGV[2] = max_len,
 -- ARGV[3] = this chunk's place (1, 2, ...) among its batch's chunks when the last key is the
 --           mark, else 0, ARGV[4] = n (tasks),
 -- ARGV[5] = the tasks' layout, then the tasks:
@@ -87,7 +88,8 @@ if gate then
                   ' would exceed max_len ' .. max_len)
   end
 end
-if ARGV[1] == 'placed' and not redis.call('SET', KEYS[5], '1', 'NX', 'PX', PLACED_KEEP) then return n end
+local placed = ARGV[1] == 'placed'
+if placed and redis.call('EXISTS', KEYS[5]) == 1 then return n end
 if ARGV[5] == 'plain' then
   local i = 6
   for _ = 1, n do
@@ -194,4 +196,7 @@ if k > 0 then
     redis.call('HSET', KEYS[1] .. ':flows:placing', token, #at .. ':' .. at .. #to .. ':' .. to .. #call .. ':' .. call)
   end
 end
+-- The guard is the last write: a placement that failed half-way is tried again (a child it
+-- wrote may then run twice, as after a kill), never left unmade.
+if placed then redis.call('SET', KEYS[5], '1', 'PX', PLACED_KEEP) end
 return written()

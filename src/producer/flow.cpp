@@ -222,8 +222,9 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
     throw DuplicateTaskError(detail::duplicate_message(*d), d->holder);
   }
   reply.view().check();
-  im.wait_for_replicas(ids, written_on);
+  // (Placed before the flow's own WAIT: a ReplicationError leaves them placed, not for a courier.)
   if (!placements.calls.empty()) im.place_away(home, placements);
+  im.wait_for_replicas(ids, written_on);
   return ids_of(ids, flat, 0);
 }
 
@@ -238,31 +239,39 @@ void Producer::Impl::place_away(int home, Placements& placements) {
   std::vector<detail::Argv> done;
   done.reserve(1 + placements.calls.size());
   done.push_back(detail::Argv{"HDEL", keys[static_cast<std::size_t>(home)].placing});
+  std::uint64_t placed_on = 0;
+  std::vector<detail::Reply> placed;
   try {
-    std::uint64_t placed_on = 0;
-    const std::vector<detail::Reply> placed = link.run(calls, true, &placed_on);
-    for (std::size_t i = 0; i < placed.size(); ++i) {
-      if (placed[i].view().is_error()) {
-        detail::log(LogLevel::warning, "a flow's tasks in " + std::string(placements.calls[i][3]) +
-                                           " were not placed yet (" + std::string(placed[i].view().error()) +
-                                           "): a consumer's courier places them");
-        continue;
-      }
-      done[0].add(placements.tokens[i]);
-      done.push_back(detail::Argv{"PEXPIRE", placements.guards[i], detail::kPlacedGuardAfterMs});
+    placed = link.run(calls, true, &placed_on);
+  } catch (const Error& e) {
+    detail::log(LogLevel::warning, std::string("a flow's tasks in other partitions may not be placed yet (") +
+                                       e.what() + "): a consumer's courier places those that are not");
+    return;
+  }
+  for (std::size_t i = 0; i < placed.size(); ++i) {
+    if (placed[i].view().is_error()) {
+      detail::log(LogLevel::warning, "a flow's tasks in " + std::string(placements.calls[i][3]) +
+                                         " were not placed yet (" + std::string(placed[i].view().error()) +
+                                         "): a consumer's courier places them");
+      continue;
     }
-    if (done.size() == 1) return;
+    done[0].add(placements.tokens[i]);
+    done.push_back(detail::Argv{"PEXPIRE", placements.guards[i], detail::kPlacedGuardAfterMs});
+  }
+  if (done.size() == 1) return;
+  try {
     if (options.min_replicas_acked > 0 && replicas_acknowledging(placed_on) < options.min_replicas_acked) {
-      return;  // (a failover could lose them: the courier makes them again if so)
+      return;  // (a failover could lose them: left for a courier, which finds them made, or not)
     }
     std::vector<detail::SharedCommand> cleanup;
     cleanup.reserve(done.size());
     for (detail::Argv& a : done) cleanup.push_back({&a, detail::not_a_script});
     link.run(cleanup, true);
   } catch (const Error& e) {
-    detail::log(LogLevel::warning,
-                std::string("a flow's tasks in other partitions were not all placed yet (") + e.what() +
-                    "): a consumer's courier places them");
+    detail::log(LogLevel::info,
+                std::string("a flow's tasks in other partitions were placed, but not taken out of ") +
+                    keys[static_cast<std::size_t>(home)].placing + " (" + e.what() +
+                    "): a consumer's courier finds them made, and does that");
   }
 }
 

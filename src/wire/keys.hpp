@@ -31,8 +31,9 @@ struct QueueKeys {
 /// it (the producer that wrote the flow makes it at once, and takes it out of the hash).
 inline constexpr std::int64_t kPlacementGraceMs = 30000;
 /// How long a placement's guard stays once its producer took it out of the hash (a courier
-/// that read it before then may still try it); otherwise a day (PLACED_KEEP in enqueue.lua).
-inline constexpr std::string_view kPlacedGuardAfterMs = "120000";
+/// that read it before then may still try it, and a failover may lose that deletion: the
+/// placement is back in the hash then); otherwise a day (PLACED_KEEP in enqueue.lua).
+inline constexpr std::string_view kPlacedGuardAfterMs = "3600000";
 
 /// The guard of one placement of a flow's children into partition `stream` (enqueue.lua,
 /// 'placed'): set when it is made, so it is made once.

@@ -339,6 +339,12 @@ TEST_F(FlowsTest, AGroupIsAwaitedByItsIdAndEndsWithItsTasksOutcomesWithoutRunnin
   EXPECT_EQ(results[2].as<int>(), 3);
   EXPECT_THROW(shared.wait(strict.task_id, 10s), TaskFailedError);
   EXPECT_EQ(inspector.record(stream, strict.task_id)->reason, "child_failed");
+  int strict_failures = 0;  // the failure that failed it is one of its child_ended events too
+  for (const QueueEvent& e : inspector.events(stream, "", 1000).events) {
+    if (e.event != "child_ended" || e.task_id != strict.task_id) continue;
+    for (const auto& [name, value] : e.fields) strict_failures += name == "state" && value == "dead";
+  }
+  EXPECT_EQ(strict_failures, 1);
   // Neither root ran: no entry of the group's type was ever added, nothing was dead-lettered
   // but the failing tasks.
   EXPECT_EQ(xlen(dlq), 2);

@@ -298,8 +298,10 @@ local function flow_child_ended(queue, parent, id, state, policy, result, err)
   elseif policy == 'ignore' then
     redis.call('HSET', flow .. ':results', id, 'x' .. state .. ' ' .. err)
   elseif policy ~= 'remove' then
-    track_event(queue, 'child_ended', parent, ms_text(now_ms()),
-                {'child', id, 'state', state, 'pending', tostring(redis.call('SCARD', pending))})
+    if state_of(queue .. ':task:' .. parent) == 'waiting' then
+      track_event(queue, 'child_ended', parent, ms_text(now_ms()),
+                  {'child', id, 'state', state, 'pending', tostring(redis.call('SCARD', pending))})
+    end
     flow_fail(queue, parent, id, err)
     return
   end
