@@ -178,6 +178,9 @@ struct FlowTree {
   /// Its record; unset when it is gone (its retention passed).
   std::optional<TaskRecord> record{};
   std::vector<FlowTree> children{};
+  /// The queue it is in: the one Inspector::flow was asked about, or a child's other queue
+  /// (FlowNode::queue).
+  std::string queue{};
 };
 
 struct ReplayOptions {

@@ -247,6 +247,13 @@ enum class ChildFailure {
   remove,
 };
 
+/// Another queue a flow's task goes to (FlowNode::queue): its stream, as its own producers and
+/// consumers name it (ProducerOptions::stream), and its partitions (ProducerOptions::partitions).
+struct FlowQueue {
+  std::string stream{};
+  int partitions = 1;
+};
+
 /// One task of a flow (Producer::enqueue_flow), with the children it waits for. A node with
 /// children is a parent: it runs once every child finished (each of those once all of its own
 /// did), and reads their results (Task::children_results).
@@ -261,6 +268,11 @@ struct FlowNode {
   /// What this node's failure does to its parent; ignored on the flow's root.
   ChildFailure on_failure = ChildFailure::fail_parent;
   std::vector<FlowNode> children{};
+  /// Unset: the task goes to the producer's queue. Set: to that queue instead, run by its
+  /// consumers (in the partition of its partition_key, else of its task id), its end carried to
+  /// its parent by their courier (docs/workflows.md, "Flows across queues"). Only a task without
+  /// children may go to another queue; it may not join a batch or be unique.
+  std::optional<FlowQueue> queue{};
 };
 
 /// The task ids of a flow, in the shape of its FlowNode tree (Producer::enqueue_flow).

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,6 +58,9 @@ struct TaskRecord {
   /// the root and for a task outside a flow), and a parent's children's ids, in order.
   std::string parent;
   std::vector<std::string> children;
+  /// Those of `children` in another queue (FlowNode::queue): that queue (its stream, as
+  /// FlowQueue::stream names it), by child id.
+  std::map<std::string, std::string> child_queues;
 
   /// Whether it is done, dead or cancelled.
   bool finished() const noexcept {

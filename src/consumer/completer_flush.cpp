@@ -426,7 +426,7 @@ void Flush::conclude() {
 }  // namespace
 
 void Completer::flush(std::vector<Completion>& batch, InFlight::Writes& more) {
-  // The end of a flow's child in another partition than its parent goes to this partition's
+  // The end of a flow's child in another partition or queue than its parent goes to this partition's
   // outbox: its courier carries it at once rather than at its next pass.
   const bool to_carry = s_.wake_courier && std::any_of(batch.begin(), batch.end(), [](const Completion& c) {
                           return std::any_of(c.fields.begin(), c.fields.end(),

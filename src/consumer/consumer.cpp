@@ -70,12 +70,10 @@ struct Engine {
     duties.add(reclaimer);
     if (s->opt.idle_consumer_timeout.count() > 0) duties.add(janitor);
     forwarding.add(forwarder);
-    if (detail::FlowCourier::needed(*s)) {
-      s->wake_courier = [this] {
-        forwarder.poke();
-        forwarding.wake();
-      };
-    }
+    s->wake_courier = [this] {
+      forwarder.poke();
+      forwarding.wake();
+    };
   }
 
   void start() {

@@ -75,10 +75,11 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
     const ReplyView fields = entries[e][1];
     const std::string_view to = field_of(fields, "to");
     const std::string_view state = field_of(fields, "state");
-    if (field_of(fields, "kind") != "settle" || !is_partition_of(s_.queue, to) ||
-        (state != "done" && state != "dead" && state != "cancelled")) {
+    // (`to` may be any queue's partition: a child of a flow across queues.)
+    if (field_of(fields, "kind") != "settle" || to.empty() || field_of(fields, "parent").empty() ||
+        field_of(fields, "child").empty() || (state != "done" && state != "dead" && state != "cancelled")) {
       log(LogLevel::error, "flow outbox " + keys.outbox + ": entry " + std::string(id) +
-                               " is not the end of a flow's child of this queue; deleted");
+                               " is not the end of a flow's child; deleted");
       foreign.add(id);
       continue;
     }
@@ -116,10 +117,10 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
       const bool ok =
           since && to && call &&
           std::from_chars(since->data(), since->data() + since->size(), since_ms).ec == std::errc() &&
-          is_partition_of(s_.queue, *to) && unpack_placement(*to, *call, argv, scripts);
+          unpack_placement(*to, *call, argv, scripts);
       if (!ok) {
         log(LogLevel::error, "flow placements " + keys.placing + ": " + std::string(token) +
-                                 " is not a placement of this queue's flows; deleted");
+                                 " is not a placement of a flow's tasks; deleted");
         unreadable.add(token);
         continue;
       }

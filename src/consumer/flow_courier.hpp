@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
-// The courier of a partitioned queue's flows (see the flows across partitions in
-// src/lua/lib/track.lua and src/lua/enqueue.lua). Per partition, it carries:
-//   the ends of this partition's children whose parents live in another partition, from the
-//   stream <partition>:flows:outbox to the parent's partition (flow_apply.lua), in order;
-//   the placements of this partition's flows' children in other partitions
-//   (<partition>:flows:placing, a hash), made there (enqueue.lua, 'placed') when the producer
-//   that wrote the flow did not take them out of the hash within kPlacementGraceMs (it died,
-//   or a partition was out of its reach).
+// The courier of flows across partitions and queues (see the flows across partitions in
+// src/lua/lib/track.lua and src/lua/enqueue.lua). Per partition (a queue of one partition is
+// its own), it carries:
+//   the ends of this partition's children whose parents live elsewhere (another partition of
+//   the queue, or another queue), from the stream <partition>:flows:outbox to the parent's
+//   partition (flow_apply.lua), in order;
+//   the placements of this partition's flows' children elsewhere (<partition>:flows:placing, a
+//   hash), made there (enqueue.lua, 'placed') when the producer that wrote the flow did not
+//   take them out of the hash within kPlacementGraceMs (it died, or a partition was out of its
+//   reach).
 // An entry is deleted once its call answered without an error: carried at least once. Both
 // calls are idempotent (a child's end applied once, a placement made once: its guard), so any
 // number of consumers carry a partition's at once. A call that fails leaves its entry for a
@@ -36,8 +38,6 @@ class FlowCourier {
   };
 
   explicit FlowCourier(Shared& shared) : s_(shared) {}
-  /// Whether the consumer's queue is partitioned (else no outbox is ever written).
-  static bool needed(const Shared& shared) { return shared.queue != shared.opt.stream; }
   /// One pass over the outbox and the placements. Throws ConnectionError / ReplyError when
   /// they cannot be read.
   Pass pass(ScriptRunner& scripts);

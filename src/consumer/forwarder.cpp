@@ -15,12 +15,11 @@ Forwarder::Forwarder(Shared& shared)
     : s_(shared),
       standby_interval_(std::max(kStandbyInterval, shared.opt.forward_interval)),
       lease_(std::max(kLease, 3 * shared.opt.forward_interval)),
-      next_(Clock::now()) {
-  if (FlowCourier::needed(shared)) courier_.emplace(shared);
-}
+      next_(Clock::now()),
+      courier_(shared) {}
 
 void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
-  if (poked_.exchange(false) && courier_ && now < next_) {
+  if (poked_.exchange(false) && now < next_) {
     // Woken for the outbox alone (poke): the delayed set waits for its time.
     if (carry(scripts, now)) poked_.store(true);
     return;
@@ -48,7 +47,7 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   const std::int64_t next_due = r[1].integer();
   const bool leader = r[2].integer() == 1;
   if (moved > 0) Metrics::add(s_.metrics.forwarded, static_cast<std::uint64_t>(moved));
-  const bool more_to_carry = courier_ && carry(scripts, now);
+  const bool more_to_carry = carry(scripts, now);
   if (moved >= kMostPerPass || more_to_carry) {
     next_ = now;  // more are due: go on at once
     return;
@@ -60,7 +59,7 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
 }
 
 bool Forwarder::carry(ScriptRunner& scripts, Clock::time_point now) {
-  const FlowCourier::Pass pass = courier_->pass(scripts);
+  const FlowCourier::Pass pass = courier_.pass(scripts);
   // An entry that cannot be carried now (its partition out of reach) stays for a later pass; the
   // forwarding goes on. Said once in a while, not at every pass.
   if (!pass.failed.empty() && now >= quiet_until_) {

@@ -6,13 +6,12 @@
 // in that one script), so any number of forwarders run at once without duplicates or losses. Due times are
 // the server's clock; the script also says how long until the next task is due, and the next pass is then (or
 // at forward_interval, whichever is sooner) while this consumer holds the queue's forwarder lease, and once a
-// second otherwise: one consumer polls often, the rest stand by. In a partitioned queue each
-// pass also runs the flow courier over the partition's outbox (flow_courier.hpp). Talks to:
+// second otherwise: one consumer polls often, the rest stand by. Each pass also runs the flow
+// courier over the partition's outbox and placements (flow_courier.hpp). Talks to:
 // Redis only.
 #pragma once
 
 #include <atomic>
-#include <optional>
 
 #include "duties.hpp"
 #include "flow_courier.hpp"
@@ -46,7 +45,7 @@ class Forwarder final : public Duty {
   const Millis standby_interval_;
   const Millis lease_;
   Clock::time_point next_;
-  std::optional<FlowCourier> courier_;  // a partitioned queue's
+  FlowCourier courier_;
   std::atomic<bool> poked_{false};
   Clock::time_point quiet_until_{};  // the courier's next failure is logged from then on
 };

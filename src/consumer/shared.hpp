@@ -125,7 +125,7 @@ struct Shared {
   std::shared_ptr<ProcessPool> pool;
   /// The connection asynchronous handlers' attempts share (set by the executor's start).
   std::shared_ptr<AsyncChannel> async_channel;
-  /// A partitioned queue's: tells this partition's flow courier that an end of a flow's child
+  /// Tells this partition's flow courier that an end of a flow's child
   /// was just written to the outbox (set by the consumer before its engines start; called by
   /// the completer, after the write).
   std::function<void()> wake_courier;

@@ -10,6 +10,7 @@
 #include "streamq/errors.hpp"
 #include "wire/codec.hpp"
 #include "wire/keys.hpp"
+#include "wire/record.hpp"
 
 namespace streamq {
 
@@ -334,15 +335,23 @@ CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const s
     // A flow's parent waiting for its children: it ends cancelled, and so do they (each as a
     // task cancelled on its own: a running one is asked to stop), in its partition or in
     // theirs (a flow across partitions).
+    // (Its children in other queues are named in its record: read first, while it waits.)
+    const Reply queues = connected().command(Argv{"HGET", keys.stream + ":task:" + id, "flow_queues"});
+    const std::map<std::string, std::string> elsewhere = queues.view().is_string()
+                                                             ? detail::parse_child_queues(queues.view().str())
+                                                             : std::map<std::string, std::string>{};
     Argv argv = scripts.begin(detail::ScriptId::cancel_flow, 1);
     argv.add(keys.stream).add(id);
-    connected();
     const Reply r = scripts.call(detail::ScriptId::cancel_flow, argv);
     const ReplyView v = r.view().check();
     if (v.is_array()) {
       for (std::size_t i = 0; i < v.size(); ++i) {
         const std::string child(v[i].str());
-        if (cancel_one(keys, child, parts) == CancelOutcome::missing) cancel_in(parts, "", child);
+        if (const auto q = elsewhere.find(child); q != elsewhere.end()) {
+          cancel_in(this->parts(q->second), "", child);
+        } else if (cancel_one(keys, child, parts) == CancelOutcome::missing) {
+          cancel_in(parts, "", child);
+        }
       }
       return CancelOutcome::cancelled;
     }

@@ -45,9 +45,10 @@ constexpr std::size_t kMaxFlowRecords = 10000;  // a flow's size at most (Produc
 std::optional<FlowTree> Inspector::flow(const std::string& queue, const std::string& task_id) {
   std::optional<TaskRecord> top = record(queue, task_id);
   if (!top) return std::nullopt;
-  FlowTree root{task_id, std::move(top), {}};
+  FlowTree root{task_id, std::move(top), {}, queue};
   std::size_t read = 1;
-  // Breadth first, each level's records read one by one (record() finds each one's partition).
+  // Breadth first, each level's records read one by one (record() finds each one's partition,
+  // in its queue).
   std::vector<FlowTree*> level{&root};
   while (!level.empty()) {
     std::vector<FlowTree*> next;
@@ -56,7 +57,10 @@ std::optional<FlowTree> Inspector::flow(const std::string& queue, const std::str
       node->children.reserve(node->record->children.size());
       for (const std::string& id : node->record->children) {
         if (read++ >= kMaxFlowRecords) return root;
-        node->children.push_back(FlowTree{id, record(queue, id), {}});
+        const auto elsewhere = node->record->child_queues.find(id);
+        const std::string& in =
+            elsewhere != node->record->child_queues.end() ? elsewhere->second : node->queue;
+        node->children.push_back(FlowTree{id, record(in, id), {}, in});
       }
       for (FlowTree& child : node->children) next.push_back(&child);
     }

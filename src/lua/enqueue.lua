@@ -52,7 +52,10 @@
 -- <partition>:flows:placed:<token>), each kept in the home's hash <queue>:flows:placing under
 -- its token, as `<length>:<now ms><length>:<partition><length>:<call>`, for the producer, or
 -- else a consumer's courier, to make (src/consumer/flow_courier.hpp). A child placed
--- elsewhere carries flow_home, and joins no set in its own partition.
+-- elsewhere carries flow_home, and joins no set in its own partition. A flow across queues
+-- is written the same way: a stub of a child in another queue (FlowNode::queue) names that
+-- queue (its flow_queue field), kept in its parent's record as flow_queues
+-- (`<length>:<id><length>:<queue>` each) so the Inspector finds the child there.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/track.lua
@@ -141,6 +144,7 @@ for _ = 1, n do
 end
 local now = nil
 local children = {}  -- parent id -> its children's ids, in order (a flow)
+local elsewhere = {}  -- parent id -> its children in other queues, with each one's queue
 i = 6
 for _ = 1, n do
   local place = tonumber(ARGV[i])
@@ -160,7 +164,12 @@ for _ = 1, n do
     table.insert(children[parent], ARGV[first + 1])
   end
   if place == 0 then
-    -- a stub: placed in its own partition (see above)
+    -- a stub: placed in its own partition, or queue (see above)
+    local queue = field_value(ARGV, first, last, 'flow_queue')
+    if queue then
+      local id = ARGV[first + 1]
+      elsewhere[parent] = (elsewhere[parent] or '') .. #id .. ':' .. id .. #queue .. ':' .. queue
+    end
   elseif place < 0 then
     redis.call('HSET', KEYS[1] .. ':flow:' .. ARGV[first + 1], 'body', cmsgpack.pack({dest, unpack(ARGV, first, last)}))
   elseif due > 0 then
@@ -187,6 +196,7 @@ for parent, ids in pairs(children) do
   local listed = {}
   for k, id in ipairs(ids) do listed[k] = #id .. ':' .. id end
   redis.pcall('HSET', KEYS[1] .. ':task:' .. parent, 'flow_children', table.concat(listed))
+  if elsewhere[parent] then redis.pcall('HSET', KEYS[1] .. ':task:' .. parent, 'flow_queues', elsewhere[parent]) end
 end
 local k = tonumber(ARGV[i] or '0')
 if k > 0 then

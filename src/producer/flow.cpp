@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -13,11 +14,13 @@
 
 #include "log.hpp"
 #include "producer_impl.hpp"
+#include "redis/cluster.hpp"
 #include "redis/scripts.hpp"
 #include "refusals.hpp"
 #include "streamq/errors.hpp"
 #include "streamq/producer.hpp"
 #include "wire/codec.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq {
 
@@ -33,10 +36,39 @@ struct FlatFlow {
   std::vector<std::ptrdiff_t> parent;
   std::vector<ChildFailure> on_failure;
   std::vector<std::vector<std::size_t>> children;
+  std::vector<std::optional<FlowQueue>> queue;  // set for a task that goes to another queue
 };
 
+/// The other queue `node` goes to, checked; unset for the producer's own.
+std::optional<FlowQueue> other_queue(const FlowNode& node, bool root, const ProducerOptions& o) {
+  if (!node.queue) return std::nullopt;
+  const FlowQueue& q = *node.queue;
+  const std::string what =
+      "a flow's task (task type \"" + node.task_type + "\") in queue \"" + q.stream + "\"";
+  if (q.stream.empty()) throw ConfigError("FlowNode::queue: the stream must not be empty");
+  if (q.partitions < 1)
+    throw ConfigError("FlowNode::queue: partitions must be >= 1, not " + std::to_string(q.partitions));
+  if (q.stream == o.stream) {
+    if (q.partitions != o.partitions) {
+      throw ConfigError(what + ": the producer's queue has " + std::to_string(o.partitions) +
+                        " partitions, not " + std::to_string(q.partitions));
+    }
+    return std::nullopt;  // the producer's own
+  }
+  if (root) throw ConfigError(what + ": a flow's root goes to the producer's queue");
+  if (!node.children.empty()) {
+    throw ConfigError(what +
+                      ": only a task without children may go to another queue (a parent lives in "
+                      "the flow's queue, with its flow's keys)");
+  }
+  if (!node.options.batch.empty() || node.options.unique_for.count() > 0) {
+    throw ConfigError(what + ": a task in another queue may not join a batch or be unique");
+  }
+  return q;
+}
+
 void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::string& partition_key,
-             bool tracked_by_default, FlatFlow& flat) {
+             const ProducerOptions& o, FlatFlow& flat) {
   if (depth >= kMaxFlowDepth) {
     throw ConfigError("flow deeper than " + std::to_string(kMaxFlowDepth) + " levels");
   }
@@ -51,6 +83,7 @@ void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::
       node.on_failure != ChildFailure::remove) {
     throw ConfigError("on_failure must be ChildFailure::fail_parent, ignore or remove");
   }
+  std::optional<FlowQueue> queue = other_queue(node, parent < 0, o);
   const std::size_t place = flat.tasks.size();
   TaskSpec spec{node.task_type, node.payload, node.options};
   if (spec.options.task_id.empty()) spec.options.task_id = detail::new_uuid_v4();
@@ -58,15 +91,16 @@ void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::
   // children goes to its own (its partition_key's, else the next in turn): see enqueue_flow.
   if (!node.children.empty() || parent < 0) spec.options.partition_key = partition_key;
   // Every task of a flow is tracked: the producer's retention, else an hour once done.
-  if (!spec.options.retention && !tracked_by_default)
+  if (!spec.options.retention && !o.retention)
     spec.options.retention = Retention{.done = std::chrono::hours(1)};
   flat.tasks.push_back(std::move(spec));
   flat.parent.push_back(parent);
   flat.on_failure.push_back(node.on_failure);
   flat.children.emplace_back();
+  flat.queue.push_back(std::move(queue));
   if (parent >= 0) flat.children[static_cast<std::size_t>(parent)].push_back(place);
   for (const FlowNode& child : node.children) {
-    flatten(child, static_cast<std::ptrdiff_t>(place), depth + 1, partition_key, tracked_by_default, flat);
+    flatten(child, static_cast<std::ptrdiff_t>(place), depth + 1, partition_key, o, flat);
   }
 }
 
@@ -139,7 +173,7 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
         "enqueue_flow needs Overflow::reject: trim_oldest may drop a child unfinished, and its "
         "parent would wait forever");
   }
-  flatten(root, -1, 0, partition_key, im.options.retention.has_value(), flat);
+  flatten(root, -1, 0, partition_key, im.options, flat);
   for (const TaskSpec& t : flat.tasks) {
     if (im.options.partitions > 1 && (!t.options.batch.empty() || t.options.unique_for.count() > 0)) {
       // (A batch's task goes to the batch's partition: the flow would be split; a unique task's
@@ -168,13 +202,29 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
     if (!flat.children[i].empty()) p.dest = -p.dest;  // waits for its children (enqueue.lua)
   }
   const int home = prepared[0].partition;
-  std::map<int, std::vector<detail::Prepared>> away;  // the children of other partitions, by partition
-  std::vector<detail::Prepared> at_home;              // the rest, and a stub of each of those
+  const std::string& home_stream = im.keys[static_cast<std::size_t>(home)].stream;
+  // The children placed elsewhere, by the stream they go to: another partition's of this queue,
+  // or another queue's (its partition: the task's partition_key's, else its id's).
+  struct Away {
+    detail::QueueKeys keys;
+    std::vector<detail::Prepared> tasks;
+  };
+  std::map<std::string, Away> away;
+  std::vector<detail::Prepared> at_home;  // the rest, and a stub of each of those
   at_home.reserve(n);
-  for (detail::Prepared& p : prepared) {
-    if (p.partition == home) {
+  for (std::size_t i = 0; i < n; ++i) {
+    detail::Prepared& p = prepared[i];
+    const std::optional<FlowQueue>& queue = flat.queue[i];
+    if (!queue && p.partition == home) {
       at_home.push_back(p);
       continue;
+    }
+    detail::QueueKeys to = im.keys[static_cast<std::size_t>(p.partition)];
+    if (queue) {
+      const std::string& key =
+          flat.tasks[i].options.partition_key.empty() ? ids[i] : flat.tasks[i].options.partition_key;
+      const int part = static_cast<int>(detail::crc16(key) % static_cast<unsigned>(queue->partitions));
+      to = detail::queue_keys(detail::partition_stream(queue->stream, queue->partitions, part));
     }
     // A stub in the home's call (joins its parent's pending set, written nowhere: enqueue.lua);
     // the child itself is placed in its partition, carrying flow_home.
@@ -182,22 +232,24 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
     stub.dest = 0;
     stub.task.payload = "{}";
     stub.task.extra_fields = nullptr;
-    p.task.flow_home = im.keys[static_cast<std::size_t>(home)].stream;
-    away[p.partition].push_back(p);
+    if (queue) stub.task.flow_queue = queue->stream;
+    p.task.flow_home = home_stream;
+    const std::string stream = to.stream;
+    away.try_emplace(stream, Away{std::move(to), {}}).first->second.tasks.push_back(p);
   }
-  // One enqueue call per other partition ('placed', its guard the last key), each packed into
-  // the home's call under a token of its own.
+  // One enqueue call per other partition or queue ('placed', its guard the last key), each
+  // packed into the home's call under a token of its own.
   Impl::Placements placements;
   placements.calls.reserve(away.size());  // (each viewed by the argv: never reallocated)
   placements.tokens.reserve(away.size());
   placements.guards.reserve(away.size());
   std::vector<std::string> packed;
   packed.reserve(away.size());
-  for (const auto& [partition, tasks] : away) {
-    const std::string& to = im.keys[static_cast<std::size_t>(partition)].stream;
+  for (const auto& [to, there] : away) {
     const std::string& token = placements.tokens.emplace_back(detail::new_uuid_v4());
     const std::string& guard = placements.guards.emplace_back(detail::placed_key(to, token));
-    detail::Argv& a = placements.calls.emplace_back(im.script_argv(tasks, 0, tasks.size(), guard, 0));
+    detail::Argv& a = placements.calls.emplace_back(
+        im.script_argv(there.tasks, 0, there.tasks.size(), guard, 0, &there.keys));
     a.set(3 + 5, "placed");  // (EVALSHA, sha, numkeys 5, the 4 keys and the guard, ARGV[1])
     std::string& blob = packed.emplace_back();
     for (std::size_t i = 2; i < a.size(); ++i) detail::append_counted(blob, a[i]);
@@ -207,9 +259,7 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
     argv.add(static_cast<std::int64_t>(away.size()));
     std::size_t i = 0;
     for (const auto& entry : away) {
-      argv.add(im.keys[static_cast<std::size_t>(entry.first)].stream)
-          .add(placements.tokens[i])
-          .add(packed[i]);
+      argv.add(entry.first).add(placements.tokens[i]).add(packed[i]);
       ++i;
     }
   }

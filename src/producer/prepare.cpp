@@ -134,12 +134,12 @@ detail::Argv Producer::Impl::trim_argv(const Prepared& p) const {
 
 detail::Argv Producer::Impl::script_argv(const std::vector<Prepared>& tasks, std::size_t first,
                                          std::size_t last, const std::string& refusal_mark,
-                                         std::int64_t position) const {
+                                         std::int64_t position, const detail::QueueKeys* to) const {
   std::size_t locks = 0;
   for (std::size_t i = first; i < last; ++i) locks += tasks[i].lock_key.empty() ? 0 : 1;
   const int numkeys = static_cast<int>(4 + locks + (refusal_mark.empty() ? 0 : 1));
   detail::Argv argv = detail::ScriptRunner::begin_shared(detail::ScriptId::enqueue, numkeys);
-  const detail::QueueKeys& k = keys[static_cast<std::size_t>(tasks[first].partition)];
+  const detail::QueueKeys& k = to != nullptr ? *to : keys[static_cast<std::size_t>(tasks[first].partition)];
   argv.add(k.stream).add(k.high).add(k.low).add(k.delayed);
   for (std::size_t i = first; i < last; ++i) {
     if (!tasks[i].lock_key.empty()) argv.add(tasks[i].lock_key);

@@ -101,8 +101,11 @@ struct Producer::Impl {
   /// batch's in that partition, see the enqueue script) is empty for a call that is a whole batch.
   /// `refusal_mark` (with `position`, the chunk's 1-based place among its partition's chunks):
   /// the batch's mark, for a partition sent in more than one chunk (see the enqueue script).
+  /// `to`: the keys of the stream written (a flow's placement in another queue), else the
+  /// tasks' partition's.
   detail::Argv script_argv(const std::vector<detail::Prepared>& tasks, std::size_t first, std::size_t last,
-                           const std::string& refusal_mark = {}, std::int64_t position = 0) const;
+                           const std::string& refusal_mark = {}, std::int64_t position = 0,
+                           const detail::QueueKeys* to = nullptr) const;
   /// Whether a task needs the enqueue script even with Overflow::trim_oldest, and the
   /// script's 'full' layout (see enqueue.lua).
   static bool needs_script(const detail::Prepared& t);

@@ -166,6 +166,7 @@ std::size_t append_new_task(Argv& argv, const NewTask& task) {
     argv.add(field::flow_parent).add(task.flow_parent);
     argv.add(field::flow_on_failure).add(task.flow_on_failure);
     if (!task.flow_home.empty()) argv.add(field::flow_home).add(task.flow_home);
+    if (!task.flow_queue.empty()) argv.add(flow_queue_field).add(task.flow_queue);
   }
   if (!task.batch_id.empty()) argv.add(field::batch_id).add(task.batch_id);
   if (task.extra_fields != nullptr) {

@@ -48,8 +48,14 @@ struct NewTask {
   std::string_view flow_parent{};      // a flow's child: its parent's id, written when not empty,
   std::string_view flow_on_failure{};  // with what its failure does to it,
   std::string_view flow_home{};        // and, in another partition than its parent, the parent's
+  std::string_view flow_queue{};       // a stub of a child in another queue: that queue (never written)
   std::string_view batch_id{};         // its batch (EnqueueOptions::batch), written when not empty
 };
+
+/// The field of a flow's stub (enqueue.lua's dest 0: the home's call lists a child placed
+/// elsewhere) that names the other queue the child goes to (FlowNode::queue). A stub is written
+/// nowhere: this field is in no entry.
+inline constexpr std::string_view flow_queue_field = "flow_queue";
 
 /// Appends the task's field/value strings to `argv` in the seed's order (task_id, task_type,
 /// payload, created_at, max_retries, retry_count, then unique_key, retention and deadline if any, then
@@ -71,7 +77,8 @@ inline std::size_t new_task_string_count(const NewTask& task) {
   return 12 + (task.extra_fields != nullptr ? 2 * task.extra_fields->size() : 0) +
          (task.unique_key.empty() ? 0 : 2) + (task.retention.empty() ? 0 : 2) +
          (task.deadline.empty() ? 0 : 2) + (task.flow_parent.empty() ? 0 : 4) +
-         (task.flow_home.empty() ? 0 : 2) + (task.batch_id.empty() ? 0 : 2);
+         (task.flow_home.empty() ? 0 : 2) + (task.flow_queue.empty() ? 0 : 2) +
+         (task.batch_id.empty() ? 0 : 2);
 }
 
 /// Most fields a runnable entry may have, and a dead-letter entry keeps: Lua's unpack() cannot

@@ -74,10 +74,18 @@ std::string TaskRecord::to_json() const {
   j["progress"] = value(progress);
   if (!parent.empty()) j["parent"] = parent;
   if (!children.empty()) j["children"] = children;
+  if (!child_queues.empty()) j["child_queues"] = child_queues;
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 namespace detail {
+
+std::map<std::string, std::string> parse_child_queues(std::string_view text) {
+  const std::vector<std::string> pairs = counted_list(text);
+  std::map<std::string, std::string> out;
+  for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) out[pairs[i]] = pairs[i + 1];
+  return out;
+}
 
 std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task_id,
                                        const std::string& queue) {
@@ -117,6 +125,8 @@ std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task
       r.parent = std::string(value);
     } else if (name == "flow_children") {
       r.children = counted_list(value);
+    } else if (name == "flow_queues") {
+      r.child_queues = parse_child_queues(value);
     }
   }
   return r;

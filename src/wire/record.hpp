@@ -3,6 +3,7 @@
 // queue's events stream.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +19,10 @@ namespace streamq::detail {
 /// when the hash is empty (no such record). Fields it does not know are ignored.
 std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task_id,
                                        const std::string& queue);
+
+/// A parent's children in other queues, by child id, from its record's flow_queues field
+/// (`<length>:<id><length>:<queue>` each, enqueue.lua); what cannot be read ends it.
+std::map<std::string, std::string> parse_child_queues(std::string_view text);
 
 /// One events stream entry (an element of an XRANGE/XREAD reply: [id, [field, value, ...]]).
 QueueEvent parse_event(const ReplyView& entry, const std::string& queue);

@@ -15,14 +15,16 @@ namespace {
 nlohmann::json tree_json(const FlowTree& t) {
   nlohmann::json j = {
       {"task_id", t.task_id},
+      {"queue", t.queue},
       {"record", t.record ? nlohmann::json::parse(t.record->to_json()) : nlohmann::json(nullptr)}};
   j["children"] = nlohmann::json::array();
   for (const FlowTree& c : t.children) j["children"].push_back(tree_json(c));
   return j;
 }
 
-/// One line per task: indented by its depth, its id, type and state (and why it is dead).
-void print_tree(const FlowTree& t, const std::string& indent) {
+/// One line per task: indented by its depth, its id, type and state (and why it is dead), and
+/// the queue of a task in another queue than its parent's.
+void print_tree(const FlowTree& t, const std::string& indent, const std::string& parent_queue) {
   std::string line = indent + cell(t.task_id, 64);
   if (t.record) {
     line += "  " + cell(t.record->task_type, 64) + "  " + std::string(to_string(t.record->state));
@@ -30,8 +32,9 @@ void print_tree(const FlowTree& t, const std::string& indent) {
   } else {
     line += "  (no record: its retention passed)";
   }
+  if (!parent_queue.empty() && t.queue != parent_queue) line += "  [queue " + cell(t.queue, 64) + "]";
   std::cout << line << "\n";
-  for (const FlowTree& c : t.children) print_tree(c, indent + "  ");
+  for (const FlowTree& c : t.children) print_tree(c, indent + "  ", t.queue);
 }
 
 int flow(const Context& g, const std::string& queue, const std::string& id) {
@@ -44,7 +47,7 @@ int flow(const Context& g, const std::string& queue, const std::string& id) {
   if (g.json()) {
     print_json(tree_json(*tree));
   } else {
-    print_tree(*tree, "");
+    print_tree(*tree, "", "");
   }
   return ok;
 }

@@ -119,12 +119,15 @@ void action(httplib::Server& server, const Api& api, const char* path, Body body
 }
 
 /// A flow's task's neighbours, for its detail view: its parent and its first kMostChildren
-/// children, each {task_id, task_type, state} (state null: no record, its retention passed).
+/// children, each {task_id, queue, task_type, state} (state null: no record, its retention passed).
 json flow_of(Inspector& in, const std::string& queue, const TaskRecord& r) {
   constexpr std::size_t kMostChildren = 100;
   const auto brief = [&](const std::string& id) {
-    const auto rec = in.record(queue, id);
+    const auto elsewhere = r.child_queues.find(id);  // a child in another queue (FlowNode::queue)
+    const std::string& in_queue = elsewhere != r.child_queues.end() ? elsewhere->second : queue;
+    const auto rec = in.record(in_queue, id);
     return json{{"task_id", id},
+                {"queue", in_queue},
                 {"task_type", rec ? json(rec->task_type) : json(nullptr)},
                 {"state", rec ? json(std::string(to_string(rec->state))) : json(nullptr)}};
   };

@@ -220,7 +220,7 @@ function showFlow(flow) {
   node.hidden = !flow;
   if (!flow) return;
   const link = (t) => {
-    const b = button(t.task_id, () => showRecord(t.task_id), 'link');
+    const b = button(t.task_id, () => showRecord(t.task_id, t.queue), 'link');
     b.dataset.task = t.task_id;
     return b;
   };
@@ -233,7 +233,8 @@ function showFlow(flow) {
     node.append(el('p', {}, `Children: ${flow.children_total}${shown}`));
     const body = el('tbody');
     for (const c of flow.children) {
-      const tr = el('tr', {}, el('td', {}, link(c)), el('td', {textContent: c.task_type ?? ''}),
+      const elsewhere = c.queue && c.queue !== queue ? ` (queue ${c.queue})` : '';
+      const tr = el('tr', {}, el('td', {}, link(c), elsewhere), el('td', {textContent: c.task_type ?? ''}),
         el('td', {textContent: c.state ?? 'no record'}));
       tr.dataset.child = c.task_id;
       body.append(tr);
@@ -257,9 +258,10 @@ async function showTask(task) {
 }
 
 /** The record of a tracked task by its task id (also once it finished and left the queue). */
-async function showRecord(id) {
+/** The record of task `id`, in this page's queue or in `inQueue` (a flow's child in another queue). */
+async function showRecord(id, inQueue) {
   try {
-    const r = await get(`/api/record?name=${encodeURIComponent(queue)}&id=${encodeURIComponent(id)}`);
+    const r = await get(`/api/record?name=${encodeURIComponent(inQueue || queue)}&id=${encodeURIComponent(id)}`);
     if (!r.record) return notice(`no record of task ${id} (not tracked, or its retention passed)`, true);
     showDetail(id, r.record, r.flow);
   } catch (e) {
