@@ -229,6 +229,60 @@ TEST(Cluster, FlowsAcrossThePartitionsOfAQueueRunEachParentOnceWithEveryResult) 
   }
 }
 
+// A flow across queues on Redis Cluster: the parents' queue on one master, the children's (a
+// partitioned queue) on the others too. Each child's end is carried from its queue's slot to the
+// parent's, on another master; each parent runs once and reads its children's results in order.
+TEST(Cluster, FlowsAcrossQueuesOnOtherMastersRunEachParentOnceWithEveryResult) {
+  ClusterTopology t(3);
+  const std::string url = t.url({0});
+  const std::string home = stream_on(t, 0, plain_key("home"));
+  constexpr int kPartitions = 4;
+  const std::string other = partitioned_name([&](const std::string& name) {
+    std::set<int> owners;
+    for (int p = 0; p < kPartitions; ++p)
+      owners.insert(t.owner_of(detail::key_slot(detail::partition_stream(name, kPartitions, p))));
+    return owners.count(1) == 1 && owners.count(2) == 1;  // partitions on both other masters
+  });
+  Producer producer({.connection = {.url = url}, .stream = home});
+  std::vector<FlowIds> flows;
+  for (int i = 0; i < 8; ++i) {
+    FlowNode parent{.task_type = "parent", .payload = "{}"};
+    for (int c = 0; c < 5; ++c) {
+      parent.children.push_back({.task_type = "child",
+                                 .payload = {{"n", 10 * i + c}},
+                                 .queue = FlowQueue{.stream = other, .partitions = kPartitions}});
+    }
+    flows.push_back(producer.enqueue_flow(parent));
+  }
+  std::mutex m;
+  std::map<std::string, std::vector<ChildResult>> read;  // parent id -> what it read
+  std::map<std::string, int> runs;
+  RunningConsumer parents(cluster_worker_options(url, home, "w1"), [&](Consumer& c) {
+    c.on("parent", [&](const Task& task) {
+      std::lock_guard lock(m);
+      read[task.id()] = task.children_results();
+      ++runs[task.id()];
+    });
+  });
+  auto o = cluster_worker_options(url, other, "w2");
+  o.partitions = kPartitions;
+  o.concurrency = kPartitions;
+  RunningConsumer children(o, [&](Consumer& c) {
+    c.on("child", [](const Task& task) { task.set_result(std::to_string(task.json()["n"].get<int>())); });
+  });
+  for (const FlowIds& f : flows) EXPECT_EQ(producer.wait(f.task_id, 30s).state, TaskRecord::State::done);
+  std::lock_guard lock(m);
+  for (std::size_t i = 0; i < flows.size(); ++i) {
+    const FlowIds& f = flows[i];
+    EXPECT_EQ(runs[f.task_id], 1);
+    ASSERT_EQ(read[f.task_id].size(), 5u) << f.task_id;
+    for (std::size_t c = 0; c < 5; ++c) {
+      EXPECT_EQ(read[f.task_id][c].task_id, f.children[c].task_id);
+      EXPECT_EQ(read[f.task_id][c].as<int>(), static_cast<int>(10 * i + c));
+    }
+  }
+}
+
 TEST(Partitions, TheCountOfALiveQueueChangesWithoutLosingATask) {
   RedisServer server;
   const std::string queue = plain_key();

@@ -281,6 +281,54 @@ TEST_F(FlowChaos, FlowsAcrossPartitionsReleaseEveryParentOnceWithAllItsChildrenW
       << "outbox entries, dead letters or flow keys left";
 }
 
+TEST_F(FlowChaos, FlowsAcrossQueuesReleaseEveryParentOnceWithAllItsChildrenWhileWorkersAreKilled) {
+  Producer producer = tracked_producer(1);
+  const std::string other = "other-" + stream;  // the children's other queue, of 2 partitions
+  // 30 chords of 20 children, every other child in the other queue: their ends go through its
+  // outboxes and its workers' couriers while the workers of both queues die.
+  Chords chords;
+  for (int f = 0; f < 30; ++f) {
+    FlowNode gather{.task_type = "gather", .payload = "{}"};
+    for (int c = 0; c < 20; ++c) {
+      FlowNode child{.task_type = "work", .payload = R"({"ms":8})"};
+      if (c % 2 == 1) child.queue = FlowQueue{.stream = other, .partitions = 2};
+      gather.children.push_back(std::move(child));
+    }
+    const FlowIds flow = producer.enqueue_flow(gather);
+    chords.parents.push_back(flow.task_id);
+    chords.ids.push_back(flow.task_id);
+    for (const FlowIds& c : flow.children) chords.ids.push_back(c.task_id);
+  }
+  KilledWorkers home(server, stream, {"concurrency=3", "max_deliveries=30"}, 2029);
+  KilledWorkers away(server, other, {"partitions=2", "concurrency=3", "max_deliveries=30"}, 2030);
+  home.kill(4, [&](int) { away.kill(1); });
+  const auto done = [&] {
+    return hash(client, stream + ":done").size() + hash(client, other + ":done").size();
+  };
+  ASSERT_TRUE(wait_until([&] { return done() == chords.ids.size(); }, 60s))
+      << done() << " of " << chords.ids.size();
+  expect_each_parent_released_once(in, client, stream, {stream}, chords, 20);
+  for (std::size_t i = 0; i < chords.ids.size(); ++i) {
+    const bool elsewhere = i % 21 != 0 && (i % 21 - 1) % 2 == 1;  // (each flow: its parent, then 20 children)
+    const auto r = in.record(elsewhere ? other : stream, chords.ids[i]);
+    ASSERT_TRUE(r) << chords.ids[i];
+    EXPECT_EQ(r->state, State::done) << chords.ids[i];
+  }
+  EXPECT_TRUE(wait_until(
+      [&] {
+        std::int64_t left = client.integer({"XLEN", stream + ":flows:outbox"}) +
+                            client.integer({"HLEN", stream + ":flows:placing"}) +
+                            static_cast<std::int64_t>(client.cmd({"KEYS", stream + ":flow:*"}).view().size());
+        for (int p = 0; p < 2; ++p) {
+          const std::string part = detail::partition_stream(other, 2, p);
+          left += client.integer({"XLEN", part + ":flows:outbox"}) + client.integer({"XLEN", part + ":dlq"});
+        }
+        return left == 0;
+      },
+      10s))
+      << "outbox entries, dead letters or flow keys left";
+}
+
 TEST_F(FlowChaos, EachFailurePolicyAndAReplayHoldWhileWorkersAreKilled) {
   Producer producer = tracked_producer(1);
   // 30 chords of 5 children that succeed and one that fails until it is replayed, with each
