@@ -88,6 +88,9 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
     for (const std::string_view name : {"parent", "child", "state", "policy", "result", "error"}) {
       argv.add(field_of(fields, name));
     }
+    // A parent in another queue checks that it sent its child to this one (flow_apply.lua).
+    argv.add(to == s_.queue || is_partition_of(s_.queue, to) ? std::string_view()
+                                                             : std::string_view(s_.queue));
     calls.ids.push_back(ScriptId::flow_apply);
     calls.entries.push_back(id);
     calls.placement.push_back(false);
@@ -138,6 +141,10 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
       const std::vector<Reply> replies = scripts.call_pipelined(calls.ids, calls.argvs);
       for (std::size_t i = 0; i < replies.size(); ++i) {
         if (!replies[i].view().is_error()) {
+          if (!calls.placement[i] && replies[i].view().is_integer() && replies[i].view().integer() == 0) {
+            log(LogLevel::error, "flow outbox " + keys.outbox + ": entry " + std::string(calls.entries[i]) +
+                                     " ends a child its parent did not send to this queue; deleted");
+          }
           (calls.placement[i] ? placed : carried).add(calls.entries[i]);
         } else if (out.failed.empty()) {
           out.failed = std::string(replies[i].view().error()) + " (" +

@@ -7,6 +7,7 @@
 
 #include "log.hpp"
 #include "metrics.hpp"
+#include "streamq/errors.hpp"
 #include "wire/codec.hpp"
 
 namespace streamq::detail {
@@ -47,19 +48,29 @@ void Forwarder::tick(ScriptRunner& scripts, Clock::time_point now) {
   const std::int64_t next_due = r[1].integer();
   const bool leader = r[2].integer() == 1;
   if (moved > 0) Metrics::add(s_.metrics.forwarded, static_cast<std::uint64_t>(moved));
-  const bool more_to_carry = carry(scripts, now);
-  if (moved >= kMostPerPass || more_to_carry) {
-    next_ = now;  // more are due: go on at once
-    return;
-  }
   const Millis poll = leader ? s_.opt.forward_interval : standby_interval_;
   // The lease holder also wakes for the next due task if that comes before its poll.
   const Millis wait = leader && next_due >= 0 ? std::min(poll, Millis(next_due)) : poll;
-  next_ = now + wait;
+  next_ = moved >= kMostPerPass ? now : now + wait;  // (more are due: on at once)
+  if (carry(scripts, now)) next_ = now;
 }
 
 bool Forwarder::carry(ScriptRunner& scripts, Clock::time_point now) {
-  const FlowCourier::Pass pass = courier_.pass(scripts);
+  if (courier_off_) return false;
+  FlowCourier::Pass pass;
+  try {
+    pass = courier_.pass(scripts);
+  } catch (const ReplyError& e) {
+    if (std::string_view(e.what()).find("NOPERM") != std::string_view::npos) {
+      courier_off_ = true;
+      log(LogLevel::warning,
+          "flow courier of " + s_.keys().stream + " off: this worker's ACL user may not run it (" + e.what() +
+              "); the ends of flows' children in other partitions or queues written here are not carried "
+              "to their parents (see the ACL lines in docs/operations.md)");
+      return false;
+    }
+    pass.failed = e.what();
+  }
   // An entry that cannot be carried now (its partition out of reach) stays for a later pass; the
   // forwarding goes on. Said once in a while, not at every pass.
   if (!pass.failed.empty() && now >= quiet_until_) {

@@ -38,7 +38,9 @@ class Forwarder final : public Duty {
 
  private:
   static constexpr Millis kCourierLogEvery{10000};
-  /// The flow courier's pass; whether another should follow at once.
+  /// The flow courier's pass; whether another should follow at once. Its errors stay here (the
+  /// forwarding goes on): logged once in a while; a refusal by the ACL (a worker user without
+  /// the courier's grants) turns the courier off, with a warning. ConnectionError goes on up.
   bool carry(ScriptRunner& scripts, Clock::time_point now);
 
   Shared& s_;
@@ -48,6 +50,7 @@ class Forwarder final : public Duty {
   FlowCourier courier_;
   std::atomic<bool> poked_{false};
   Clock::time_point quiet_until_{};  // the courier's next failure is logged from then on
+  bool courier_off_ = false;         // its ACL user may not run it
 };
 
 }  // namespace streamq::detail

@@ -334,21 +334,23 @@ CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const s
   if (!is_entry_id(id)) {
     // A flow's parent waiting for its children: it ends cancelled, and so do they (each as a
     // task cancelled on its own: a running one is asked to stop), in its partition or in
-    // theirs (a flow across partitions).
-    // (Its children in other queues are named in its record: read first, while it waits.)
-    const Reply queues = connected().command(Argv{"HGET", keys.stream + ":task:" + id, "flow_queues"});
-    const std::map<std::string, std::string> elsewhere = queues.view().is_string()
-                                                             ? detail::parse_child_queues(queues.view().str())
-                                                             : std::map<std::string, std::string>{};
+    // theirs (a flow across partitions), or in their queue (across queues).
     Argv argv = scripts.begin(detail::ScriptId::cancel_flow, 1);
     argv.add(keys.stream).add(id);
+    connected();
     const Reply r = scripts.call(detail::ScriptId::cancel_flow, argv);
     const ReplyView v = r.view().check();
     if (v.is_array()) {
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        const std::string child(v[i].str());
+      // Its children in other queues are named in its record (cancel_flow.lua read it).
+      const std::map<std::string, std::string> elsewhere = detail::parse_child_queues(v[1].str());
+      std::map<std::string, std::vector<std::string>> their_parts;  // another queue's partitions
+      const ReplyView unfinished = v[0];
+      for (std::size_t i = 0; i < unfinished.size(); ++i) {
+        const std::string child(unfinished[i].str());
         if (const auto q = elsewhere.find(child); q != elsewhere.end()) {
-          cancel_in(this->parts(q->second), "", child);
+          auto [at, added] = their_parts.try_emplace(q->second);
+          if (added) at->second = this->parts(q->second);
+          cancel_in(at->second, "", child);
         } else if (cancel_one(keys, child, parts) == CancelOutcome::missing) {
           cancel_in(parts, "", child);
         }

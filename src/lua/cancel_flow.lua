@@ -4,7 +4,9 @@
 -- KEYS[1] = the queue's stream (the flow's and the record's prefix, see lib/track.lua)
 -- ARGV[1] = the task id
 -- Returns 0 when the id is not a parent waiting for children (no flow: never one, enqueued
--- already, or cancelled), else the ids of its unfinished children (the caller cancels them).
+-- already, or cancelled), else {the ids of its unfinished children (the caller cancels them),
+-- its record's flow_queues (its children in other queues: enqueue.lua; '' when none)}, read
+-- before the cancel may delete the record (a retention of 0).
 -- @include lib/clock.lua
 -- @include lib/unique.lua
 -- @include lib/track.lua
@@ -12,8 +14,9 @@ local flow = KEYS[1] .. ':flow:' .. ARGV[1]
 local body = redis.call('HGET', flow, 'body')
 if not body then return 0 end
 local unfinished = redis.call('SMEMBERS', flow .. ':pending')
+local elsewhere = redis.call('HGET', KEYS[1] .. ':task:' .. ARGV[1], 'flow_queues') or ''
 redis.call('DEL', flow, flow .. ':pending', flow .. ':results')
 local parts = cmsgpack.unpack(body)
 release_unique(KEYS[1], parts, 2)
 track_state(KEYS[1], parts, 2, 'cancelled', 'cancelled')
-return unfinished
+return {unfinished, elsewhere}

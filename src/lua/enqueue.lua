@@ -196,7 +196,11 @@ for parent, ids in pairs(children) do
   local listed = {}
   for k, id in ipairs(ids) do listed[k] = #id .. ':' .. id end
   redis.pcall('HSET', KEYS[1] .. ':task:' .. parent, 'flow_children', table.concat(listed))
-  if elsewhere[parent] then redis.pcall('HSET', KEYS[1] .. ':task:' .. parent, 'flow_queues', elsewhere[parent]) end
+  if elsewhere[parent] then
+    redis.pcall('HSET', KEYS[1] .. ':task:' .. parent, 'flow_queues', elsewhere[parent])
+  else
+    redis.pcall('HDEL', KEYS[1] .. ':task:' .. parent, 'flow_queues')  -- (a parent's id used before)
+  end
 end
 local k = tonumber(ARGV[i] or '0')
 if k > 0 then

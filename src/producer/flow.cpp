@@ -15,6 +15,7 @@
 #include "log.hpp"
 #include "producer_impl.hpp"
 #include "redis/cluster.hpp"
+#include "redis/connection_config.hpp"
 #include "redis/scripts.hpp"
 #include "refusals.hpp"
 #include "streamq/errors.hpp"
@@ -39,21 +40,33 @@ struct FlatFlow {
   std::vector<std::optional<FlowQueue>> queue;  // set for a task that goes to another queue
 };
 
-/// The other queue `node` goes to, checked; unset for the producer's own.
-std::optional<FlowQueue> other_queue(const FlowNode& node, bool root, const ProducerOptions& o) {
+/// The other queue `node` goes to, checked; unset for the producer's own. `seen`: the other
+/// queues of the flow so far, each with its partitions (one queue, one count).
+std::optional<FlowQueue> other_queue(const FlowNode& node, bool root, const ProducerOptions& o, bool cluster,
+                                     std::map<std::string, int>& seen) {
   if (!node.queue) return std::nullopt;
   const FlowQueue& q = *node.queue;
   const std::string what =
       "a flow's task (task type \"" + node.task_type + "\") in queue \"" + q.stream + "\"";
   if (q.stream.empty()) throw ConfigError("FlowNode::queue: the stream must not be empty");
-  if (q.partitions < 1)
-    throw ConfigError("FlowNode::queue: partitions must be >= 1, not " + std::to_string(q.partitions));
+  detail::check_partitions(q.partitions, q.stream);
   if (q.stream == o.stream) {
     if (q.partitions != o.partitions) {
       throw ConfigError(what + ": the producer's queue has " + std::to_string(o.partitions) +
                         " partitions, not " + std::to_string(q.partitions));
     }
     return std::nullopt;  // the producer's own
+  }
+  if (o.partitions > 1 && detail::is_partition_of(o.stream, q.stream)) {
+    throw ConfigError(what + ": a partition of the producer's own queue (its partition_key chooses that)");
+  }
+  // (On Cluster a queue of one partition keeps its keys in one slot by a hash tag in its name,
+  // as the producer's own stream must: else no placement there could ever be made.)
+  if (cluster && q.partitions == 1) detail::check_cluster_stream(q.stream, "FlowNode::queue.stream");
+  if (const auto [at, added] = seen.try_emplace(q.stream, q.partitions);
+      !added && at->second != q.partitions) {
+    throw ConfigError(what + ": named with " + std::to_string(at->second) + " and " +
+                      std::to_string(q.partitions) + " partitions in one flow");
   }
   if (root) throw ConfigError(what + ": a flow's root goes to the producer's queue");
   if (!node.children.empty()) {
@@ -67,8 +80,15 @@ std::optional<FlowQueue> other_queue(const FlowNode& node, bool root, const Prod
   return q;
 }
 
+/// What flatten needs of the producer.
+struct FlowContext {
+  const ProducerOptions& options;
+  bool cluster;
+  std::map<std::string, int> queues{};  // the other queues named so far, with their partitions
+};
+
 void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::string& partition_key,
-             const ProducerOptions& o, FlatFlow& flat) {
+             FlowContext& context, FlatFlow& flat) {
   if (depth >= kMaxFlowDepth) {
     throw ConfigError("flow deeper than " + std::to_string(kMaxFlowDepth) + " levels");
   }
@@ -83,7 +103,8 @@ void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::
       node.on_failure != ChildFailure::remove) {
     throw ConfigError("on_failure must be ChildFailure::fail_parent, ignore or remove");
   }
-  std::optional<FlowQueue> queue = other_queue(node, parent < 0, o);
+  std::optional<FlowQueue> queue =
+      other_queue(node, parent < 0, context.options, context.cluster, context.queues);
   const std::size_t place = flat.tasks.size();
   TaskSpec spec{node.task_type, node.payload, node.options};
   if (spec.options.task_id.empty()) spec.options.task_id = detail::new_uuid_v4();
@@ -91,7 +112,7 @@ void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::
   // children goes to its own (its partition_key's, else the next in turn): see enqueue_flow.
   if (!node.children.empty() || parent < 0) spec.options.partition_key = partition_key;
   // Every task of a flow is tracked: the producer's retention, else an hour once done.
-  if (!spec.options.retention && !o.retention)
+  if (!spec.options.retention && !context.options.retention)
     spec.options.retention = Retention{.done = std::chrono::hours(1)};
   flat.tasks.push_back(std::move(spec));
   flat.parent.push_back(parent);
@@ -100,7 +121,7 @@ void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::
   flat.queue.push_back(std::move(queue));
   if (parent >= 0) flat.children[static_cast<std::size_t>(parent)].push_back(place);
   for (const FlowNode& child : node.children) {
-    flatten(child, static_cast<std::ptrdiff_t>(place), depth + 1, partition_key, o, flat);
+    flatten(child, static_cast<std::ptrdiff_t>(place), depth + 1, partition_key, context, flat);
   }
 }
 
@@ -173,7 +194,8 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
         "enqueue_flow needs Overflow::reject: trim_oldest may drop a child unfinished, and its "
         "parent would wait forever");
   }
-  flatten(root, -1, 0, partition_key, im.options, flat);
+  FlowContext context{im.options, im.link.config().endpoint.is_cluster()};
+  flatten(root, -1, 0, partition_key, context, flat);
   for (const TaskSpec& t : flat.tasks) {
     if (im.options.partitions > 1 && (!t.options.batch.empty() || t.options.unique_for.count() > 0)) {
       // (A batch's task goes to the batch's partition: the flow would be split; a unique task's
@@ -234,8 +256,9 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
     stub.task.extra_fields = nullptr;
     if (queue) stub.task.flow_queue = queue->stream;
     p.task.flow_home = home_stream;
-    const std::string stream = to.stream;
-    away.try_emplace(stream, Away{std::move(to), {}}).first->second.tasks.push_back(p);
+    const auto [there, added] = away.try_emplace(to.stream);
+    if (added) there->second.keys = std::move(to);
+    there->second.tasks.push_back(p);
   }
   // One enqueue call per other partition or queue ('placed', its guard the last key), each
   // packed into the home's call under a token of its own.
@@ -294,8 +317,9 @@ void Producer::Impl::place_away(int home, Placements& placements) {
   try {
     placed = link.run(calls, true, &placed_on);
   } catch (const Error& e) {
-    detail::log(LogLevel::warning, std::string("a flow's tasks in other partitions may not be placed yet (") +
-                                       e.what() + "): a consumer's courier places those that are not");
+    detail::log(LogLevel::warning,
+                std::string("a flow's tasks in other partitions or queues may not be placed yet (") +
+                    e.what() + "): a consumer's courier places those that are not");
     return;
   }
   for (std::size_t i = 0; i < placed.size(); ++i) {
@@ -318,10 +342,11 @@ void Producer::Impl::place_away(int home, Placements& placements) {
     for (detail::Argv& a : done) cleanup.push_back({&a, detail::not_a_script});
     link.run(cleanup, true);
   } catch (const Error& e) {
-    detail::log(LogLevel::info,
-                std::string("a flow's tasks in other partitions were placed, but not taken out of ") +
-                    keys[static_cast<std::size_t>(home)].placing + " (" + e.what() +
-                    "): a consumer's courier finds them made, and does that");
+    detail::log(
+        LogLevel::info,
+        std::string("a flow's tasks in other partitions or queues were placed, but not taken out of ") +
+            keys[static_cast<std::size_t>(home)].placing + " (" + e.what() +
+            "): a consumer's courier finds them made, and does that");
   }
 }
 

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "codec.hpp"
+#include "keys.hpp"
 
 namespace streamq {
 namespace {
@@ -73,6 +74,7 @@ std::string TaskRecord::to_json() const {
   j["result"] = value(result);
   j["progress"] = value(progress);
   if (!parent.empty()) j["parent"] = parent;
+  if (!parent_queue.empty()) j["parent_queue"] = parent_queue;
   if (!children.empty()) j["children"] = children;
   if (!child_queues.empty()) j["child_queues"] = child_queues;
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -123,6 +125,10 @@ std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task
       r.progress = std::string(value);
     } else if (name == "flow_parent") {
       r.parent = std::string(value);
+    } else if (name == "flow_home") {
+      // (The home's stream: its queue, unless that is this record's own.)
+      std::string home = queue_of_stream(value);
+      if (home != queue_of_stream(queue)) r.parent_queue = std::move(home);
     } else if (name == "flow_children") {
       r.children = counted_list(value);
     } else if (name == "flow_queues") {

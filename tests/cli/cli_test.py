@@ -156,20 +156,28 @@ class CliTest(RedisTestCase):
         # The records a flow's enqueue writes (Producer::enqueue_flow): a parent waiting for two
         # children, one done, one dead; the parent names its children, each child its parent.
         q = self.q
+        # A third child is in another queue (FlowNode::queue): the parent's flow_queues names it.
+        other = q + "-gpu"
         self.r.hset(q + ":task:root", mapping={"state": "waiting", "type": "report", "attempts": "0",
-                                               "flow_children": "4:kid14:kid2"})
+                                               "flow_children": "4:kid14:kid24:kid3",
+                                               "flow_queues": "4:kid3%d:%s" % (len(other), other)})
         self.r.hset(q + ":task:kid1", mapping={"state": "done", "type": "leaf", "flow_parent": "root"})
         self.r.hset(q + ":task:kid2", mapping={"state": "dead", "type": "leaf", "reason": "max_retries",
                                                "flow_parent": "root"})
+        self.r.hset(other + ":task:kid3", mapping={"state": "queued", "type": "thumb", "flow_parent": "root",
+                                                   "flow_home": q})
         lines = self.cli("flow", q, "root").stdout.splitlines()
         self.assertEqual([line.split() for line in lines],
                          [["root", "report", "waiting"], ["kid1", "leaf", "done"],
-                          ["kid2", "leaf", "dead", "(max_retries)"]])
+                          ["kid2", "leaf", "dead", "(max_retries)"], ["kid3", "thumb", "queued", "[queue", other + "]"]])
         self.assertTrue(lines[1].startswith("  kid1"), lines)
         tree = json.loads(self.cli("flow", q, "root", "--format", "json").stdout)
-        self.assertEqual(tree["record"]["children"], ["kid1", "kid2"])
-        self.assertEqual([(c["task_id"], c["record"]["state"], c["record"]["parent"]) for c in tree["children"]],
-                         [("kid1", "done", "root"), ("kid2", "dead", "root")])
+        self.assertEqual(tree["record"]["children"], ["kid1", "kid2", "kid3"])
+        self.assertEqual(tree["record"]["child_queues"], {"kid3": other})
+        self.assertEqual([(c["task_id"], c["queue"], c["record"]["state"], c["record"]["parent"])
+                          for c in tree["children"]],
+                         [("kid1", q, "done", "root"), ("kid2", q, "dead", "root"), ("kid3", other, "queued", "root")])
+        self.assertEqual(tree["children"][2]["record"]["parent_queue"], q)
         self.assertEqual(self.cli("flow", q, "nobody", check=False).returncode, 3)
 
     def test_a_partitioned_queue_is_one_queue(self):

@@ -356,20 +356,32 @@ class DashboardTest(RedisTestCase):
 
         # A flow's task: its parent and children, each a link to its record (records as
         # Producer::enqueue_flow and the scripts write them).
+        # (kid3 is in another queue: FlowNode::queue, named in the parent's flow_queues.)
+        gpu = q + "-gpu"
         self.r.hset(q + ":task:flow-root", mapping={"state": "waiting", "type": "album",
-                                                   "flow_children": "7:kid<b>14:kid2"})
+                                                   "flow_children": "7:kid<b>14:kid24:kid3",
+                                                   "flow_queues": "4:kid3%d:%s" % (len(gpu), gpu)})
         self.r.hset(q + ":task:kid<b>1", mapping={"state": "done", "type": "resize", "flow_parent": "flow-root"})
         self.r.hset(q + ":task:kid2", mapping={"state": "running", "type": "resize", "flow_parent": "flow-root"})
+        self.r.hset(gpu + ":task:kid3", mapping={"state": "queued", "type": "thumb", "flow_parent": "flow-root",
+                                                 "flow_home": q})
         driver.find_element(By.ID, "lookup-id").send_keys("flow-root")
         driver.find_element(By.CSS_SELECTOR, "#lookup button[type=submit], #lookup input[type=submit]").click()
         wait.until(lambda d: text("detail-title") == "flow-root")
         children = driver.execute_script(
             "return [...document.querySelectorAll('#detail-flow tr[data-child]')]"
             ".map((r) => [...r.cells].map((c) => c.textContent))")
-        self.assertEqual(children, [["kid<b>1", "resize", "done"], ["kid2", "resize", "running"]])
+        self.assertEqual(children, [["kid<b>1", "resize", "done"], ["kid2", "resize", "running"],
+                                    ["kid3 (queue %s)" % gpu, "thumb", "queued"]])
         self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "#detail-flow b"), [])
         driver.find_element(By.CSS_SELECTOR, "#detail-flow button[data-task='kid2']").click()
         wait.until(lambda d: text("detail-title") == "kid2")
+        self.assertIn("Parent: flow-root album · waiting", text("detail-flow"))
+        driver.find_element(By.CSS_SELECTOR, "#detail-flow button[data-task='flow-root']").click()
+        wait.until(lambda d: text("detail-title") == "flow-root")
+        # The child in the other queue is looked up there, and its parent back in this one.
+        driver.find_element(By.CSS_SELECTOR, "#detail-flow button[data-task='kid3']").click()
+        wait.until(lambda d: text("detail-title") == "kid3")
         self.assertIn("Parent: flow-root album · waiting", text("detail-flow"))
         driver.find_element(By.CSS_SELECTOR, "#detail-flow button[data-task='flow-root']").click()
         wait.until(lambda d: text("detail-title") == "flow-root")

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Flows across queues: a child in another queue (FlowNode::queue) is placed there, run by that
 // queue's consumers, and its end carried to its parent by their courier; children the producer
-// could not place are placed by the home queue's courier; the Inspector, cancel and the
-// dashboard's data find such a child in its queue; bad queues are configuration errors.
+// could not place are placed by the home queue's courier; the Inspector and cancel find such a
+// child in its queue, and its record its parent's; an end written by hand in a queue the parent
+// did not send its child to is not applied; a worker whose ACL user may not run the courier
+// runs without it; bad queues are configuration errors.
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -14,6 +16,7 @@
 
 #include "consumer_fixture.hpp"
 #include "flow_runs.hpp"
+#include "log_capture.hpp"
 #include "redis/cluster.hpp"
 #include "running_consumer.hpp"
 #include "wire/keys.hpp"
@@ -74,6 +77,8 @@ TEST_F(QueueFlowsTest, AChordsChildrenInAnotherQueueRunThereAndItsCallbackOnceWi
   const TaskRecord waiting = *inspector.record(stream, ids.task_id);
   ASSERT_EQ(waiting.child_queues.size(), 10u);
   EXPECT_EQ(waiting.child_queues.at(ids.children[0].task_id), other);
+  EXPECT_EQ(inspector.record(other, ids.children[0].task_id)->parent_queue, stream) << "its parent's queue";
+  EXPECT_EQ(inspector.record(stream, ids.children[1].task_id)->parent_queue, "") << "beside its parent";
   EXPECT_EQ(client.integer({"HLEN", stream + ":flows:placing"}), 0) << "the producer took what it placed out";
   Runs here, there;
   RunningConsumer a(on(stream, "a"), [&](Consumer& c) { on_squares(c, here); });
@@ -181,6 +186,95 @@ TEST_F(QueueFlowsTest, ChildrenTheProducerCouldNotPlaceInAnotherQueueArePlacedBy
   EXPECT_TRUE(wait_until([&] { return leftovers({stream, other}) == 0; }, 5s)) << leftovers({stream, other});
 }
 
+// A partitioned home: the parent in its root's partition, children beside it, in its other
+// partitions and in another queue; each end carried home, the callback run once with all.
+TEST_F(QueueFlowsTest, APartitionedHomeWithChildrenInAnotherQueue) {
+  constexpr int kPartitions = 3;
+  Producer producer({.connection = {.url = server.url()}, .stream = stream, .partitions = kPartitions});
+  FlowNode root{.task_type = "sum", .payload = "{}"};
+  for (int i = 0; i < 12; ++i) {
+    FlowNode child{.task_type = "square", .payload = {{"i", i}}};
+    if (i % 3 == 0) child.queue = FlowQueue{.stream = other};
+    root.children.push_back(std::move(child));
+  }
+  const FlowIds ids = producer.enqueue_flow(root);
+  Runs here, there;
+  ConsumerOptions home = on(stream, "a", kPartitions);
+  home.concurrency = 2 * kPartitions;
+  RunningConsumer a(home, [&](Consumer& c) { on_squares(c, here); });
+  RunningConsumer b(on(other, "b"), [&](Consumer& c) { on_squares(c, there); });
+  EXPECT_EQ(producer.wait(ids.task_id, 20s).state, State::done);
+  EXPECT_EQ(here.of(ids.task_id), 1);
+  const std::vector<ChildResult> read = here.read_by(ids.task_id);
+  ASSERT_EQ(read.size(), 12u);
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(read[static_cast<std::size_t>(i)].as<int>(), i * i);
+    EXPECT_EQ((i % 3 == 0 ? there : here).of(ids.children[static_cast<std::size_t>(i)].task_id), 1) << i;
+  }
+  const auto child = inspector.record(other, ids.children[0].task_id);
+  ASSERT_TRUE(child);
+  // The queue's name (without braces: a partition's hash tag is made of the name without them,
+  // and Inspector calls find the queue by it), not its partition's.
+  EXPECT_EQ(child->parent_queue, detail::partition_base(stream));
+  EXPECT_EQ(inspector.record(child->parent_queue, ids.task_id)->state, State::done);
+  std::vector<std::string> streams{other};
+  for (int p = 0; p < kPartitions; ++p) streams.push_back(detail::partition_stream(stream, kPartitions, p));
+  EXPECT_TRUE(wait_until([&] { return leftovers(streams) == 0; }, 5s)) << leftovers(streams);
+}
+
+// An outbox entry in a queue the parent did not send that child to (written by hand, or by a
+// producer of that queue) is deleted unapplied; the parent waits on, and ends with its child.
+TEST_F(QueueFlowsTest, AnEndFromAQueueTheParentDidNotSendItsChildToIsNotApplied) {
+  Producer producer = this->producer();
+  FlowNode parent{.task_type = "sum", .payload = "{}"};
+  parent.children.push_back(
+      {.task_type = "square", .payload = {{"i", 2}}, .queue = FlowQueue{.stream = other}});
+  parent.children.push_back({.task_type = "square", .payload = {{"i", 5}}});
+  const FlowIds ids = producer.enqueue_flow(parent);
+  const std::string third = "third-" + stream;
+  // An end of each child, from a third queue: one the parent sent elsewhere, one it kept.
+  for (const FlowIds& c : ids.children) {
+    client.cmd({"XADD", third + ":flows:outbox", "*", "kind", "settle", "to", stream, "parent", ids.task_id,
+                "child", c.task_id, "state", "done", "policy", "fail", "result", "666", "error", ""});
+  }
+  Runs faked;
+  RunningConsumer c(on(third, "c"), [&](Consumer& consumer) { on_squares(consumer, faked); });
+  ASSERT_TRUE(wait_until([&] { return client.integer({"XLEN", third + ":flows:outbox"}) == 0; }, 10s));
+  EXPECT_EQ(state_in(stream, ids.task_id), State::waiting);
+  EXPECT_EQ(client.integer({"SCARD", stream + ":flow:" + ids.task_id + ":pending"}), 2) << "nothing applied";
+  Runs here, there;
+  RunningConsumer a(on(stream, "a"), [&](Consumer& consumer) { on_squares(consumer, here); });
+  RunningConsumer b(on(other, "b"), [&](Consumer& consumer) { on_squares(consumer, there); });
+  EXPECT_EQ(producer.wait(ids.task_id, 20s).state, State::done);
+  EXPECT_EQ(here.results_read_by(ids.task_id), (std::vector<std::string>{"4", "25"}));
+}
+
+// A worker whose ACL user has none of the courier's grants (the ACL lines before flows across
+// queues): it says so once and runs without the courier; its delayed tasks are forwarded on time.
+TEST_F(QueueFlowsTest, AWorkerThatMayNotRunTheCourierRunsWithoutIt) {
+  client
+      .cmd({"ACL", "SETUSER", "old-worker", "on", ">secret", "~" + stream, "~" + stream + ":p:*",
+            "~" + stream + ":dlq", "~" + stream + ":delayed", "~" + stream + ":forwarder",
+            "~" + stream + ":live:*", "~" + stream + ":paused", "~" + stream + ":orphan:*",
+            "~" + stream + ":cancel:*", "~" + stream + ":cancels", "+@all", "-hlen", "-hscan"})
+      .view()
+      .check();
+  Producer producer = this->producer();
+  ConsumerOptions o = on(stream, "old");
+  o.connection.url = "redis://old-worker:secret@127.0.0.1:" + std::to_string(server.port());
+  std::atomic<int> runs{0};
+  LogCapture log(LogLevel::info);
+  {
+    RunningConsumer worker(o, [&](Consumer& c) { c.on("t", [&](const Task&) { ++runs; }); });
+    producer.enqueue("t", "{}", {.delay = 300ms});
+    ASSERT_TRUE(wait_until([&] { return runs.load() == 1; }, 10s));
+    EXPECT_EQ(worker.consumer().metrics().forwarded, 1U);
+  }
+  // (Some 10 forwarder passes ran meanwhile: a failing courier would have failed each.)
+  EXPECT_EQ(log.count(LogLevel::warning, "flow courier of " + stream + " off"), 1U);
+  EXPECT_EQ(log.count(LogLevel::error, ""), 0U) << "the forwarder's passes did not fail";
+}
+
 TEST_F(QueueFlowsTest, BadQueuesAreConfigErrors) {
   Producer producer = this->producer();
   // (Valid payloads: what each refusal is about is the queue.)
@@ -207,7 +301,20 @@ TEST_F(QueueFlowsTest, BadQueuesAreConfigErrors) {
   EXPECT_THROW(producer.enqueue_flow(
                    flow_with({.task_type = "c", .options = {.unique_for = 1min}, .queue = FlowQueue{other}})),
                ConfigError);
-  EXPECT_EQ(client.integer({"EXISTS", stream, other}), 0) << "nothing was written";
+  EXPECT_EQ(client.cmd({"KEYS", "*" + stream + "*"}).view().size(), 0u) << "nothing was written";
+  EXPECT_THROW(producer.enqueue_flow(flow_with({.task_type = "c", .queue = FlowQueue{other, 0}})),
+               ConfigError);
+  EXPECT_THROW(producer.enqueue_flow(flow_with({.task_type = "c", .queue = FlowQueue{other, 100000}})),
+               ConfigError);
+  FlowNode two_counts{.task_type = "parent", .payload = "{}"};
+  two_counts.children.push_back({.task_type = "c", .payload = "{}", .queue = FlowQueue{other, 2}});
+  two_counts.children.push_back({.task_type = "c", .payload = "{}", .queue = FlowQueue{other, 3}});
+  EXPECT_THROW(producer.enqueue_flow(two_counts), ConfigError) << "one queue, two partition counts";
+  Producer partitioned({.connection = {.url = server.url()}, .stream = stream, .partitions = 4});
+  EXPECT_THROW(partitioned.enqueue_flow(
+                   flow_with({.task_type = "c", .queue = FlowQueue{detail::partition_stream(stream, 4, 2)}})),
+               ConfigError)
+      << "a partition of its own queue";
   // The producer's own queue named: the same as not naming one.
   const FlowIds ids = producer.enqueue_flow(flow_with({.task_type = "c", .queue = FlowQueue{stream}}));
   EXPECT_EQ(state_in(stream, ids.children[0].task_id), State::queued);

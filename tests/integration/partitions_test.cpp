@@ -244,6 +244,12 @@ TEST(Cluster, FlowsAcrossQueuesOnOtherMastersRunEachParentOnceWithEveryResult) {
     return owners.count(1) == 1 && owners.count(2) == 1;  // partitions on both other masters
   });
   Producer producer({.connection = {.url = url}, .stream = home});
+  // A queue of one partition whose name has no hash tag: its keys would span slots, and no
+  // placement there could be made.
+  FlowNode untagged{.task_type = "parent", .payload = "{}"};
+  untagged.children.push_back(
+      {.task_type = "child", .payload = "{}", .queue = FlowQueue{.stream = plain_key("gpu")}});
+  EXPECT_THROW(producer.enqueue_flow(untagged), ConfigError);
   std::vector<FlowIds> flows;
   for (int i = 0; i < 8; ++i) {
     FlowNode parent{.task_type = "parent", .payload = "{}"};

@@ -114,10 +114,17 @@ local function track_new(queue, fields, first, last, state, due)
     -- Its links in a flow (Inspector::flow) stay for a replay of the same task (its fields say
     -- so: a child's flow_parent, a released parent's flow_children), not for a new one.
     if not field_value(fields, first, last, 'flow_parent') then redis.call('HDEL', key, 'flow_parent') end
-    if not field_value(fields, first, last, 'flow_children') then redis.call('HDEL', key, 'flow_children') end
+    if not field_value(fields, first, last, 'flow_home') then redis.call('HDEL', key, 'flow_home') end
+    if not field_value(fields, first, last, 'flow_children') then
+      redis.call('HDEL', key, 'flow_children', 'flow_queues')
+    end
   end
   local parent = field_value(fields, first, last, 'flow_parent')
   if parent then redis.call('HSET', key, 'flow_parent', parent) end
+  -- (A child in another partition or queue than its parent: where the parent is, for the
+  -- Inspector and the dashboard.)
+  local home = field_value(fields, first, last, 'flow_home')
+  if home then redis.call('HSET', key, 'flow_home', home) end
   redis.call('HSET', key, 'state', state, 'type', task_type_of(fields, first, last), 'enqueued_at', now,
              'done_ms', done_ms, 'dead_ms', dead_ms)
   redis.call('HSETNX', key, 'attempts', 0)

@@ -122,9 +122,7 @@ void action(httplib::Server& server, const Api& api, const char* path, Body body
 /// children, each {task_id, queue, task_type, state} (state null: no record, its retention passed).
 json flow_of(Inspector& in, const std::string& queue, const TaskRecord& r) {
   constexpr std::size_t kMostChildren = 100;
-  const auto brief = [&](const std::string& id) {
-    const auto elsewhere = r.child_queues.find(id);  // a child in another queue (FlowNode::queue)
-    const std::string& in_queue = elsewhere != r.child_queues.end() ? elsewhere->second : queue;
+  const auto brief = [&](const std::string& id, const std::string& in_queue) {
     const auto rec = in.record(in_queue, id);
     return json{{"task_id", id},
                 {"queue", in_queue},
@@ -132,9 +130,13 @@ json flow_of(Inspector& in, const std::string& queue, const TaskRecord& r) {
                 {"state", rec ? json(std::string(to_string(rec->state))) : json(nullptr)}};
   };
   json children = json::array();
-  for (std::size_t i = 0; i < r.children.size() && i < kMostChildren; ++i)
-    children.push_back(brief(r.children[i]));
-  return json{{"parent", r.parent.empty() ? json(nullptr) : brief(r.parent)},
+  for (std::size_t i = 0; i < r.children.size() && i < kMostChildren; ++i) {
+    const auto elsewhere = r.child_queues.find(r.children[i]);  // in another queue (FlowNode::queue)
+    children.push_back(brief(r.children[i], elsewhere != r.child_queues.end() ? elsewhere->second : queue));
+  }
+  // (A child in another queue names its parent's.)
+  return json{{"parent", r.parent.empty() ? json(nullptr)
+                                          : brief(r.parent, r.parent_queue.empty() ? queue : r.parent_queue)},
               {"children", std::move(children)},
               {"children_total", r.children.size()}};
 }

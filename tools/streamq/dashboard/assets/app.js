@@ -257,8 +257,10 @@ async function showTask(task) {
   }
 }
 
-/** The record of a tracked task by its task id (also once it finished and left the queue). */
-/** The record of task `id`, in this page's queue or in `inQueue` (a flow's child in another queue). */
+/**
+ * The record of a tracked task by its task id (also once it finished and left the queue), in this
+ * page's queue or in `inQueue` (a flow's task in another queue or partition).
+ */
 async function showRecord(id, inQueue) {
   try {
     const r = await get(`/api/record?name=${encodeURIComponent(inQueue || queue)}&id=${encodeURIComponent(id)}`);
