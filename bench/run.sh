@@ -116,6 +116,10 @@ redis-cli -p "$port" --scan --pattern 'b:chord:*' | xargs -r -n 500 redis-cli -p
 # to the callback's partition by the courier), against the same tasks tracked in 4 partitions.
 chord_p4=$(run chord --stream b:chp --count 1000 --partitions 4)
 redis-cli -p "$port" --scan --pattern '{b:chp:*' | xargs -r -n 500 redis-cli -p "$port" DEL >/dev/null
+# The same with the children in another queue (FlowNode::queue), run by that queue's consumer
+# (their ends carried to the callback's queue by its courier).
+chord_away=$(run chord --stream b:cha --count 1000 --away 1)
+redis-cli -p "$port" --scan --pattern 'b:cha:*' | xargs -r -n 500 redis-cli -p "$port" DEL >/dev/null
 latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
 retry=$(run retry --stream b:retry --count 50000); cli DEL b:retry
 retry_backoff=$(run retry-backoff --stream b:retryb --count 50000); cli DEL b:retryb b:retryb:delayed
@@ -149,6 +153,7 @@ line wait-round-trip "$wait_rt" ""
 line set_progress "$progress" ""
 line chord-1000 "$chord" ""
 line chord-1000-p4 "$chord_p4" ""
+line chord-1000-away "$chord_away" ""
 line "latency@5k/s" "$latency" ""
 line retry "$retry" ""
 line retry-backoff "$retry_backoff" ""
@@ -164,4 +169,5 @@ echo "enqueue-shared: 8 threads calling enqueue on one Producer, over ${shared_c
 echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls in a tight loop (1,000,000), tasks/s = calls/s, $(field writes "$progress") writes (coalesced: at most one per 100 ms);"
 echo "chord-1000: enqueue_flow of a chord of 1,000 tasks and its callback, run to the callback's end (tasks/s: the 1,000 over that time); $(field chord_overhead "$chord")x the time of the same 1,000 tasks tracked, enqueued with enqueue_batch; the callback started $(field parent_start_ms "$chord") ms after the last child's handler returned (medians of three);"
 echo "chord-1000-p4: the same in a queue of 4 partitions (children in all four, the callback in one): $(field chord_overhead "$chord_p4")x the same tasks tracked in 4 partitions; the callback started $(field parent_start_ms "$chord_p4") ms after the last child's handler returned;"
+echo "chord-1000-away: the children in another queue, run by a consumer of their own: $(field chord_overhead "$chord_away")x the same tasks tracked in one queue; the callback started $(field parent_start_ms "$chord_away") ms after the last child's handler returned;"
 echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"

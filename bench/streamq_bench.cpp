@@ -82,6 +82,7 @@ struct Args {
   int tasks_per_child = 1000;
   int threads = 8;
   bool trim = false;  // --overflow trim_oldest: a plain XADD, no script (the default is reject)
+  bool away = false;  // --away 1 (chord): the header's tasks in another queue, run by its own consumer
 };
 
 Args parse(int argc, char** argv) {
@@ -116,6 +117,8 @@ Args parse(int argc, char** argv) {
       a.threads = std::max(1, std::stoi(v));
     else if (k == "--overflow")
       a.trim = v == "trim_oldest";
+    else if (k == "--away")
+      a.away = v == "1";
     else
       throw std::invalid_argument("unknown flag " + k);
   }
@@ -457,14 +460,25 @@ double chord_round(const Args& a, bool as_chord, double& parent_ms) {
   std::atomic<std::int64_t> last_child_end{0};
   std::int64_t parent_start = 0;
   streamq::Consumer c(consumer_options(own));
-  c.on("child", [&](const streamq::Task& t) {
+  const auto child = [&](const streamq::Task& t) {
     t.set_result("1");
     const std::int64_t now = Clock::now().time_since_epoch().count();
     std::int64_t seen = last_child_end.load();
     while (seen < now && !last_child_end.compare_exchange_weak(seen, now)) {
     }
     if (++done == a.count && !as_chord) finish(finished);
-  });
+  };
+  c.on("child", child);
+  // --away 1: a chord's header in another queue of one partition, with a consumer of its own.
+  const std::string away_stream = stream + ":away";
+  std::optional<streamq::Consumer> away;
+  if (as_chord && a.away) {
+    Args there = own;
+    there.stream = away_stream;
+    there.partitions = 1;
+    away.emplace(consumer_options(there));
+    away->on("child", child);
+  }
   c.on("callback", [&](const streamq::Task& t) {
     parent_start = Clock::now().time_since_epoch().count();
     if (static_cast<long>(t.children_results().size()) != a.count)
@@ -475,12 +489,24 @@ double chord_round(const Args& a, bool as_chord, double& parent_ms) {
   std::vector<streamq::TaskSpec> tasks(static_cast<std::size_t>(a.count),
                                        streamq::TaskSpec{"child", kPayload, {.retention = kept}});
   const auto t = Clock::now();
-  if (as_chord) {
+  if (as_chord && a.away) {
+    streamq::FlowNode root{.task_type = "callback", .payload = "{}", .options = {.retention = kept}};
+    for (streamq::TaskSpec& task : tasks) {
+      root.children.push_back({.task_type = task.task_type,
+                               .payload = std::move(task.payload),
+                               .options = task.options,
+                               .queue = streamq::FlowQueue{.stream = away_stream}});
+    }
+    p.enqueue_flow(root);
+  } else if (as_chord) {
     p.enqueue_flow(streamq::chord(std::move(tasks), {"callback", "{}", {.retention = kept}}));
   } else {
     p.enqueue_batch(tasks);
   }
+  std::thread away_runner;
+  if (away) away_runner = std::thread([&] { run_until(*away, finished); });
   run_until(c, finished);
+  if (away_runner.joinable()) away_runner.join();
   const double seconds = seconds_since(t);
   parent_ms = static_cast<double>(parent_start - last_child_end.load()) / 1e6;
   return seconds;
@@ -684,7 +710,7 @@ int main(int argc, char** argv) {
                  "latency|retry"
               << "|retry-backoff|forward|wait|progress|chord"
               << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C] [--prefetch F]"
-              << " [--partitions P] [--tracked 1] [--executor process] [--overflow trim_oldest]\n";
+              << " [--partitions P] [--tracked 1] [--executor process] [--overflow trim_oldest] [--away 1]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "streamq-bench: " << e.what() << '\n';

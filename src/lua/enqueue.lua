@@ -55,7 +55,8 @@
 -- elsewhere carries flow_home, and joins no set in its own partition. A flow across queues
 -- is written the same way: a stub of a child in another queue (FlowNode::queue) names that
 -- queue (its flow_queue field), kept in its parent's record as flow_queues
--- (`<length>:<id><length>:<queue>` each) so the Inspector finds the child there.
+-- (`<length>:<id><length>:<queue>` each) so the Inspector finds the child there, and in its
+-- parent's flow hash as `queue:<id>` (flow_apply.lua checks an end from another queue by it).
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
 -- @include lib/track.lua
@@ -169,6 +170,8 @@ for _ = 1, n do
     if queue then
       local id = ARGV[first + 1]
       elsewhere[parent] = (elsewhere[parent] or '') .. #id .. ':' .. id .. #queue .. ':' .. queue
+      -- (In the flow's hash too, for flow_apply.lua's check: it goes with the flow.)
+      redis.call('HSET', KEYS[1] .. ':flow:' .. parent, 'queue:' .. id, queue)
     end
   elseif place < 0 then
     redis.call('HSET', KEYS[1] .. ':flow:' .. ARGV[first + 1], 'body', cmsgpack.pack({dest, unpack(ARGV, first, last)}))
