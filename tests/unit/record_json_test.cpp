@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: MIT
 // TaskRecord::to_json: a result or progress that is JSON is a JSON value of the object (not a
-// string holding JSON), anything else its text, none null; times in ms since the Unix epoch.
+// string holding JSON), anything else its text, none null; times in ms since the Unix epoch. A
+// flow's links across queues: a parent's children in other queues, a child's parent's queue.
 #include <chrono>
+#include <map>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <streamq/record.hpp>
+
+#include "wire/keys.hpp"
+#include "wire/record.hpp"
 
 namespace streamq {
 namespace {
@@ -33,6 +38,23 @@ TEST(TaskRecordJson, AResultThatIsNotJsonIsItsTextAndNoneIsNull) {
   EXPECT_EQ(j["result"], "plain bytes, not JSON {");
   EXPECT_TRUE(j["progress"].is_null());
   EXPECT_TRUE(j["started_at_ms"].is_null());
+}
+
+TEST(FlowLinks, AParentsChildrenInOtherQueuesAreReadByIdAndWhatCannotBeReadEndsTheList) {
+  EXPECT_EQ(detail::parse_child_queues("2:c13:gpu2:c24:{io}"),
+            (std::map<std::string, std::string>{{"c1", "gpu"}, {"c2", "{io}"}}));
+  EXPECT_EQ(detail::parse_child_queues("2:c13:gpu9:broken"),
+            (std::map<std::string, std::string>{{"c1", "gpu"}}));
+  EXPECT_TRUE(detail::parse_child_queues("").empty());
+}
+
+TEST(FlowLinks, AStreamsQueueIsItsPartitionsBaseOrItself) {
+  EXPECT_EQ(detail::queue_of_stream("{orders:3}"), "orders");
+  EXPECT_EQ(detail::queue_of_stream("{a:b:12}"), "a:b");
+  EXPECT_EQ(detail::queue_of_stream("{orders}"), "{orders}") << "a hash tag, not a partition";
+  EXPECT_EQ(detail::queue_of_stream("{orders:x}"), "{orders:x}");
+  EXPECT_EQ(detail::queue_of_stream("task_queue"), "task_queue");
+  EXPECT_EQ(detail::queue_of_stream("{:1}"), "{:1}");
 }
 
 }  // namespace
