@@ -57,9 +57,9 @@ struct TaskRecord {
   /// A flow's task (Producer::enqueue_flow): the id of the parent that waits for it (empty for
   /// the root and for a task outside a flow), and a parent's children's ids, in order.
   std::string parent;
-  /// A child in another queue than its parent (FlowNode::queue): its parent's queue, as
-  /// Inspector calls take it (a partitioned queue's name without its braces); empty when its
-  /// parent is in its own queue.
+  /// A child in another partition or queue than its parent (FlowNode::queue): the stream its
+  /// parent's record is in (a partition's, in a partitioned queue; Inspector::record takes it as
+  /// the queue); empty when its parent is beside it.
   std::string parent_queue;
   std::vector<std::string> children;
   /// Those of `children` in another queue (FlowNode::queue): that queue (its stream, as

@@ -70,6 +70,7 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
   const bool placing = read[1].view().check().integer() > 0;
   Calls calls;
   Argv foreign{"XDEL", keys.outbox};  // entries that are not streamq's
+  const std::string own_name = keys.stream == s_.queue ? s_.queue : partition_base(s_.queue);
   for (std::size_t e = 0; e < entries.size(); ++e) {
     const std::string_view id = entries[e][0].str();
     const ReplyView fields = entries[e][1];
@@ -88,9 +89,10 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
     for (const std::string_view name : {"parent", "child", "state", "policy", "result", "error"}) {
       argv.add(field_of(fields, name));
     }
-    // A parent in another queue checks that it sent its child to this one (flow_apply.lua).
-    argv.add(to == s_.queue || is_partition_of(s_.queue, to) ? std::string_view()
-                                                             : std::string_view(s_.queue));
+    // A parent in another queue checks that it sent its child to this one (flow_apply.lua), by
+    // the queue's name in one form (detail::queue_name, as the producer keeps it).
+    const bool home_here = to == s_.queue || is_partition_of(s_.queue, to);
+    argv.add(home_here ? std::string_view() : std::string_view(own_name));
     calls.ids.push_back(ScriptId::flow_apply);
     calls.entries.push_back(id);
     calls.placement.push_back(false);

@@ -61,7 +61,7 @@ bool Forwarder::carry(ScriptRunner& scripts, Clock::time_point now) {
   try {
     pass = courier_.pass(scripts);
   } catch (const ReplyError& e) {
-    if (std::string_view(e.what()).find("NOPERM") != std::string_view::npos) {
+    if (e.prefix() == "NOPERM") {
       courier_off_ = true;
       log(LogLevel::warning,
           "flow courier of " + s_.keys().stream + " off: this worker's ACL user may not run it (" + e.what() +

@@ -7,18 +7,22 @@
 -- ARGV[1] = parent id, ARGV[2] = child id, ARGV[3] = its state (done, dead or cancelled),
 -- ARGV[4] = its flow_on_failure, ARGV[5] = its result, ARGV[6] = its error, ARGV[7] = the
 -- child's queue when that is not the parent's (a flow across queues), else ''
--- Returns 1, or 0 with nothing applied for a child in another queue that its parent's flow
+-- Returns 1; or 0 with nothing applied for a child in another queue that its parent's flow
 -- does not place in that queue (its hash's `queue:<child id>`, see enqueue.lua): only the
 -- workers of the queue a parent sent its child to may end it (an outbox entry written by hand in
--- another queue may not). (A flow gone: nothing to apply, either way.)
+-- another queue may not); or 2 when the flow is gone (released, cancelled, or expired: nothing
+-- waits for the end, as for an end carried twice).
 -- @include lib/clock.lua
 -- @include lib/track.lua
 local state = ARGV[3]
 if state ~= 'done' and state ~= 'dead' and state ~= 'cancelled' then
   return redis.error_reply('ERR flow_apply: state "' .. state .. '" is not a final state')
 end
-if ARGV[7] ~= '' and redis.call('HGET', KEYS[1] .. ':flow:' .. ARGV[1], 'queue:' .. ARGV[2]) ~= ARGV[7] then
-  return 0
+if ARGV[7] ~= '' then
+  local flow = KEYS[1] .. ':flow:' .. ARGV[1]
+  if redis.call('HGET', flow, 'queue:' .. ARGV[2]) ~= ARGV[7] then
+    return redis.call('EXISTS', flow) == 1 and 0 or 2
+  end
 end
 flow_child_ended(KEYS[1], ARGV[1], ARGV[2], state, ARGV[4], ARGV[5], ARGV[6])
 return 1

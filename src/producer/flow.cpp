@@ -50,7 +50,9 @@ std::optional<FlowQueue> other_queue(const FlowNode& node, bool root, const Prod
       "a flow's task (task type \"" + node.task_type + "\") in queue \"" + q.stream + "\"";
   if (q.stream.empty()) throw ConfigError("FlowNode::queue: the stream must not be empty");
   detail::check_partitions(q.partitions, q.stream);
-  if (q.stream == o.stream) {
+  // (Compared, and kept, in one form: `{gpu}` and `gpu` of 4 partitions are one queue.)
+  const std::string name = detail::queue_name(q.stream, q.partitions);
+  if (q.stream == o.stream || name == detail::queue_name(o.stream, o.partitions)) {
     if (q.partitions != o.partitions) {
       throw ConfigError(what + ": the producer's queue has " + std::to_string(o.partitions) +
                         " partitions, not " + std::to_string(q.partitions));
@@ -63,8 +65,7 @@ std::optional<FlowQueue> other_queue(const FlowNode& node, bool root, const Prod
   // (On Cluster a queue of one partition keeps its keys in one slot by a hash tag in its name,
   // as the producer's own stream must: else no placement there could ever be made.)
   if (cluster && q.partitions == 1) detail::check_cluster_stream(q.stream, "FlowNode::queue.stream");
-  if (const auto [at, added] = seen.try_emplace(q.stream, q.partitions);
-      !added && at->second != q.partitions) {
+  if (const auto [at, added] = seen.try_emplace(name, q.partitions); !added && at->second != q.partitions) {
     throw ConfigError(what + ": named with " + std::to_string(at->second) + " and " +
                       std::to_string(q.partitions) + " partitions in one flow");
   }
@@ -77,7 +78,7 @@ std::optional<FlowQueue> other_queue(const FlowNode& node, bool root, const Prod
   if (!node.options.batch.empty() || node.options.unique_for.count() > 0) {
     throw ConfigError(what + ": a task in another queue may not join a batch or be unique");
   }
-  return q;
+  return FlowQueue{.stream = name, .partitions = q.partitions};
 }
 
 /// What flatten needs of the producer.

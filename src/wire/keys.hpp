@@ -174,17 +174,11 @@ inline bool is_partition_of(std::string_view queue, std::string_view stream) {
   return true;
 }
 
-/// The queue `stream` belongs to, as Inspector calls name it: the base of a partition
-/// (`{<base>:<i>}`), else the stream itself.
-inline std::string queue_of_stream(std::string_view stream) {
-  if (stream.size() > 3 && stream.front() == '{' && stream.back() == '}') {
-    const std::size_t colon = stream.rfind(':');
-    if (colon != std::string_view::npos && colon > 1) {
-      const std::string base(stream.substr(1, colon - 1));
-      if (is_partition_of(base, stream)) return base;
-    }
-  }
-  return std::string(stream);
+/// A queue's name in one form (a flow across queues compares them): a partitioned queue's
+/// without its braces (`{gpu}` and `gpu` of P partitions are the same queue: `{gpu:i}`), else
+/// as given.
+inline std::string queue_name(std::string_view stream, int partitions) {
+  return partitions > 1 ? partition_base(stream) : std::string(stream);
 }
 
 /// The priority levels: a level's index is its Priority's value (0 high, 1 normal: the queue's

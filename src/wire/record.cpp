@@ -126,9 +126,7 @@ std::optional<TaskRecord> parse_record(const ReplyView& v, std::string_view task
     } else if (name == "flow_parent") {
       r.parent = std::string(value);
     } else if (name == "flow_home") {
-      // (The home's stream: its queue, unless that is this record's own.)
-      std::string home = queue_of_stream(value);
-      if (home != queue_of_stream(queue)) r.parent_queue = std::move(home);
+      r.parent_queue = std::string(value);
     } else if (name == "flow_children") {
       r.children = counted_list(value);
     } else if (name == "flow_queues") {

@@ -121,7 +121,9 @@ TEST_F(QueueFlowsTest, AChildThatFailsInAPartitionedQueueFailsItsParentAndItsRep
   const FlowIds ids = producer.enqueue_flow(parent);
   Runs runs;
   RunningConsumer a(on(stream, "a"), [&](Consumer& c) { on_flaky_flow(c, runs, attempts); });
-  RunningConsumer b(on(other, "b", kOtherPartitions), [&](Consumer& c) { on_flaky_flow(c, runs, attempts); });
+  // (Its consumer names the queue without braces: the same partitioned queue, {<name>:i}.)
+  RunningConsumer b(on(detail::partition_base(other), "b", kOtherPartitions),
+                    [&](Consumer& c) { on_flaky_flow(c, runs, attempts); });
   ASSERT_TRUE(wait_until([&] { return state_in(stream, ids.task_id) == State::dead; }, 10s));
   // In the partition of its partition_key (CRC16 mod the partition count, as a producer of that queue).
   const auto child = inspector.record(other, ids.children[0].task_id);
@@ -153,6 +155,14 @@ TEST_F(QueueFlowsTest, CancellingAParentCancelsItsChildInAnotherQueue) {
   EXPECT_EQ(state_in(other, ids.children[0].task_id), State::cancelled);
   EXPECT_EQ(state_in(stream, ids.children[1].task_id), State::cancelled);
   EXPECT_EQ(client.integer({"XLEN", other}), 0) << "its entry went with it";
+  // Its cancelled end is carried home, where nothing waits for it any more: no error.
+  ASSERT_EQ(client.integer({"XLEN", other + ":flows:outbox"}), 1);
+  LogCapture log(LogLevel::info);
+  {
+    RunningConsumer b(on(other, "b"), [](Consumer& c) { c.on("child", [](const Task&) {}); });
+    EXPECT_TRUE(wait_until([&] { return client.integer({"XLEN", other + ":flows:outbox"}) == 0; }, 10s));
+  }
+  EXPECT_EQ(log.count(LogLevel::error, ""), 0U);
 }
 
 TEST_F(QueueFlowsTest, ChildrenTheProducerCouldNotPlaceInAnotherQueueArePlacedByTheHomeQueuesCourier) {
@@ -213,9 +223,7 @@ TEST_F(QueueFlowsTest, APartitionedHomeWithChildrenInAnotherQueue) {
   }
   const auto child = inspector.record(other, ids.children[0].task_id);
   ASSERT_TRUE(child);
-  // The queue's name (without braces: a partition's hash tag is made of the name without them,
-  // and Inspector calls find the queue by it), not its partition's.
-  EXPECT_EQ(child->parent_queue, detail::partition_base(stream));
+  EXPECT_EQ(child->parent_queue, inspector.record(stream, ids.task_id)->queue) << "its parent's partition";
   EXPECT_EQ(inspector.record(child->parent_queue, ids.task_id)->state, State::done);
   std::vector<std::string> streams{other};
   for (int p = 0; p < kPartitions; ++p) streams.push_back(detail::partition_stream(stream, kPartitions, p));
@@ -249,8 +257,8 @@ TEST_F(QueueFlowsTest, AnEndFromAQueueTheParentDidNotSendItsChildToIsNotApplied)
   EXPECT_EQ(here.results_read_by(ids.task_id), (std::vector<std::string>{"4", "25"}));
 }
 
-// A worker whose ACL user has none of the courier's grants (the ACL lines before flows across
-// queues): it says so once and runs without the courier; its delayed tasks are forwarded on time.
+// A worker whose ACL user has none of the courier's grants (as the ACL lines before flows across
+// partitions): it says so once and runs without the courier; its delayed tasks are forwarded.
 TEST_F(QueueFlowsTest, AWorkerThatMayNotRunTheCourierRunsWithoutIt) {
   client
       .cmd({"ACL", "SETUSER", "old-worker", "on", ">secret", "~" + stream, "~" + stream + ":p:*",

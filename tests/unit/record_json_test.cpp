@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // TaskRecord::to_json: a result or progress that is JSON is a JSON value of the object (not a
 // string holding JSON), anything else its text, none null; times in ms since the Unix epoch. A
-// flow's links across queues: a parent's children in other queues, a child's parent's queue.
+// flow's links across queues: a parent's children in other queues, a queue's name in one form.
 #include <chrono>
 #include <map>
 #include <string>
@@ -48,13 +48,11 @@ TEST(FlowLinks, AParentsChildrenInOtherQueuesAreReadByIdAndWhatCannotBeReadEndsT
   EXPECT_TRUE(detail::parse_child_queues("").empty());
 }
 
-TEST(FlowLinks, AStreamsQueueIsItsPartitionsBaseOrItself) {
-  EXPECT_EQ(detail::queue_of_stream("{orders:3}"), "orders");
-  EXPECT_EQ(detail::queue_of_stream("{a:b:12}"), "a:b");
-  EXPECT_EQ(detail::queue_of_stream("{orders}"), "{orders}") << "a hash tag, not a partition";
-  EXPECT_EQ(detail::queue_of_stream("{orders:x}"), "{orders:x}");
-  EXPECT_EQ(detail::queue_of_stream("task_queue"), "task_queue");
-  EXPECT_EQ(detail::queue_of_stream("{:1}"), "{:1}");
+TEST(FlowLinks, AQueuesNameHasOneFormPerQueue) {
+  EXPECT_EQ(detail::queue_name("{gpu}", 4), "gpu") << "a partitioned queue's name without braces";
+  EXPECT_EQ(detail::queue_name("gpu", 4), "gpu");
+  EXPECT_EQ(detail::queue_name("{gpu}", 1), "{gpu}") << "one partition: its keys are the name's";
+  EXPECT_EQ(detail::queue_name("gpu", 1), "gpu");
 }
 
 }  // namespace

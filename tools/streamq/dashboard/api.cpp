@@ -134,9 +134,14 @@ json flow_of(Inspector& in, const std::string& queue, const TaskRecord& r) {
     const auto elsewhere = r.child_queues.find(r.children[i]);  // in another queue (FlowNode::queue)
     children.push_back(brief(r.children[i], elsewhere != r.child_queues.end() ? elsewhere->second : queue));
   }
-  // (A child in another queue names its parent's.)
-  return json{{"parent", r.parent.empty() ? json(nullptr)
-                                          : brief(r.parent, r.parent_queue.empty() ? queue : r.parent_queue)},
+  // The parent beside it (in any partition of this queue), else where its record says it is
+  // (a child in another queue).
+  json parent = nullptr;
+  if (!r.parent.empty()) {
+    parent = brief(r.parent, queue);
+    if (parent["state"].is_null() && !r.parent_queue.empty()) parent = brief(r.parent, r.parent_queue);
+  }
+  return json{{"parent", std::move(parent)},
               {"children", std::move(children)},
               {"children_total", r.children.size()}};
 }
