@@ -60,11 +60,10 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
   Connection& conn = scripts.connection();
   Pass out;
   const std::string most = std::to_string(kMostPerPass);
-  // The ends, in order, and whether there are placements (and the server's clock to age them).
+  // The ends, in order, and whether there are placements.
   std::vector<Argv> reads;
   reads.push_back(Argv{"XRANGE", keys.outbox, after_, "+", "COUNT", most});
   reads.push_back(Argv{"HLEN", keys.placing});
-  reads.push_back(Argv{"TIME"});
   const std::vector<Reply> read = conn.pipeline(reads);
   const ReplyView entries = read[0].view().check();
   const bool placing = read[1].view().check().integer() > 0;
@@ -98,16 +97,20 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
     calls.placement.push_back(false);
   }
   // The placements their producer did not take out of the hash in time.
-  Reply scanned;
+  std::vector<Reply> time_and_page;  // (the calls view its strings)
   Argv unreadable{"HDEL", keys.placing};
   if (placing) {
+    // The server's clock (to age them) and a page of them.
+    std::vector<Argv> scan;
+    scan.push_back(Argv{"TIME"});
+    scan.push_back(Argv{"HSCAN", keys.placing, placing_cursor_, "COUNT", most});
+    time_and_page = conn.pipeline(scan);
     std::int64_t seconds = 0, micros = 0;
-    const ReplyView time = read[2].view().check();
+    const ReplyView time = time_and_page[0].view().check();
     std::from_chars(time[0].str().data(), time[0].str().data() + time[0].str().size(), seconds);
     std::from_chars(time[1].str().data(), time[1].str().data() + time[1].str().size(), micros);
     const std::int64_t now_ms = seconds * 1000 + micros / 1000;
-    scanned = conn.command(Argv{"HSCAN", keys.placing, placing_cursor_, "COUNT", most});
-    const ReplyView v = scanned.view().check();
+    const ReplyView v = time_and_page[1].view().check();
     placing_cursor_ = std::string(v[0].str());
     const ReplyView pairs = v[1];
     for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
