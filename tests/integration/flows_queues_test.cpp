@@ -44,6 +44,17 @@ class QueueFlowsTest : public ConsumerTest {
     const auto r = inspector.record(queue, id);
     return r ? r->state : static_cast<State>(-1);
   }
+  /// A chord of `n` "square" tasks (payload i) and its "sum", every `nth` task (i % nth == 0)
+  /// in the other queue.
+  FlowNode squares(int n, int nth) const {
+    FlowNode root{.task_type = "sum", .payload = "{}"};
+    for (int i = 0; i < n; ++i) {
+      FlowNode child{.task_type = "square", .payload = {{"i", i}}};
+      if (i % nth == 0) child.queue = FlowQueue{.stream = other};
+      root.children.push_back(std::move(child));
+    }
+    return root;
+  }
   /// Outbox entries and placements left in these streams, and flow keys left in this queue.
   std::int64_t leftovers(const std::vector<std::string>& streams) {
     std::int64_t n = static_cast<std::int64_t>(client.cmd({"KEYS", stream + ":flow:*"}).view().size());
@@ -56,14 +67,7 @@ class QueueFlowsTest : public ConsumerTest {
 
 TEST_F(QueueFlowsTest, AChordsChildrenInAnotherQueueRunThereAndItsCallbackOnceWithEveryResult) {
   Producer producer = this->producer();
-  std::vector<FlowNode> header;
-  FlowNode root{.task_type = "sum", .payload = "{}"};
-  for (int i = 0; i < 20; ++i) {
-    FlowNode child{.task_type = "square", .payload = {{"i", i}}};
-    if (i % 2 == 0) child.queue = FlowQueue{.stream = other};
-    root.children.push_back(std::move(child));
-  }
-  const FlowIds ids = producer.enqueue_flow(root);
+  const FlowIds ids = producer.enqueue_flow(squares(20, 2));
   // Placed by the producer: each child has its record in its queue before any worker runs.
   for (int i = 0; i < 20; ++i) {
     const std::string& id = ids.children[static_cast<std::size_t>(i)].task_id;
@@ -201,13 +205,7 @@ TEST_F(QueueFlowsTest, ChildrenTheProducerCouldNotPlaceInAnotherQueueArePlacedBy
 TEST_F(QueueFlowsTest, APartitionedHomeWithChildrenInAnotherQueue) {
   constexpr int kPartitions = 3;
   Producer producer({.connection = {.url = server.url()}, .stream = stream, .partitions = kPartitions});
-  FlowNode root{.task_type = "sum", .payload = "{}"};
-  for (int i = 0; i < 12; ++i) {
-    FlowNode child{.task_type = "square", .payload = {{"i", i}}};
-    if (i % 3 == 0) child.queue = FlowQueue{.stream = other};
-    root.children.push_back(std::move(child));
-  }
-  const FlowIds ids = producer.enqueue_flow(root);
+  const FlowIds ids = producer.enqueue_flow(squares(12, 3));
   Runs here, there;
   ConsumerOptions home = on(stream, "a", kPartitions);
   home.concurrency = 2 * kPartitions;
