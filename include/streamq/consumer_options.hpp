@@ -162,12 +162,16 @@ struct ConsumerOptions {
   /// forwarder and completer; rate limits (HandlerOptions::rate) stay shared by the whole
   /// queue. At most 1024.
   int partitions = 1;
-  /// Most entries held at once (queued, running, or awaiting their ack). Bigger batches are
-  /// faster; smaller ones share work more evenly between workers. Must be >= concurrency.
-  /// A read asks every priority level it includes for at least one entry, so up to 2 more
-  /// than prefetch may be held for a moment (when little room is left and a read covers all
-  /// three levels).
-  int prefetch = 64;
+  /// Most entries held at once (queued, running, or awaiting their ack). Must be >=
+  /// concurrency. Within it, the consumer keeps unstarted only about 10 ms of its handlers'
+  /// recent work (measured from their starts; at least one entry, and one more per idle
+  /// handler): a worker of short tasks reads in batches of up to half the prefetch, and one of
+  /// long tasks holds little beyond what runs, so other workers take the rest of the backlog.
+  /// Asynchronous handlers free their thread at once, so for them prefetch bounds the tasks in
+  /// flight. A read asks every priority level it includes for at least one entry, so up to 2
+  /// more than prefetch may be held for a moment (when little room is left and a read covers
+  /// all three levels).
+  int prefetch = 128;
   /// How the priority levels (high, normal, low: `<stream>:p:high`, `<stream>`,
   /// `<stream>:p:low`) are served. Empty (default) = strict order: a level is read only when
   /// every more important one was found drained by the read before, and a high task read while

@@ -148,10 +148,10 @@ bool Fetcher::send(std::size_t in_hand) {
   }
   Request req;
   std::vector<EntryKey> acks;
-  std::size_t room = s_.inflight.take_acks(acks, reserved_ + in_hand);
-  // Ahead of a batch in hand, read only a whole half-prefetch; a smaller read waits for the
-  // next turn (successes taken now still go out). A paused queue is not read at all.
-  if ((in_hand > 0 && room < read_batch_) || s_.pause.paused()) room = 0;
+  // Ahead of a batch in hand, read only a whole batch; a smaller read waits for the next turn
+  // (successes taken now still go out). A paused queue is not read at all.
+  std::size_t room = s_.inflight.take_acks(acks, reserved_ + in_hand, in_hand > 0);
+  if (s_.pause.paused()) room = 0;
   if (acks.empty() && room == 0) return false;
   // One MULTI per level with successes; usually all of them are of one level.
   if (!acks.empty()) {
@@ -349,7 +349,7 @@ void Fetcher::main(const std::stop_token& stop) {
           for (const QueueKeys& level : s_.streams) ensure_group(conn_, level.stream, s_.opt.group);
           group_gone_ = false;
         }
-        if (!s_.inflight.wait_for_room(stop)) break;
+        if (!s_.inflight.wait_to_read(stop)) break;
         if (!send(0)) {
           // Nothing to read or acknowledge now. Paused: wait for the resume (the completer
           // writes the acknowledgements of what finishes meanwhile).

@@ -20,7 +20,8 @@ InFlight::InFlight(std::size_t prefetch, Metrics& metrics, bool by_level, std::i
       max_deliveries_(max_deliveries),
       low_water_(prefetch - std::max<std::size_t>(1, prefetch / 2)),
       flush_batch_(std::max<std::size_t>(1, prefetch / 4)),
-      metrics_(metrics) {
+      metrics_(metrics),
+      pace_(prefetch) {
   held_.reserve(prefetch * 2);
 }
 
@@ -66,11 +67,19 @@ std::size_t InFlight::deliver(std::vector<Work>& works) {
 
 bool InFlight::wait_for_room(const std::stop_token& stop) {
   std::unique_lock lock(mutex_);
-  room_cv_.wait(lock, stop, [&] { return stopping_ || unacked() <= low_water_; });
+  room_cv_.wait(lock, stop, [&] { return stopping_ || room_locked(); });
   return !stopping_ && !stop.stop_requested();
 }
 
-std::size_t InFlight::take_acks(std::vector<EntryKey>& out, std::size_t reserved) {
+bool InFlight::wait_to_read(const std::stop_token& stop) {
+  std::unique_lock lock(mutex_);
+  reader_waiting_ = true;
+  room_cv_.wait(lock, stop, [&] { return stopping_ || read_locked(); });
+  reader_waiting_ = false;
+  return !stopping_ && !stop.stop_requested();
+}
+
+std::size_t InFlight::take_acks(std::vector<EntryKey>& out, std::size_t reserved, bool ahead) {
   std::lock_guard lock(mutex_);
   bool for_completer = false;
   for (EntryKey& k : acks_) {
@@ -87,7 +96,15 @@ std::size_t InFlight::take_acks(std::vector<EntryKey>& out, std::size_t reserved
   // Half the prefetch per read, so that the next read fits beside the batch in hand: the
   // handlers run one batch while Redis serves the next read.
   const std::size_t after = (held_.size() > out.size() ? held_.size() - out.size() : 0) + reserved;
-  return after < prefetch_ ? std::min(prefetch_ - after, prefetch_ - low_water_) : 0;
+  const std::size_t batch = prefetch_ - low_water_;
+  std::size_t room = after < prefetch_ ? std::min(prefetch_ - after, batch) : 0;
+  // And no more than the handlers would start within StartPace::kHorizon.
+  pace_.refresh(Clock::now());
+  const std::size_t waiting = ready_.size() + reserved;
+  const std::size_t allowed = may_wait();
+  room = std::min(room, allowed > waiting ? allowed - waiting : 0);
+  if (ahead && room < std::min(batch, std::max<std::size_t>(1, allowed / 2))) room = 0;
+  return room;
 }
 
 void InFlight::acks_written(const std::vector<EntryKey>& keys) { completed(keys); }
@@ -147,6 +164,7 @@ std::optional<Work> InFlight::take_locked(std::unique_lock<std::mutex>& lock) {
     const auto next = next_runnable();
     if (next == ready_.end()) {
       ++idle_handlers_;
+      if (reader_waiting_ && read_locked()) room_cv_.notify_all();  // an idle handler asks for work
       if (completer_waiting_ && !done_.empty() && flush_now(Clock::time_point{})) done_cv_.notify_one();
       work_cv_.wait(lock);
       --idle_handlers_;
@@ -189,7 +207,9 @@ std::optional<Work> InFlight::take_locked(std::unique_lock<std::mutex>& lock) {
       last_chance_running_ = last_chance_running_ || last_chance(w);
     }
     ++running_;
+    pace_.started(Clock::now());
     if (idle_handlers_ > 0 && next_runnable() != ready_.end()) work_cv_.notify_one();
+    if (reader_waiting_ && read_locked()) room_cv_.notify_all();
     return w;
   }
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "metrics.hpp"
+#include "start_pace.hpp"
 #include "streamq/task.hpp"
 
 namespace streamq::detail {
@@ -172,14 +173,19 @@ class InFlight {
   std::size_t deliver(std::vector<Work>& works);
   /// Blocks until at least half the prefetch is free (counting successes whose ack is still
   /// to be written as free: the fetcher writes them ahead of its next read), or `stop`.
-  /// Returns false when stopping.
+  /// Returns false when stopping. The replay of this consumer's own pending list waits here:
+  /// those entries are this consumer's already.
   bool wait_for_room(const std::stop_token& stop);
+  /// As wait_for_room, and until at least half of what the handlers' pace allows to wait
+  /// unstarted is free too (StartPace): the fetcher's wait before a read of new entries.
+  bool wait_to_read(const std::stop_token& stop);
   /// Takes the successes to acknowledge in the fetcher's next request (ahead of its read) and
-  /// returns how many entries that read may fetch: at most half the prefetch, counting
-  /// `reserved` entries that reads already in flight (or in hand) may still bring. Successes
-  /// of entries whose body went away are left to the completer (their provisional record is
-  /// its to replace).
-  std::size_t take_acks(std::vector<EntryKey>& out, std::size_t reserved);
+  /// returns how many entries that read may fetch: at most half the prefetch, and no more
+  /// than the handlers' pace allows to wait unstarted, counting `reserved` entries that reads
+  /// already in flight (or in hand) may still bring. `ahead` (a batch is in hand): a read
+  /// smaller than a whole batch is not worth sending yet, 0. Successes of entries whose body
+  /// went away are left to the completer (their provisional record is its to replace).
+  std::size_t take_acks(std::vector<EntryKey>& out, std::size_t reserved, bool ahead = false);
   /// How many suspects the reclaimer may take now: at most `cap`, and none while earlier
   /// suspects still wait to run (a dead worker's backlog must not crowd out fresh work here
   /// while other consumers could share it).
@@ -333,6 +339,13 @@ class InFlight {
   // (acks_ can name entries no longer held, e.g. lost ones: never below 0.)
   std::size_t unacked() const { return held_.size() > acks_.size() ? held_.size() - acks_.size() : 0; }
   void room_freed();  // after unacked() shrank; call with mutex_ held
+  bool room_locked() const { return unacked() <= low_water_; }  // wait_for_room's condition
+  /// Entries that may wait unstarted: the pace's, and one for each idle handler (it takes one
+  /// at once). Call with mutex_ held.
+  std::size_t may_wait() const { return pace_.cap() + idle_handlers_; }
+  bool read_locked() const {  // wait_to_read's condition
+    return room_locked() && StartPace::worth_reading(ready_.size(), may_wait());
+  }
   /// Whether `w` must wait for a more important entry taken before it (see Work::gates).
   bool gated(const Work& w) const;
   /// Lifts the gate of `key`, if it holds one; call with mutex_ held.
@@ -347,7 +360,9 @@ class InFlight {
   std::mutex mutex_;
   std::condition_variable work_cv_;      // handlers: work queued, or stopping
   std::condition_variable done_cv_;      // completer: completions queued, or stopping
-  std::condition_variable_any room_cv_;  // fetcher: room freed, or stopping
+  std::condition_variable_any room_cv_;  // fetcher: room freed, an entry taken, or stopping
+  StartPace pace_;                       // how many may wait unstarted
+  bool reader_waiting_ = false;          // the fetcher waits in wait_to_read()
   std::condition_variable idle_cv_;      // shutdown: a handler finished
   std::condition_variable gate_cv_;      // handlers: a gate was lifted, or stopping
   HeldMap held_;

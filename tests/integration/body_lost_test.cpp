@@ -27,7 +27,6 @@ TEST_F(ConsumerTest, EntryDeletedWhileQueuedIsDeadLetteredOnceAndNeverRun) {
   auto p = producer();
   p.enqueue("block", "{}");
   p.enqueue("work", R"({"n":1})");
-  p.enqueue("work", R"({"n":2})");
   Gate gate;
   std::atomic<int> ran{0};
   auto o = options();
@@ -44,22 +43,23 @@ TEST_F(ConsumerTest, EntryDeletedWhileQueuedIsDeadLetteredOnceAndNeverRun) {
   const std::string blocker = gate.arrived();
   ASSERT_FALSE(blocker.empty());
   const auto entries = client.xrange(stream);
-  ASSERT_EQ(entries.size(), 3u);
-  // Delete both queued entries right after the holder's leases were set (delivery or renewal),
+  ASSERT_EQ(entries.size(), 2u);
+  // Delete the queued entry right after the holder's leases were set (delivery or renewal),
   // so its next lease pass is most of a second away while reclaimers pass every 50 ms: a
   // reclaimer that dead-letters deleted entries a live worker holds (as XAUTOCLAIM does on
   // Redis 7, idle or not) does so before the holder notices, and the holder then runs them.
-  // Both must be queued in the worker first (read, so pending): one still unread when it is
-  // deleted is never delivered at all, and the test would wait for a dead letter in vain.
-  ASSERT_TRUE(wait_until([&] { return pending() == 3; }));
+  // It must be queued in the worker first (read, so pending): one still unread when it is
+  // deleted is never delivered at all, and the test would wait for a dead letter in vain. (The
+  // worker keeps one entry waiting behind its busy handler: see StartPace.)
+  ASSERT_TRUE(wait_until([&] { return pending() == 2; }));
   ASSERT_TRUE(wait_until([&] { return pending_entry(blocker).idle_ms < 100; }));
-  client.cmd({"XDEL", stream, entries[1].first, entries[2].first});
-  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2; }));
+  client.cmd({"XDEL", stream, entries[1].first});
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }));
   gate.open();
   ASSERT_TRUE(wait_until([&] { return pending() == 0 && xlen(stream) == 0; }));
   rc.stop();
   EXPECT_EQ(ran, 0);
-  EXPECT_EQ(xlen(dlq), 2);
+  EXPECT_EQ(xlen(dlq), 1);
   std::set<std::string> originals, payloads;
   for (const auto& [id, f] : client.xrange(dlq)) {
     EXPECT_EQ(Client::get(f, "reason"), "body_lost");
@@ -67,11 +67,11 @@ TEST_F(ConsumerTest, EntryDeletedWhileQueuedIsDeadLetteredOnceAndNeverRun) {
     originals.insert(Client::get(f, "original_id"));
     payloads.insert(Client::get(f, "payload"));
   }
-  EXPECT_EQ(originals, (std::set<std::string>{entries[1].first, entries[2].first}));
-  EXPECT_EQ(payloads, (std::set<std::string>{R"({"n":1})", R"({"n":2})"}));
+  EXPECT_EQ(originals, (std::set<std::string>{entries[1].first}));
+  EXPECT_EQ(payloads, (std::set<std::string>{R"({"n":1})"}));
   const ConsumerMetrics m = rc.consumer().metrics();
-  EXPECT_EQ(m.skipped, 2u);
-  EXPECT_EQ(m.dead_lettered, 2u);
+  EXPECT_EQ(m.skipped, 1u);
+  EXPECT_EQ(m.dead_lettered, 1u);
   EXPECT_EQ(m.done, 1u);
 }
 

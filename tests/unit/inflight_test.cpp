@@ -332,4 +332,59 @@ TEST(InFlightLevels, WithoutByLevelTheReadyQueueIsFifo) {
   EXPECT_EQ(f.take()->key.id, "l1");
 }
 
+// ------------------------------------------------------------------ the pace of starts
+
+TEST(StartPace, KeepsAboutTenMillisecondsOfStartsWaitingBetweenOneAndThePrefetch) {
+  StartPace pace(64);
+  EXPECT_EQ(pace.cap(), 1u);  // nothing measured: no hoard
+  auto t = StartPace::Clock::now();
+  pace.refresh(t);
+  // 10 starts in 5 ms: 2,000/s, so 20 in 10 ms.
+  for (int i = 0; i < 10; ++i) pace.started(t + std::chrono::microseconds(400 * i));
+  EXPECT_EQ(pace.cap(), 1u);  // the window is not over yet
+  t += 5ms;
+  pace.refresh(t);
+  EXPECT_EQ(pace.cap(), 20u);
+  // Short tasks: 1,000 starts in the next window (200,000/s, averaged with 2,000/s): the prefetch.
+  for (int i = 0; i < 1000; ++i) pace.started(t + std::chrono::microseconds(i * 4));
+  t += 5ms;
+  pace.refresh(t);
+  EXPECT_EQ(pace.cap(), 64u);
+  // Then an idle second and one start: long tasks now, so one waits.
+  t += 1s;
+  pace.started(t);
+  EXPECT_EQ(pace.cap(), 1u);
+}
+
+TEST(StartPace, AReadIsWorthItWhenHalfOfWhatMayWaitIsFree) {
+  EXPECT_TRUE(StartPace::worth_reading(0, 1));
+  EXPECT_FALSE(StartPace::worth_reading(1, 1));
+  EXPECT_TRUE(StartPace::worth_reading(5, 10));
+  EXPECT_FALSE(StartPace::worth_reading(6, 10));
+}
+
+TEST_F(InFlightTest, AReadBringsNoMoreThanTheIdleHandlersAndThePaceWant) {
+  std::vector<EntryKey> acks;
+  EXPECT_EQ(f.take_acks(acks, 0), 1u);  // no handler waits, nothing measured: one
+  deliver({work("1-0")});
+  EXPECT_EQ(f.take_acks(acks, 0), 0u);  // it waits unstarted already
+  std::vector<std::thread> handlers;
+  std::atomic<int> taken{0};
+  for (int i = 0; i < 3; ++i)
+    handlers.emplace_back([&] {
+      if (f.take()) ++taken;
+    });
+  // One of the three takes 1-0, two wait for work: room for those two and the pace's one (or
+  // a little more, once a slow machine's first window of starts is over).
+  while (f.take_acks(acks, 0) < 3u) std::this_thread::yield();
+  const std::size_t room = f.take_acks(acks, 0);
+  EXPECT_LE(room, 4u);                     // half the prefetch at most
+  EXPECT_EQ(f.take_acks(acks, room), 0u);  // that many on their way: nothing more
+  std::stop_source stop;
+  EXPECT_TRUE(f.wait_to_read(stop.get_token()));
+  f.stop();
+  for (auto& h : handlers) h.join();
+  EXPECT_EQ(taken, 1);
+}
+
 }  // namespace
