@@ -46,7 +46,8 @@ class StartPace {
     starts_ = 0;
     since_ = now;
     const double want = std::ceil(rate_ * std::chrono::duration<double>(kHorizon).count());
-    cap_ = want >= static_cast<double>(most_) ? most_ : std::max<std::size_t>(1, static_cast<std::size_t>(want));
+    cap_ =
+        want >= static_cast<double>(most_) ? most_ : std::max<std::size_t>(1, static_cast<std::size_t>(want));
   }
 
   /// Most entries to keep delivered but unstarted for the busy handlers: 1 to the prefetch.

@@ -4,7 +4,9 @@
 -- KEYS[4] = delayed set, then the unique locks the tasks name (unique_lock_key() in
 -- keys.hpp), then, when ARGV[3] > 0, the batch's mark (batch_refused_key()), passed by
 -- enqueue_batch when it sends more than one chunk of a partition.
--- ARGV[1] = 'reject' (the backlog gate: Overflow::reject), 'trim' (no gate; immediate
+-- ARGV[1] = 'reject' (the backlog gate: Overflow::reject), 'each' (the gate, for each task on
+--           its own: single enqueues of plain tasks merged into one call by the producer, see
+--           src/producer/merger.hpp; 'plain' layout, no mark), 'trim' (no gate; immediate
 --           entries are added with MAXLEN ~ max_len, as the seed does) or 'placed' (a flow's
 --           children placed in their partition, see below: no gate, no trim, KEYS[5] is the
 --           placement's guard, set by its last write, and nothing is written when it is set
@@ -18,7 +20,8 @@
 --            member), m (the number of field and value strings), then the m strings;
 --   'plain': every task immediate, normal priority and not unique, so per task only m and
 --            the m strings (the common case: a third fewer arguments to send and parse).
--- Returns n, or an error with nothing written: "QUEUEFULL ...", "BATCHCLOSED ..." (a task of a
+-- Returns n ('each': one reply per task, 1 when it was written, else its QUEUEFULL error, as
+-- a call of its own would have had it), or an error with nothing written: "QUEUEFULL ...", "BATCHCLOSED ..." (a task of a
 -- batch that is not open, see Producer::open_batch and the batches in lib/track.lua) or
 -- "DUPLICATE <index in this call> <length of the id> <task id holding the lock> ...", or
 -- "WRONGTYPE ..." (a lock key holds something else; the batch is marked refused too), 0
@@ -62,6 +65,7 @@
 -- @include lib/track.lua
 local PLACED_KEEP = 86400000  -- ms a placement's guard stays (the producer shortens it once done)
 local gate = ARGV[1] == 'reject'
+local each = ARGV[1] == 'each'
 local trim = ARGV[1] == 'trim'
 local max_len = tonumber(ARGV[2])
 local mark = nil
@@ -84,13 +88,34 @@ local function written()
   if mark then redis.call('SET', mark, place, 'PX', 60000) end
   return n
 end
-if gate then
-  local len = redis.call('XLEN', KEYS[1]) + redis.call('XLEN', KEYS[2]) + redis.call('XLEN', KEYS[3]) +
-              redis.call('ZCARD', KEYS[4])
-  if len + n > max_len then
-    return refuse('QUEUEFULL ' .. KEYS[1] .. ' holds ' .. len .. ' unfinished tasks; adding ' .. n ..
-                  ' would exceed max_len ' .. max_len)
+local function backlog()
+  return redis.call('XLEN', KEYS[1]) + redis.call('XLEN', KEYS[2]) + redis.call('XLEN', KEYS[3]) +
+         redis.call('ZCARD', KEYS[4])
+end
+local function queue_full(len, adding)
+  return 'QUEUEFULL ' .. KEYS[1] .. ' holds ' .. len .. ' unfinished tasks; adding ' .. adding ..
+         ' would exceed max_len ' .. max_len
+end
+if each then
+  -- As n calls of one task each, in order: a refused task does not refuse the others.
+  if ARGV[5] ~= 'plain' then return redis.error_reply("ERR enqueue: 'each' takes the plain layout") end
+  local len, out, i = backlog(), {}, 6
+  for t = 1, n do
+    local last = i + tonumber(ARGV[i])
+    if len + 1 > max_len then
+      out[t] = redis.error_reply(queue_full(len, 1))
+    else
+      redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 1, last))
+      len = len + 1
+      out[t] = 1
+    end
+    i = last + 1
   end
+  return out
+end
+if gate then
+  local len = backlog()
+  if len + n > max_len then return refuse(queue_full(len, n)) end
 end
 local placed = ARGV[1] == 'placed'
 if placed and redis.call('EXISTS', KEYS[5]) == 1 then return n end

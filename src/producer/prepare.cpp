@@ -134,7 +134,8 @@ detail::Argv Producer::Impl::trim_argv(const Prepared& p) const {
 
 detail::Argv Producer::Impl::script_argv(const std::vector<Prepared>& tasks, std::size_t first,
                                          std::size_t last, const std::string& refusal_mark,
-                                         std::int64_t position, const detail::QueueKeys* to) const {
+                                         std::int64_t position, const detail::QueueKeys* to,
+                                         bool each) const {
   std::size_t locks = 0;
   for (std::size_t i = first; i < last; ++i) locks += tasks[i].lock_key.empty() ? 0 : 1;
   const int numkeys = static_cast<int>(4 + locks + (refusal_mark.empty() ? 0 : 1));
@@ -145,7 +146,7 @@ detail::Argv Producer::Impl::script_argv(const std::vector<Prepared>& tasks, std
     if (!tasks[i].lock_key.empty()) argv.add(tasks[i].lock_key);
   }
   if (!refusal_mark.empty()) argv.add(refusal_mark);
-  argv.add(options.overflow == Overflow::reject ? "reject" : "trim").add(max_len_text);
+  argv.add(each ? "each" : options.overflow == Overflow::reject ? "reject" : "trim").add(max_len_text);
   argv.add(refusal_mark.empty() ? 0 : position).add(static_cast<std::int64_t>(last - first));
   const bool plain = std::none_of(tasks.begin() + static_cast<std::ptrdiff_t>(first),
                                   tasks.begin() + static_cast<std::ptrdiff_t>(last), needs_script);

@@ -71,9 +71,20 @@ Producer::Impl::Impl(ProducerOptions o)
     next_partition =
         static_cast<unsigned>(std::random_device{}() % static_cast<unsigned>(options.partitions));
   }
+  if (options.overflow == Overflow::reject) {
+    for (std::size_t p = 0; p < keys.size(); ++p) {
+      mergers.push_back(
+          std::make_unique<detail::EnqueueMerger>(link, [this](const std::vector<detail::Prepared>& t) {
+            return script_argv(t, 0, t.size(), {}, 0, nullptr, true);
+          }));
+    }
+  }
 }
 
-Producer::Impl::~Impl() { link.close(); }
+Producer::Impl::~Impl() {
+  for (auto& m : mergers) m->drain();
+  link.close();
+}
 
 std::shared_ptr<const std::vector<ProducerMiddleware>> Producer::Impl::middleware_now() {
   std::lock_guard lock(middleware_mutex);
@@ -231,6 +242,10 @@ void Producer::Impl::build_one(OneWrite& w) {
   }
 }
 
+bool Producer::Impl::merges(const OneWrite& w) const {
+  return !mergers.empty() && w.script == detail::ScriptId::enqueue && !needs_script(w.one[0]);
+}
+
 std::string Producer::Impl::finish_one(const OneWrite& w, const detail::Reply& reply) {
   if (is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
   if (detail::is_batch_closed(reply)) throw BatchClosedError(std::string(reply.view().error()));
@@ -320,6 +335,18 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
     if (!done) throw;
     im.link.post([done](const detail::SharedOutcome& o) { done(o.error, {}); },
                  {{}, std::current_exception()});
+    return;
+  }
+  if (im.merges(*w)) {
+    auto t = std::make_shared<detail::MergedTask>();
+    t->task = &w->one[0];
+    t->done = [&im, w, done = std::move(done)](detail::MergedTask& m) {
+      if (m.error || im.options.min_replicas_acked == 0)
+        return done(m.error, m.error ? std::string() : w->id);
+      im.replicas_then({w->id}, m.generation,
+                       [done, id = w->id](const std::exception_ptr& e) { done(e, e ? std::string() : id); });
+    };
+    im.mergers[static_cast<std::size_t>(w->one[0].partition)]->submit(std::move(t));
     return;
   }
   im.link.submit({{&w->argv, w->script}}, true, [&im, w, done = std::move(done)](detail::SharedOutcome o) {

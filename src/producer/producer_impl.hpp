@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "merger.hpp"
 #include "prepare.hpp"
 #include "redis/argv.hpp"
 #include "redis/scripts.hpp"
@@ -69,6 +70,9 @@ struct Producer::Impl {
   static std::string first_partition(const ProducerOptions& o);
   /// Checks the task and builds its command (throws before anything is sent).
   void build_one(OneWrite& w);
+  /// Whether the built `w`, enqueued asynchronously, goes through its partition's merger: a plain
+  /// task (immediate, normal priority, not unique, not tracked) under Overflow::reject.
+  bool merges(const OneWrite& w) const;
   /// The task's id, or the refusal its reply says (QueueFullError, DuplicateTaskError, ReplyError).
   /// Without the WAIT for replicas.
   std::string finish_one(const OneWrite& w, const detail::Reply& reply);
@@ -102,10 +106,11 @@ struct Producer::Impl {
   /// `refusal_mark` (with `position`, the chunk's 1-based place among its partition's chunks):
   /// the batch's mark, for a partition sent in more than one chunk (see the enqueue script).
   /// `to`: the keys of the stream written (a flow's placement in another queue), else the
-  /// tasks' partition's.
+  /// tasks' partition's. `each`: plain tasks merged from single enqueues (EnqueueMerger), each
+  /// admitted or refused on its own.
   detail::Argv script_argv(const std::vector<detail::Prepared>& tasks, std::size_t first, std::size_t last,
                            const std::string& refusal_mark = {}, std::int64_t position = 0,
-                           const detail::QueueKeys* to = nullptr) const;
+                           const detail::QueueKeys* to = nullptr, bool each = false) const;
   /// Whether a task needs the enqueue script even with Overflow::trim_oldest, and the
   /// script's 'full' layout (see enqueue.lua).
   static bool needs_script(const detail::Prepared& t);
@@ -164,6 +169,8 @@ struct Producer::Impl {
   std::atomic<bool> has_middleware{false};
   detail::SharedConnection link;        // every thread's calls, pipelined together
   std::vector<detail::QueueKeys> keys;  // one per partition
+  /// Overflow::reject: per partition, the asynchronous enqueues of plain tasks merged (merges()).
+  std::vector<std::unique_ptr<detail::EnqueueMerger>> mergers;
   std::string max_len_text;
   std::atomic<unsigned> next_partition{0};  // the next task without a key goes to this mod partitions
   std::mutex waiter_mutex;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <mutex>
 #include <set>
@@ -137,6 +138,82 @@ TEST_F(SharedProducerTest, ARefusedCallAmongConcurrentOnesFailsAlone) {
   EXPECT_EQ(other.load(), 0);
   EXPECT_EQ(written.load(), kThreads * kEach - kEach / 2);
   EXPECT_EQ(client.integer({"XLEN", stream}), 1 + kThreads * kEach - kEach / 2);
+}
+
+/// Calls of the enqueue script the server ran so far (INFO commandstats).
+std::int64_t script_calls(Client& client) {
+  const std::string info{client.cmd({"INFO", "commandstats"}).view().check().str()};
+  std::int64_t calls = 0;
+  for (const std::string name : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
+    if (const auto at = info.find(name); at != std::string::npos)
+      calls += std::stoll(info.substr(at + name.size()));
+  }
+  return calls;
+}
+
+// Asynchronous enqueues in flight together are merged into script calls of many tasks
+// (EnqueueMerger); the queue's bound still admits each task on its own, in order, as calls of
+// their own would be, and each completion gets its own id or its own QueueFullError.
+TEST_F(SharedProducerTest, MergedAsynchronousEnqueuesAreEachAdmittedOrRefusedOnTheirOwn) {
+  ProducerOptions o = options();
+  o.max_len = 1000;
+  Producer producer(o);
+  client.cmd({"CONFIG", "RESETSTAT"}).view().check();
+  constexpr int kThreads = 4;
+  constexpr int kEach = 500;
+  std::mutex m;
+  std::vector<std::string> returned;
+  std::atomic<int> answered{0}, refused{0}, other{0};
+  on_threads(kThreads, [&](int) {
+    for (int i = 0; i < kEach; ++i) {
+      producer.enqueue_async("job", R"({})", {}, [&](std::exception_ptr error, const std::string& id) {
+        if (!error) {
+          std::lock_guard lock(m);
+          returned.push_back(id);
+        } else {
+          try {
+            std::rethrow_exception(error);
+          } catch (const QueueFullError& e) {
+            if (std::string(e.what()).find("would exceed max_len 1000") == std::string::npos)
+              other.fetch_add(1);
+            refused.fetch_add(1);
+          } catch (...) {
+            other.fetch_add(1);
+          }
+        }
+        answered.fetch_add(1);
+      });
+    }
+  });
+  ASSERT_TRUE(wait_until([&] { return answered.load() == kThreads * kEach; }, 20s)) << answered.load();
+  const std::int64_t calls = script_calls(client);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(returned.size(), 1000u);  // exactly the bound: none refused while there was room
+  EXPECT_EQ(refused.load(), kThreads * kEach - 1000);
+  std::vector<std::string> stored = ids_in_stream();
+  std::sort(returned.begin(), returned.end());
+  std::sort(stored.begin(), stored.end());
+  EXPECT_EQ(stored, returned);  // every id answered once, every task stored once
+  EXPECT_LT(calls, kThreads * kEach) << "no call was merged";
+  std::printf("%d asynchronous enqueues from %d threads in %lld script calls\n", kThreads * kEach, kThreads,
+              static_cast<long long>(calls));
+}
+
+// A merged call Redis refuses whole (here its stream is a string) fails each of its tasks with
+// that refusal, as calls of their own would fail.
+TEST_F(SharedProducerTest, AMergedCallRefusedWholeFailsEachOfItsTasks) {
+  client.cmd({"SET", stream, "not a stream"}).view().check();
+  Producer producer(options());
+  std::vector<std::future<std::string>> futures;
+  for (int i = 0; i < 200; ++i) futures.push_back(producer.enqueue_async("job", R"({})"));
+  for (auto& f : futures) {
+    try {
+      f.get();
+      ADD_FAILURE() << "written into a string";
+    } catch (const ReplyError& e) {
+      EXPECT_EQ(e.prefix(), "WRONGTYPE") << e.what();
+    }
+  }
 }
 
 TEST_F(SharedProducerTest, ARestartUnderConcurrentCallersLosesNoAcknowledgedEnqueue) {

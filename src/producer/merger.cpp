@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: MIT
+#include "merger.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "redis/scripts.hpp"
+#include "streamq/errors.hpp"
+
+namespace streamq::detail {
+
+namespace {
+
+/// How task `i` of a merged call of `n` ended: written (null), refused (QueueFullError, as a
+/// call of its own would be), or what failed the whole call.
+std::exception_ptr outcome_of(const SharedOutcome& o, std::size_t i, std::size_t n) {
+  if (o.error) return o.error;
+  try {
+    const ReplyView r = o.replies.at(0).view();
+    r.check();  // the whole call failed (NOPERM, OOM, a script error): so did each of its tasks
+    if (!r.is_array() || r.size() != n) throw ReplyError("ERR enqueue: unexpected reply to a merged call");
+    const ReplyView mine = r[i];
+    if (mine.is_error() && mine.error().starts_with("QUEUEFULL"))
+      throw QueueFullError(std::string(mine.error()));
+    mine.check();
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace
+
+void EnqueueMerger::submit(std::shared_ptr<MergedTask> t) {
+  std::unique_lock lock(mutex_);
+  waiting_.push_back(std::move(t));
+  kick_locked(lock);
+}
+
+void EnqueueMerger::drain() {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return waiting_.empty() && calls_ == 0; });
+}
+
+EnqueueMerger::Batch EnqueueMerger::take_locked() {
+  Batch batch;
+  while (!waiting_.empty() && batch.size() < kMostTasks) {
+    batch.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  ++calls_;
+  return batch;
+}
+
+void EnqueueMerger::kick_locked(std::unique_lock<std::mutex>& lock) {
+  while (!waiting_.empty() && calls_ < kMostCalls) {
+    Batch batch = take_locked();
+    lock.unlock();
+    send(std::move(batch));
+    lock.lock();
+  }
+}
+
+void EnqueueMerger::send(Batch batch) {
+  auto argv = std::make_shared<Argv>();
+  try {
+    std::vector<Prepared> tasks;
+    tasks.reserve(batch.size());
+    for (const auto& t : batch) tasks.push_back(*t->task);
+    *argv = build_(tasks);
+  } catch (...) {
+    SharedOutcome failed;
+    failed.error = std::current_exception();
+    settle(batch, failed);
+    return;
+  }
+  SharedCommand command{argv.get(), ScriptId::enqueue};
+  link_.submit({command}, true,
+               [this, argv, batch = std::move(batch)](const SharedOutcome& o) { settle(batch, o); });
+}
+
+void EnqueueMerger::settle(const Batch& batch, const SharedOutcome& o) {
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    batch[i]->error = outcome_of(o, i, batch.size());
+    batch[i]->generation = o.generation;
+  }
+  SharedConnection& link = link_;  // (drain() may return, and this merger go, once the lock is left)
+  {
+    std::unique_lock lock(mutex_);
+    --calls_;
+    kick_locked(lock);
+    if (waiting_.empty() && calls_ == 0) idle_.notify_all();
+  }
+  // On the completion thread, as every asynchronous completion (settle() may run on a caller's
+  // thread, when building its call failed).
+  for (const auto& t : batch) {
+    link.post([t](const SharedOutcome&) { t->done(*t); }, {});
+  }
+}
+
+}  // namespace streamq::detail
