@@ -34,7 +34,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR
 
 # The machine is shared and noisy: each throughput pair (reference, streamq) is measured three
 # times, interleaved, and the medians are compared.
-p1=() p64=() p1cpu=() p64cpu=() enq=() trm=() bat=() shr=() asy=()
+p1=() p64=() p1cpu=() p64cpu=() enq=() trm=() bat=() shr=() asy=() hxl=()
 enqcpu=() trmcpu=() batcpu=()
 for round in 1 2 3; do
   p1+=("$(ref 100000 1)")
@@ -46,6 +46,9 @@ for round in 1 2 3; do
   trimmed=$(run enqueue --stream b:trim --count 100000 --overflow trim_oldest); cli DEL b:trim
   trm+=("$(field tasks_per_s "$trimmed")")
   trmcpu+=("$(field cpu_us_per_task "$trimmed")")
+  # The best a blocking hiredis client does: the same XADD in a bare loop (the client's share of
+  # the gap to redis-benchmark).
+  hxl+=("$(field tasks_per_s "$(run enqueue-raw --stream b:hxl --count 100000)")"); cli DEL b:hxl
   p64+=("$(ref 1000000 64)")
   p64cpu+=("$(cat "$ref_cpu")")
   batch=$(run enqueue-batch --stream b:batch --count 1000000 --batch 1000); cli DEL b:batch
@@ -59,6 +62,7 @@ for round in 1 2 3; do
 done
 cli DEL bench:ref
 ref_p1=$(median "${p1[@]}")
+ref_hiredis=$(median "${hxl[@]}")
 ref_p64=$(median "${p64[@]}")
 enqueue=" tasks_per_s=$(median "${enq[@]}") peak_rss_mb=$(field peak_rss_mb "$single")"
 trimmed=" tasks_per_s=$(median "${trm[@]}") peak_rss_mb=$(field peak_rss_mb "$trimmed")"
@@ -130,6 +134,7 @@ echo
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(redis-server --version | awk '{print $3}'), loopback, no persistence"
 printf '%-16s %12s %8s %28s %10s\n' scenario tasks/s ratio latency_us_p50/p90/p99/max peak_rss_mb
 printf '%-16s %12.0f %8s %28s %10s\n' "ref XADD -P 1" "$ref_p1" 1.00 - -
+printf '%-16s %12.0f %8s %28s %10s\n' "ref hiredis loop" "$ref_hiredis" "$(ratio "$ref_hiredis" "$ref_p1")" - -
 printf '%-16s %12.0f %8s %28s %10s\n' "ref XADD -P 64" "$ref_p64" 1.00 - -
 printf '%-16s %12.0f %8s %28s %10s\n' "ref drain-raw" "$ref_drain" 1.00 - -
 line() {  # line <name> <result> <reference>
@@ -159,7 +164,7 @@ line retry "$retry" ""
 line retry-backoff "$retry_backoff" ""
 line forward "$forward" ""
 echo
-echo "ratios: enqueue and enqueue-trim (Overflow::trim_oldest: a plain XADD, no script) vs XADD -c 1 -P 1; enqueue-batch (batch 1000), enqueue-shared and enqueue-async vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked, drain-process and process-fresh vs drain-raw;"
+echo "ratios: enqueue and enqueue-trim (Overflow::trim_oldest: a plain XADD, no script) vs XADD -c 1 -P 1 (vs the bare hiredis loop of the same XADD, 'ref hiredis loop': enqueue $(ratio "$(median "${enq[@]}")" "$ref_hiredis"), enqueue-trim $(ratio "$(median "${trm[@]}")" "$ref_hiredis")); enqueue-batch (batch 1000), enqueue-shared and enqueue-async vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked, drain-process and process-fresh vs drain-raw;"
 echo "drain-process vs drain (the thread executor): $(ratio "$(median "${pr[@]}")" "$(median "${dr[@]}")"); process-fresh vs drain: $(ratio "$(median "${pf[@]}")" "$(median "${dr[@]}")")"
 echo "drain-process: the process executor, 4 children, after the first task (cold start, run() to the first task's end: ${cold[*]} ms);"
 echo "process-fresh: a new child for every task (tasks_per_child 1, what a replacement after a kill costs); their peak_rss_mb is the worker's, the fork server's"
@@ -170,4 +175,4 @@ echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = rou
 echo "chord-1000: enqueue_flow of a chord of 1,000 tasks and its callback, run to the callback's end (tasks/s: the 1,000 over that time); $(field chord_overhead "$chord")x the time of the same 1,000 tasks tracked, enqueued with enqueue_batch; the callback started $(field parent_start_ms "$chord") ms after the last child's handler returned (medians of three);"
 echo "chord-1000-p4: the same in a queue of 4 partitions (children in all four, the callback in one): $(field chord_overhead "$chord_p4")x the same tasks tracked in 4 partitions; the callback started $(field parent_start_ms "$chord_p4") ms after the last child's handler returned;"
 echo "chord-1000-away: the children in another queue, run by a consumer of their own: $(field chord_overhead "$chord_away")x the same tasks tracked in one queue; the callback started $(field parent_start_ms "$chord_away") ms after the last child's handler returned;"
-echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"
+echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | hiredis loop ${hxl[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"

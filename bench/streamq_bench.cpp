@@ -14,6 +14,8 @@
 //   enqueue-shared N single enqueues from T threads (--threads, default 8) on one shared
 //                  Producer (pipelined together); prints the connections it used
 //   enqueue-async  N enqueue_async calls from one thread, at most 4096 unanswered at a time
+//   enqueue-raw    the client's reference for enqueue: a bare hiredis loop, one XADD of a
+//                  streamq-sized task per round trip
 //   preload        N tasks enqueued in batches (setup for drain; prints nothing measured)
 //   drain          a Consumer with default options and a no-op handler runs the N preloaded
 //                  tasks; time from run() to the last ack
@@ -198,35 +200,48 @@ streamq::ConsumerOptions consumer_options(const Args& a) {
 }
 
 /// The raw reference for drain: what Redis must do per task, with the least client work.
-void drain_raw(const Args& a) {
-  const std::string host_port = a.url.substr(a.url.find("://") + 3);
-  const std::string host = host_port.substr(0, host_port.rfind(':'));
-  const int port = std::stoi(host_port.substr(host_port.rfind(':') + 1));
-  redisContext* c = redisConnect(host.c_str(), port);
-  if (c == nullptr || c->err != 0) throw std::runtime_error("drain-raw: cannot connect to " + a.url);
-  auto command = [&](const std::vector<std::string>& args) {
+/// A bare hiredis connection to a.url: the references' client (no parsing beyond hiredis's).
+class RawClient {
+ public:
+  explicit RawClient(const Args& a) {
+    const std::string host_port = a.url.substr(a.url.find("://") + 3);
+    const std::string host = host_port.substr(0, host_port.rfind(':'));
+    c_ = redisConnect(host.c_str(), std::stoi(host_port.substr(host_port.rfind(':') + 1)));
+    if (c_ == nullptr || c_->err != 0) throw std::runtime_error(a.scenario + ": cannot connect to " + a.url);
+  }
+  ~RawClient() { redisFree(c_); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+  void command(const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     for (const auto& s : args) {
       argv.push_back(s.data());
       lens.push_back(s.size());
     }
-    redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
-  };
-  auto reply = [&] {
+    redisAppendCommandArgv(c_, static_cast<int>(argv.size()), argv.data(), lens.data());
+  }
+  redisReply* reply() {
     void* r = nullptr;
-    if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) throw std::runtime_error("drain-raw: I/O error");
+    if (redisGetReply(c_, &r) != REDIS_OK || r == nullptr) throw std::runtime_error("raw client: I/O error");
     return static_cast<redisReply*>(r);
-  };
-  command({"XGROUP", "CREATE", a.stream, "bench", "0", "MKSTREAM"});
-  freeReplyObject(reply());
+  }
+
+ private:
+  redisContext* c_ = nullptr;
+};
+
+void drain_raw(const Args& a) {
+  RawClient c(a);
+  c.command({"XGROUP", "CREATE", a.stream, "bench", "0", "MKSTREAM"});
+  freeReplyObject(c.reply());
   const std::vector<std::string> read = {"XREADGROUP", "GROUP", "bench",   "raw",    "COUNT", "64",
                                          "BLOCK",      "1000",  "STREAMS", a.stream, ">"};
   const auto t = Clock::now();
-  command(read);
+  c.command(read);
   long done = 0;
   while (done < a.count) {
-    redisReply* r = reply();
+    redisReply* r = c.reply();
     std::vector<std::string> ack = {"XACK", a.stream, "bench"}, del = {"XDEL", a.stream};
     if (r->type == REDIS_REPLY_ARRAY) {
       const redisReply* entries = r->element[0]->element[1];
@@ -240,17 +255,37 @@ void drain_raw(const Args& a) {
     freeReplyObject(r);
     const bool acks = ack.size() > 3;
     if (acks) {
-      command(ack);
-      command(del);
+      c.command(ack);
+      c.command(del);
     }
-    if (done < a.count) command(read);
+    if (done < a.count) c.command(read);
     if (acks) {
-      freeReplyObject(reply());
-      freeReplyObject(reply());
+      freeReplyObject(c.reply());
+      freeReplyObject(c.reply());
     }
   }
   report(a, seconds_since(t));
-  redisFree(c);
+}
+
+/// enqueue-raw: what the best blocking hiredis client does for `enqueue`: one XADD of a
+/// streamq-sized task per round trip (the command built once, as redis-benchmark's is).
+void enqueue_raw(const Args& a) {
+  RawClient c(a);
+  const std::vector<std::string> xadd = {"XADD",        a.stream,
+                                         "MAXLEN",      "~",
+                                         "10000",       "*",
+                                         "task_id",     "3f2c1a9e-7b4d-4c8e-9f10-2a3b4c5d6e7f",
+                                         "task_type",   "send_email",
+                                         "payload",     kPayload,
+                                         "created_at",  "2026-11-29T18:00:00.123456",
+                                         "max_retries", "3",
+                                         "retry_count", "0"};
+  const auto t = Clock::now();
+  for (long i = 0; i < a.count; ++i) {
+    c.command(xadd);
+    freeReplyObject(c.reply());
+  }
+  report(a, seconds_since(t));
 }
 
 std::string percentiles(std::vector<double>& us) {
@@ -565,6 +600,8 @@ int scenario_main(const Args& a) {
       }
     }
     time_drain(a);
+  } else if (a.scenario == "enqueue-raw") {
+    enqueue_raw(a);
   } else if (a.scenario == "drain-raw") {
     drain_raw(a);
   } else if (a.scenario == "latency") {
@@ -706,7 +743,8 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "streamq-bench: " << e.what()
               << "\nusage: streamq-bench "
-                 "enqueue|enqueue-batch|enqueue-shared|enqueue-async|preload|drain|drain-levels|drain-raw|"
+                 "enqueue|enqueue-batch|enqueue-shared|enqueue-async|enqueue-raw|preload|drain|drain-levels|"
+                 "drain-raw|"
                  "latency|retry"
               << "|retry-backoff|forward|wait|progress|chord"
               << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C] [--prefetch F]"

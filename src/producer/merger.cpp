@@ -71,19 +71,15 @@ void EnqueueMerger::send(Batch batch) {
   } catch (...) {
     SharedOutcome failed;
     failed.error = std::current_exception();
-    settle(batch, failed);
+    settle(batch, failed, false);
     return;
   }
   SharedCommand command{argv.get(), ScriptId::enqueue};
   link_.submit({command}, true,
-               [this, argv, batch = std::move(batch)](const SharedOutcome& o) { settle(batch, o); });
+               [this, argv, batch = std::move(batch)](const SharedOutcome& o) { settle(batch, o, true); });
 }
 
-void EnqueueMerger::settle(const Batch& batch, const SharedOutcome& o) {
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    batch[i]->error = outcome_of(o, i, batch.size());
-    batch[i]->generation = o.generation;
-  }
+void EnqueueMerger::settle(const Batch& batch, const SharedOutcome& o, bool here) {
   SharedConnection& link = link_;  // (drain() may return, and this merger go, once the lock is left)
   {
     std::unique_lock lock(mutex_);
@@ -91,10 +87,19 @@ void EnqueueMerger::settle(const Batch& batch, const SharedOutcome& o) {
     kick_locked(lock);
     if (waiting_.empty() && calls_ == 0) idle_.notify_all();
   }
-  // On the completion thread, as every asynchronous completion (settle() may run on a caller's
-  // thread, when building its call failed).
-  for (const auto& t : batch) {
-    link.post([t](const SharedOutcome&) { t->done(*t); }, {});
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    // Taken out of the task, so nothing here holds the completion (a promise, say) or the error
+    // once it ran: the caller that gets them is their last owner, as for a call of its own.
+    auto done = std::move(batch[i]->done);
+    batch[i]->done = nullptr;
+    std::exception_ptr error = outcome_of(o, i, batch.size());
+    if (here) {
+      done(std::move(error), o.generation);
+    } else {
+      link.post([done = std::move(done), error = std::move(error)](
+                    const SharedOutcome& posted) mutable { done(std::move(error), posted.generation); },
+                SharedOutcome{{}, nullptr, o.generation});
+    }
   }
 }
 

@@ -26,10 +26,10 @@ namespace streamq::detail {
 /// One task in the merger: what it writes, and once answered, how it ended.
 struct MergedTask {
   const Prepared* task = nullptr;  // viewed until answered
-  /// Runs once answered, on the connection's completion thread.
-  std::function<void(MergedTask&)> done{};
-  std::exception_ptr error{};    // QueueFullError, or what ended its call; null: written
-  std::uint64_t generation = 0;  // of the connection that wrote it (for a WAIT)
+  /// Runs once answered, on the connection's completion thread, with how it ended (null:
+  /// written; QueueFullError; what ended its call) and the generation of the connection that
+  /// wrote it (for a WAIT). Released right after it ran.
+  std::function<void(std::exception_ptr, std::uint64_t)> done{};
 };
 
 class EnqueueMerger {
@@ -59,8 +59,9 @@ class EnqueueMerger {
   void kick_locked(std::unique_lock<std::mutex>& lock);
   /// The script call for `batch`; settle() runs with its outcome (or what building it threw).
   void send(Batch batch);
-  /// Gives each task of `batch` its outcome from `o`, and passes the turn on.
-  void settle(const Batch& batch, const SharedOutcome& o);
+  /// Passes the turn on, and gives each task of `batch` its outcome from `o`: at once on the
+  /// completion thread (`here`), else through it.
+  void settle(const Batch& batch, const SharedOutcome& o, bool here);
 
   SharedConnection& link_;
   const Build build_;

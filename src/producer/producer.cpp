@@ -340,10 +340,10 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
   if (im.merges(*w)) {
     auto t = std::make_shared<detail::MergedTask>();
     t->task = &w->one[0];
-    t->done = [&im, w, done = std::move(done)](detail::MergedTask& m) {
-      if (m.error || im.options.min_replicas_acked == 0)
-        return done(m.error, m.error ? std::string() : w->id);
-      im.replicas_then({w->id}, m.generation,
+    t->done = [&im, w, done = std::move(done)](std::exception_ptr error, std::uint64_t generation) {
+      if (error) return done(std::move(error), std::string());
+      if (im.options.min_replicas_acked == 0) return done(nullptr, w->id);
+      im.replicas_then({w->id}, generation,
                        [done, id = w->id](const std::exception_ptr& e) { done(e, e ? std::string() : id); });
     };
     im.mergers[static_cast<std::size_t>(w->one[0].partition)]->submit(std::move(t));

@@ -48,8 +48,9 @@ TEST_F(PrefetchTest, AWorkerOfLongTasksHoldsFewBeyondItsHandlersSoALaterWorkerSh
     });
   });
   ASSERT_TRUE(wait_until([&] { return ran_first >= 2; }));
-  // Two run; at most a couple more wait here. The rest stays in the stream for anyone.
-  EXPECT_LE(held_by("first"), 4);
+  // Two run; a few more wait here (one, or a few more when the first window of starts, the
+  // idle handlers' burst, reads fast). The rest stays in the stream for anyone.
+  EXPECT_LE(held_by("first"), 8);
   auto second = options();
   second.consumer_name = "second";
   second.concurrency = 2;
