@@ -43,6 +43,7 @@ std::size_t InFlight::deliver(std::vector<Work>& works) {
       h.origin = w.origin;
       h.seq = w.seq = ++next_seq_;
       if (held_.try_emplace(w.key, std::move(h)).second) {
+        suspects_ready_ += w.suspect() ? 1 : 0;
         if (!by_level_ || ready_.empty() || ready_.back().key.stream <= w.key.stream) {
           ready_.push_back(std::move(w));
         } else {
@@ -100,7 +101,7 @@ std::size_t InFlight::take_acks(std::vector<EntryKey>& out, std::size_t reserved
   std::size_t room = after < prefetch_ ? std::min(prefetch_ - after, batch) : 0;
   // And no more than the handlers would start within StartPace::kHorizon.
   pace_.refresh(Clock::now());
-  const std::size_t waiting = ready_.size() + reserved;
+  const std::size_t waiting = fresh_ready() + reserved;
   const std::size_t allowed = may_wait();
   room = std::min(room, allowed > waiting ? allowed - waiting : 0);
   if (ahead && room < std::min(batch, std::max<std::size_t>(1, allowed / 2))) room = 0;
@@ -184,6 +185,7 @@ std::optional<Work> InFlight::take_locked(std::unique_lock<std::mutex>& lock) {
     }
     Work w = std::move(*next);
     ready_.erase(next);
+    suspects_ready_ -= w.suspect() ? 1 : 0;
     const auto it = held_.find(w.key);
     if (it == held_.end() || it->second.seq != w.seq || it->second.gone) {
       // Forgotten, delivered again since (that delivery's Work is the one to run), or its body

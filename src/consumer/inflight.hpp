@@ -343,8 +343,11 @@ class InFlight {
   /// Entries that may wait unstarted: the pace's, and one for each idle handler (it takes one
   /// at once). Call with mutex_ held.
   std::size_t may_wait() const { return pace_.cap() + idle_handlers_; }
+  /// Fresh entries waiting to start (suspects, which may have to wait for each other, do not
+  /// hold back reads of fresh work). Call with mutex_ held.
+  std::size_t fresh_ready() const { return ready_.size() - suspects_ready_; }
   bool read_locked() const {  // wait_to_read's condition
-    return room_locked() && StartPace::worth_reading(ready_.size(), may_wait());
+    return room_locked() && StartPace::worth_reading(fresh_ready(), may_wait());
   }
   /// Whether `w` must wait for a more important entry taken before it (see Work::gates).
   bool gated(const Work& w) const;
@@ -367,7 +370,8 @@ class InFlight {
   std::condition_variable gate_cv_;      // handlers: a gate was lifted, or stopping
   HeldMap held_;
   std::deque<Work> ready_;
-  std::vector<EntryKey> gates_;  // taken entries whose handler is not yet called (Work::gates)
+  std::size_t suspects_ready_ = 0;  // suspects among ready_
+  std::vector<EntryKey> gates_;     // taken entries whose handler is not yet called (Work::gates)
   std::size_t gate_waiters_ = 0;
   std::vector<Completion> done_;  // retries, dead letters, orphans, refused successes
   std::vector<EntryKey> acks_;    // successes not yet taken by the fetcher or the completer

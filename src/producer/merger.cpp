@@ -2,6 +2,8 @@
 #include "merger.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <string>
 
 #include "redis/scripts.hpp"
@@ -37,6 +39,11 @@ void EnqueueMerger::submit(std::shared_ptr<MergedTask> t) {
   kick_locked(lock);
 }
 
+void EnqueueMerger::flush() {
+  std::unique_lock lock(mutex_);
+  kick_locked(lock, std::numeric_limits<int>::max());
+}
+
 void EnqueueMerger::drain() {
   std::unique_lock lock(mutex_);
   idle_.wait(lock, [&] { return waiting_.empty() && calls_ == 0; });
@@ -52,8 +59,8 @@ EnqueueMerger::Batch EnqueueMerger::take_locked() {
   return batch;
 }
 
-void EnqueueMerger::kick_locked(std::unique_lock<std::mutex>& lock) {
-  while (!waiting_.empty() && calls_ < kMostCalls) {
+void EnqueueMerger::kick_locked(std::unique_lock<std::mutex>& lock, int most) {
+  while (!waiting_.empty() && calls_ < most) {
     Batch batch = take_locked();
     lock.unlock();
     send(std::move(batch));
@@ -75,32 +82,61 @@ void EnqueueMerger::send(Batch batch) {
     return;
   }
   SharedCommand command{argv.get(), ScriptId::enqueue};
-  link_.submit({command}, true,
-               [this, argv, batch = std::move(batch)](const SharedOutcome& o) { settle(batch, o, true); });
+  try {
+    link_.submit({command}, true, [this, argv, batch](const SharedOutcome& o) { settle(batch, o, true); });
+  } catch (...) {  // not queued (bad_alloc): answered here, through the completion thread
+    SharedOutcome failed;
+    failed.error = std::current_exception();
+    settle(batch, failed, false);
+  }
 }
+
+namespace {
+
+/// Whether the call failed on the way (the connection lost or not made, a timeout).
+bool connection_failed(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ConnectionError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
 
 void EnqueueMerger::settle(const Batch& batch, const SharedOutcome& o, bool here) {
   SharedConnection& link = link_;  // (drain() may return, and this merger go, once the lock is left)
+  Batch failed;  // what waited, when the connection failed: it fails too, as queued calls do
   {
     std::unique_lock lock(mutex_);
     --calls_;
+    if (o.error && connection_failed(o.error)) {
+      failed.assign(std::make_move_iterator(waiting_.begin()), std::make_move_iterator(waiting_.end()));
+      waiting_.clear();
+    }
     kick_locked(lock);
     if (waiting_.empty() && calls_ == 0) idle_.notify_all();
   }
-  for (std::size_t i = 0; i < batch.size(); ++i) {
+  auto answer = [&](MergedTask& t, std::exception_ptr error) {
     // Taken out of the task, so nothing here holds the completion (a promise, say) or the error
     // once it ran: the caller that gets them is their last owner, as for a call of its own.
-    auto done = std::move(batch[i]->done);
-    batch[i]->done = nullptr;
-    std::exception_ptr error = outcome_of(o, i, batch.size());
-    if (here) {
-      done(std::move(error), o.generation);
-    } else {
+    auto done = std::move(t.done);
+    t.done = nullptr;
+    if (!here) {
       link.post([done = std::move(done), error = std::move(error)](
                     const SharedOutcome& posted) mutable { done(std::move(error), posted.generation); },
                 SharedOutcome{{}, nullptr, o.generation});
+      return;
     }
-  }
+    try {
+      done(std::move(error), o.generation);
+    } catch (...) {  // a completion must not throw; one that does loses only its own answer
+    }
+  };
+  for (std::size_t i = 0; i < batch.size(); ++i) answer(*batch[i], outcome_of(o, i, batch.size()));
+  for (const auto& t : failed) answer(*t, o.error);
 }
 
 }  // namespace streamq::detail

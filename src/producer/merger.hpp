@@ -47,6 +47,10 @@ class EnqueueMerger {
   /// Writes `t` at once when fewer than kMostCalls merged calls are on their way, else with what
   /// waits beside it once one is answered; t->done runs when it is answered.
   void submit(std::shared_ptr<MergedTask> t);
+  /// Sends every task that waits now, however many merged calls are on their way: a caller's
+  /// other call written after this keeps its place behind them (a thread's calls are written in
+  /// the order it made them).
+  void flush();
   /// Returns once nothing waits or is on its way (the producer's destructor, before the
   /// connection answers what it still holds).
   void drain();
@@ -55,8 +59,8 @@ class EnqueueMerger {
   using Batch = std::vector<std::shared_ptr<MergedTask>>;
   /// With the lock held: the next call's tasks, from the front.
   Batch take_locked();
-  /// With the lock held: sends what waits while fewer than kMostCalls are on their way.
-  void kick_locked(std::unique_lock<std::mutex>& lock);
+  /// With the lock held: sends what waits while fewer than `most` calls are on their way.
+  void kick_locked(std::unique_lock<std::mutex>& lock, int most = kMostCalls);
   /// The script call for `batch`; settle() runs with its outcome (or what building it threw).
   void send(Batch batch);
   /// Passes the turn on, and gives each task of `batch` its outcome from `o`: at once on the

@@ -82,8 +82,16 @@ Producer::Impl::Impl(ProducerOptions o)
 }
 
 Producer::Impl::~Impl() {
-  for (auto& m : mergers) m->drain();
+  // (A completion destroying its own Producer: close() says so and stops; drain() would wait on
+  // this very thread.)
+  if (!link.on_completion_thread()) {
+    for (auto& m : mergers) m->drain();
+  }
   link.close();
+}
+
+void Producer::Impl::before_write() {
+  for (auto& m : mergers) m->flush();
 }
 
 std::shared_ptr<const std::vector<ProducerMiddleware>> Producer::Impl::middleware_now() {
@@ -260,6 +268,7 @@ std::string Producer::Impl::enqueue_one(std::string_view task_type, std::string_
   build_one(w);
   if (partition != nullptr) *partition = static_cast<std::size_t>(w.one[0].partition);
   std::uint64_t written_on = 0;
+  before_write();
   std::vector<detail::Reply> replies = link.run({{&w.argv, w.script}}, true, &written_on);
   std::string id = finish_one(w, replies[0]);
   wait_for_replicas({id}, written_on);
@@ -349,6 +358,7 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
     im.mergers[static_cast<std::size_t>(w->one[0].partition)]->submit(std::move(t));
     return;
   }
+  im.before_write();
   im.link.submit({{&w->argv, w->script}}, true, [&im, w, done = std::move(done)](detail::SharedOutcome o) {
     std::exception_ptr error = o.error;
     std::string id;
@@ -391,6 +401,7 @@ void Producer::enqueue_batch_async(std::vector<TaskSpec> tasks, BatchHandler don
     im.link.post([done](const detail::SharedOutcome&) { done(nullptr, {}); }, {});
     return;
   }
+  im.before_write();
   im.link.submit(b->commands(), !b->scripted, [&im, b, done = std::move(done)](detail::SharedOutcome o) {
     if (o.error) return done(o.error, {});
     std::vector<std::string> ids;

@@ -70,6 +70,9 @@ struct Producer::Impl {
   static std::string first_partition(const ProducerOptions& o);
   /// Checks the task and builds its command (throws before anything is sent).
   void build_one(OneWrite& w);
+  /// Sends what the mergers hold, ahead of a write of another kind (a thread's calls are written
+  /// in the order it made them).
+  void before_write();
   /// Whether the built `w`, enqueued asynchronously, goes through its partition's merger: a plain
   /// task (immediate, normal priority, not unique, not tracked) under Overflow::reject.
   bool merges(const OneWrite& w) const;

@@ -30,7 +30,7 @@ SharedConnection::SharedConnection(ConnectionConfig config) : conn_(std::move(co
 SharedConnection::~SharedConnection() { close(); }
 
 void SharedConnection::close() {
-  if (completion_thread_.joinable() && completion_thread_.get_id() == std::this_thread::get_id()) {
+  if (on_completion_thread()) {
     // A completion destroyed its own Producer: the thread would have to join itself, and then
     // run on in freed memory. A misuse the documentation names; stop here, loudly.
     std::fputs(

@@ -87,6 +87,10 @@ class SharedConnection {
   void post(Completion done, SharedOutcome outcome);
 
   const ConnectionConfig& config() const noexcept { return conn_.config(); }
+  /// Whether the caller runs on the completion thread (inside a completion).
+  bool on_completion_thread() const {
+    return completion_thread_.joinable() && completion_thread_.get_id() == std::this_thread::get_id();
+  }
 
  private:
   struct Request {

@@ -230,6 +230,36 @@ TEST_F(SharedProducerTest, AMergedCallRefusedWholeFailsEachOfItsTasks) {
   EXPECT_EQ(prefixes, std::vector<std::string>(200, "WRONGTYPE"));
 }
 
+// Merged tasks keep their place: a thread's blocking call made after its asynchronous ones is
+// written after them, even while the merger holds some back (four merged calls on their way).
+TEST_F(SharedProducerTest, ACallMadeAfterMergedOnesIsWrittenAfterThem) {
+  Producer producer(options());
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 3000; ++i) {
+    producer.enqueue_async("early", R"({})", {},
+                           [&](std::exception_ptr, const std::string&) { answered.fetch_add(1); });
+  }
+  const std::string last = producer.enqueue("late", R"({})");
+  ASSERT_TRUE(wait_until([&] { return answered.load() == 3000; }, 20s)) << answered.load();
+  const std::vector<std::string> ids = ids_in_stream();
+  ASSERT_EQ(ids.size(), 3001u);
+  EXPECT_EQ(ids.back(), last);
+}
+
+// A completion that throws loses only its own answer: the others merged with it still run.
+TEST_F(SharedProducerTest, AThrowingCompletionOfAMergedCallLosesOnlyItsOwnAnswer) {
+  Producer producer(options());
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 1000; ++i) {
+    producer.enqueue_async("job", R"({})", {}, [&](std::exception_ptr, const std::string&) {
+      ran.fetch_add(1);
+      throw std::runtime_error("a completion that throws");
+    });
+  }
+  ASSERT_TRUE(wait_until([&] { return ran.load() == 1000; }, 20s)) << ran.load();
+  EXPECT_EQ(client.integer({"XLEN", stream}), 1000);
+}
+
 TEST_F(SharedProducerTest, ARestartUnderConcurrentCallersLosesNoAcknowledgedEnqueue) {
   ProducerOptions o = options();
   o.connection.socket_timeout = 2s;
