@@ -63,12 +63,12 @@ void EnqueueMerger::kick_locked(std::unique_lock<std::mutex>& lock, int most) {
   while (!waiting_.empty() && calls_ < most) {
     Batch batch = take_locked();
     lock.unlock();
-    send(std::move(batch));
+    send(batch);
     lock.lock();
   }
 }
 
-void EnqueueMerger::send(Batch batch) {
+void EnqueueMerger::send(const Batch& batch) {
   auto argv = std::make_shared<Argv>();
   try {
     std::vector<Prepared> tasks;

@@ -62,7 +62,7 @@ class EnqueueMerger {
   /// With the lock held: sends what waits while fewer than `most` calls are on their way.
   void kick_locked(std::unique_lock<std::mutex>& lock, int most = kMostCalls);
   /// The script call for `batch`; settle() runs with its outcome (or what building it threw).
-  void send(Batch batch);
+  void send(const Batch& batch);
   /// Passes the turn on, and gives each task of `batch` its outcome from `o`: at once on the
   /// completion thread (`here`), else through it.
   void settle(const Batch& batch, const SharedOutcome& o, bool here);
