@@ -96,21 +96,36 @@ local function queue_full(len, adding)
   return 'QUEUEFULL ' .. KEYS[1] .. ' holds ' .. len .. ' unfinished tasks; adding ' .. adding ..
          ' would exceed max_len ' .. max_len
 end
+-- The plain layout: per task m, then its m strings. Calls add(t, first, last) for task t, whose
+-- strings are ARGV[first..last], in order.
+local function for_plain(add)
+  local i = 6
+  for t = 1, n do
+    local last = i + tonumber(ARGV[i])
+    add(t, i + 1, last)
+    i = last + 1
+  end
+end
+local function xadd_plain(first, last)
+  if trim then
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', max_len, '*', unpack(ARGV, first, last))
+  else
+    redis.call('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+  end
+end
 if each then
   -- As n calls of one task each, in order: a refused task does not refuse the others.
   if ARGV[5] ~= 'plain' then return redis.error_reply("ERR enqueue: 'each' takes the plain layout") end
-  local len, out, i = backlog(), {}, 6
-  for t = 1, n do
-    local last = i + tonumber(ARGV[i])
+  local len, out = backlog(), {}
+  for_plain(function(t, first, last)
     if len + 1 > max_len then
       out[t] = redis.error_reply(queue_full(len, 1))
     else
-      redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 1, last))
+      xadd_plain(first, last)
       len = len + 1
       out[t] = 1
     end
-    i = last + 1
-  end
+  end)
   return out
 end
 if gate then
@@ -120,16 +135,7 @@ end
 local placed = ARGV[1] == 'placed'
 if placed and redis.call('EXISTS', KEYS[5]) == 1 then return n end
 if ARGV[5] == 'plain' then
-  local i = 6
-  for _ = 1, n do
-    local last = i + tonumber(ARGV[i])
-    if not trim then
-      redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 1, last))
-    else
-      redis.call('XADD', KEYS[1], 'MAXLEN', '~', max_len, '*', unpack(ARGV, i + 1, last))
-    end
-    i = last + 1
-  end
+  for_plain(function(_, first, last) xadd_plain(first, last) end)
   return written()
 end
 -- Each task's header: dest, at, delay, lock, lock_ms, nonce, m; its strings follow.

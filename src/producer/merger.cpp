@@ -71,9 +71,9 @@ void EnqueueMerger::kick_locked(std::unique_lock<std::mutex>& lock, int most) {
 void EnqueueMerger::send(const Batch& batch) {
   auto argv = std::make_shared<Argv>();
   try {
-    std::vector<Prepared> tasks;
+    std::vector<const Prepared*> tasks;
     tasks.reserve(batch.size());
-    for (const auto& t : batch) tasks.push_back(*t->task);
+    for (const auto& t : batch) tasks.push_back(t->task);
     *argv = build_(tasks);
   } catch (...) {
     SharedOutcome failed;

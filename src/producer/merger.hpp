@@ -35,7 +35,7 @@ struct MergedTask {
 class EnqueueMerger {
  public:
   /// The script call (mode 'each') for these tasks, all of the merger's partition.
-  using Build = std::function<Argv(const std::vector<Prepared>&)>;
+  using Build = std::function<Argv(const std::vector<const Prepared*>&)>;
   /// Tasks per call at most, and calls on their way at once.
   static constexpr std::size_t kMostTasks = 64;
   static constexpr int kMostCalls = 4;

@@ -132,36 +132,37 @@ detail::Argv Producer::Impl::trim_argv(const Prepared& p) const {
   return argv;
 }
 
-detail::Argv Producer::Impl::script_argv(const std::vector<Prepared>& tasks, std::size_t first,
-                                         std::size_t last, const std::string& refusal_mark,
-                                         std::int64_t position, const detail::QueueKeys* to,
-                                         bool each) const {
+namespace {
+
+/// One enqueue script call for `n` tasks, `at(i)` the i-th, written to `k` in `mode`; `plain`:
+/// none of them needs the script's 'full' layout.
+template <class At>
+detail::Argv enqueue_call(At at, std::size_t n, const detail::QueueKeys& k, std::string_view mode,
+                          const std::string& max_len_text, const std::string& refusal_mark,
+                          std::int64_t position, bool plain) {
   std::size_t locks = 0;
-  for (std::size_t i = first; i < last; ++i) locks += tasks[i].lock_key.empty() ? 0 : 1;
+  for (std::size_t i = 0; i < n; ++i) locks += at(i).lock_key.empty() ? 0 : 1;
   const int numkeys = static_cast<int>(4 + locks + (refusal_mark.empty() ? 0 : 1));
   detail::Argv argv = detail::ScriptRunner::begin_shared(detail::ScriptId::enqueue, numkeys);
-  const detail::QueueKeys& k = to != nullptr ? *to : keys[static_cast<std::size_t>(tasks[first].partition)];
   argv.add(k.stream).add(k.high).add(k.low).add(k.delayed);
-  for (std::size_t i = first; i < last; ++i) {
-    if (!tasks[i].lock_key.empty()) argv.add(tasks[i].lock_key);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!at(i).lock_key.empty()) argv.add(at(i).lock_key);
   }
   if (!refusal_mark.empty()) argv.add(refusal_mark);
-  argv.add(each ? "each" : options.overflow == Overflow::reject ? "reject" : "trim").add(max_len_text);
-  argv.add(refusal_mark.empty() ? 0 : position).add(static_cast<std::int64_t>(last - first));
-  const bool plain = std::none_of(tasks.begin() + static_cast<std::ptrdiff_t>(first),
-                                  tasks.begin() + static_cast<std::ptrdiff_t>(last), needs_script);
+  argv.add(mode).add(max_len_text);
+  argv.add(refusal_mark.empty() ? 0 : position).add(static_cast<std::int64_t>(n));
   argv.add(plain ? "plain" : "full");
   if (plain) {
-    for (std::size_t i = first; i < last; ++i) {
-      const detail::NewTask written = tasks[i].written_task();  // plain: no retention; a deadline
+    for (std::size_t i = 0; i < n; ++i) {
+      const detail::NewTask written = at(i).written_task();  // plain: no retention; a deadline
       argv.add(static_cast<std::int64_t>(detail::new_task_string_count(written)));
       detail::append_new_task(argv, written);
     }
     return argv;
   }
   std::int64_t lock_index = 4;
-  for (std::size_t i = first; i < last; ++i) {
-    const Prepared& t = tasks[i];
+  for (std::size_t i = 0; i < n; ++i) {
+    const detail::Prepared& t = at(i);
     argv.add(t.dest).add(t.at_ms).add(t.delay_ms);
     argv.add(t.lock_key.empty() ? 0 : ++lock_index).add(t.lock_ms).add(t.nonce);
     const detail::NewTask written = t.written_task();
@@ -169,6 +170,25 @@ detail::Argv Producer::Impl::script_argv(const std::vector<Prepared>& tasks, std
     detail::append_new_task(argv, written);
   }
   return argv;
+}
+
+}  // namespace
+
+detail::Argv Producer::Impl::script_argv(const std::vector<Prepared>& tasks, std::size_t first,
+                                         std::size_t last, const std::string& refusal_mark,
+                                         std::int64_t position, const detail::QueueKeys* to) const {
+  const detail::QueueKeys& k = to != nullptr ? *to : keys[static_cast<std::size_t>(tasks[first].partition)];
+  const bool plain = std::none_of(tasks.begin() + static_cast<std::ptrdiff_t>(first),
+                                  tasks.begin() + static_cast<std::ptrdiff_t>(last), needs_script);
+  return enqueue_call([&](std::size_t i) -> const Prepared& { return tasks[first + i]; }, last - first, k,
+                      options.overflow == Overflow::reject ? "reject" : "trim", max_len_text, refusal_mark,
+                      position, plain);
+}
+
+detail::Argv Producer::Impl::merged_argv(const std::vector<const Prepared*>& tasks) const {
+  const detail::QueueKeys& k = keys[static_cast<std::size_t>(tasks.front()->partition)];
+  return enqueue_call([&](std::size_t i) -> const Prepared& { return *tasks[i]; }, tasks.size(), k, "each",
+                      max_len_text, {}, 0, true);
 }
 
 bool Producer::Impl::needs_script(const Prepared& t) {

@@ -73,10 +73,8 @@ Producer::Impl::Impl(ProducerOptions o)
   }
   if (options.overflow == Overflow::reject) {
     for (std::size_t p = 0; p < keys.size(); ++p) {
-      mergers.push_back(
-          std::make_unique<detail::EnqueueMerger>(link, [this](const std::vector<detail::Prepared>& t) {
-            return script_argv(t, 0, t.size(), {}, 0, nullptr, true);
-          }));
+      mergers.push_back(std::make_unique<detail::EnqueueMerger>(
+          link, [this](const std::vector<const detail::Prepared*>& t) { return merged_argv(t); }));
     }
   }
 }
@@ -239,19 +237,18 @@ std::string Producer::Impl::enqueue_through_middleware(std::string_view task_typ
   return enqueue_one(task_type, payload_json, task_options, partition);
 }
 
-void Producer::Impl::build_one(OneWrite& w) {
+void Producer::Impl::build_one(OneWrite& w, bool may_merge) {
   w.created_at = detail::format_timestamp(std::chrono::system_clock::now());
   w.one.push_back(prepare(w.type, w.payload, w.options, w.id, w.created_at));
-  if (options.overflow == Overflow::trim_oldest && !Impl::needs_script(w.one[0])) {
+  const bool plain = !Impl::needs_script(w.one[0]);
+  if (options.overflow == Overflow::trim_oldest && plain) {
     w.argv = trim_argv(w.one[0]);
+  } else if (may_merge && plain && !mergers.empty()) {
+    w.merged = true;  // (mergers exist under Overflow::reject)
   } else {
     w.argv = script_argv(w.one, 0, 1);
     w.script = detail::ScriptId::enqueue;
   }
-}
-
-bool Producer::Impl::merges(const OneWrite& w) const {
-  return !mergers.empty() && w.script == detail::ScriptId::enqueue && !needs_script(w.one[0]);
 }
 
 std::string Producer::Impl::finish_one(const OneWrite& w, const detail::Reply& reply) {
@@ -329,7 +326,7 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
       w->type = c.task_type;
       w->payload = c.payload;
       w->options = c.options;
-      im.build_one(*w);
+      im.build_one(*w, true);
     };
     EnqueueCall call{std::string(task_type), payload.text(), options, {}};
     if (im.has_middleware.load() || im.options.tracer) {
@@ -346,7 +343,7 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
                  {{}, std::current_exception()});
     return;
   }
-  if (im.merges(*w)) {
+  if (w->merged) {
     auto t = std::make_shared<detail::MergedTask>();
     t->task = &w->one[0];
     t->done = [&im, w, done = std::move(done)](std::exception_ptr error, std::uint64_t generation) {

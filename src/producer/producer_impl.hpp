@@ -39,6 +39,9 @@ struct Producer::Impl {
     std::vector<detail::Prepared> one{};
     detail::Argv argv{};
     detail::ScriptId script = detail::not_a_script;
+    /// Written by its partition's merger, not by `argv`: a plain task (immediate, normal
+    /// priority, not unique, not tracked) enqueued asynchronously under Overflow::reject.
+    bool merged = false;
   };
   /// A batch's write (see enqueue_batch): its tasks prepared, their chunks' commands, and which
   /// task each chunk holds. Built by build_batch(), answered by finish_batch().
@@ -68,14 +71,12 @@ struct Producer::Impl {
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
   static std::string first_partition(const ProducerOptions& o);
-  /// Checks the task and builds its command (throws before anything is sent).
-  void build_one(OneWrite& w);
+  /// Checks the task and builds its command (throws before anything is sent); with `may_merge`
+  /// (an asynchronous call), a task its partition's merger takes gets no command of its own.
+  void build_one(OneWrite& w, bool may_merge = false);
   /// Sends what the mergers hold, ahead of a write of another kind (a thread's calls are written
   /// in the order it made them).
   void before_write();
-  /// Whether the built `w`, enqueued asynchronously, goes through its partition's merger: a plain
-  /// task (immediate, normal priority, not unique, not tracked) under Overflow::reject.
-  bool merges(const OneWrite& w) const;
   /// The task's id, or the refusal its reply says (QueueFullError, DuplicateTaskError, ReplyError).
   /// Without the WAIT for replicas.
   std::string finish_one(const OneWrite& w, const detail::Reply& reply);
@@ -109,11 +110,13 @@ struct Producer::Impl {
   /// `refusal_mark` (with `position`, the chunk's 1-based place among its partition's chunks):
   /// the batch's mark, for a partition sent in more than one chunk (see the enqueue script).
   /// `to`: the keys of the stream written (a flow's placement in another queue), else the
-  /// tasks' partition's. `each`: plain tasks merged from single enqueues (EnqueueMerger), each
-  /// admitted or refused on its own.
+  /// tasks' partition's.
   detail::Argv script_argv(const std::vector<detail::Prepared>& tasks, std::size_t first, std::size_t last,
                            const std::string& refusal_mark = {}, std::int64_t position = 0,
-                           const detail::QueueKeys* to = nullptr, bool each = false) const;
+                           const detail::QueueKeys* to = nullptr) const;
+  /// One enqueue script call, mode 'each', for plain tasks of one partition merged from single
+  /// enqueues (EnqueueMerger): each admitted or refused on its own.
+  detail::Argv merged_argv(const std::vector<const detail::Prepared*>& tasks) const;
   /// Whether a task needs the enqueue script even with Overflow::trim_oldest, and the
   /// script's 'full' layout (see enqueue.lua).
   static bool needs_script(const detail::Prepared& t);
