@@ -147,9 +147,15 @@ struct Producer::Impl {
   /// ReplicationError when `acked` is fewer than min_replicas_acked.
   void check_replicas(const std::vector<std::string>& ids, std::int64_t acked) const;
   /// wait_for_replicas without blocking: `then` gets the ReplicationError (or null) on the
-  /// completion thread.
+  /// completion thread. Calls made while a WAIT is queued and not yet sent, for writes of the
+  /// same connection, join it: one WAIT answers them all (it follows all their writes).
   void replicas_then(std::vector<std::string> ids, std::uint64_t written_on,
                      std::function<void(std::exception_ptr)> then);
+  /// A WAIT queued on the shared connection and the calls it answers (replicas_then).
+  struct QueuedWait {
+    std::uint64_t written_on = 0;
+    std::vector<std::pair<std::vector<std::string>, std::function<void(std::exception_ptr)>>> callers;
+  };
   /// For a batch refused part-way (`ids`: the written ones, "" for the others): with
   /// min_replicas_acked, what the replicas acknowledged of the written part, for the refusal's
   /// message ("" when nothing was written, or the option is off).
@@ -181,6 +187,8 @@ struct Producer::Impl {
   std::atomic<unsigned> next_partition{0};  // the next task without a key goes to this mod partitions
   std::mutex waiter_mutex;
   std::unique_ptr<detail::Waiter> waiter_;
+  std::mutex wait_mutex;
+  std::shared_ptr<QueuedWait> next_wait;  // not yet sent: a replicas_then call may join it
 };
 
 }  // namespace streamq

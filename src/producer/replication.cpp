@@ -42,23 +42,71 @@ std::int64_t Producer::Impl::replicas_acknowledging(std::uint64_t written_on) {
 
 void Producer::Impl::replicas_then(std::vector<std::string> ids, std::uint64_t written_on,
                                    std::function<void(std::exception_ptr)> then) {
+  auto queued = std::make_shared<QueuedWait>();
+  {
+    std::lock_guard lock(wait_mutex);
+    if (next_wait && next_wait->written_on == written_on) {
+      // Sent after this caller's write was answered, on the connection that wrote it: covers it.
+      next_wait->callers.emplace_back(std::move(ids), std::move(then));
+      return;
+    }
+    queued->written_on = written_on;
+    queued->callers.emplace_back(std::move(ids), std::move(then));
+    next_wait = queued;
+  }
   auto wait = std::make_shared<detail::Argv>(wait_argv());
   auto replies = std::make_shared<std::vector<detail::Reply>>();
-  link.submit_alone(
-      [wait, replies, written_on](detail::Connection& conn, detail::ScriptRunner&) {
-        *replies = wait_on(conn, *wait, written_on);
-      },
-      [this, ids = std::move(ids), replies, then = std::move(then)](const detail::SharedOutcome& o) {
-        std::exception_ptr error = o.error;
-        if (!error) {
-          try {
-            check_replicas(ids, fewest_acknowledging(*replies));
-          } catch (...) {
-            error = std::current_exception();
-          }
+  auto answer = [this, queued, replies](const detail::SharedOutcome& o) {
+    {
+      std::lock_guard lock(wait_mutex);  // (not sent at all: no later call may join it now)
+      if (next_wait == queued) next_wait.reset();
+    }
+    std::exception_ptr failed = o.error;
+    std::int64_t acked = 0;
+    if (!failed) {
+      try {
+        acked = fewest_acknowledging(*replies);
+      } catch (...) {  // the WAIT refused (an error reply): so is each caller's
+        failed = std::current_exception();
+      }
+    }
+    for (auto& [caller_ids, then] : queued->callers) {
+      std::exception_ptr error = failed;
+      if (!error) {
+        try {
+          check_replicas(caller_ids, acked);
+        } catch (...) {
+          error = std::current_exception();
         }
+      }
+      try {
         then(error);
-      });
+      } catch (...) {  // a completion must not throw; one that does loses only its own answer
+      }
+    }
+  };
+  try {
+    link.submit_alone(
+        [this, queued, wait, replies](detail::Connection& conn, detail::ScriptRunner&) {
+          {
+            std::lock_guard lock(wait_mutex);  // sent now: later calls queue a WAIT of their own
+            if (next_wait == queued) next_wait.reset();
+          }
+          *replies = wait_on(conn, *wait, queued->written_on);
+        },
+        std::move(answer));
+  } catch (...) {  // not queued (bad_alloc): this caller gets the error, and so do those that joined
+    {
+      std::lock_guard lock(wait_mutex);
+      if (next_wait == queued) next_wait.reset();
+    }
+    for (std::size_t i = 1; i < queued->callers.size(); ++i) {
+      link.post(
+          [then = std::move(queued->callers[i].second)](const detail::SharedOutcome& o) { then(o.error); },
+          {{}, std::current_exception()});
+    }
+    throw;
+  }
 }
 
 std::int64_t Producer::Impl::fewest_acknowledging(const std::vector<detail::Reply>& replies) const {

@@ -2,6 +2,8 @@
 // ProducerOptions::min_replicas_acked: a master with one replica, both private servers.
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -144,6 +146,41 @@ TEST_F(ReplicationTest, TooFewAcknowledgementsThrowReplicationErrorWithTheTaskId
       },
       10s))
       << "the replica catches up once it runs again";
+}
+
+TEST_F(ReplicationTest, AsynchronousEnqueuesAnsweredTogetherShareOneWait) {
+  // Each asynchronous enqueue waits for the replicas after its own write was answered; those
+  // answered while a WAIT is still queued join it (it follows their writes), instead of a WAIT
+  // each, sent one after another (one per task on 1ffe165: 1,000 here).
+  Producer producer(options(1, 5s));
+  std::vector<std::future<std::string>> written;
+  for (int i = 0; i < 1000; ++i) written.push_back(producer.enqueue_async("t", "{}"));
+  for (auto& f : written) EXPECT_FALSE(f.get().empty());
+  EXPECT_EQ(replica_client.integer({"XLEN", stream}), 1000) << "each answer came after its WAIT";
+  const std::int64_t shared = waits_sent() - waits_before;
+  std::printf("1000 asynchronous enqueues: %lld WAITs\n", static_cast<long long>(shared));
+  EXPECT_GE(shared, 1);
+  EXPECT_LE(shared, 250);
+
+  // Too few replicas: each caller still gets its own error, naming its own task. Each WAIT takes
+  // its whole timeout, so the calls answered meanwhile all join the next one.
+  Producer two(options(2, 300ms));
+  const std::int64_t before = waits_sent();
+  std::vector<std::future<std::string>> refused;
+  for (int i = 0; i < 100; ++i) {
+    refused.push_back(two.enqueue_async("t", "{}", {.task_id = "needs-two-" + std::to_string(i)}));
+  }
+  for (int i = 0; i < 100; ++i) {
+    try {
+      refused[static_cast<std::size_t>(i)].get();
+      ADD_FAILURE() << "no ReplicationError for task " << i;
+    } catch (const ReplicationError& e) {
+      EXPECT_EQ(e.task_ids(), std::vector<std::string>{"needs-two-" + std::to_string(i)});
+      EXPECT_EQ(e.acknowledged(), 1);
+    }
+  }
+  EXPECT_LE(waits_sent() - before, 10) << "a WAIT of 300 ms each would take 30 s";
+  EXPECT_EQ(master_client.integer({"XLEN", stream}), 1100);
 }
 
 TEST(ReplicationOptions, AreChecked) {
