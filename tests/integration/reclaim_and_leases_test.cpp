@@ -175,7 +175,9 @@ TEST_F(ConsumerTest, LongTaskKeepsItsLeaseAndRunsOnce) {
   const std::string id = producer().enqueue("long", "{}");
   std::atomic<int> runs{0};
   auto o = options();
-  o.claim_min_idle = 600ms;
+  // Renewed every 150 ms, taken after 1.5 s without: a holder's duty thread may be late by a
+  // second on a loaded machine (four consumers in one process, sanitizers) and keep its task.
+  o.claim_min_idle = 1500ms;
   o.heartbeat_interval = 150ms;
   o.reclaim_interval = 50ms;
   std::atomic<bool> started{false};
@@ -184,7 +186,7 @@ TEST_F(ConsumerTest, LongTaskKeepsItsLeaseAndRunsOnce) {
       ++runs;
       started = true;
       EXPECT_EQ(t.deliveries(), 1);
-      std::this_thread::sleep_for(2500ms);  // the long task itself: four times claim_min_idle
+      std::this_thread::sleep_for(4000ms);  // the long task itself: over twice claim_min_idle
     });
   };
   RunningConsumer a(o, setup);
