@@ -51,12 +51,18 @@ TEST_F(ConsumerTest, EntryDeletedWhileQueuedIsDeadLetteredOnceAndNeverRun) {
   // It must be queued in the worker first (read, so pending): one still unread when it is
   // deleted is never delivered at all, and the test would wait for a dead letter in vain. (The
   // worker keeps one entry waiting behind its busy handler: see StartPace.)
-  ASSERT_TRUE(wait_until([&] { return pending() == 2; }));
-  ASSERT_TRUE(wait_until([&] { return pending_entry(blocker).idle_ms < 100; }));
+  // (Each step says where it stopped: this test failed once, in a full local run, without a
+  // message that survived.)
+  ASSERT_TRUE(wait_until([&] { return pending() == 2; })) << "pending " << pending();
+  ASSERT_TRUE(wait_until([&] { return pending_entry(blocker).idle_ms < 100; }))
+      << "the blocker's idle time " << pending_entry(blocker).idle_ms << " ms";
   client.cmd({"XDEL", stream, entries[1].first});
-  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }));
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }))
+      << "dead letters " << xlen(dlq) << ", pending " << pending() << ", ran " << ran << ", skipped "
+      << rc.consumer().metrics().skipped;
   gate.open();
-  ASSERT_TRUE(wait_until([&] { return pending() == 0 && xlen(stream) == 0; }));
+  ASSERT_TRUE(wait_until([&] { return pending() == 0 && xlen(stream) == 0; }))
+      << "pending " << pending() << ", stream " << xlen(stream);
   rc.stop();
   EXPECT_EQ(ran, 0);
   EXPECT_EQ(xlen(dlq), 1);
