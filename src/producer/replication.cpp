@@ -70,7 +70,7 @@ void Producer::Impl::replicas_then(std::vector<std::string> ids, std::uint64_t w
         failed = std::current_exception();
       }
     }
-    for (auto& [caller_ids, then] : queued->callers) {
+    for (auto& [caller_ids, caller_then] : queued->callers) {
       std::exception_ptr error = failed;
       if (!error) {
         try {
@@ -79,8 +79,12 @@ void Producer::Impl::replicas_then(std::vector<std::string> ids, std::uint64_t w
           error = std::current_exception();
         }
       }
+      // Taken out, so nothing here holds the caller's completion (a promise, say) or its error
+      // once it ran: the caller that gets them is their last owner, as for a WAIT of its own.
+      auto then = std::move(caller_then);
+      caller_then = nullptr;
       try {
-        then(error);
+        then(std::move(error));
       } catch (...) {  // a completion must not throw; one that does loses only its own answer
       }
     }
