@@ -181,7 +181,7 @@ struct Producer::Impl {
   std::atomic<bool> has_middleware{false};
   detail::SharedConnection link;        // every thread's calls, pipelined together
   std::vector<detail::QueueKeys> keys;  // one per partition
-  /// Overflow::reject: per partition, the asynchronous enqueues of plain tasks merged (merges()).
+  /// Overflow::reject: per partition, the asynchronous enqueues of plain tasks merged (OneWrite::merged).
   std::vector<std::unique_ptr<detail::EnqueueMerger>> mergers;
   std::string max_len_text;
   std::atomic<unsigned> next_partition{0};  // the next task without a key goes to this mod partitions

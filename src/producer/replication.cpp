@@ -99,17 +99,19 @@ void Producer::Impl::replicas_then(std::vector<std::string> ids, std::uint64_t w
           *replies = wait_on(conn, *wait, queued->written_on);
         },
         std::move(answer));
-  } catch (...) {  // not queued (bad_alloc): this caller gets the error, and so do those that joined
+  } catch (...) {  // not queued (bad_alloc): each caller gets the error, those that joined too
     {
       std::lock_guard lock(wait_mutex);
       if (next_wait == queued) next_wait.reset();
     }
-    for (std::size_t i = 1; i < queued->callers.size(); ++i) {
-      link.post(
-          [then = std::move(queued->callers[i].second)](const detail::SharedOutcome& o) { then(o.error); },
-          {{}, std::current_exception()});
+    const std::exception_ptr error = std::current_exception();
+    for (auto& caller : queued->callers) {
+      try {
+        link.post([then = std::move(caller.second)](const detail::SharedOutcome& o) { then(o.error); },
+                  {{}, error});
+      } catch (...) {  // (nothing left to answer it with: as a completion that threw)
+      }
     }
-    throw;
   }
 }
 

@@ -169,11 +169,11 @@ TEST_F(ReplicationTest, AsynchronousEnqueuesAnsweredTogetherShareOneWait) {
   // looked at in the completions: an exception object read on another thread after its future
   // handed it over is freed by whichever thread drops it last, through libstdc++'s reference
   // count, which ThreadSanitizer does not see.)
-  Producer two(options(2, 300ms));
-  const std::int64_t before = waits_sent();
-  std::mutex m;
+  std::mutex m;  // (before the Producer, whose destructor may still answer into them)
   std::vector<std::string> named(100);
   std::atomic<int> answered{0};
+  Producer two(options(2, 300ms));
+  const std::int64_t before = waits_sent();
   for (std::size_t i = 0; i < 100; ++i) {
     two.enqueue_async("t", "{}", {.task_id = "needs-two-" + std::to_string(i)},
                       [&, i](std::exception_ptr error, const std::string&) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -244,6 +245,31 @@ TEST_F(SharedProducerTest, ACallMadeAfterMergedOnesIsWrittenAfterThem) {
   const std::vector<std::string> ids = ids_in_stream();
   ASSERT_EQ(ids.size(), 3001u);
   EXPECT_EQ(ids.back(), last);
+}
+
+// A merged task is written with every field it was given: its deadline included, a string the
+// merged call views (before it viewed copies of the tasks freed before the call was sent).
+TEST_F(SharedProducerTest, MergedTasksAreWrittenWithTheirDeadlines) {
+  Producer producer(options());
+  const auto base =
+      std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now()) + 1h;
+  std::vector<std::future<std::string>> written;
+  std::map<std::string, std::string> deadline_of;
+  for (int i = 0; i < 500; ++i) {
+    const auto deadline = base + std::chrono::milliseconds(i);
+    written.push_back(producer.enqueue_async("job", nlohmann::json{{"i", i}}.dump(), {.deadline = deadline}));
+  }
+  for (int i = 0; i < 500; ++i) {
+    deadline_of[written[static_cast<std::size_t>(i)].get()] =
+        std::to_string((base + std::chrono::milliseconds(i)).time_since_epoch().count());
+  }
+  const auto entries = client.xrange(stream);
+  ASSERT_EQ(entries.size(), 500u);
+  for (const auto& [entry, fields] : entries) {
+    const std::string id = Client::get(fields, "task_id");
+    ASSERT_EQ(deadline_of.count(id), 1u) << id;
+    EXPECT_EQ(Client::get(fields, "deadline"), deadline_of[id]) << id;
+  }
 }
 
 // A completion that throws loses only its own answer: the others merged with it still run.
