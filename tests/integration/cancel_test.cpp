@@ -103,20 +103,23 @@ TEST_F(ControlTest, ACancelReachesARunningTaskWhichEndsCancelled) {
 TEST_F(ControlTest, ACancelledTaskWhoseHandlerIgnoresItIsGivenUp) {
   Producer p = producer();
   const std::string id = p.enqueue("t", "{}");
-  std::atomic<bool> started{false}, returned{false};
+  std::atomic<bool> started{false}, let_return{false}, returned{false};
   RunningConsumer worker(fast(), [&](Consumer& c) {
     c.on("t", [&](const Task&) {
       started = true;
-      std::this_thread::sleep_for(2500ms);
+      // Ignores the cancel: returns only once the test saw the task given up (or after 20 s).
+      wait_until([&] { return let_return.load(); }, 20s);
       returned = true;
     });
   });
   ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
   Inspector in({.connection = {.url = server.url()}});
   EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
-  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
+  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s))
+      << "the cancelled task's fate waited for its handler";
   EXPECT_FALSE(returned.load());
   EXPECT_EQ(pending(), 0);
+  let_return = true;
   ASSERT_TRUE(wait_until([&] { return returned.load(); }, 10s));
   std::this_thread::sleep_for(300ms);
   worker.stop();

@@ -58,20 +58,22 @@ TEST_F(ControlTest, ATimeoutStopsTheHandlerAndRetriesThenDeadLettersWithReasonTi
 TEST_F(ControlTest, AHandlerThatIgnoresItsTimeoutIsGivenUpAndItsLateReturnIsDropped) {
   Producer p = producer();
   p.enqueue("stuck", "{}", {.max_retries = 0});
-  std::atomic<bool> returned{false};
+  std::atomic<bool> let_return{false}, returned{false};
   RunningConsumer worker(fast(), [&](Consumer& c) {
     c.on("stuck",
          [&](const Task&) {
-           std::this_thread::sleep_for(2500ms);  // ignores its stop_token
+           // Ignores its stop_token: returns only once the test saw its fate (or after 20 s).
+           wait_until([&] { return let_return.load(); }, 20s);
            returned = true;
          },
          {.timeout = 200ms});
   });
-  // The fate is written at timeout + grace (about 0.5 s), long before the handler returns.
-  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 10s));
-  EXPECT_FALSE(returned.load()) << "the dead letter waited for the handler";
+  // The fate is written at timeout + grace (about 0.5 s), while the handler still runs.
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 10s)) << "the dead letter waited for the handler";
+  EXPECT_FALSE(returned.load());
   EXPECT_EQ(Client::get(dead_letter(), "reason"), "timeout");
   EXPECT_EQ(pending(), 0);
+  let_return = true;
   ASSERT_TRUE(wait_until([&] { return returned.load(); }, 10s));
   std::this_thread::sleep_for(300ms);  // its completion, were it written, would be by now
   worker.stop();
