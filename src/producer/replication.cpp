@@ -116,9 +116,8 @@ void Producer::Impl::replicas_then(std::vector<std::string> ids, std::uint64_t w
 }
 
 std::int64_t Producer::Impl::fewest_acknowledging(const std::vector<detail::Reply>& replies) const {
-  // No reply: with a cluster URL, a WAIT of another caller came between the write and this one
-  // and took the masters written to (it covered this write, but what it found is not known
-  // here): counted as no acknowledgement, never as all of them.
+  // No reply: with a cluster URL, no master was written to since the connections were set up
+  // again (the write's own connection was lost): counted as no acknowledgement, never as all.
   if (replies.empty()) return 0;
   std::int64_t fewest = options.min_replicas_acked;
   const detail::Endpoint& endpoint = link.config().endpoint;

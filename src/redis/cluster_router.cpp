@@ -42,8 +42,8 @@ auto ClusterRouter::guarded(F&& f) -> decltype(f()) {
 }
 
 void ClusterRouter::sent_on(Connection* link) {
-  if (std::find(sent_since_wait_.begin(), sent_since_wait_.end(), link) == sent_since_wait_.end()) {
-    sent_since_wait_.push_back(link);
+  for (std::vector<Connection*>* links : {&sent_since_wait_, &written_}) {
+    if (std::find(links->begin(), links->end(), link) == links->end()) links->push_back(link);
   }
 }
 
@@ -75,6 +75,10 @@ std::vector<Reply> ClusterRouter::wait_where_sent(const Argv& wait) {
   return guarded([&] {
     std::vector<Connection*> sent = std::move(sent_since_wait_);
     sent_since_wait_.clear();
+    // Nothing sent since the last WAIT: that one came after the caller's writes (another caller's,
+    // on a shared connection) and covered them, but what it found is its caller's. A WAIT to every
+    // master written to answers at once for the writes they acknowledged already.
+    if (sent.empty()) sent = written_;
     for (Connection* link : sent) {
       if (!link->connected()) {
         throw ConnectionError("redis " + link->describe() +
@@ -96,6 +100,7 @@ void ClusterRouter::drop() noexcept {
   multi_waiting_ = false;
   in_multi_ = nullptr;
   sent_since_wait_.clear();
+  written_.clear();
 }
 
 bool ClusterRouter::connected() const noexcept {

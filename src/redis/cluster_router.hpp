@@ -72,6 +72,7 @@ class ClusterRouter {
   bool multi_waiting_ = false;                // MULTI appended but not sent: it goes with the next command
   Connection* in_multi_ = nullptr;            // the link of the open MULTI, until its EXEC or DISCARD
   std::vector<Connection*> sent_since_wait_;  // links that carried a command since wait_where_sent()
+  std::vector<Connection*> written_;          // links that carried a command since the last drop()
 };
 
 }  // namespace streamq::detail

@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -166,6 +167,44 @@ TEST(Cluster, ReplicaAcknowledgementsAreAskedOfEveryMasterWritten) {
     queued += Client(t.node(t.owner_of(detail::key_slot(stream))).url()).integer({"XLEN", stream});
   }
   EXPECT_EQ(queued, 120);
+}
+
+// Threads sharing one Producer each wait for the replicas after their own write. Another
+// caller's WAIT can come between a write and its caller's WAIT and cover it: that caller's WAIT
+// then has no master written to since, and still asks the masters written to, not none.
+TEST(Cluster, ConcurrentCallersWaitingForReplicasAreEachAnsweredWithWhatTheReplicasHave) {
+  ClusterTopology t(3, 1);
+  const std::string queue = plain_key();
+  ProducerOptions po{.connection = {.url = t.url({0}), .socket_timeout = 3s}, .stream = queue};
+  po.partitions = 3;
+  po.min_replicas_acked = 1;
+  po.replicas_ack_timeout = 1500ms;
+  Producer producer(po);
+  constexpr int kThreads = 4;
+  constexpr int kEach = 200;
+  std::mutex m;
+  std::vector<std::string> refused;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (int n = 0; n < kEach; ++n) {
+        try {
+          producer.enqueue("t", "{}", {.task_id = std::to_string(i) + "-" + std::to_string(n)});
+        } catch (const ReplicationError& e) {
+          std::lock_guard lock(m);
+          refused.push_back(e.what());
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(refused.size(), 0u) << refused.front();
+  std::int64_t queued = 0;
+  for (int i = 0; i < po.partitions; ++i) {
+    const std::string stream = detail::partition_stream(queue, po.partitions, i);
+    queued += Client(t.node(t.owner_of(detail::key_slot(stream))).url()).integer({"XLEN", stream});
+  }
+  EXPECT_EQ(queued, kThreads * kEach);
 }
 
 }  // namespace
