@@ -277,10 +277,20 @@ class InFlight {
   std::vector<std::shared_ptr<const Fields>> gone(std::uint16_t stream, const std::vector<std::string>& ids);
   /// Queues a completion that no handler produced (an orphan record).
   void push(Completion c);
-  /// An operator cancelled these held entries of `stream` (lease.lua found their cancel
-  /// requests): a running one is asked to stop, one not started yet when its handler would
-  /// start. Returns the controls of the running ones newly asked.
-  std::vector<std::shared_ptr<TaskControl>> cancel(std::uint16_t stream, const std::vector<std::string>& ids);
+  /// What cancel() newly noticed: the controls of running tasks now asked to stop, and the
+  /// tasks not started yet, now marked so that their handlers never run.
+  struct Cancelled {
+    struct Waiting {
+      std::string entry_id;
+      std::string task_id;  // (the entry id when its body names none)
+    };
+    std::vector<std::shared_ptr<TaskControl>> running;
+    std::vector<Waiting> waiting;
+  };
+  /// An operator cancelled these held entries of `stream` (lease.lua or the cancel follower
+  /// found their cancel requests): a running one is asked to stop, one not started yet when its
+  /// handler would start. Returns what was not known before (a request found again is not).
+  Cancelled cancel(std::uint16_t stream, const std::vector<std::string>& ids);
   /// The controls of the tasks whose handler runs now (for the renewal of their concurrency
   /// slots).
   std::vector<std::shared_ptr<TaskControl>> running_controls();

@@ -6,9 +6,23 @@
 #include <thread>
 
 #include "inflight.hpp"
+#include "streamq/task.hpp"
 #include "task_control.hpp"
 
 namespace streamq::detail {
+namespace {
+
+/// The task id of an entry's body (`entry_id` when it has none).
+std::string task_id_in(const Fields* fields, const std::string& entry_id) {
+  if (fields != nullptr) {
+    for (const auto& [name, value] : *fields) {
+      if (name == field::task_id) return value;
+    }
+  }
+  return entry_id;
+}
+
+}  // namespace
 
 // ------------------------------------------------------------------ executor
 
@@ -150,23 +164,23 @@ void InFlight::entering(const Work& w, const std::shared_ptr<TaskControl>& contr
   if (stop) control->request(why);
 }
 
-std::vector<std::shared_ptr<TaskControl>> InFlight::cancel(std::uint16_t stream,
-                                                           const std::vector<std::string>& ids) {
-  std::vector<std::shared_ptr<TaskControl>> asked;
+InFlight::Cancelled InFlight::cancel(std::uint16_t stream, const std::vector<std::string>& ids) {
+  Cancelled noticed;
   {
     std::lock_guard lock(mutex_);
     for (const std::string& id : ids) {
       const auto it = held_.find(EntryKey{stream, id});
       if (it == held_.end() || it->second.state == State::finished) continue;
       if (it->second.control) {
-        if (it->second.control->why() != StopWhy::cancelled) asked.push_back(it->second.control);
-      } else {
+        if (it->second.control->why() != StopWhy::cancelled) noticed.running.push_back(it->second.control);
+      } else if (!it->second.cancel) {
         it->second.cancel = true;
+        noticed.waiting.push_back({id, task_id_in(it->second.fields.get(), id)});
       }
     }
   }
-  for (const auto& c : asked) c->request(StopWhy::cancelled);
-  return asked;
+  for (const auto& c : noticed.running) c->request(StopWhy::cancelled);
+  return noticed;
 }
 
 std::vector<std::shared_ptr<TaskControl>> InFlight::running_controls() {

@@ -128,9 +128,14 @@ void renew_slots(Shared& s, ScriptRunner& scripts) {
 
 void ask_cancelled(Shared& s, std::uint16_t stream, const std::vector<std::string>& ids) {
   if (ids.empty()) return;
-  for (const auto& c : s.inflight.cancel(stream, ids)) {
+  const InFlight::Cancelled noticed = s.inflight.cancel(stream, ids);
+  for (const auto& c : noticed.running) {
     log(LogLevel::info, "task " + c->task_id + " was cancelled by an operator; its handler is asked to stop");
     s.watchdog->asked(c);
+  }
+  for (const auto& w : noticed.waiting) {
+    log(LogLevel::info, "task " + w.task_id + " (entry " + w.entry_id + " of " + s.keys(stream).stream +
+                            ") was cancelled by an operator before its handler started; it will not run");
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include "control_fixture.hpp"
 #include "inspector_fixture.hpp"
+#include "log_capture.hpp"
 #include "running_consumer.hpp"
 
 namespace streamq::test {
@@ -164,7 +165,8 @@ TEST_F(ControlTest, ACancelThatComesBeforeAFailureIsNotLostToTheRetry) {
 
 TEST_F(ControlTest, ACancelBeforeTheHandlerStartsKeepsItFromRunning) {
   // One handler thread, busy with the first task; the second waits in the prefetch when the
-  // cancel comes, and is found cancelled by the lease renewal before it starts.
+  // cancel comes, and is found cancelled (by the cancel follower or a lease renewal) before it
+  // starts.
   Producer p = producer();
   p.enqueue("block", "{}");
   const std::string second = p.enqueue("t", "{}");
@@ -172,6 +174,7 @@ TEST_F(ControlTest, ACancelBeforeTheHandlerStartsKeepsItFromRunning) {
   std::atomic<int> ran{0};
   ConsumerOptions o = fast();
   o.concurrency = 1;
+  LogCapture log(LogLevel::info);  // (it outlives the worker, which logs to it)
   RunningConsumer worker(o, [&](Consumer& c) {
     c.on("block", [&](const Task&) {
       blocking = true;
@@ -185,12 +188,17 @@ TEST_F(ControlTest, ACancelBeforeTheHandlerStartsKeepsItFromRunning) {
   ASSERT_TRUE(wait_until([&] { return pending() == 2; }, 10s));
   Inspector in({.connection = {.url = server.url()}});
   EXPECT_EQ(in.cancel(stream, second), CancelOutcome::running);  // delivered: in the prefetch
-  std::this_thread::sleep_for(500ms);                            // several lease renewals
+  // The worker noticed it (the cancel follower or a lease renewal), once, before it was freed.
+  // ("task <id> (entry <entry id> of <stream>) was cancelled by an operator before its handler
+  // started; it will not run")
+  const std::string noticed = "task " + second + " (entry ";
+  ASSERT_TRUE(wait_until([&] { return log.count(LogLevel::info, noticed) == 1; }, 10s));
   release = true;
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
   worker.stop();
   EXPECT_EQ(ran.load(), 0);
   EXPECT_EQ(pending(), 0);
+  EXPECT_EQ(log.count(LogLevel::info, noticed), 1U) << "a request found again is not news";
 }
 
 // The worker holding a tracked task was killed; the task was cancelled while nobody ran it: the
