@@ -75,12 +75,12 @@ std::string partial_batch_message(std::string_view what, const std::vector<std::
 
 }  // namespace
 
-void Producer::Impl::refuse_batch(const std::vector<std::string>& ids, const std::string& failure,
-                                  std::uint64_t written_on) {
+void Producer::Impl::refuse_batch(const BatchWrite& b, const std::string& failure) {
+  const std::vector<std::string>& ids = b.ids;
   if (std::all_of(ids.begin(), ids.end(), [](const auto& id) { return id.empty(); }))
     throw ReplyError(failure);
   throw ReplyError(failure + " (enqueue_batch " + batch_outcome(ids) +
-                   replication_of_written(ids, written_on) + ")");
+                   replication_of_written(ids, b.generation, b.streams) + ")");
 }
 
 std::vector<detail::SharedCommand> Producer::Impl::BatchWrite::commands() {
@@ -114,6 +114,10 @@ void Producer::Impl::build_batch(BatchWrite& b, const std::vector<TaskSpec>& tas
     b.scripted = b.scripted || Impl::needs_script(b.prepared.back());
   }
   if (tasks.empty()) return;
+  for (const Prepared& t : b.prepared) {
+    const std::string& stream = im.keys[static_cast<std::size_t>(t.partition)].stream;
+    if (std::find(b.streams.begin(), b.streams.end(), stream) == b.streams.end()) b.streams.push_back(stream);
+  }
   if (!b.scripted) {
     b.argvs.reserve(b.prepared.size());
     for (const auto& t : b.prepared) b.argvs.push_back(im.trim_argv(t));
@@ -170,8 +174,8 @@ std::vector<std::string> Producer::Impl::finish_batch(BatchWrite& b, std::vector
       if (failure.empty()) failure = std::string(replies[i].view().error());
       ids[i].clear();
     }
-    if (!failure.empty()) im.refuse_batch(ids, failure, b.generation);
-    im.wait_for_replicas(ids, b.generation);
+    if (!failure.empty()) im.refuse_batch(b, failure);
+    im.wait_for_replicas(ids, b.generation, b.streams);
     return std::move(ids);
   }
   const std::vector<Prepared>& grouped = b.grouped();
@@ -228,12 +232,13 @@ std::vector<std::string> Producer::Impl::finish_batch(BatchWrite& b, std::vector
   }
   if (duplicate) {
     std::string message = partial_batch_message("duplicate task", ids, server_message) +
-                          im.replication_of_written(ids, b.generation);  // before the move
+                          im.replication_of_written(ids, b.generation, b.streams);  // before the move
     throw DuplicateTaskError(message, duplicate->holder, duplicate_index, std::move(ids));
   }
   if (!server_message.empty()) {
-    std::string message = partial_batch_message("queue full", ids, server_message) +
-                          im.replication_of_written(ids, b.generation);  // before ids is moved from
+    std::string message =
+        partial_batch_message("queue full", ids, server_message) +
+        im.replication_of_written(ids, b.generation, b.streams);  // before ids is moved from
     throw QueueFullError(message, std::move(ids));
   }
   // Chunks left unwritten without an error of their own (behind one not run, whose mark then
@@ -245,12 +250,12 @@ std::vector<std::string> Producer::Impl::finish_batch(BatchWrite& b, std::vector
         "expired or was evicted)";
   }
   if (failure.starts_with("BATCHCLOSED")) {
-    std::string message =
-        partial_batch_message("batch closed", ids, failure) + im.replication_of_written(ids, b.generation);
+    std::string message = partial_batch_message("batch closed", ids, failure) +
+                          im.replication_of_written(ids, b.generation, b.streams);
     throw BatchClosedError(message, std::move(ids));
   }
-  if (!failure.empty()) im.refuse_batch(ids, failure, b.generation);
-  im.wait_for_replicas(ids, b.generation);
+  if (!failure.empty()) im.refuse_batch(b, failure);
+  im.wait_for_replicas(ids, b.generation, b.streams);
   return std::move(ids);
 }
 

@@ -299,7 +299,7 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   reply.view().check();
   // (Placed before the flow's own WAIT: a ReplicationError leaves them placed, not for a courier.)
   if (!placements.calls.empty()) im.place_away(home, placements);
-  im.wait_for_replicas(ids, written_on);
+  im.wait_for_replicas(ids, written_on, {im.keys[static_cast<std::size_t>(home)].stream});
   return ids_of(ids, flat, 0);
 }
 
@@ -336,7 +336,10 @@ void Producer::Impl::place_away(int home, Placements& placements) {
   }
   if (done.size() == 1) return;
   try {
-    if (options.min_replicas_acked > 0 && replicas_acknowledging(placed_on) < options.min_replicas_acked) {
+    std::vector<std::string> placed_in;  // (each call's first key: the stream it placed tasks in)
+    for (const detail::Argv& a : placements.calls) placed_in.emplace_back(a[3]);
+    if (options.min_replicas_acked > 0 &&
+        replicas_acknowledging(placed_on, placed_in) < options.min_replicas_acked) {
       return;  // (a failover could lose them: left for a courier, which finds them made, or not)
     }
     std::vector<detail::SharedCommand> cleanup;

@@ -268,7 +268,7 @@ std::string Producer::Impl::enqueue_one(std::string_view task_type, std::string_
   before_write();
   std::vector<detail::Reply> replies = link.run({{&w.argv, w.script}}, true, &written_on);
   std::string id = finish_one(w, replies[0]);
-  wait_for_replicas({id}, written_on);
+  wait_for_replicas({id}, written_on, {keys[static_cast<std::size_t>(w.one[0].partition)].stream});
   return id;
 }
 
@@ -349,7 +349,7 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
     t->done = [&im, w, done = std::move(done)](std::exception_ptr error, std::uint64_t generation) {
       if (error) return done(std::move(error), std::string());
       if (im.options.min_replicas_acked == 0) return done(nullptr, w->id);
-      im.replicas_then({w->id}, generation,
+      im.replicas_then({w->id}, generation, im.keys[static_cast<std::size_t>(w->one[0].partition)].stream,
                        [done, id = w->id](const std::exception_ptr& e) { done(e, e ? std::string() : id); });
     };
     im.mergers[static_cast<std::size_t>(w->one[0].partition)]->submit(std::move(t));
@@ -367,7 +367,7 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
       }
     }
     if (error || im.options.min_replicas_acked == 0) return done(error, std::move(id));
-    im.replicas_then({id}, o.generation,
+    im.replicas_then({id}, o.generation, im.keys[static_cast<std::size_t>(w->one[0].partition)].stream,
                      [done, id](const std::exception_ptr& e) { done(e, e ? std::string() : id); });
   });
 }

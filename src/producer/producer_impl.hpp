@@ -58,7 +58,8 @@ struct Producer::Impl {
     std::vector<Chunk> chunks;
     std::vector<std::string> marks;  // refusal marks, per partition
     std::vector<detail::Argv> argvs;
-    std::uint64_t generation = 0;  // of the connection that wrote them (for the WAIT)
+    std::uint64_t generation = 0;      // of the connection that wrote them (for the WAIT)
+    std::vector<std::string> streams;  // the partitions' written to (for the WAIT)
     bool scripted = false;
     const std::vector<detail::Prepared>& grouped() const { return regrouped.empty() ? prepared : regrouped; }
     std::vector<detail::SharedCommand> commands();
@@ -131,15 +132,15 @@ struct Producer::Impl {
   /// A batch some of whose commands Redis refused with `failure` (OOM, WRONGTYPE, a redirection
   /// that outlasted the retries, ...): that ReplyError, and when some tasks were written (`ids`,
   /// "" for the others) its message says which.
-  [[noreturn]] void refuse_batch(const std::vector<std::string>& ids, const std::string& failure,
-                                 std::uint64_t written_on);
+  [[noreturn]] void refuse_batch(const BatchWrite& b, const std::string& failure);
 
   // replication.cpp
   /// WAIT for min_replicas_acked replicas to have what this connection wrote (with a cluster
-  /// URL: on every master it wrote to, at the same time); how many did, the fewest of those
-  /// masters'. A server that has just turned replica refuses WAIT: none did (with a sentinel URL
-  /// the connection is dropped, so the next call asks the sentinels again).
-  std::int64_t replicas_acknowledging(std::uint64_t written_on);
+  /// URL: on every master written to since the last WAIT and on the masters of `keys`, a key of
+  /// each slot the caller wrote, at the same time); how many did, the fewest of those masters'.
+  /// A server that has just turned replica refuses WAIT: none did (with a sentinel URL the
+  /// connection is dropped, so the next call asks the sentinels again).
+  std::int64_t replicas_acknowledging(std::uint64_t written_on, const std::vector<std::string>& keys);
   /// WAIT min_replicas_acked replicas_ack_timeout.
   detail::Argv wait_argv() const;
   /// The fewest replicas that acknowledged, of the WAIT replies (0 for a server that turned replica).
@@ -149,20 +150,24 @@ struct Producer::Impl {
   /// wait_for_replicas without blocking: `then` gets the ReplicationError (or null) on the
   /// completion thread. Calls made while a WAIT is queued and not yet sent, for writes of the
   /// same connection, join it: one WAIT answers them all (it follows all their writes).
-  void replicas_then(std::vector<std::string> ids, std::uint64_t written_on,
+  void replicas_then(std::vector<std::string> ids, std::uint64_t written_on, const std::string& key,
                      std::function<void(std::exception_ptr)> then);
   /// A WAIT queued on the shared connection and the calls it answers (replicas_then).
   struct QueuedWait {
     std::uint64_t written_on = 0;
+    std::vector<std::string> keys;  // a key of each slot its callers wrote
     std::vector<std::pair<std::vector<std::string>, std::function<void(std::exception_ptr)>>> callers;
   };
   /// For a batch refused part-way (`ids`: the written ones, "" for the others): with
   /// min_replicas_acked, what the replicas acknowledged of the written part, for the refusal's
   /// message ("" when nothing was written, or the option is off).
-  std::string replication_of_written(const std::vector<std::string>& ids, std::uint64_t written_on);
+  std::string replication_of_written(const std::vector<std::string>& ids, std::uint64_t written_on,
+                                     const std::vector<std::string>& keys);
   /// With min_replicas_acked: WAIT for the replicas to have what this connection wrote (the
-  /// tasks `ids`, just written), and ReplicationError when too few did in time.
-  void wait_for_replicas(const std::vector<std::string>& ids, std::uint64_t written_on);
+  /// tasks `ids`, just written, to the slots of `keys`), and ReplicationError when too few did
+  /// in time.
+  void wait_for_replicas(const std::vector<std::string>& ids, std::uint64_t written_on,
+                         const std::vector<std::string>& keys);
   /// enqueue_flow across partitions: the enqueue calls ('placed') of a flow's children in other
   /// partitions than its home, each with its token and guard key.
   struct Placements {

@@ -20,37 +20,45 @@ namespace {
 /// The WAIT, alone on the shared connection: it follows every write before it there (other
 /// callers' included), so it covers the caller's, unless the connection that wrote them was
 /// lost since (`written_on`: its generation then): a new one has written nothing to wait for.
+/// `keys`: a key of each slot the caller wrote (with a cluster URL, their masters are asked).
 std::vector<detail::Reply> wait_on(detail::Connection& conn, const detail::Argv& wait,
-                                   std::uint64_t written_on) {
+                                   std::uint64_t written_on, const std::vector<std::string>& keys) {
   if (conn.generation() != written_on) {
     throw ConnectionError("redis " + conn.describe() +
                           ": the connection that wrote the tasks was lost before WAIT could ask the "
                           "replicas; they may not have them");
   }
-  return conn.wait_where_sent(wait);
+  return conn.wait_where_sent(wait, keys);
 }
 
 }  // namespace
 
-std::int64_t Producer::Impl::replicas_acknowledging(std::uint64_t written_on) {
+std::int64_t Producer::Impl::replicas_acknowledging(std::uint64_t written_on,
+                                                    const std::vector<std::string>& keys) {
   const detail::Argv wait = wait_argv();
   std::vector<detail::Reply> replies;
-  link.run_alone(
-      [&](detail::Connection& conn, detail::ScriptRunner&) { replies = wait_on(conn, wait, written_on); });
+  link.run_alone([&](detail::Connection& conn, detail::ScriptRunner&) {
+    replies = wait_on(conn, wait, written_on, keys);
+  });
   return fewest_acknowledging(replies);
 }
 
 void Producer::Impl::replicas_then(std::vector<std::string> ids, std::uint64_t written_on,
-                                   std::function<void(std::exception_ptr)> then) {
+                                   const std::string& key, std::function<void(std::exception_ptr)> then) {
   auto queued = std::make_shared<QueuedWait>();
+  const auto add_key = [&key](QueuedWait& w) {
+    if (std::find(w.keys.begin(), w.keys.end(), key) == w.keys.end()) w.keys.push_back(key);
+  };
   {
     std::lock_guard lock(wait_mutex);
     if (next_wait && next_wait->written_on == written_on) {
       // Sent after this caller's write was answered, on the connection that wrote it: covers it.
+      add_key(*next_wait);
       next_wait->callers.emplace_back(std::move(ids), std::move(then));
       return;
     }
     queued->written_on = written_on;
+    add_key(*queued);
     queued->callers.emplace_back(std::move(ids), std::move(then));
     next_wait = queued;
   }
@@ -96,7 +104,8 @@ void Producer::Impl::replicas_then(std::vector<std::string> ids, std::uint64_t w
             std::lock_guard lock(wait_mutex);  // sent now: later calls queue a WAIT of their own
             if (next_wait == queued) next_wait.reset();
           }
-          *replies = wait_on(conn, *wait, queued->written_on);
+          // (No caller joins it from here on: its keys are read without the lock.)
+          *replies = wait_on(conn, *wait, queued->written_on, queued->keys);
         },
         std::move(answer));
   } catch (...) {  // not queued (bad_alloc): each caller gets the error, those that joined too
@@ -132,20 +141,22 @@ std::int64_t Producer::Impl::fewest_acknowledging(const std::vector<detail::Repl
 }
 
 std::string Producer::Impl::replication_of_written(const std::vector<std::string>& ids,
-                                                   std::uint64_t written_on) {
+                                                   std::uint64_t written_on,
+                                                   const std::vector<std::string>& keys) {
   if (options.min_replicas_acked == 0 ||
       std::all_of(ids.begin(), ids.end(), [](const auto& id) { return id.empty(); })) {
     return {};
   }
-  const std::int64_t acked = replicas_acknowledging(written_on);
+  const std::int64_t acked = replicas_acknowledging(written_on, keys);
   return "; the tasks written were acknowledged by " + std::to_string(acked) + " of the " +
          std::to_string(options.min_replicas_acked) + " replicas asked for" +
          (acked < options.min_replicas_acked ? " (lost if the master fails now)" : "");
 }
 
-void Producer::Impl::wait_for_replicas(const std::vector<std::string>& ids, std::uint64_t written_on) {
+void Producer::Impl::wait_for_replicas(const std::vector<std::string>& ids, std::uint64_t written_on,
+                                       const std::vector<std::string>& keys) {
   if (options.min_replicas_acked == 0) return;
-  check_replicas(ids, replicas_acknowledging(written_on));
+  check_replicas(ids, replicas_acknowledging(written_on, keys));
 }
 
 void Producer::Impl::check_replicas(const std::vector<std::string>& ids, std::int64_t acked) const {

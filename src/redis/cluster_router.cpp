@@ -71,14 +71,42 @@ Reply ClusterRouter::command_here(const Argv& argv) {
   return guarded([&] { return home_->command_here(argv); });
 }
 
-std::vector<Reply> ClusterRouter::wait_where_sent(const Argv& wait) {
+Connection* ClusterRouter::written_link_of(std::string_view key) const {
+  const HostPort* master = map_.master_of(key_slot(key));
+  if (master == nullptr) return nullptr;
+  for (Connection* link : written_) {
+    for (const auto& [at, owned] : links_) {
+      if (owned.get() == link && at == *master) return link;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<Reply> ClusterRouter::wait_where_sent(const Argv& wait,
+                                                  const std::vector<std::string>& written_keys) {
   return guarded([&] {
     std::vector<Connection*> sent = std::move(sent_since_wait_);
     sent_since_wait_.clear();
-    // Nothing sent since the last WAIT: that one came after the caller's writes (another caller's,
-    // on a shared connection) and covered them, but what it found is its caller's. A WAIT to every
-    // master written to answers at once for the writes they acknowledged already.
-    if (sent.empty()) sent = written_;
+    const auto add = [&](Connection* link) {
+      if (std::find(sent.begin(), sent.end(), link) == sent.end()) sent.push_back(link);
+    };
+    // Threads that share the connection share its WAITs: another caller's may have come after
+    // this caller's writes and taken their masters from sent_since_wait_ (it covered them, but
+    // what it found was its own caller's). So the masters of the keys this caller wrote are
+    // asked too; a key whose master carried nothing (the slot moved since), or no key at all
+    // with nothing sent since the last WAIT, asks every master written to.
+    bool every = written_keys.empty() && sent.empty();
+    for (const std::string& key : written_keys) {
+      Connection* link = written_link_of(key);
+      if (link == nullptr) {
+        every = true;
+      } else {
+        add(link);
+      }
+    }
+    if (every) {
+      for (Connection* link : written_) add(link);
+    }
     for (Connection* link : sent) {
       if (!link->connected()) {
         throw ConnectionError("redis " + link->describe() +

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,7 +40,7 @@ class ClusterRouter {
   /// On the connection that sent the previous command, without reconnecting.
   Reply command_here(const Argv& argv);
   /// See Connection::wait_where_sent.
-  std::vector<Reply> wait_where_sent(const Argv& wait);
+  std::vector<Reply> wait_where_sent(const Argv& wait, const std::vector<std::string>& written_keys);
   /// `visit` with each master's connection (the slot map read again first).
   void for_each_master(const std::function<void(Connection&)>& visit);
 
@@ -56,6 +57,9 @@ class ClusterRouter {
   Connection& link_for(int slot);
   void ensure(Connection& link);
   void sent_on(Connection* link);
+  /// The link of the master that serves `key` now, if it carried a command since the last
+  /// drop(); null otherwise (not known, or the slot moved since).
+  Connection* written_link_of(std::string_view key) const;
   template <class F>
   auto guarded(F&& f) -> decltype(f());
 

@@ -291,13 +291,14 @@ Reply Connection::command_here(const Argv& argv) {
   return next_reply("command");
 }
 
-std::vector<Reply> Connection::wait_where_sent(const Argv& wait) {
+std::vector<Reply> Connection::wait_where_sent(const Argv& wait,
+                                               const std::vector<std::string>& written_keys) {
   if (!cluster_) {
     std::vector<Reply> one;
     one.push_back(command_here(wait));
     return one;
   }
-  return cluster_->wait_where_sent(wait);
+  return cluster_->wait_where_sent(wait, written_keys);
 }
 
 void Connection::append(const Argv& argv) {

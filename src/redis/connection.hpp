@@ -72,11 +72,14 @@ class Connection {
   Reply command_here(const Argv& argv);
   /// Sends `wait` (a WAIT command) on every connection that carried a command since the last
   /// call: this one, or with a cluster URL each master's that did (including a master an ASK
-  /// sent a command to; when none did, each that carried one since the connections were last
-  /// set up: an earlier WAIT covered their writes), pipelined so that they wait at the same
-  /// time; their replies, in no particular order. Like command_here(), it never reconnects: ConnectionError
-  /// when such a connection is gone. No reply may be owed when it is called.
-  std::vector<Reply> wait_where_sent(const Argv& wait);
+  /// sent a command to), and each master's that serves one of `written_keys` (the keys the
+  /// caller wrote: on a connection shared by threads, another caller's WAIT may have covered
+  /// them since; a key whose master carried nothing since the connections were set up, or no
+  /// key with nothing carried since the last call, asks every master that carried a command
+  /// since then). Pipelined so that they wait at the same time; their replies, in no particular
+  /// order. Like command_here(), it never reconnects: ConnectionError when such a connection is
+  /// gone. No reply may be owed when it is called.
+  std::vector<Reply> wait_where_sent(const Argv& wait, const std::vector<std::string>& written_keys = {});
   /// Sends all commands in one write and reads their replies in order.
   std::vector<Reply> pipeline(const std::vector<Argv>& commands);
 

@@ -207,5 +207,66 @@ TEST(Cluster, ConcurrentCallersWaitingForReplicasAreEachAnsweredWithWhatTheRepli
   EXPECT_EQ(queued, kThreads * kEach);
 }
 
+// The replica of one master stops while threads share a Producer: no call whose task went to
+// that master returns as acknowledged, however the callers' WAITs interleave (one caller's WAIT
+// can cover another's write; what it found is its own caller's), and each refused call names its
+// own task.
+TEST(Cluster, NoConcurrentCallerWhoseMastersReplicaStoppedIsToldItsTaskIsReplicated) {
+  ClusterTopology t(3, 1);  // nodes 0-2 masters, 3-5 their replicas
+  const std::string queue = plain_key();
+  ProducerOptions po{.connection = {.url = t.url({0}), .socket_timeout = 3s}, .stream = queue};
+  po.partitions = 6;
+  po.min_replicas_acked = 1;
+  po.replicas_ack_timeout = 100ms;
+  Producer producer(po);
+  const int master = t.owner_of(detail::key_slot(detail::partition_stream(queue, po.partitions, 0)));
+  ASSERT_GE(master, 0);
+  std::set<int> paused_partitions;
+  for (int i = 0; i < po.partitions; ++i) {
+    if (t.owner_of(detail::key_slot(detail::partition_stream(queue, po.partitions, i))) == master)
+      paused_partitions.insert(i);
+  }
+  ASSERT_LT(paused_partitions.size(), static_cast<std::size_t>(po.partitions)) << "another master holds some";
+  t.node(3 + master).pause();
+  constexpr int kThreads = 4;
+  constexpr int kEach = 25;
+  std::mutex m;
+  std::set<std::string> acknowledged;
+  std::vector<std::string> misnamed;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (int n = 0; n < kEach; ++n) {
+        const std::string id = std::to_string(i) + "-" + std::to_string(n);
+        try {
+          producer.enqueue("t", "{}", {.task_id = id});
+          std::lock_guard lock(m);
+          acknowledged.insert(id);
+        } catch (const ReplicationError& e) {
+          std::lock_guard lock(m);
+          if (e.task_ids() != std::vector<std::string>{id}) misnamed.push_back(id + ": " + e.what());
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  t.node(3 + master).resume();
+  EXPECT_TRUE(misnamed.empty()) << misnamed.front();
+  std::size_t on_paused = 0;
+  std::vector<std::string> told_replicated;
+  for (const int p : paused_partitions) {
+    const std::string stream = detail::partition_stream(queue, po.partitions, p);
+    for (const auto& [entry, fields] : Client(t.node(master).url()).xrange(stream)) {
+      const std::string id = Client::get(fields, "task_id");
+      ++on_paused;
+      if (acknowledged.count(id) != 0) told_replicated.push_back(id);
+    }
+  }
+  EXPECT_GT(on_paused, 0u);
+  EXPECT_TRUE(told_replicated.empty())
+      << told_replicated.size() << " tasks of the master whose replica "
+      << "stopped were acknowledged as replicated, e.g. " << told_replicated.front();
+}
+
 }  // namespace
 }  // namespace streamq::test
