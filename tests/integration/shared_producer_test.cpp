@@ -331,6 +331,76 @@ TEST_F(SharedProducerTest, ARestartUnderConcurrentCallersLosesNoAcknowledgedEnqu
   EXPECT_GT(acknowledged.size(), 2000u);
 }
 
+// The same kill -9 and restart under enqueue_async calls from several threads, most of them
+// merged: every call is answered, once, with its id or with its own error (what the connection
+// met), and no task an answer acknowledged is lost.
+TEST_F(SharedProducerTest,
+       ARestartUnderAsynchronousCallersAnswersEveryCallOnceAndLosesNoAcknowledgedEnqueue) {
+  ProducerOptions o = options();
+  o.connection.socket_timeout = 2s;
+  constexpr int kThreads = 4;
+  constexpr int kMostUnanswered = 1000;
+  std::mutex m;
+  std::vector<std::string> acknowledged;
+  std::map<int, int> answers;  // per call (by the order it was made in): how often answered
+  std::vector<std::string> unexpected;
+  std::atomic<int> issued{0}, answered{0}, errors{0}, answered_after_restart{0};
+  std::atomic<bool> stop{false}, restarted{false};
+  {
+    Producer producer(o);
+    std::thread callers([&] {
+      on_threads(kThreads, [&](int) {
+        while (!stop.load()) {
+          while (issued.load() - answered.load() > kMostUnanswered) std::this_thread::sleep_for(1ms);
+          const int call = issued.fetch_add(1);
+          producer.enqueue_async("job", Payload(std::string(R"({"n":1})")), {},
+                                 [&, call](const std::exception_ptr& error, std::string id) {
+                                   std::lock_guard lock(m);
+                                   ++answers[call];
+                                   if (!error) {
+                                     acknowledged.push_back(std::move(id));
+                                   } else {
+                                     try {
+                                       std::rethrow_exception(error);
+                                     } catch (const ConnectionError&) {  // TimeoutError too
+                                       errors.fetch_add(1);
+                                     } catch (const ReplyError& e) {  // a server still loading
+                                       if (e.prefix() != "LOADING") unexpected.emplace_back(e.what());
+                                       errors.fetch_add(1);
+                                     } catch (const std::exception& e) {
+                                       unexpected.emplace_back(e.what());
+                                     }
+                                   }
+                                   answered.fetch_add(1);
+                                 });
+          if (restarted.load() && answered_after_restart.fetch_add(1) > 20000) stop = true;
+        }
+      });
+    });
+    // On this thread: the server dies with the thread that started it (PR_SET_PDEATHSIG).
+    std::this_thread::sleep_for(300ms);
+    server.kill9();
+    server.restart();
+    restarted = true;
+    callers.join();
+    EXPECT_TRUE(wait_until([&] { return answered.load() == issued.load(); }, 30s))
+        << answered.load() << " of " << issued.load() << " answered";
+  }
+  std::lock_guard lock(m);
+  EXPECT_EQ(answered.load(), issued.load()) << "the Producer went with calls unanswered";
+  ASSERT_EQ(answers.size(), static_cast<std::size_t>(issued.load()));
+  for (const auto& [call, times] : answers) EXPECT_EQ(times, 1) << "call " << call;
+  EXPECT_TRUE(unexpected.empty()) << unexpected.front();
+  const std::vector<std::string> stored = ids_in_stream();
+  const std::set<std::string> in_stream(stored.begin(), stored.end());
+  EXPECT_EQ(in_stream.size(), stored.size()) << "a task in the stream twice";
+  std::size_t lost = 0;
+  for (const auto& id : acknowledged) lost += in_stream.count(id) == 0 ? 1 : 0;
+  EXPECT_EQ(lost, 0u) << "of " << acknowledged.size() << " acknowledged enqueues";
+  EXPECT_GT(errors.load(), 0) << "the restart was not seen by any caller";
+  EXPECT_GT(acknowledged.size(), 20000u);
+}
+
 TEST_F(SharedProducerTest, AsynchronousEnqueuesFromManyThreadsAreEachAnsweredOnceOnTheCompletionThread) {
   Producer producer(options());
   constexpr int kThreads = 4;
