@@ -206,6 +206,19 @@ TEST(ProcessPool, AChildWhoseForkServerIsKilledKillsItsGroupAndANewForkServerTak
   kill(fork_server, SIGKILL);
   EXPECT_TRUE(wait_until([&] { return gone(grandchild) && gone(child); }, 1s))
       << "the child " << child << " or its grandchild " << grandchild << " outlived their fork server";
+  // The sleeper's attempt failed as a crash of its child fails it: counted (max_retries 0, so it
+  // is dead-lettered as retries exhausted), not handed back, not left running.
+  Client client(scene.server.url());
+  const std::string dlq = scene.stream + ":dlq";
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return client.integer({"XLEN", dlq}) == 1;
+      },
+      20s))
+      << "the sleeper's attempt did not fail";
+  const auto dead = client.xrange(dlq);
+  EXPECT_EQ(Client::get(dead[0].second, "task_type"), "sleeper");
+  EXPECT_EQ(Client::get(dead[0].second, "reason"), "retries_exhausted");
   // The next process task gets a new fork server (forked from the running worker).
   const std::string next = temp_file("after");
   std::remove(next.c_str());
@@ -256,6 +269,15 @@ TEST(ProcessPool, AFrozenWorkersChildStopsWithinOneLease) {
   EXPECT_LE(took, lease) << "the child stopped " << took.count() << " ms after the freeze";
   std::printf("[ figure ] a frozen worker's child stopped %lld ms after the freeze (lease %lld ms)\n",
               static_cast<long long>(took.count()), static_cast<long long>(lease.count()));
+  // Thawed, the worker puts the task back uncounted (lease_lost), and it runs again in a new child.
+  ASSERT_TRUE(wait_until([&] { return read_pid(file) > 0 && read_pid(file) != child; }, 20s))
+      << "the task did not run again after the thaw";
+  Client client(server.url());
+  const auto entries = client.xrange(stream);
+  ASSERT_EQ(entries.size(), 1u);
+  const std::string retries = Client::get(entries[0].second, "retry_count");
+  EXPECT_TRUE(retries.empty() || retries == "0") << "the killed attempt was counted: retry_count " << retries;
+  EXPECT_EQ(client.integer({"XLEN", stream + ":dlq"}), 0);
   std::remove(file.c_str());
 }
 

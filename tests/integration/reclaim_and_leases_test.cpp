@@ -362,6 +362,10 @@ TEST_P(CutOffHolder, StopsItsTaskBeforeItsLeaseEnds) {
   server.resume();
   ASSERT_TRUE(fenced) << "the task ran on while its leases ran out";
   std::cout << "stopped " << took.count() << " ms after the server froze (lease 2000 ms)\n";
+  // The lease was last renewed before the freeze, so it ended at most claim_min_idle after it:
+  // the promise is a stop before that, when no other worker could have reclaimed the entry yet
+  // (the fence fires at four fifths of it; the rest is the margin for a loaded machine).
+  EXPECT_LT(took, o.claim_min_idle) << "stopped after the lease ended";
   EXPECT_EQ(why, "lease_lost");
   ASSERT_TRUE(wait_until([&] { return runs.load() == 2 && xlen(stream) == 0 && pending() == 0; }, 30s));
   worker.stop();

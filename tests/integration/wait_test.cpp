@@ -147,24 +147,38 @@ TEST_F(WaitTest, EveryWaitKeepsItsTimeoutWhileTheServerIsFrozen) {
   Producer p({.connection = {.url = server.url(), .socket_timeout = 5s}, .stream = stream});
   const std::string id = p.enqueue("add", Sum{}, {.retention = Retention{.done = 1min}});
   server.pause();
-  std::vector<std::future<std::chrono::steady_clock::duration>> waits;
+  struct Ended {
+    std::chrono::steady_clock::duration took;
+    std::string error;  // what the wait threw: "timeout: <message>", or another error
+  };
+  std::vector<std::future<Ended>> waits;
   for (int i = 0; i < 6; ++i) {
     waits.push_back(std::async(std::launch::async, [&] {
       const auto start = std::chrono::steady_clock::now();
+      std::string error = "no error";
       try {
         p.wait(id, 500ms);
-      } catch (const WaitTimeoutError&) {
-      } catch (const Error&) {
+      } catch (const WaitTimeoutError& e) {
+        error = std::string("timeout: ") + e.what();
+      } catch (const Error& e) {
+        error = e.what();
       }
-      return std::chrono::steady_clock::now() - start;
+      return Ended{std::chrono::steady_clock::now() - start, error};
     }));
   }
-  std::vector<std::chrono::steady_clock::duration> took;
-  for (auto& w : waits) took.push_back(w.get());
+  std::vector<Ended> ended;
+  for (auto& w : waits) ended.push_back(w.get());
   server.resume();
-  for (const auto t : took) {
+  for (const Ended& e : ended) {
     // The promise is 500 ms plus 100; the bound is loose for the sanitizer builds.
-    EXPECT_LT(t, 1500ms) << std::chrono::duration_cast<std::chrono::milliseconds>(t).count() << " ms";
+    EXPECT_LT(e.took, 1500ms) << std::chrono::duration_cast<std::chrono::milliseconds>(e.took).count()
+                              << " ms";
+    // A WaitTimeoutError that says the record was not read (the read is still stuck) or could
+    // not be read (it failed), never a task that merely did not finish.
+    EXPECT_TRUE(e.error.starts_with("timeout: ") &&
+                (e.error.find("record was not read yet") != std::string::npos ||
+                 e.error.find("record could not be read") != std::string::npos))
+        << e.error;
   }
 }
 
@@ -217,6 +231,36 @@ TEST_F(WaitTest, EnqueueAndWaitGetsTheResultWhenTheRecordIsNotKept) {
   EXPECT_EQ(r.state, TaskRecord::State::done);
   EXPECT_EQ(r.attempts, 1);
   EXPECT_EQ(r.result_json(), 42);
+}
+
+// A record a wait read before its task ended is kept a minute after the end though its
+// retention says it goes at once (Retention{}): the mark the wait set survives to the end, and
+// a later reader still finds the result. A task no one waited on loses its record at the end.
+TEST_F(WaitTest, ARecordAWaitReadBeforeTheEndIsKeptAMinuteThoughItsRetentionIsZero) {
+  Producer p = producer();
+  const std::string waited = p.enqueue("add", Sum{.a = 1, .b = 2}, {.retention = Retention{}});
+  const std::string unwatched = p.enqueue("add", Sum{.a = 3, .b = 4}, {.retention = Retention{}});
+  const std::string record = stream + ":task:" + waited;
+  auto answer = std::async(std::launch::async, [&] { return p.wait(waited, 20s); });
+  // The wait read the record while the task was queued (no worker yet): it marked it.
+  ASSERT_TRUE(wait_until([&] { return client.cmd({"HGET", record, "waited"}).view().is_string(); }, 10s));
+  auto worker = adder();
+  const TaskRecord r = answer.get();
+  EXPECT_EQ(r.state, TaskRecord::State::done);
+  EXPECT_EQ(r.result_json(), 3);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return client.integer({"EXISTS", stream + ":task:" + unwatched}) == 0;
+      },
+      10s))
+      << "the record no wait read goes with its task's end";
+  EXPECT_EQ(client.integer({"EXISTS", record}), 1) << "the waited record went at the end";
+  const std::int64_t ttl = client.integer({"PTTL", record});
+  EXPECT_GT(ttl, 50'000);
+  EXPECT_LE(ttl, 60'000);
+  const auto again = Inspector({.connection = {.url = server.url()}}).record(stream, waited);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->result_json(), 3);
 }
 
 }  // namespace
