@@ -5,6 +5,7 @@
 // the request (it is given up), and one waiting in a worker's prefetch never starts.
 #include <atomic>
 #include <chrono>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -227,6 +228,51 @@ TEST_F(ControlTest, ACancelReachesTheWorkerThatReclaimsTheTask) {
 
 // A cancel is pushed to the holder: it reaches a running handler long before the holder's next
 // lease renewal (every 10 s here), and a waiter is told the task was cancelled.
+// A worker whose cancel follower cannot read the pushes (here its ACL user may not XREAD; a
+// follower reconnecting misses them the same way) still stops a cancelled task: its next lease
+// renewal finds the request, within heartbeat_interval.
+TEST_F(ControlTest, ACancelTheFollowerMissedIsFoundByTheNextLeaseRenewal) {
+  client.cmd({"ACL", "SETUSER", "no-follow", "on", ">secret", "~*", "&*", "+@all", "-xread"}).view().check();
+  Producer p = producer();
+  const std::string id = p.enqueue("t", "{}", {.retention = Retention{.done = 1h}});
+  std::atomic<bool> started{false};
+  std::atomic<std::int64_t> stopped_at_ns{0};
+  std::string why;
+  ConsumerOptions o = options();
+  o.connection.url = "redis://no-follow:secret@127.0.0.1:" + std::to_string(server.port());
+  o.heartbeat_interval = 1s;
+  o.claim_min_idle = 60s;
+  LogCapture log(LogLevel::info);  // (it outlives the worker, which logs to it)
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("t", [&](const Task& task) {
+      started = true;
+      why = wait_for_stop(task, 30s);
+      stopped_at_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+    });
+  });
+  ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
+  const auto follower_failed = [&] {
+    for (const auto& [level, line] : log.lines()) {
+      if (line.starts_with("cancel follower: ") && line.find("NOPERM") != std::string::npos) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_until(follower_failed, 10s)) << "the follower was not refused its read";
+  Inspector in({.connection = {.url = server.url()}});
+  const auto asked = std::chrono::steady_clock::now();
+  EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
+  ASSERT_TRUE(wait_until([&] { return stopped_at_ns.load() != 0; }, 30s)) << "the cancel never arrived";
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::time_point(std::chrono::nanoseconds(stopped_at_ns.load())) - asked);
+  std::cout << "a cancel found by the lease renewal stopped its task " << took.count()
+            << " ms after the request (heartbeat_interval 1000 ms)\n";
+  // Within one renewal (a second here); the bound is loose for the sanitizer builds.
+  EXPECT_LT(took, 3s);
+  EXPECT_EQ(why, "cancelled");
+  worker.stop();
+  EXPECT_EQ(worker.consumer().metrics().cancelled, 1U);
+}
+
 TEST_F(ControlTest, ACancelReachesARunningHandlerWithoutWaitingForTheLeaseRenewal) {
   Producer p = producer();
   const std::string id = p.enqueue("t", "{}", {.retention = Retention{.done = 1h}});
