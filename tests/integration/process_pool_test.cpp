@@ -339,6 +339,57 @@ void on_pid(Consumer& c, const std::string& file, const ProcessLimits& limits = 
        {.executor = HandlerExecutor::process, .limits = limits});
 }
 
+// A worker stopped while a process handler runs past shutdown_grace: the child is not signalled;
+// run() returns after the grace with the entry still pending, and since its leases are no longer
+// renewed, the child's dead man's switch kills it before its lease ends, so it no longer runs
+// when another worker reclaims the task, uncounted (here it has no retry left).
+TEST_F(ControlTest, AStoppedWorkersChildPastTheGraceIsKilledByItsSwitchBeforeItsLeaseEnds) {
+  const std::string file = temp_file("grace");
+  std::remove(file.c_str());
+  Producer p = producer();
+  ConsumerOptions o = one_child(fast());
+  o.claim_min_idle = 1500ms;
+  o.shutdown_grace = 200ms;
+  RunningConsumer worker(o, [&](Consumer& c) {
+    c.on("spin",
+         [file](const Task&) {
+           append_pid(file);
+           for (;;) pause();
+         },
+         {.executor = HandlerExecutor::process});
+  });
+  p.enqueue("spin", "{}", {.max_retries = 0});
+  ASSERT_TRUE(wait_until([&] { return !pids_in(file).empty(); }, 20s)) << "the handler did not start";
+  const int child = pids_in(file).front();
+  worker.stop();  // returns once run() did: after the grace
+  const auto returned = std::chrono::steady_clock::now();
+  EXPECT_FALSE(gone(child)) << "the child was signalled at the stop";
+  // Its lease was renewed during the grace at most, so it ends at most claim_min_idle after run()
+  // returned.
+  const bool killed = wait_until([&] { return gone(child); }, 2 * o.claim_min_idle);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - returned);
+  ASSERT_TRUE(killed) << "the child ran on " << took.count() << " ms after its worker stopped";
+  EXPECT_LT(took, o.claim_min_idle) << "the child ran past its lease";
+  std::printf(
+      "[ figure ] a stopped worker's child past its grace was killed %lld ms after run() returned (lease "
+      "%lld ms)\n",
+      static_cast<long long>(took.count()), static_cast<long long>(o.claim_min_idle.count()));
+  EXPECT_EQ(pending(), 1) << "the entry stays pending, for a reclaim";
+  EXPECT_EQ(xlen(dlq), 0);
+  // Another worker takes it over once the lease ended and runs it, the attempt not counted.
+  std::atomic<int> reran{0};
+  ConsumerOptions o2 = fast();
+  o2.claim_min_idle = 1500ms;
+  o2.reclaim_interval = 50ms;
+  o2.consumer_name = "second";
+  RunningConsumer again(o2, [&](Consumer& c) { c.on("spin", [&](const Task&) { ++reran; }); });
+  ASSERT_TRUE(wait_until([&] { return reran.load() == 1 && pending() == 0 && xlen(stream) == 0; }, 20s));
+  again.stop();
+  EXPECT_EQ(xlen(dlq), 0) << "max_retries 0: a counted attempt would have dead-lettered it";
+  std::remove(file.c_str());
+}
+
 TEST_F(ControlTest, AChildIsReusedAndOneKilledAtItsTimeoutIsReplaced) {
   const std::string file = temp_file("pids");
   std::remove(file.c_str());
