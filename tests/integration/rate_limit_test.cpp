@@ -20,6 +20,7 @@
 #include <streamq/streamq.hpp>
 
 #include "consumer_fixture.hpp"
+#include "log_capture.hpp"
 #include "running_consumer.hpp"
 #include "scheduling_fixture.hpp"
 
@@ -152,6 +153,31 @@ TEST_F(SchedulingTest, ARateLimitHoldsAcrossWorkersAndLosesNothing) {
   EXPECT_EQ(most, static_cast<std::size_t>(kLimit));  // the limit is reached, and never passed
   // 90 tasks at 15 per window need more than 5 windows from the first start to the last.
   EXPECT_GE(at.back() - at.front(), 5 * kPer.count());
+}
+
+// The limit cannot be checked (its key holds a string, so the check fails with WRONGTYPE, as it
+// fails when Redis is out of reach): the task is put back for a second each time, never run
+// unchecked and never charged an attempt; once the check works again, it runs.
+TEST_F(ConsumerTest, ATaskWhoseRateLimitCannotBeCheckedIsPutBackNotRunUnchecked) {
+  const std::string window = stream + ":rate:call_api";
+  client.cmd({"SET", window, "not a window"}).view().check();
+  producer().enqueue("call_api", "{}", {.max_retries = 0});
+  std::atomic<int> ran{0};
+  LogCapture log(LogLevel::info);  // (it outlives the worker, which logs to it)
+  RunningConsumer worker(options(), [&](Consumer& c) {
+    c.on("call_api", [&](const Task&) { ++ran; }, {.rate = {.limit = 5, .per = 1min}});
+  });
+  const auto put_back = [&] {
+    return log.count(LogLevel::warning, "rate limit of \"call_api\" could not be checked");
+  };
+  ASSERT_TRUE(wait_until([&] { return put_back() >= 2; }, 10s)) << "the check did not fail twice";
+  EXPECT_EQ(ran.load(), 0) << "run with its limit unchecked";
+  client.cmd({"DEL", window}).view().check();
+  ASSERT_TRUE(wait_until([&] { return ran.load() == 1 && pending() == 0 && xlen(stream) == 0; }, 10s));
+  worker.stop();
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_EQ(xlen(dlq), 0) << "max_retries 0: a counted attempt would have dead-lettered it";
+  EXPECT_EQ(worker.consumer().metrics().retried, 0U);
 }
 
 }  // namespace
