@@ -237,6 +237,51 @@ TEST(Reliability, AFullServerRefusesEnqueuesAndLosesNothing) {
 
 // Out of memory with a policy that evicts: the consumer says so at start (its user may run
 // INFO here; `streamq doctor` is the check for users that may not).
+// A consumer that never ran on its queue starts on a full server: it cannot create the queue's
+// streams and group (XGROUP CREATE is refused with OOM), so it keeps trying, without ending
+// run(), and once there is room it creates them and runs what is enqueued.
+TEST(Reliability, AFirstStartOnAFullServerRetriesUntilThereIsRoom) {
+  RedisServer server({.extra = {"--maxmemory-policy", "noeviction"}});
+  Client client(server.url());
+  const std::string stream = unique_key();
+  // Full for good: 3 MB of data, and a limit of 1 MB (a server filled to its limit would take
+  // small writes again once a refused command's buffer is freed).
+  const std::string filler(100000, 'x');
+  for (int i = 0; i < 30; ++i)
+    client.cmd({"SET", stream + ":filler:" + std::to_string(i), filler}).view().check();
+  client.cmd({"CONFIG", "SET", "maxmemory", "1mb"}).view().check();
+  ASSERT_TRUE(client.cmd({"SET", stream + ":probe", "x"}).view().is_error()) << "the server is not full";
+  LogCapture log(LogLevel::info);  // (it outlives the worker, which logs to it)
+  std::atomic<int> ran{0};
+  RunningConsumer worker({.connection = {.url = server.url()}, .stream = stream},
+                         [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
+  // ("start: OOM command not allowed when used memory > 'maxmemory'. ...; retrying in 68 ms";
+  // Redis 6.2 words a script's OOM as "ERR Error running script ... -OOM ...")
+  const auto refusals = [&] {
+    int n = 0;
+    for (const auto& [level, line] : log.lines()) {
+      n += line.starts_with("start: ") && line.find("OOM") != std::string::npos &&
+           line.find("retrying") != std::string::npos;
+    }
+    return n;
+  };
+  ASSERT_TRUE(wait_until([&] { return refusals() >= 2; }, 10s))
+      << "the group's creation was not refused and retried";
+  EXPECT_FALSE(worker.finished()) << "run() ended on the full server";
+  EXPECT_EQ(client.integer({"EXISTS", stream}), 0);
+  client.cmd({"CONFIG", "SET", "maxmemory", "0"}).view().check();  // room again
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return client.integer({"EXISTS", stream + ":p:low"}) == 1;
+      },
+      20s))
+      << "the queue's streams were not created once there was room";
+  Producer p({.connection = {.url = server.url()}, .stream = stream});
+  p.enqueue("work", "{}");
+  ASSERT_TRUE(wait_until([&] { return ran.load() == 1; }, 10s));
+  EXPECT_FALSE(worker.finished());
+}
+
 TEST(Reliability, AConsumerWarnsAtStartWhenTheServerMayEvictKeys) {
   RedisServer server({.extra = {"--maxmemory-policy", "allkeys-lru"}});
   LogCapture logs(LogLevel::info);
