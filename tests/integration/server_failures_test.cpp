@@ -23,6 +23,7 @@
 #include "log_capture.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::test {
 namespace {
@@ -279,6 +280,43 @@ TEST(Reliability, AFirstStartOnAFullServerRetriesUntilThereIsRoom) {
   Producer p({.connection = {.url = server.url()}, .stream = stream});
   p.enqueue("work", "{}");
   ASSERT_TRUE(wait_until([&] { return ran.load() == 1; }, 10s));
+  EXPECT_FALSE(worker.finished());
+}
+
+// A consumer whose queue exists starts on a full server: the write of its name is refused, and
+// it starts without the name (a full queue must drain), then takes the name at a later renewal
+// once the server takes writes again.
+TEST(Reliability, AStartOnAFullServerRunsWithoutItsNameAndTakesItOnceThereIsRoom) {
+  RedisServer server({.extra = {"--maxmemory-policy", "noeviction"}});
+  Client client(server.url());
+  const std::string stream = unique_key();
+  ConsumerOptions o{.connection = {.url = server.url()}, .stream = stream};
+  o.consumer_name = "w1";
+  o.heartbeat_interval = 200ms;
+  const std::string name_key = detail::live_key(stream, "workers", "w1");
+  {
+    RunningConsumer first(o, [](Consumer&) {});  // the queue's streams and group exist
+    ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", stream + ":p:low"}) == 1; }));
+  }
+  Producer p({.connection = {.url = server.url()}, .stream = stream});
+  p.enqueue("work", "{}");
+  const std::string filler(100000, 'x');
+  for (int i = 0; i < 30; ++i)
+    client.cmd({"SET", stream + ":filler:" + std::to_string(i), filler}).view().check();
+  client.cmd({"CONFIG", "SET", "maxmemory", "1mb"}).view().check();  // full for good (see above)
+  LogCapture log(LogLevel::info);  // (it outlives the worker, which logs to it)
+  std::atomic<int> ran{0};
+  RunningConsumer worker(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++ran; }); });
+  ASSERT_TRUE(wait_until([&] { return ran.load() == 1; }, 10s)) << "the full queue did not drain";
+  EXPECT_EQ(log.count(LogLevel::warning, "starting without it, and taking it when the server allows"), 1U);
+  EXPECT_EQ(client.integer({"EXISTS", name_key}), 0);
+  client.cmd({"CONFIG", "SET", "maxmemory", "0"}).view().check();  // room again
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return client.integer({"EXISTS", name_key}) == 1;
+      },
+      10s))
+      << "the name was not taken at a renewal";
   EXPECT_FALSE(worker.finished());
 }
 
