@@ -204,30 +204,19 @@ TEST_F(ControlTest, ACancelBeforeTheHandlerStartsKeepsItFromRunning) {
 
 // The worker holding a tracked task was killed; the task was cancelled while nobody ran it: the
 // worker that reclaims it must end it cancelled, not run it to done, and its request goes.
+// Another worker reclaims it once its lease ended.
 TEST_F(ControlTest, ACancelReachesTheWorkerThatReclaimsTheTask) {
-  Producer p = producer();
-  const std::string id = p.enqueue("t", "{}", {.max_retries = 3, .retention = Retention{.done = 1h}});
-  const auto held = read_as("killed-worker", 1);  // it held the task and died
-  ASSERT_EQ(held.size(), 1U);
-  Inspector in({.connection = {.url = server.url()}});
-  EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
-  std::atomic<int> ran{0};
-  RunningConsumer worker(fast(), [&](Consumer& c) { c.on("t", [&](const Task&) { ++ran; }); });
-  ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
-  worker.stop();
-  EXPECT_EQ(ran.load(), 0);
-  EXPECT_EQ(worker.consumer().metrics().done, 0U);
-  EXPECT_EQ(xlen(stream), 0);
-  EXPECT_EQ(pending(), 0);
-  EXPECT_EQ(client.cmd({"KEYS", stream + ":cancel:*"}).view().size(), 0U) << "the request goes with the task";
-  const auto record = in.record(stream, id);
-  ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->state, TaskRecord::State::cancelled);
-  EXPECT_EQ(record->attempts, 0);
+  expect_the_next_holder_ends_a_cancel_cancelled(fast());
 }
 
-// A cancel is pushed to the holder: it reaches a running handler long before the holder's next
-// lease renewal (every 10 s here), and a waiter is told the task was cancelled.
+// The dead worker restarted under its name replays its own pending entry at once.
+TEST_F(ControlTest, ACancelReachesTheRestartedHolderThatReplaysTheTask) {
+  ConsumerOptions o = fast();
+  o.claim_min_idle = 60s;  // (no reclaim meanwhile: the replay is what ends it)
+  o.consumer_name = "killed-worker";
+  expect_the_next_holder_ends_a_cancel_cancelled(o);
+}
+
 // A worker whose cancel follower cannot read the pushes (here its ACL user may not XREAD; a
 // follower reconnecting misses them the same way) still stops a cancelled task: its next lease
 // renewal finds the request, within heartbeat_interval.
@@ -273,6 +262,8 @@ TEST_F(ControlTest, ACancelTheFollowerMissedIsFoundByTheNextLeaseRenewal) {
   EXPECT_EQ(worker.consumer().metrics().cancelled, 1U);
 }
 
+// A cancel is pushed to the holder: it reaches a running handler long before the holder's next
+// lease renewal (every 10 s here), and a waiter is told the task was cancelled.
 TEST_F(ControlTest, ACancelReachesARunningHandlerWithoutWaitingForTheLeaseRenewal) {
   Producer p = producer();
   const std::string id = p.enqueue("t", "{}", {.retention = Retention{.done = 1h}});

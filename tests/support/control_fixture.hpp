@@ -80,6 +80,30 @@ class ControlTest : public ConsumerTest {
     EXPECT_GT(limited, 0U) << "no start ever waited: the limit was not tested";
     return most.load();
   }
+  /// A tracked task held by a worker that died ("killed-worker") is cancelled; the worker `o`
+  /// takes it over: it must end it cancelled, not run it to done, and the request goes.
+  void expect_the_next_holder_ends_a_cancel_cancelled(const ConsumerOptions& o) {
+    Producer p = producer();
+    const std::string id = p.enqueue("t", "{}", {.max_retries = 3, .retention = Retention{.done = 1h}});
+    const auto held = read_as("killed-worker", 1);  // it held the task and died
+    ASSERT_EQ(held.size(), 1U);
+    Inspector in({.connection = {.url = server.url()}});
+    EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
+    std::atomic<int> ran{0};
+    RunningConsumer worker(o, [&](Consumer& c) { c.on("t", [&](const Task&) { ++ran; }); });
+    ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().cancelled == 1; }, 10s));
+    worker.stop();
+    EXPECT_EQ(ran.load(), 0);
+    EXPECT_EQ(worker.consumer().metrics().done, 0U);
+    EXPECT_EQ(xlen(stream), 0);
+    EXPECT_EQ(pending(), 0);
+    EXPECT_EQ(client.cmd({"KEYS", stream + ":cancel:*"}).view().size(), 0U)
+        << "the request goes with the task";
+    const auto record = in.record(stream, id);
+    ASSERT_TRUE(record.has_value());
+    EXPECT_EQ(record->state, TaskRecord::State::cancelled);
+    EXPECT_EQ(record->attempts, 0);
+  }
   /// The only dead letter's fields (empty when there is none).
   Fields dead_letter() {
     const auto all = client.xrange(dlq);
