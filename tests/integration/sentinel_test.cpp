@@ -123,6 +123,21 @@ TEST(Sentinel, ProducersAndWorkersFindTheMasterAndRefuseWhatIsNotOne) {
   EXPECT_EQ(master.integer({"XLEN", stream}), 0);
 }
 
+// No sentinel can be reached: a ConnectionError that lists each sentinel with its reason.
+TEST(Sentinel, SentinelsThatCannotBeReachedAreAConnectionErrorNamingEach) {
+  Producer producer(
+      {.connection = {.url = "redis+sentinel://127.0.0.1:1,127.0.0.1:2/streamq"}, .stream = unique_key()});
+  try {
+    producer.enqueue("t", "{}");
+    ADD_FAILURE() << "enqueued with no sentinel reachable";
+  } catch (const ConnectionError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("127.0.0.1:1"), std::string::npos) << what;
+    EXPECT_NE(what.find("127.0.0.1:2"), std::string::npos) << what;
+    EXPECT_NE(what.find("refused"), std::string::npos) << what;
+  }
+}
+
 TEST(Sentinel, AFailoverWithoutADeathMovesProducersAndWorkers) {
   SentinelTopology t;
   ASSERT_TRUE(t.wait_until_watched()) << "the sentinels did not find the replica and each other";
