@@ -5,6 +5,7 @@
 // the request (it is given up), and one waiting in a worker's prefetch never starts.
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -217,6 +218,28 @@ TEST_F(ControlTest, ACancelReachesTheRestartedHolderThatReplaysTheTask) {
   expect_the_next_holder_ends_a_cancel_cancelled(o);
 }
 
+/// A handler of "t" that waits for its stop request: whether it started, its stop reason, and
+/// when it saw the request.
+struct StopSeen {
+  std::atomic<bool> started{false};
+  std::atomic<std::int64_t> at_ns{0};  // steady clock; 0 until then
+  std::string why;
+
+  void on(Consumer& c) {
+    c.on("t", [this](const Task& task) {
+      started = true;
+      why = wait_for_stop(task, 30s);
+      at_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+    });
+  }
+  bool seen() const { return at_ns.load() != 0; }
+  /// How long after `asked` the handler saw its stop request.
+  std::chrono::milliseconds after(std::chrono::steady_clock::time_point asked) const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at_ns.load())) - asked);
+  }
+};
+
 // A worker whose cancel follower cannot read the pushes (here its ACL user may not XREAD; a
 // follower reconnecting misses them the same way) still stops a cancelled task: its next lease
 // renewal finds the request, within heartbeat_interval.
@@ -224,22 +247,14 @@ TEST_F(ControlTest, ACancelTheFollowerMissedIsFoundByTheNextLeaseRenewal) {
   client.cmd({"ACL", "SETUSER", "no-follow", "on", ">secret", "~*", "&*", "+@all", "-xread"}).view().check();
   Producer p = producer();
   const std::string id = p.enqueue("t", "{}", {.retention = Retention{.done = 1h}});
-  std::atomic<bool> started{false};
-  std::atomic<std::int64_t> stopped_at_ns{0};
-  std::string why;
+  StopSeen stop;
   ConsumerOptions o = options();
   o.connection.url = "redis://no-follow:secret@127.0.0.1:" + std::to_string(server.port());
   o.heartbeat_interval = 1s;
   o.claim_min_idle = 60s;
   LogCapture log(LogLevel::info);  // (it outlives the worker, which logs to it)
-  RunningConsumer worker(o, [&](Consumer& c) {
-    c.on("t", [&](const Task& task) {
-      started = true;
-      why = wait_for_stop(task, 30s);
-      stopped_at_ns = std::chrono::steady_clock::now().time_since_epoch().count();
-    });
-  });
-  ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
+  RunningConsumer worker(o, [&](Consumer& c) { stop.on(c); });
+  ASSERT_TRUE(wait_until([&] { return stop.started.load(); }, 10s));
   const auto follower_failed = [&] {
     for (const auto& [level, line] : log.lines()) {
       if (line.starts_with("cancel follower: ") && line.find("NOPERM") != std::string::npos) return true;
@@ -250,14 +265,13 @@ TEST_F(ControlTest, ACancelTheFollowerMissedIsFoundByTheNextLeaseRenewal) {
   Inspector in({.connection = {.url = server.url()}});
   const auto asked = std::chrono::steady_clock::now();
   EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
-  ASSERT_TRUE(wait_until([&] { return stopped_at_ns.load() != 0; }, 30s)) << "the cancel never arrived";
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::time_point(std::chrono::nanoseconds(stopped_at_ns.load())) - asked);
+  ASSERT_TRUE(wait_until([&] { return stop.seen(); }, 30s)) << "the cancel never arrived";
+  const auto took = stop.after(asked);
   std::cout << "a cancel found by the lease renewal stopped its task " << took.count()
             << " ms after the request (heartbeat_interval 1000 ms)\n";
   // Within one renewal (a second here); the bound is loose for the sanitizer builds.
   EXPECT_LT(took, 3s);
-  EXPECT_EQ(why, "cancelled");
+  EXPECT_EQ(stop.why, "cancelled");
   worker.stop();
   EXPECT_EQ(worker.consumer().metrics().cancelled, 1U);
 }
@@ -267,31 +281,22 @@ TEST_F(ControlTest, ACancelTheFollowerMissedIsFoundByTheNextLeaseRenewal) {
 TEST_F(ControlTest, ACancelReachesARunningHandlerWithoutWaitingForTheLeaseRenewal) {
   Producer p = producer();
   const std::string id = p.enqueue("t", "{}", {.retention = Retention{.done = 1h}});
-  std::atomic<bool> started{false};
-  std::atomic<std::int64_t> stopped_at_ns{0};
-  std::string why;
+  StopSeen stop;
   ConsumerOptions o = options();
   o.heartbeat_interval = 10s;
   o.claim_min_idle = 60s;
-  RunningConsumer worker(o, [&](Consumer& c) {
-    c.on("t", [&](const Task& task) {
-      started = true;
-      why = wait_for_stop(task, 30s);
-      stopped_at_ns = std::chrono::steady_clock::now().time_since_epoch().count();
-    });
-  });
-  ASSERT_TRUE(wait_until([&] { return started.load(); }, 10s));
+  RunningConsumer worker(o, [&](Consumer& c) { stop.on(c); });
+  ASSERT_TRUE(wait_until([&] { return stop.started.load(); }, 10s));
   std::this_thread::sleep_for(300ms);  // its subscription is up (it was before the task ran)
   Inspector in({.connection = {.url = server.url()}});
   const auto asked = std::chrono::steady_clock::now();
   EXPECT_EQ(in.cancel(stream, id), CancelOutcome::running);
-  ASSERT_TRUE(wait_until([&] { return stopped_at_ns.load() != 0; }, 30s));
-  const auto took =
-      std::chrono::steady_clock::time_point(std::chrono::nanoseconds(stopped_at_ns.load())) - asked;
+  ASSERT_TRUE(wait_until([&] { return stop.seen(); }, 30s));
+  const auto took = stop.after(asked);
   // The push takes a few milliseconds; the renewal would have taken up to 10 s. (The bound is
   // loose for the sanitizer builds.)
   EXPECT_LT(took, 3s) << "the cancel waited for the lease renewal";
-  EXPECT_EQ(why, "cancelled");
+  EXPECT_EQ(stop.why, "cancelled");
   try {
     p.wait(id, 10s);
     ADD_FAILURE() << "a cancelled task's wait did not throw";

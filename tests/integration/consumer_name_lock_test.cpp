@@ -33,6 +33,26 @@ std::string run_token(std::string_view value) {
   return std::string(value.substr(from, value.find(' ', from) - from));
 }
 
+/// A worker process holding consumer name "slot-0" of a fresh queue on a server of its own,
+/// busy with a task that hangs (leases of ten minutes, the name renewed every 200 s).
+struct NamedHolder {
+  explicit NamedHolder(const RedisServerOptions& options = {}) : server(options) {}
+  /// Whether the worker started the task.
+  bool started() {
+    return wait_until([&] { return hash(client, stream + ":started").count(held) == 1; });
+  }
+
+  RedisServer server;
+  Client client{server.url()};
+  const std::string stream = unique_key();
+  const std::string key = detail::live_key(stream, "workers", "slot-0");
+  Producer producer{ProducerOptions{.connection = {.url = server.url()}, .stream = stream}};
+  const std::string held = producer.enqueue("hang", nlohmann::json{{"ms", 600000}});
+  const std::vector<std::string> args{STREAMQ_TEST_WORKER,  server.url(),         stream, "slot-0",
+                                      "min_idle_ms=600000", "heartbeat_ms=200000"};
+  WorkerProcess first{args};
+};
+
 // Two processes, one consumer name: while a consumer runs, it holds its name in
 // <stream>:live:<group length>:<group>:<name> with its client id. A second live process with
 // the same name is refused (ConfigError: streamq_test_worker exits with status 3), and a
@@ -84,23 +104,15 @@ TEST(Reliability, ASecondLiveProcessWithTheSameConsumerNameIsRefused) {
 // A restart after a crash still works at once: the holder's connection is gone, so the new
 // process takes the name, and replays its own pending entry long before claim_min_idle.
 TEST(Reliability, ARestartAfterAKillTakesTheConsumerNameAtOnce) {
-  RedisServer server;
-  Client client(server.url());
-  const std::string stream = unique_key();
-  const std::string key = detail::live_key(stream, "workers", "slot-0");
-  Producer producer({.connection = {.url = server.url()}, .stream = stream});
-  const std::string held = producer.enqueue("hang", nlohmann::json{{"ms", 600000}});
-  const std::vector<std::string> args{STREAMQ_TEST_WORKER,  server.url(),         stream, "slot-0",
-                                      "min_idle_ms=600000", "heartbeat_ms=200000"};
-  WorkerProcess first(args);
-  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":started").count(held) == 1; }));
-  const std::string before(client.cmd({"GET", key}).view().str());
-  first.kill9();
-  const std::string log = server.dir() + "/again.log";
-  WorkerProcess again(args, log);
-  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":started").at(held) == 2; }, 10s))
+  NamedHolder h;
+  ASSERT_TRUE(h.started());
+  const std::string before(h.client.cmd({"GET", h.key}).view().str());
+  h.first.kill9();
+  const std::string log = h.server.dir() + "/again.log";
+  WorkerProcess again(h.args, log);
+  ASSERT_TRUE(wait_until([&] { return hash(h.client, h.stream + ":started").at(h.held) == 2; }, 10s))
       << "the restart did not run its own pending entry: " << slurp(log);
-  const std::string after(client.cmd({"GET", key}).view().str());
+  const std::string after(h.client.cmd({"GET", h.key}).view().str());
   EXPECT_NE(run_token(after), run_token(before)) << "another run's token";
   EXPECT_NE(slurp(log).find("is gone; taking it over"), std::string::npos) << slurp(log);
   EXPECT_FALSE(again.died());
@@ -112,38 +124,30 @@ TEST(Reliability, ARestartAfterAKillTakesTheConsumerNameAtOnce) {
 // same. (Without that rule, in name_lock.cpp, the other client passes for the live holder and
 // the worker is refused its name: "is in use by a live process (client 8 ...)".)
 TEST(Reliability, AfterARedisRestartTheRecordedClientIdOfAnotherClientDoesNotHoldTheName) {
-  RedisServer server{RedisServerOptions{.appendonly = true}};
-  Client client(server.url());
-  const std::string stream = unique_key();
-  const std::string key = detail::live_key(stream, "workers", "slot-0");
-  Producer producer({.connection = {.url = server.url()}, .stream = stream});
-  const std::string held = producer.enqueue("hang", nlohmann::json{{"ms", 600000}});
-  const std::vector<std::string> args{STREAMQ_TEST_WORKER,  server.url(),         stream, "slot-0",
-                                      "min_idle_ms=600000", "heartbeat_ms=200000"};
-  WorkerProcess first(args);
-  ASSERT_TRUE(wait_until([&] { return hash(client, stream + ":started").count(held) == 1; }));
-  const std::string recorded(client.cmd({"GET", key}).view().str());
+  NamedHolder h(RedisServerOptions{.appendonly = true});
+  ASSERT_TRUE(h.started());
+  const std::string recorded(h.client.cmd({"GET", h.key}).view().str());
   const std::string holder_id = recorded.substr(0, recorded.find(' '));
-  first.kill9();
+  h.first.kill9();
   // (A client connected within a second of the name's write could be its holder: the restart
   // comes later than that.)
   std::this_thread::sleep_for(1500ms);
-  server.kill9();
-  server.restart();
+  h.server.kill9();
+  h.server.restart();
   // Clients connect until one has the recorded id.
   std::vector<std::unique_ptr<Client>> others;
   for (;;) {
-    others.push_back(std::make_unique<Client>(server.url()));
+    others.push_back(std::make_unique<Client>(h.server.url()));
     const std::int64_t id = others.back()->integer({"CLIENT", "ID"});
     if (std::to_string(id) == holder_id) break;
     ASSERT_LT(id, std::stoll(holder_id)) << "the recorded id " << holder_id << " was passed";
   }
-  Client& reader = *others.front();  // (the test's first client went with the old server)
-  ASSERT_EQ(std::string(reader.cmd({"GET", key}).view().str()), recorded)
+  Client& reader = *others.front();  // (the first client went with the old server)
+  ASSERT_EQ(std::string(reader.cmd({"GET", h.key}).view().str()), recorded)
       << "the name did not survive the restart";
-  const std::string log = server.dir() + "/again.log";
-  WorkerProcess again(args, log);
-  ASSERT_TRUE(wait_until([&] { return hash(reader, stream + ":started").at(held) == 2; }, 10s))
+  const std::string log = h.server.dir() + "/again.log";
+  WorkerProcess again(h.args, log);
+  ASSERT_TRUE(wait_until([&] { return hash(reader, h.stream + ":started").at(h.held) == 2; }, 10s))
       << "the restart did not run its own pending entry: " << slurp(log);
   EXPECT_NE(slurp(log).find("is gone; taking it over"), std::string::npos) << slurp(log);
   EXPECT_FALSE(again.died());

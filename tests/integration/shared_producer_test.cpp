@@ -69,6 +69,24 @@ class SharedProducerTest : public ::testing::Test {
     return ids;
   }
 
+  /// On this thread (the server dies with the thread that started it: PR_SET_PDEATHSIG), while
+  /// `callers` call: the server is killed (kill -9) and restarted, `restarted` set, `callers` joined.
+  void kill_and_restart_the_server(std::atomic<bool>& restarted, std::thread& callers) {
+    std::this_thread::sleep_for(300ms);
+    server.kill9();
+    server.restart();
+    restarted = true;
+    callers.join();
+  }
+  /// Each task of the stream is there once, and each of `acknowledged` is there.
+  void expect_each_in_the_stream_once(const std::vector<std::string>& acknowledged) {
+    const std::vector<std::string> stored = ids_in_stream();
+    const std::set<std::string> in_stream(stored.begin(), stored.end());
+    EXPECT_EQ(in_stream.size(), stored.size()) << "a task in the stream twice";
+    std::size_t lost = 0;
+    for (const auto& id : acknowledged) lost += in_stream.count(id) == 0 ? 1 : 0;
+    EXPECT_EQ(lost, 0u) << "of " << acknowledged.size() << " acknowledged enqueues";
+  }
   /// Eight threads enqueue on one Producer while the server is killed (kill -9) and restarted:
   /// no enqueue the producer acknowledged is lost, and none is written twice.
   void restart_under_concurrent_callers() {
@@ -99,19 +117,8 @@ class SharedProducerTest : public ::testing::Test {
         }
       });
     });
-    // On this thread: the server dies with the thread that started it (PR_SET_PDEATHSIG).
-    std::this_thread::sleep_for(300ms);
-    server.kill9();
-    server.restart();
-    restarted = true;
-    callers.join();
-    ASSERT_TRUE(restarted.load());
-    const std::vector<std::string> stored = ids_in_stream();
-    const std::set<std::string> in_stream(stored.begin(), stored.end());
-    EXPECT_EQ(in_stream.size(), stored.size()) << "a task in the stream twice";
-    std::size_t lost = 0;
-    for (const auto& id : acknowledged) lost += in_stream.count(id) == 0 ? 1 : 0;
-    EXPECT_EQ(lost, 0u) << "of " << acknowledged.size() << " acknowledged enqueues";
+    kill_and_restart_the_server(restarted, callers);
+    expect_each_in_the_stream_once(acknowledged);
     EXPECT_GT(errors.load(), 0) << "the restart was not seen by any caller";
     EXPECT_GT(acknowledged.size(), 2000u);
   }
@@ -391,12 +398,7 @@ TEST_F(SharedProducerTest,
         }
       });
     });
-    // On this thread: the server dies with the thread that started it (PR_SET_PDEATHSIG).
-    std::this_thread::sleep_for(300ms);
-    server.kill9();
-    server.restart();
-    restarted = true;
-    callers.join();
+    kill_and_restart_the_server(restarted, callers);
     EXPECT_TRUE(wait_until([&] { return answered.load() == issued.load(); }, 30s))
         << answered.load() << " of " << issued.load() << " answered";
   }
@@ -405,12 +407,7 @@ TEST_F(SharedProducerTest,
   ASSERT_EQ(answers.size(), static_cast<std::size_t>(issued.load()));
   for (const auto& [call, times] : answers) EXPECT_EQ(times, 1) << "call " << call;
   EXPECT_TRUE(unexpected.empty()) << unexpected.front();
-  const std::vector<std::string> stored = ids_in_stream();
-  const std::set<std::string> in_stream(stored.begin(), stored.end());
-  EXPECT_EQ(in_stream.size(), stored.size()) << "a task in the stream twice";
-  std::size_t lost = 0;
-  for (const auto& id : acknowledged) lost += in_stream.count(id) == 0 ? 1 : 0;
-  EXPECT_EQ(lost, 0u) << "of " << acknowledged.size() << " acknowledged enqueues";
+  expect_each_in_the_stream_once(acknowledged);
   EXPECT_GT(errors.load(), 0) << "the restart was not seen by any caller";
   EXPECT_GT(acknowledged.size(), 20000u);
 }
