@@ -169,16 +169,24 @@ TEST(Cluster, ReplicaAcknowledgementsAreAskedOfEveryMasterWritten) {
   EXPECT_EQ(queued, 120);
 }
 
+/// A producer of `queue` (in `partitions`) through node 0 that waits for one replica of each
+/// master written to, `ack_timeout` at most.
+ProducerOptions waiting_for_a_replica(ClusterTopology& t, const std::string& queue, int partitions,
+                                      std::chrono::milliseconds ack_timeout) {
+  ProducerOptions po{.connection = {.url = t.url({0}), .socket_timeout = 3s}, .stream = queue};
+  po.partitions = partitions;
+  po.min_replicas_acked = 1;
+  po.replicas_ack_timeout = ack_timeout;
+  return po;
+}
+
 // Threads sharing one Producer each wait for the replicas after their own write. Another
 // caller's WAIT can come between a write and its caller's WAIT and cover it: that caller's WAIT
 // then has no master written to since, and still asks the masters written to, not none.
 TEST(Cluster, ConcurrentCallersWaitingForReplicasAreEachAnsweredWithWhatTheReplicasHave) {
   ClusterTopology t(3, 1);
   const std::string queue = plain_key();
-  ProducerOptions po{.connection = {.url = t.url({0}), .socket_timeout = 3s}, .stream = queue};
-  po.partitions = 3;
-  po.min_replicas_acked = 1;
-  po.replicas_ack_timeout = 1500ms;
+  const ProducerOptions po = waiting_for_a_replica(t, queue, 3, 1500ms);
   Producer producer(po);
   constexpr int kThreads = 4;
   constexpr int kEach = 200;
@@ -214,10 +222,7 @@ TEST(Cluster, ConcurrentCallersWaitingForReplicasAreEachAnsweredWithWhatTheRepli
 TEST(Cluster, NoConcurrentCallerWhoseMastersReplicaStoppedIsToldItsTaskIsReplicated) {
   ClusterTopology t(3, 1);  // nodes 0-2 masters, 3-5 their replicas
   const std::string queue = plain_key();
-  ProducerOptions po{.connection = {.url = t.url({0}), .socket_timeout = 3s}, .stream = queue};
-  po.partitions = 6;
-  po.min_replicas_acked = 1;
-  po.replicas_ack_timeout = 100ms;
+  const ProducerOptions po = waiting_for_a_replica(t, queue, 6, 100ms);
   Producer producer(po);
   const int master = t.owner_of(detail::key_slot(detail::partition_stream(queue, po.partitions, 0)));
   ASSERT_GE(master, 0);
