@@ -34,7 +34,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR
 
 # The machine is shared and noisy: each throughput pair (reference, streamq) is measured three
 # times, interleaved, and the medians are compared.
-p1=() p64=() p1cpu=() p64cpu=() enq=() trm=() bat=() shr=() asy=() hxl=()
+p1=() p8=() p64=() p1cpu=() p64cpu=() enq=() trm=() bat=() shr=() per=() asy=() hxl=()
 enqcpu=() trmcpu=() batcpu=()
 for round in 1 2 3; do
   p1+=("$(ref 100000 1)")
@@ -54,9 +54,14 @@ for round in 1 2 3; do
   batch=$(run enqueue-batch --stream b:batch --count 1000000 --batch 1000); cli DEL b:batch
   bat+=("$(field tasks_per_s "$batch")")
   batcpu+=("$(field cpu_us_per_task "$batch")")
-  # One Producer shared by 8 threads (pipelined together), and enqueue_async from one thread.
+  # One Producer shared by 8 threads (merged and pipelined together) against its reference, the
+  # same 8 tasks in flight on one connection (XADD -c 1 -P 8), and against 8 Producers, one per
+  # thread; then enqueue_async from one thread.
+  p8+=("$(ref 400000 8)")
   shared=$(run enqueue-shared --stream b:shr --count 200000 --threads 8); cli DEL b:shr
   shr+=("$(field tasks_per_s "$shared")")
+  per_thread=$(run enqueue-per-thread --stream b:per --count 200000 --threads 8); cli DEL b:per
+  per+=("$(field tasks_per_s "$per_thread")")
   async=$(run enqueue-async --stream b:asy --count 200000); cli DEL b:asy
   asy+=("$(field tasks_per_s "$async")")
 done
@@ -64,11 +69,13 @@ cli DEL bench:ref
 ref_p1=$(median "${p1[@]}")
 ref_hiredis=$(median "${hxl[@]}")
 ref_p64=$(median "${p64[@]}")
+ref_p8=$(median "${p8[@]}")
 enqueue=" tasks_per_s=$(median "${enq[@]}") peak_rss_mb=$(field peak_rss_mb "$single")"
 trimmed=" tasks_per_s=$(median "${trm[@]}") peak_rss_mb=$(field peak_rss_mb "$trimmed")"
 batch=" tasks_per_s=$(median "${bat[@]}") peak_rss_mb=$(field peak_rss_mb "$batch")"
 shared_connections=$(field connections "$shared")
 shared=" tasks_per_s=$(median "${shr[@]}") peak_rss_mb=$(field peak_rss_mb "$shared")"
+per_thread=" tasks_per_s=$(median "${per[@]}") peak_rss_mb=$(field peak_rss_mb "$per_thread")"
 async=" tasks_per_s=$(median "${asy[@]}") peak_rss_mb=$(field peak_rss_mb "$async")"
 # Drain against its reference, a bare hiredis loop doing the same Redis work per task
 # (XREADGROUP COUNT 64, XACK + XDEL pipelined with the next read): five interleaved rounds, as
@@ -135,6 +142,7 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 printf '%-16s %12s %8s %28s %10s\n' scenario tasks/s ratio latency_us_p50/p90/p99/max peak_rss_mb
 printf '%-16s %12.0f %8s %28s %10s\n' "ref XADD -P 1" "$ref_p1" 1.00 - -
 printf '%-16s %12.0f %8s %28s %10s\n' "ref hiredis loop" "$ref_hiredis" "$(ratio "$ref_hiredis" "$ref_p1")" - -
+printf '%-16s %12.0f %8s %28s %10s\n' "ref XADD -P 8" "$ref_p8" 1.00 - -
 printf '%-16s %12.0f %8s %28s %10s\n' "ref XADD -P 64" "$ref_p64" 1.00 - -
 printf '%-16s %12.0f %8s %28s %10s\n' "ref drain-raw" "$ref_drain" 1.00 - -
 line() {  # line <name> <result> <reference>
@@ -147,7 +155,8 @@ line() {  # line <name> <result> <reference>
 line enqueue "$enqueue" "$ref_p1"
 line enqueue-trim "$trimmed" "$ref_p1"
 line enqueue-batch "$batch" "$ref_p64"
-line enqueue-shared "$shared" "$ref_p64"
+line enqueue-shared "$shared" "$ref_p8"
+line enqueue-per-thread "$per_thread" "$ref_p8"
 line enqueue-async "$async" "$ref_p64"
 line drain "$drain" "$ref_drain"
 line drain-3-levels "$drain_levels" "$ref_drain"
@@ -164,15 +173,15 @@ line retry "$retry" ""
 line retry-backoff "$retry_backoff" ""
 line forward "$forward" ""
 echo
-echo "ratios: enqueue and enqueue-trim (Overflow::trim_oldest: a plain XADD, no script) vs XADD -c 1 -P 1 (vs the bare hiredis loop of the same XADD, 'ref hiredis loop': enqueue $(ratio "$(median "${enq[@]}")" "$ref_hiredis"), enqueue-trim $(ratio "$(median "${trm[@]}")" "$ref_hiredis")); enqueue-batch (batch 1000), enqueue-shared and enqueue-async vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked, drain-process and process-fresh vs drain-raw;"
+echo "ratios: enqueue and enqueue-trim (Overflow::trim_oldest: a plain XADD, no script) vs XADD -c 1 -P 1 (vs the bare hiredis loop of the same XADD, 'ref hiredis loop': enqueue $(ratio "$(median "${enq[@]}")" "$ref_hiredis"), enqueue-trim $(ratio "$(median "${trm[@]}")" "$ref_hiredis")); enqueue-shared and enqueue-per-thread vs XADD -c 1 -P 8 (enqueue-shared vs enqueue-per-thread: $(ratio "$(median "${shr[@]}")" "$(median "${per[@]}")")); enqueue-batch (batch 1000) and enqueue-async vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked, drain-process and process-fresh vs drain-raw;"
 echo "drain-process vs drain (the thread executor): $(ratio "$(median "${pr[@]}")" "$(median "${dr[@]}")"); process-fresh vs drain: $(ratio "$(median "${pf[@]}")" "$(median "${dr[@]}")")"
 echo "drain-process: the process executor, 4 children, after the first task (cold start, run() to the first task's end: ${cold[*]} ms);"
 echo "process-fresh: a new child for every task (tasks_per_child 1, what a replacement after a kill costs); their peak_rss_mb is the worker's, the fork server's"
 echo "and the children's resident sets summed (shared pages counted in each; PSS: $(field tree_pss_mb "$processed") MB for drain-process)"
 echo "client CPU per task (user + system, µs, medians; the kernel's wake-ups included, so load on the machine moves it too): XADD -P 1 $(median "${p1cpu[@]}"), enqueue $(median "${enqcpu[@]}"), enqueue-trim $(median "${trmcpu[@]}"); XADD -P 64 $(median "${p64cpu[@]}"), enqueue-batch $(median "${batcpu[@]}")"
-echo "enqueue-shared: 8 threads calling enqueue on one Producer, over ${shared_connections} connection(s); enqueue-async: enqueue_async from one thread, at most 4096 unanswered;"
+echo "enqueue-shared: 8 threads calling enqueue on one Producer, over ${shared_connections} connection(s); enqueue-per-thread: the same 8 threads, a Producer each; enqueue-async: enqueue_async from one thread, at most 4096 unanswered;"
 echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = round trips/s; set_progress: one handler's calls in a tight loop (1,000,000), tasks/s = calls/s, $(field writes "$progress") writes (coalesced: at most one per 100 ms);"
 echo "chord-1000: enqueue_flow of a chord of 1,000 tasks and its callback, run to the callback's end (tasks/s: the 1,000 over that time); $(field chord_overhead "$chord")x the time of the same 1,000 tasks tracked, enqueued with enqueue_batch; the callback started $(field parent_start_ms "$chord") ms after the last child's handler returned (medians of three);"
 echo "chord-1000-p4: the same in a queue of 4 partitions (children in all four, the callback in one): $(field chord_overhead "$chord_p4")x the same tasks tracked in 4 partitions; the callback started $(field parent_start_ms "$chord_p4") ms after the last child's handler returned;"
 echo "chord-1000-away: the children in another queue, run by a consumer of their own: $(field chord_overhead "$chord_away")x the same tasks tracked in one queue; the callback started $(field parent_start_ms "$chord_away") ms after the last child's handler returned;"
-echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | hiredis loop ${hxl[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | shared ${shr[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"
+echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | hiredis loop ${hxl[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | P8 ${p8[*]} | shared ${shr[*]} | per-thread ${per[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"

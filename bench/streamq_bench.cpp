@@ -13,6 +13,7 @@
 //   enqueue-batch  N tasks through enqueue_batch in batches of B (default 1000)
 //   enqueue-shared N single enqueues from T threads (--threads, default 8) on one shared
 //                  Producer (pipelined together); prints the connections it used
+//   enqueue-per-thread  the same T threads, each with a Producer of its own (T connections)
 //   enqueue-async  N enqueue_async calls from one thread, at most 4096 unanswered at a time
 //   enqueue-raw    the client's reference for enqueue: a bare hiredis loop, one XADD of a
 //                  streamq-sized task per round trip
@@ -49,6 +50,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -432,15 +434,20 @@ int connections_named(const std::string& url, const std::string& name) {
   return n;
 }
 
-/// enqueue-shared: T threads calling enqueue on one Producer.
-void time_shared_enqueue(const Args& a) {
-  streamq::Producer p(producer_options(a));
-  p.enqueue("send_email", kPayload);  // connect outside the timed part
+/// enqueue-shared: T threads calling enqueue on one Producer; enqueue-per-thread (`per_thread`):
+/// each on a Producer of its own.
+void time_shared_enqueue(const Args& a, bool per_thread) {
+  std::vector<std::unique_ptr<streamq::Producer>> producers;
+  for (int i = 0; i < (per_thread ? a.threads : 1); ++i) {
+    producers.push_back(std::make_unique<streamq::Producer>(producer_options(a)));
+    producers.back()->enqueue("send_email", kPayload);  // connect outside the timed part
+  }
   std::vector<std::thread> threads;
   const long each = a.count / a.threads;
   const auto t = Clock::now();
   for (int i = 0; i < a.threads; ++i) {
-    threads.emplace_back([&] {
+    streamq::Producer& p = *producers[per_thread ? static_cast<std::size_t>(i) : 0];
+    threads.emplace_back([&p, each] {
       for (long k = 0; k < each; ++k) p.enqueue("send_email", kPayload);
     });
   }
@@ -573,8 +580,8 @@ int scenario_main(const Args& a) {
     const auto t = Clock::now();
     for (long i = 0; i < a.count; ++i) p.enqueue("send_email", kPayload);
     report(a, seconds_since(t));
-  } else if (a.scenario == "enqueue-shared") {
-    time_shared_enqueue(a);
+  } else if (a.scenario == "enqueue-shared" || a.scenario == "enqueue-per-thread") {
+    time_shared_enqueue(a, a.scenario == "enqueue-per-thread");
   } else if (a.scenario == "enqueue-async") {
     time_async_enqueue(a);
   } else if (a.scenario == "enqueue-batch" || a.scenario == "preload") {
@@ -743,7 +750,7 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "streamq-bench: " << e.what()
               << "\nusage: streamq-bench "
-                 "enqueue|enqueue-batch|enqueue-shared|enqueue-async|enqueue-raw|preload|drain|drain-levels|"
+                 "enqueue|enqueue-batch|enqueue-shared|enqueue-per-thread|enqueue-async|enqueue-raw|preload|drain|drain-levels|"
                  "drain-raw|"
                  "latency|retry"
               << "|retry-backoff|forward|wait|progress|chord"

@@ -6,7 +6,7 @@
 -- enqueue_batch when it sends more than one chunk of a partition.
 -- ARGV[1] = 'reject' (the backlog gate: Overflow::reject), 'each' (the gate, for each task on
 --           its own: single enqueues of plain tasks merged into one call by the producer, see
---           src/producer/merger.hpp; 'plain' layout, no mark), 'trim' (no gate; immediate
+--           src/producer/merged_enqueue.hpp; 'plain' layout, no mark), 'trim' (no gate; immediate
 --           entries are added with MAXLEN ~ max_len, as the seed does) or 'placed' (a flow's
 --           children placed in their partition, see below: no gate, no trim, KEYS[5] is the
 --           placement's guard, set by its last write, and nothing is written when it is set

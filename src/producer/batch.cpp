@@ -97,7 +97,6 @@ std::vector<std::string> Producer::Impl::enqueue_many(const std::vector<TaskSpec
   if (tasks.empty()) return {};
   // Without the script, a command sent where its slot no longer is goes again on its own (the
   // shared connection follows it); with it, finish_batch decides what goes again, in order.
-  before_write();
   std::vector<detail::Reply> replies = link.run(b.commands(), !b.scripted, &b.generation);
   return finish_batch(b, std::move(replies));
 }

@@ -288,7 +288,6 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
     }
   }
   std::uint64_t written_on = 0;
-  im.before_write();
   std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::enqueue}}, true, &written_on);
   const detail::Reply& reply = replies[0];
   if (detail::is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
@@ -404,7 +403,6 @@ std::string Producer::open_batch(const BatchOptions& options) {
     argv.add(static_cast<std::int64_t>(1 + detail::new_task_string_count(written))).add(stream);
     detail::append_new_task(argv, written);
   }
-  im.before_write();
   std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::batch}}, true);
   checked_batch_reply(replies[0]);
   return id;
@@ -416,7 +414,6 @@ bool Producer::close_batch(const std::string& batch_id) {
   const int partition = im.partition_of(EnqueueOptions{.batch = batch_id}, {});
   detail::Argv argv = detail::ScriptRunner::begin_shared(detail::ScriptId::batch, 1);
   argv.add(im.keys[static_cast<std::size_t>(partition)].stream).add("close").add(batch_id);
-  im.before_write();
   std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::batch}}, true);
   return checked_batch_reply(replies[0]).view().integer() == 1;
 }

@@ -73,24 +73,13 @@ Producer::Impl::Impl(ProducerOptions o)
   }
   if (options.overflow == Overflow::reject) {
     for (std::size_t p = 0; p < keys.size(); ++p) {
-      mergers.push_back(std::make_unique<detail::EnqueueMerger>(
-          link, [this](const std::vector<const detail::Prepared*>& t) { return merged_argv(t); }));
+      merges.push_back(std::make_unique<detail::MergedEnqueue>(
+          [this](const std::vector<const detail::Prepared*>& t) { return merged_argv(t); }));
     }
   }
 }
 
-Producer::Impl::~Impl() {
-  // (A completion destroying its own Producer: close() says so and stops; drain() would wait on
-  // this very thread.)
-  if (!link.on_completion_thread()) {
-    for (auto& m : mergers) m->drain();
-  }
-  link.close();
-}
-
-void Producer::Impl::before_write() {
-  for (auto& m : mergers) m->flush();
-}
+Producer::Impl::~Impl() { link.close(); }
 
 std::shared_ptr<const std::vector<ProducerMiddleware>> Producer::Impl::middleware_now() {
   std::lock_guard lock(middleware_mutex);
@@ -237,14 +226,14 @@ std::string Producer::Impl::enqueue_through_middleware(std::string_view task_typ
   return enqueue_one(task_type, payload_json, task_options, partition);
 }
 
-void Producer::Impl::build_one(OneWrite& w, bool may_merge) {
+void Producer::Impl::build_one(OneWrite& w) {
   w.created_at = detail::format_timestamp(std::chrono::system_clock::now());
   w.one.push_back(prepare(w.type, w.payload, w.options, w.id, w.created_at));
   const bool plain = !Impl::needs_script(w.one[0]);
   if (options.overflow == Overflow::trim_oldest && plain) {
     w.argv = trim_argv(w.one[0]);
-  } else if (may_merge && plain && !mergers.empty()) {
-    w.merged = true;  // (mergers exist under Overflow::reject)
+  } else if (plain) {
+    w.merged = true;  // (Overflow::reject: merges has its partition's)
   } else {
     w.argv = script_argv(w.one, 0, 1);
     w.script = detail::ScriptId::enqueue;
@@ -259,16 +248,27 @@ std::string Producer::Impl::finish_one(const OneWrite& w, const detail::Reply& r
   return w.id;
 }
 
+std::string Producer::Impl::finish_merged(const OneWrite& w, const detail::SharedOutcome& o) {
+  if (o.error) std::rethrow_exception(o.error);
+  return w.id;
+}
+
 std::string Producer::Impl::enqueue_one(std::string_view task_type, std::string_view payload_json,
                                         const EnqueueOptions& task_options, std::size_t* partition) {
   OneWrite w{.type = std::string(task_type), .payload = std::string(payload_json), .options = task_options};
   build_one(w);
   if (partition != nullptr) *partition = static_cast<std::size_t>(w.one[0].partition);
+  const auto p = static_cast<std::size_t>(w.one[0].partition);
   std::uint64_t written_on = 0;
-  before_write();
-  std::vector<detail::Reply> replies = link.run({{&w.argv, w.script}}, true, &written_on);
-  std::string id = finish_one(w, replies[0]);
-  wait_for_replicas({id}, written_on, {keys[static_cast<std::size_t>(w.one[0].partition)].stream});
+  std::string id;
+  if (w.merged) {
+    const detail::SharedOutcome o = link.run_merged(*merges[p], &w.one[0]);
+    written_on = o.generation;
+    id = finish_merged(w, o);
+  } else {
+    id = finish_one(w, link.run({{&w.argv, w.script}}, true, &written_on)[0]);
+  }
+  wait_for_replicas({id}, written_on, {keys[p].stream});
   return id;
 }
 
@@ -326,7 +326,7 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
       w->type = c.task_type;
       w->payload = c.payload;
       w->options = c.options;
-      im.build_one(*w, true);
+      im.build_one(*w);
     };
     EnqueueCall call{std::string(task_type), payload.text(), options, {}};
     if (im.has_middleware.load() || im.options.tracer) {
@@ -343,33 +343,29 @@ void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
                  {{}, std::current_exception()});
     return;
   }
-  if (w->merged) {
-    auto t = std::make_shared<detail::MergedTask>();
-    t->task = &w->one[0];
-    t->done = [&im, w, done = std::move(done)](std::exception_ptr error, std::uint64_t generation) {
-      if (error) return done(std::move(error), std::string());
-      if (im.options.min_replicas_acked == 0) return done(nullptr, w->id);
-      im.replicas_then({w->id}, generation, im.keys[static_cast<std::size_t>(w->one[0].partition)].stream,
-                       [done, id = w->id](const std::exception_ptr& e) { done(e, e ? std::string() : id); });
-    };
-    im.mergers[static_cast<std::size_t>(w->one[0].partition)]->submit(std::move(t));
-    return;
-  }
-  im.before_write();
-  im.link.submit({{&w->argv, w->script}}, true, [&im, w, done = std::move(done)](detail::SharedOutcome o) {
-    std::exception_ptr error = o.error;
+  auto answered = [&im, w, done = std::move(done)](detail::SharedOutcome o) {
+    std::exception_ptr error;
     std::string id;
-    if (!error) {
-      try {
+    try {
+      if (w->merged) {
+        id = im.finish_merged(*w, o);
+      } else {
+        if (o.error) std::rethrow_exception(o.error);
         id = im.finish_one(*w, o.replies[0]);
-      } catch (...) {
-        error = std::current_exception();
       }
+    } catch (...) {
+      error = std::current_exception();
     }
     if (error || im.options.min_replicas_acked == 0) return done(error, std::move(id));
     im.replicas_then({id}, o.generation, im.keys[static_cast<std::size_t>(w->one[0].partition)].stream,
                      [done, id](const std::exception_ptr& e) { done(e, e ? std::string() : id); });
-  });
+  };
+  if (w->merged) {
+    im.link.submit_merged(*im.merges[static_cast<std::size_t>(w->one[0].partition)], &w->one[0],
+                          std::move(answered));
+  } else {
+    im.link.submit({{&w->argv, w->script}}, true, std::move(answered));
+  }
 }
 
 std::future<std::string> Producer::enqueue_async(std::string_view task_type, const Payload& payload,
@@ -398,7 +394,6 @@ void Producer::enqueue_batch_async(std::vector<TaskSpec> tasks, BatchHandler don
     im.link.post([done](const detail::SharedOutcome&) { done(nullptr, {}); }, {});
     return;
   }
-  im.before_write();
   im.link.submit(b->commands(), !b->scripted, [&im, b, done = std::move(done)](detail::SharedOutcome o) {
     if (o.error) return done(o.error, {});
     std::vector<std::string> ids;

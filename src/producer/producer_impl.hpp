@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "merger.hpp"
+#include "merged_enqueue.hpp"
 #include "prepare.hpp"
 #include "redis/argv.hpp"
 #include "redis/scripts.hpp"
@@ -39,8 +39,8 @@ struct Producer::Impl {
     std::vector<detail::Prepared> one{};
     detail::Argv argv{};
     detail::ScriptId script = detail::not_a_script;
-    /// Written by its partition's merger, not by `argv`: a plain task (immediate, normal
-    /// priority, not unique, not tracked) enqueued asynchronously under Overflow::reject.
+    /// Written merged with other calls' (MergedEnqueue), not by `argv`: a plain task (immediate,
+    /// normal priority, not unique, not tracked) under Overflow::reject.
     bool merged = false;
   };
   /// A batch's write (see enqueue_batch): its tasks prepared, their chunks' commands, and which
@@ -72,12 +72,12 @@ struct Producer::Impl {
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
   static std::string first_partition(const ProducerOptions& o);
-  /// Checks the task and builds its command (throws before anything is sent); with `may_merge`
-  /// (an asynchronous call), a task its partition's merger takes gets no command of its own.
-  void build_one(OneWrite& w, bool may_merge = false);
-  /// Sends what the mergers hold, ahead of a write of another kind (a thread's calls are written
-  /// in the order it made them).
-  void before_write();
+  /// Checks the task and builds its command (throws before anything is sent); a task that is
+  /// merged (OneWrite::merged) gets no command of its own.
+  void build_one(OneWrite& w);
+  /// How a merged task's call ended: its id, or what its outcome says (QueueFullError, what
+  /// ended the call). Without the WAIT for replicas.
+  std::string finish_merged(const OneWrite& w, const detail::SharedOutcome& o);
   /// The task's id, or the refusal its reply says (QueueFullError, DuplicateTaskError, ReplyError).
   /// Without the WAIT for replicas.
   std::string finish_one(const OneWrite& w, const detail::Reply& reply);
@@ -116,7 +116,7 @@ struct Producer::Impl {
                            const std::string& refusal_mark = {}, std::int64_t position = 0,
                            const detail::QueueKeys* to = nullptr) const;
   /// One enqueue script call, mode 'each', for plain tasks of one partition merged from single
-  /// enqueues (EnqueueMerger): each admitted or refused on its own.
+  /// enqueues (MergedEnqueue): each admitted or refused on its own.
   detail::Argv merged_argv(const std::vector<const detail::Prepared*>& tasks) const;
   /// Whether a task needs the enqueue script even with Overflow::trim_oldest, and the
   /// script's 'full' layout (see enqueue.lua).
@@ -186,8 +186,8 @@ struct Producer::Impl {
   std::atomic<bool> has_middleware{false};
   detail::SharedConnection link;        // every thread's calls, pipelined together
   std::vector<detail::QueueKeys> keys;  // one per partition
-  /// Overflow::reject: per partition, the asynchronous enqueues of plain tasks merged (OneWrite::merged).
-  std::vector<std::unique_ptr<detail::EnqueueMerger>> mergers;
+  /// Overflow::reject: per partition, how its plain tasks' enqueues merge (OneWrite::merged).
+  std::vector<std::unique_ptr<detail::MergedEnqueue>> merges;
   std::string max_len_text;
   std::atomic<unsigned> next_partition{0};  // the next task without a key goes to this mod partitions
   std::mutex waiter_mutex;

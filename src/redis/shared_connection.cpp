@@ -65,11 +65,19 @@ void SharedConnection::run_alone(const Alone& alone) {
   if (o.error) std::rethrow_exception(o.error);
 }
 
+SharedOutcome SharedConnection::run_merged(const Merge& merge, const void* item) {
+  Request r;
+  r.merge = &merge;
+  r.item = item;
+  r.rerun = true;
+  return wait_for(r);
+}
+
 SharedOutcome SharedConnection::wait_for(Request& r) {
   std::condition_variable wake;
   r.wake = &wake;
   std::unique_lock lock(mutex_);
-  queue_.push_back(&r);
+  queue_locked(&r);
   ++sync_waiting_;
   while (!r.done) {
     if (!leading_) {
@@ -85,6 +93,15 @@ void SharedConnection::submit(std::vector<SharedCommand> commands, bool rerun_no
   auto r = std::make_unique<Request>();
   r->commands = std::move(commands);
   r->rerun = rerun_not_run;
+  r->completion = std::move(done);
+  enqueue_async(std::move(r));
+}
+
+void SharedConnection::submit_merged(const Merge& merge, const void* item, Completion done) {
+  auto r = std::make_unique<Request>();
+  r->merge = &merge;
+  r->item = item;
+  r->rerun = true;
   r->completion = std::move(done);
   enqueue_async(std::move(r));
 }
@@ -114,9 +131,20 @@ void SharedConnection::start_completion_thread() {
 void SharedConnection::enqueue_async(std::unique_ptr<Request> r) {
   std::unique_lock lock(mutex_);
   start_completion_thread();
-  queue_.push_back(r.release());
+  queue_locked(r.release());
   // No one leads: the completion thread writes it (the caller does not wait).
   if (!leading_) completion_wake_.notify_one();
+}
+
+void SharedConnection::queue_locked(Request* r) {
+  if (r->merge != nullptr && !queue_.empty()) {
+    Request& last = *queue_.back();
+    if (last.merge == r->merge && last.riders.size() + 1 < Merge::kMostItems) {
+      last.riders.push_back(r);
+      return;
+    }
+  }
+  queue_.push_back(r);
 }
 
 void SharedConnection::lead(std::unique_lock<std::mutex>& lock, const Request* until) {
@@ -156,7 +184,7 @@ void SharedConnection::lead(std::unique_lock<std::mutex>& lock, const Request* u
 
 void SharedConnection::answer(const std::vector<Request*>& answered, const Request* until) {
   bool completions = false;
-  for (Request* r : answered) {
+  auto done = [&](Request* r) {
     r->done = true;
     if (r->completion) {
       completed_.emplace_back(r);
@@ -165,8 +193,26 @@ void SharedConnection::answer(const std::vector<Request*>& answered, const Reque
       --sync_waiting_;
       if (r != until) r->wake->notify_one();
     }
+  };
+  for (Request* r : answered) {
+    if (r->merge != nullptr) split_merged(*r);
+    for (Request* rider : r->riders) done(rider);
+    done(r);  // last: an asynchronous one is the completion thread's from here on
   }
   if (completions) completion_wake_.notify_one();
+}
+
+void SharedConnection::split_merged(Request& r) {
+  const std::size_t n = r.riders.size() + 1;
+  auto item = [&](std::size_t i) {
+    return r.outcome.error ? r.outcome.error : r.merge->outcome(r.outcome.replies.at(0), i, n);
+  };
+  for (std::size_t i = 0; i < r.riders.size(); ++i) {
+    r.riders[i]->outcome.error = item(i + 1);
+    r.riders[i]->outcome.generation = r.outcome.generation;
+  }
+  r.outcome.error = item(0);
+  r.outcome.replies.clear();
 }
 
 void SharedConnection::pass_on() {
@@ -175,13 +221,17 @@ void SharedConnection::pass_on() {
   // told too, and the one that finds no leader leads.
   bool async_left = false;
   bool sync_told = sync_waiting_ == 0;
-  auto visit = [&](Request* r) {
+  auto visit_one = [&](Request* r) {
     if (r->wake == nullptr) {
       async_left = true;
     } else if (!sync_told) {
       r->wake->notify_one();
       sync_told = true;
     }
+  };
+  auto visit = [&](Request* r) {  // a request and its riders
+    visit_one(r);
+    for (Request* rider : r->riders) visit_one(rider);
     return !(async_left && sync_told);
   };
   bool more = true;
@@ -192,7 +242,31 @@ void SharedConnection::pass_on() {
   if (async_left) completion_wake_.notify_one();
 }
 
+std::vector<SharedConnection::Request*> SharedConnection::build_merged(std::vector<Request*>& batch) {
+  std::vector<Request*> failed;
+  std::vector<const void*> items;
+  auto built = [&](Request* r) {
+    if (r->merge == nullptr) return true;
+    try {
+      items.clear();
+      items.push_back(r->item);
+      for (const Request* rider : r->riders) items.push_back(rider->item);
+      r->merged = r->merge->build(items);
+      r->commands = {{&r->merged, r->merge->script()}};
+      return true;
+    } catch (...) {
+      r->outcome.error = std::current_exception();
+      failed.push_back(r);
+      return false;
+    }
+  };
+  batch.erase(std::remove_if(batch.begin(), batch.end(), [&](Request* r) { return !built(r); }), batch.end());
+  return failed;
+}
+
 std::vector<SharedConnection::Request*> SharedConnection::write(std::vector<Request*>& batch) {
+  std::vector<Request*> failed = build_merged(batch);
+  if (batch.empty()) return failed;
   try {
     if (in_flight_.empty()) conn_.connect_with_backoff();
     // Flushed every kFlushEvery commands: Redis starts on the first ones while the rest are
@@ -212,13 +286,15 @@ std::vector<SharedConnection::Request*> SharedConnection::write(std::vector<Requ
   } catch (...) {
     // Nothing of the batch was sent, or what was is lost with the connection: it fails, with
     // everything owed (Connection drops itself on an I/O error).
-    return fail_owed(std::current_exception(), std::move(batch));
+    std::vector<Request*> owed = fail_owed(std::current_exception(), std::move(batch));
+    owed.insert(owed.end(), failed.begin(), failed.end());
+    return owed;
   }
   const std::uint64_t generation = conn_.generation();
   const std::lock_guard lock(mutex_);
   for (Request* r : batch) r->outcome.generation = generation;
   in_flight_.insert(in_flight_.end(), batch.begin(), batch.end());
-  return {};
+  return failed;
 }
 
 std::vector<SharedConnection::Request*> SharedConnection::read_oldest() {

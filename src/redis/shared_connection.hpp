@@ -27,6 +27,22 @@ struct SharedCommand {
   ScriptId script = not_a_script;
 };
 
+/// A kind of call whose requests merge: the items of one Merge queued back to back ride in one
+/// command, built when it is written (a partition's plain enqueues, src/producer/merged_enqueue.hpp).
+/// An item is opaque here: a pointer its caller keeps alive until it is answered.
+class Merge {
+ public:
+  /// Items in one command at most.
+  static constexpr std::size_t kMostItems = 64;
+  virtual ~Merge() = default;
+  /// The command of `items`, in the order they were queued. May throw (the items fail with it).
+  virtual Argv build(const std::vector<const void*>& items) const = 0;
+  /// The script the command calls (or not_a_script).
+  virtual ScriptId script() const = 0;
+  /// How item `i` of the `n` of a command ended, from the command's reply: null when it was done.
+  virtual std::exception_ptr outcome(const Reply& reply, std::size_t i, std::size_t n) const = 0;
+};
+
 /// What a request is answered with: one reply per command, or what ended it (ConnectionError,
 /// TimeoutError, ... thrown while it was written or read; the replies read before are lost).
 struct SharedOutcome {
@@ -43,6 +59,11 @@ struct SharedOutcome {
 /// write. Asynchronous requests are written by whoever writes next, or by the completion thread
 /// (started at the first asynchronous request) when no one does; their completions always run on
 /// that thread, never inside another caller's call.
+///
+/// A merged call (run_merged, submit_merged) joins the last request queued when that one is of
+/// the same Merge and has room, else it is queued as a request that later ones may join. Since
+/// it joins only the last request, and a request is written where it stands in the queue, the
+/// calls of one thread are written in the order it made them, merged or not.
 ///
 /// A request's commands are written back to back, in order, and no other request's command comes
 /// between them; requests are written in the order they were queued. (A command sent again
@@ -82,6 +103,14 @@ class SharedConnection {
   /// thread.
   void submit_alone(Alone alone, Completion done);
 
+  /// Runs `item` of `merge` (see Merge) and returns how it ended: the outcome's error is what
+  /// the command's reply says of the item (Merge::outcome), or what ended the command; replies
+  /// are empty. Its command is sent again on its own when it was not run where it went (as
+  /// run() with `rerun_not_run`). Blocks; answered by whichever thread reads the reply.
+  SharedOutcome run_merged(const Merge& merge, const void* item);
+  /// As run_merged(), without waiting: `done` runs on the completion thread.
+  void submit_merged(const Merge& merge, const void* item, Completion done);
+
   /// Runs `done` with `outcome` on the completion thread, without writing anything (an
   /// asynchronous call refused before it was queued is answered where the others are).
   void post(Completion done, SharedOutcome outcome);
@@ -101,9 +130,18 @@ class SharedConnection {
     SharedOutcome outcome;
     bool done = false;
     std::condition_variable* wake = nullptr;  // a synchronous caller's, to wake it
+    // A merged call: its Merge and item. The first of a command's items is its request in the
+    // queue; the later ones ride in it, answered with it. Its command is built when written.
+    const Merge* merge = nullptr;
+    const void* item = nullptr;
+    std::vector<Request*> riders;
+    Argv merged;
   };
 
   SharedOutcome wait_for(Request& request);
+  /// With the lock held: `r` joins the last request queued (a merged call of the same Merge with
+  /// room), else it goes to the back of the queue.
+  void queue_locked(Request* r);
   void enqueue_async(std::unique_ptr<Request> request);
   /// With the lock held and no leader: writes and reads until `until` is answered (the
   /// completion thread: until nothing is queued or owed, or completions wait), then passes the
@@ -113,14 +151,21 @@ class SharedConnection {
   void lead(std::unique_lock<std::mutex>& lock, const Request* until);
   /// The steps (without the lock; each returns the requests it answered).
   std::vector<Request*> write(std::vector<Request*>& batch);
+  /// The commands of the merged requests of `batch`, built; those whose build threw leave the
+  /// batch, failed with what it threw, and are returned.
+  static std::vector<Request*> build_merged(std::vector<Request*>& batch);
   std::vector<Request*> read_oldest();
   std::vector<Request*> run_alone_now(Request& r);
   /// A connection lost (or left owing replies no one will read): every request written and not
   /// answered, and `also`, fail with `error`.
   std::vector<Request*> fail_owed(const std::exception_ptr& error, std::vector<Request*> also = {});
   void rerun(Request& r);
-  /// With the lock held: `answered` are done; their callers are told (or the completion thread).
+  /// With the lock held: `answered` are done (a merged one with its riders, each with its own
+  /// outcome); their callers are told (or the completion thread).
   void answer(const std::vector<Request*>& answered, const Request* until);
+  /// A merged request's outcome split: each of its items (its own and its riders') gets what
+  /// the reply says of it, or what ended the command.
+  static void split_merged(Request& r);
   /// With the lock held: no one leads now; the owner of the oldest request left (and the oldest
   /// synchronous caller, and the completion thread if an asynchronous request is left) is told.
   void pass_on();

@@ -252,8 +252,8 @@ std::int64_t script_calls(Client& client) {
   return calls;
 }
 
-// Asynchronous enqueues in flight together are merged into script calls of many tasks
-// (EnqueueMerger); the queue's bound still admits each task on its own, in order, as calls of
+// Asynchronous enqueues in flight together are merged into script calls of many tasks (in the
+// shared connection's queue, MergedEnqueue); the queue's bound still admits each task on its own, in order, as calls of
 // their own would be, and each completion gets its own id or its own QueueFullError.
 TEST_F(SharedProducerTest, MergedAsynchronousEnqueuesAreEachAdmittedOrRefusedOnTheirOwn) {
   ProducerOptions o = options();
@@ -331,8 +331,8 @@ TEST_F(SharedProducerTest, AMergedCallRefusedWholeFailsEachOfItsTasks) {
   EXPECT_EQ(prefixes, std::vector<std::string>(200, "WRONGTYPE"));
 }
 
-// Merged tasks keep their place: a thread's blocking call made after its asynchronous ones is
-// written after them, even while the merger holds some back (four merged calls on their way).
+// Merged tasks keep their place: a thread's blocking call of another kind (a tracked task, a
+// script call of its own) made after its asynchronous merged ones is written after them.
 TEST_F(SharedProducerTest, ACallMadeAfterMergedOnesIsWrittenAfterThem) {
   Producer producer(options());
   std::atomic<int> answered{0};
@@ -340,7 +340,7 @@ TEST_F(SharedProducerTest, ACallMadeAfterMergedOnesIsWrittenAfterThem) {
     producer.enqueue_async("early", R"({})", {},
                            [&](std::exception_ptr, const std::string&) { answered.fetch_add(1); });
   }
-  const std::string last = producer.enqueue("late", R"({})");
+  const std::string last = producer.enqueue("late", R"({})", {.retention = Retention{}});
   ASSERT_TRUE(wait_until([&] { return answered.load() == 3000; }, 20s)) << answered.load();
   const std::vector<std::string> ids = ids_in_stream();
   ASSERT_EQ(ids.size(), 3001u);
