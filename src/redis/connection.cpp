@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "connection.hpp"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/time.h>
 
@@ -129,6 +130,7 @@ void Connection::disconnect() noexcept {
   }
   owed_ = 0;
   demoted_ = false;
+  ready_.reset();
 }
 
 void Connection::set_timeout(Millis timeout) {
@@ -158,6 +160,12 @@ void Connection::fail(const char* during) {
   disconnect();
   if (timeout) throw TimeoutError(message);
   throw ConnectionError(message);
+}
+
+void Connection::fail_timeout(const char* during) {
+  const std::string message = "redis " + describe() + ": " + during + ": timed out";
+  disconnect();
+  throw TimeoutError(message);
 }
 
 void Connection::connect() {
@@ -335,27 +343,61 @@ void Connection::flush() {
 
 Reply Connection::read_reply() { return cluster_ ? cluster_->read_reply() : next_reply("pipeline"); }
 
-Reply Connection::next_reply(const char* during) {
+void Connection::write_queued(const char* during) {
+  // Under the SIGPIPE guard, only when something is queued: a read cannot raise SIGPIPE, and
+  // the guard costs four system calls.
+  if (ctx_->obuf == nullptr || ctx_->obuf[0] == '\0') return;
+  SigpipeGuard guard;
+  int done = 0;
+  while (!done) {
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) fail(during);
+  }
+}
+
+bool Connection::await_reply(int wake_fd) {
+  if (cluster_) return true;
+  if (ready_) return true;
+  const char* during = "pipeline";
   if (ctx_ == nullptr) fail(during);
+  void* raw = nullptr;
+  if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail(during);
+  if (raw == nullptr) write_queued(during);
+  const auto deadline = std::chrono::steady_clock::now() + config_.socket_timeout;
+  while (raw == nullptr) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) fail_timeout(during);
+    pollfd fds[2] = {{ctx_->fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const int n = ::poll(fds, 2, static_cast<int>(std::min<std::int64_t>(left.count(), 60'000)));
+    if (n < 0 && errno != EINTR) fail(during);
+    if (n <= 0) continue;
+    if (fds[0].revents != 0) {  // (an error or a hang-up too: the read says which)
+      if (redisBufferRead(ctx_) != REDIS_OK || redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail(during);
+    } else if (fds[1].revents != 0) {
+      return false;
+    }
+  }
+  ready_.emplace(static_cast<redisReply*>(raw), free_arena_reply);
+  return true;
+}
+
+Reply Connection::receive(const char* during) {
   void* raw = nullptr;
   // A reply that an earlier read brought along needs no I/O, nor the SIGPIPE guard's four
   // syscalls (a pipeline's replies mostly come many to a read).
   if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail(during);
   if (raw == nullptr) {
-    // What append() queued goes first (under the SIGPIPE guard, only when something is queued:
-    // a read cannot raise SIGPIPE, and the guard costs four system calls), then the reply is read.
-    if (ctx_->obuf != nullptr && ctx_->obuf[0] != '\0') {
-      SigpipeGuard guard;
-      int done = 0;
-      while (!done) {
-        if (redisBufferWrite(ctx_, &done) != REDIS_OK) fail(during);
-      }
-    }
+    write_queued(during);  // what append() queued goes first, then the reply is read
     while (raw == nullptr) {
       if (redisBufferRead(ctx_) != REDIS_OK || redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail(during);
     }
   }
-  Reply reply(static_cast<redisReply*>(raw), free_arena_reply);
+  return Reply(static_cast<redisReply*>(raw), free_arena_reply);
+}
+
+Reply Connection::next_reply(const char* during) {
+  if (ctx_ == nullptr) fail(during);
+  Reply reply = ready_ ? std::move(*ready_) : receive(during);
+  ready_.reset();
   if (owed_ > 0) --owed_;
   if (config_.endpoint.is_sentinel()) {
     const ReplyView v = reply.view();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,6 +90,11 @@ class Connection {
   void append(const Argv& argv);
   void flush();
   Reply read_reply();
+  /// Writes what append() queued, then waits until the next reply has arrived (true: read_reply()
+  /// returns it without waiting) or until `wake_fd` is readable first (false: nothing read that
+  /// read_reply() would not find), within the socket timeout as a read is (TimeoutError, the
+  /// connection dropped). With a cluster URL it does not wait: true (read_reply() waits).
+  bool await_reply(int wake_fd);
 
   /// Off: a call on a dropped connection throws ConnectionError instead of connecting, and
   /// append() does no sentinel recheck (the caller calls recheck_master() where a new
@@ -134,8 +140,13 @@ class Connection {
   /// none knows the master's name.
   HostPort ask_sentinels(Millis budget);
   [[noreturn]] void fail(const char* during);
+  [[noreturn]] void fail_timeout(const char* during);
+  /// Writes what append() queued (under the SIGPIPE guard).
+  void write_queued(const char* during);
   void set_timeout(Millis timeout);
   Reply next_reply(const char* during);
+  /// The next reply from the reader, reading the socket until it is complete.
+  Reply receive(const char* during);
 
   ConnectionConfig config_;
   redisContext* ctx_ = nullptr;
@@ -143,6 +154,7 @@ class Connection {
   std::uint64_t generation_ = 0;
   std::int64_t client_id_ = -1;
   std::string out_;  // the command being formatted, reused
+  std::optional<Reply> ready_;  // a reply await_reply() took from the reader, for read_reply()
   // Sentinel mode: the master the sentinels named at the last connect, the sentinel that
   // answered then, replies still owed on this connection, and whether a reply said that the
   // server is no longer the master (drop the connection once nothing is owed).

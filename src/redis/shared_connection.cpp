@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: MIT
 #include "shared_connection.hpp"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <string>
 #include <utility>
 
 #include "cluster.hpp"
 #include "connection.hpp"
+#include "streamq/errors.hpp"
 
 namespace streamq::detail {
 
@@ -25,9 +32,15 @@ bool not_run(const Reply& r) {
 
 }  // namespace
 
-SharedConnection::SharedConnection(ConnectionConfig config) : conn_(std::move(config)), scripts_(conn_) {}
+SharedConnection::SharedConnection(ConnectionConfig config)
+    : conn_(std::move(config)), scripts_(conn_), wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (wake_fd_ < 0) throw ConnectionError("eventfd: " + std::string(std::strerror(errno)));
+}
 
-SharedConnection::~SharedConnection() { close(); }
+SharedConnection::~SharedConnection() {
+  close();
+  ::close(wake_fd_);
+}
 
 void SharedConnection::close() {
   if (on_completion_thread()) {
@@ -73,20 +86,36 @@ SharedOutcome SharedConnection::run_merged(const Merge& merge, const void* item)
   return wait_for(r);
 }
 
+std::shared_ptr<SharedConnection::Waker> SharedConnection::this_threads_waker() {
+  thread_local const std::shared_ptr<Waker> waker = std::make_shared<Waker>();
+  return waker;
+}
+
 SharedOutcome SharedConnection::wait_for(Request& r) {
-  std::condition_variable wake;
-  r.wake = &wake;
+  r.wake = this_threads_waker();
   std::unique_lock lock(mutex_);
   queue_locked(&r);
   ++sync_waiting_;
+  wake_writer_locked();
   while (!r.done) {
     if (!leading_) {
       lead(lock, &r);
     } else {
-      wake.wait(lock);
+      unlock_and_wake(lock);
+      r.wake->acquire();
+      lock.lock();
     }
   }
-  return std::move(r.outcome);
+  SharedOutcome outcome = std::move(r.outcome);
+  unlock_and_wake(lock);
+  return outcome;
+}
+
+void SharedConnection::unlock_and_wake(std::unique_lock<std::mutex>& lock) {
+  std::vector<std::shared_ptr<Waker>> wake;
+  wake.swap(to_wake_);
+  lock.unlock();
+  for (const auto& w : wake) w->release();
 }
 
 void SharedConnection::submit(std::vector<SharedCommand> commands, bool rerun_not_run, Completion done) {
@@ -147,6 +176,21 @@ void SharedConnection::queue_locked(Request* r) {
   queue_.push_back(r);
 }
 
+void SharedConnection::wake_writer_locked() {
+  if (returning_ > 0) --returning_;
+  if (returning_ > 0 || !awaiting_ || woken_) return;
+  woken_ = true;
+  const std::uint64_t one = 1;
+  if (::write(wake_fd_, &one, sizeof one) < 0) woken_ = false;  // (cannot fail: a counter far from full)
+}
+
+void SharedConnection::drain_wake_locked() {
+  if (!woken_) return;
+  std::uint64_t count = 0;
+  if (::read(wake_fd_, &count, sizeof count) < 0) return;  // (EAGAIN: signalled, not yet seen)
+  woken_ = false;
+}
+
 void SharedConnection::lead(std::unique_lock<std::mutex>& lock, const Request* until) {
   leading_ = true;
   for (;;) {
@@ -159,7 +203,7 @@ void SharedConnection::lead(std::unique_lock<std::mutex>& lock, const Request* u
       queue_.pop_front();
     }
     if (!batch.empty()) {
-      lock.unlock();
+      unlock_and_wake(lock);
       std::vector<Request*> failed = write(batch);
       lock.lock();
       answer(failed, until);
@@ -173,9 +217,12 @@ void SharedConnection::lead(std::unique_lock<std::mutex>& lock, const Request* u
       alone = queue_.front();
       queue_.pop_front();
     }
-    lock.unlock();
+    awaiting_ = alone == nullptr;
+    unlock_and_wake(lock);
     std::vector<Request*> answered = alone != nullptr ? run_alone_now(*alone) : read_oldest();
     lock.lock();
+    awaiting_ = false;
+    drain_wake_locked();
     answer(answered, until);
   }
   leading_ = false;
@@ -184,6 +231,7 @@ void SharedConnection::lead(std::unique_lock<std::mutex>& lock, const Request* u
 
 void SharedConnection::answer(const std::vector<Request*>& answered, const Request* until) {
   bool completions = false;
+  std::size_t woken = 0;
   auto done = [&](Request* r) {
     r->done = true;
     if (r->completion) {
@@ -191,7 +239,8 @@ void SharedConnection::answer(const std::vector<Request*>& answered, const Reque
       completions = true;
     } else {
       --sync_waiting_;
-      if (r != until) r->wake->notify_one();
+      ++woken;
+      if (r != until) wake_later(*r);
     }
   };
   for (Request* r : answered) {
@@ -199,6 +248,7 @@ void SharedConnection::answer(const std::vector<Request*>& answered, const Reque
     for (Request* rider : r->riders) done(rider);
     done(r);  // last: an asynchronous one is the completion thread's from here on
   }
+  if (woken > 0) returning_ = woken;
   if (completions) completion_wake_.notify_one();
 }
 
@@ -225,7 +275,7 @@ void SharedConnection::pass_on() {
     if (r->wake == nullptr) {
       async_left = true;
     } else if (!sync_told) {
-      r->wake->notify_one();
+      wake_later(*r);
       sync_told = true;
     }
   };
@@ -311,7 +361,9 @@ std::vector<SharedConnection::Request*> SharedConnection::read_oldest() {
   Request& r = *in_flight_.front();
   try {
     r.outcome.replies.reserve(r.commands.size());
-    for (const SharedCommand& c : r.commands) {
+    while (r.outcome.replies.size() < r.commands.size()) {
+      if (!conn_.await_reply(wake_fd_)) return {};  // a caller's request to write first
+      const SharedCommand& c = r.commands[r.outcome.replies.size()];
       r.outcome.replies.push_back(conn_.read_reply());
       if (c.script != not_a_script) scripts_.note_reply(c.script, r.outcome.replies.back());
     }
@@ -381,7 +433,7 @@ void SharedConnection::completion_loop() {
     if (!completed_.empty()) {
       std::vector<std::unique_ptr<Request>> ready;
       ready.swap(completed_);
-      lock.unlock();
+      unlock_and_wake(lock);
       for (auto& r : ready) {
         try {
           r->completion(std::move(r->outcome));
@@ -394,6 +446,8 @@ void SharedConnection::completion_loop() {
     }
     if (!leading_ && work_left()) {
       lead(lock, nullptr);
+      unlock_and_wake(lock);  // (the callers it answered, before it waits)
+      lock.lock();
       continue;
     }
     if (stopping_) return;

@@ -56,7 +56,10 @@ struct SharedOutcome {
 /// synchronous calls: the first caller that finds no one writing becomes the writer ("leader"),
 /// writes every request queued, reads their replies, hands each its own, and passes the role on
 /// to a waiting caller. Calls that arrive meanwhile queue up and go out together in the next
-/// write. Asynchronous requests are written by whoever writes next, or by the completion thread
+/// write: once the reply the leader waits for has come, or, for synchronous callers, as soon as
+/// every caller that the last answer woke is queued again (the leader waits for its reply or for
+/// that signal, so a round of callers goes out in one write without waiting a round trip).
+/// A caller is woken after the lock is left, on its thread's own wake-up. Asynchronous requests are written by whoever writes next, or by the completion thread
 /// (started at the first asynchronous request) when no one does; their completions always run on
 /// that thread, never inside another caller's call.
 ///
@@ -122,6 +125,32 @@ class SharedConnection {
   }
 
  private:
+  /// A thread's wake-up: released after the lock is left (a woken caller does not then block on
+  /// it), and shared, so a caller that returns meanwhile leaves nothing dangling. A release no
+  /// wait took makes a later wait return early, which re-checks and waits again.
+  class Waker {
+   public:
+    void release() {
+      {
+        const std::lock_guard lock(mutex_);
+        set_ = true;
+      }
+      cv_.notify_one();
+    }
+    void acquire() {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return set_; });
+      set_ = false;
+    }
+
+   private:
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    bool set_ = false;
+  };
+  /// The calling thread's.
+  static std::shared_ptr<Waker> this_threads_waker();
+
   struct Request {
     std::vector<SharedCommand> commands;
     Alone alone;
@@ -129,7 +158,7 @@ class SharedConnection {
     Completion completion;  // set for an asynchronous request
     SharedOutcome outcome;
     bool done = false;
-    std::condition_variable* wake = nullptr;  // a synchronous caller's, to wake it
+    std::shared_ptr<Waker> wake;  // a synchronous caller's thread's, to wake it
     // A merged call: its Merge and item. The first of a command's items is its request in the
     // queue; the later ones ride in it, answered with it. Its command is built when written.
     const Merge* merge = nullptr;
@@ -142,6 +171,15 @@ class SharedConnection {
   /// With the lock held: `r` joins the last request queued (a merged call of the same Merge with
   /// room), else it goes to the back of the queue.
   void queue_locked(Request* r);
+  /// With the lock held: `r`'s caller is to be woken once the lock is left.
+  void wake_later(const Request& r) { to_wake_.push_back(r.wake); }
+  /// Leaves the lock and wakes the callers wake_later() named.
+  void unlock_and_wake(std::unique_lock<std::mutex>& lock);
+  /// With the lock held, a synchronous request just queued: signals the leader to write when it
+  /// waits for a reply and the callers the last answer woke are all queued again.
+  void wake_writer_locked();
+  /// With the lock held, the leader back from waiting: a signal it did not use is drained.
+  void drain_wake_locked();
   void enqueue_async(std::unique_ptr<Request> request);
   /// With the lock held and no leader: writes and reads until `until` is answered (the
   /// completion thread: until nothing is queued or owed, or completions wait), then passes the
@@ -182,6 +220,15 @@ class SharedConnection {
   std::vector<Request*> reruns_;    // answered "not run", sent again once nothing is owed (the leader's)
   std::vector<std::unique_ptr<Request>> completed_;  // answered asynchronous ones, for the completion thread
   std::size_t sync_waiting_ = 0;                     // synchronous requests not answered
+  std::vector<std::shared_ptr<Waker>> to_wake_;      // callers to wake once the lock is left
+  // Writes while a reply is awaited: the leader waits for its reply or for wake_fd_ (an
+  // eventfd), which a synchronous caller signals once every caller the last answer woke is
+  // queued again (returning_ of them are not), so their requests go out together at once
+  // instead of after the reply (see wake_writer_locked).
+  int wake_fd_ = -1;
+  bool awaiting_ = false;  // the leader waits in Connection::await_reply
+  bool woken_ = false;     // wake_fd_ was signalled and not drained
+  std::size_t returning_ = 0;
   bool leading_ = false;
   bool stopping_ = false;
   std::condition_variable completion_wake_;
