@@ -9,10 +9,10 @@ set -euo pipefail
 # Usage: install-deps.sh [--test]   (--test adds what only the test command needs)
 packages=(cmake g++ make pkg-config libhiredis-dev nlohmann-json3-dev libgtest-dev
           redis-server redis-tools python3 python3-redis
+          libasio-dev                                      # the asio component (streamq::asio)
           libcli11-dev libcpp-httplib-dev libjs-chart.js)  # the streamq command (tools/)
 if [[ ${1:-} == --test ]]; then
   packages+=(ccache)                    # scripts/test.sh: compilations cached between runs
-  packages+=(libasio-dev)               # the asio component (streamq::asio) and its tests
   packages+=(clang-format)              # scripts/format.sh --check
   packages+=(clang-tidy)                # the tidy stage (run-clang-tidy)
   packages+=(clang libclang-rt-14-dev)  # tests/fuzz: libFuzzer and clang's sanitizers (the fuzz stage)

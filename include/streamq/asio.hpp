@@ -10,6 +10,11 @@
 //     asio::use_awaitable);
 //   }
 //
+// The coroutine parts (asio::use_awaitable, Consumer::on_async with an executor) need a compiler
+// and standard library that give asio coroutines (asio's ASIO_HAS_CO_AWAIT: GCC 10 and later,
+// clang with libc++; not clang 14 with libstdc++, where on_async with an executor stops the
+// build with a message); the other completion tokens work everywhere.
+//
 // Standalone asio (1.22 or later, Debian's libasio-dev), with any completion token: a callback
 // `void(std::exception_ptr, T)`, asio::use_awaitable, asio::use_future, asio::deferred. The
 // error is the exception the blocking call would throw (co_await rethrows it). The handler runs
@@ -38,11 +43,9 @@
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_type.hpp>
-#include <asio/co_spawn.hpp>
 #include <asio/error.hpp>
 #include <asio/execution/executor.hpp>
 #include <asio/executor_work_guard.hpp>
@@ -50,6 +53,10 @@
 #include <asio/post.hpp>
 #include <asio/strand.hpp>
 #include <asio/system_error.hpp>
+#if defined(ASIO_HAS_CO_AWAIT)
+#include <asio/awaitable.hpp>
+#include <asio/co_spawn.hpp>
+#endif
 
 #include "streamq/consumer.hpp"
 #include "streamq/producer.hpp"
@@ -125,6 +132,7 @@ auto asio_executor_of(E& e) {
   }
 }
 
+#if defined(ASIO_HAS_CO_AWAIT)
 /// The value of an asio::awaitable<T, Executor>.
 template <class A>
 struct AwaitableValue {
@@ -146,11 +154,13 @@ struct CoroutineRun {
   bool finished = false;
   std::optional<std::stop_callback<std::function<void()>>> on_stop;
 };
+#endif
 
 }  // namespace streamq::detail
 
 namespace streamq {
 
+#if defined(ASIO_HAS_CO_AWAIT)
 template <class Executor, class F>
 void Consumer::on_async(Executor&& executor, std::string task_type, F handler, HandlerOptions options) {
   using Awaitable = std::invoke_result_t<F&, const Task&>;
@@ -208,21 +218,30 @@ void Consumer::on_async(Executor&& executor, std::string task_type, F handler, H
   };
   on_async(std::move(task_type), AsyncHandler(std::move(run)), std::move(options));
 }
+#else
+template <class Executor, class F>
+void Consumer::on_async(Executor&&, std::string, F, HandlerOptions) {
+  static_assert(sizeof(F) == 0,
+                "streamq::Consumer::on_async with an executor runs asio coroutines, which asio does not "
+                "enable for this compiler and standard library (clang 14 with libstdc++): use GCC, or "
+                "clang with libc++");
+}
+#endif
 
 template <class CompletionToken>
-auto Producer::async_enqueue(std::string_view task_type, const Payload& payload,
-                             const EnqueueOptions& options, CompletionToken&& token) {
+auto Producer::async_enqueue(std::string_view task_type, AsyncPayload payload, const EnqueueOptions& options,
+                             CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(std::exception_ptr, std::string)>(
       [this](auto handler, std::string type, Payload p, EnqueueOptions o) {
         auto c = detail::asio_completion<std::string>(std::move(handler));
-        enqueue_async(type, p, o, c->as_callback());
+        this->enqueue_async(type, p, o, c->as_callback());
       },
-      token, std::string(task_type), payload, options);
+      token, std::string(task_type), payload.payload(), options);
 }
 
 template <class CompletionToken>
-auto Producer::async_enqueue(std::string_view task_type, const Payload& payload, CompletionToken&& token) {
-  return async_enqueue(task_type, payload, EnqueueOptions{}, std::forward<CompletionToken>(token));
+auto Producer::async_enqueue(std::string_view task_type, AsyncPayload payload, CompletionToken&& token) {
+  return async_enqueue(task_type, std::move(payload), EnqueueOptions{}, std::forward<CompletionToken>(token));
 }
 
 template <class CompletionToken>
@@ -230,9 +249,39 @@ auto Producer::async_enqueue_batch(std::vector<TaskSpec> tasks, CompletionToken&
   return asio::async_initiate<CompletionToken, void(std::exception_ptr, std::vector<std::string>)>(
       [this](auto handler, std::vector<TaskSpec> t) {
         auto c = detail::asio_completion<std::vector<std::string>>(std::move(handler));
-        enqueue_batch_async(std::move(t), c->as_callback());
+        this->enqueue_batch_async(std::move(t), c->as_callback());
       },
       token, std::move(tasks));
+}
+
+template <class CompletionToken>
+auto Producer::async_enqueue_flow(FlowNode root, CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::exception_ptr, FlowIds)>(
+      [this](auto handler, FlowNode r) {
+        auto c = detail::asio_completion<FlowIds>(std::move(handler));
+        this->enqueue_flow_async(r, c->as_callback());
+      },
+      token, std::move(root));
+}
+
+template <class CompletionToken>
+auto Producer::async_open_batch(BatchOptions options, CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::exception_ptr, std::string)>(
+      [this](auto handler, BatchOptions o) {
+        auto c = detail::asio_completion<std::string>(std::move(handler));
+        this->open_batch_async(o, c->as_callback());
+      },
+      token, std::move(options));
+}
+
+template <class CompletionToken>
+auto Producer::async_close_batch(std::string batch_id, CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(std::exception_ptr, bool)>(
+      [this](auto handler, std::string id) {
+        auto c = detail::asio_completion<bool>(std::move(handler));
+        this->close_batch_async(id, c->as_callback());
+      },
+      token, std::move(batch_id));
 }
 
 template <class CompletionToken>
@@ -242,7 +291,7 @@ auto Producer::async_wait(const std::string& task_id, std::chrono::milliseconds 
       [this](auto handler, std::string id, std::chrono::milliseconds t, WaitOptions o) {
         auto c = detail::asio_completion<TaskRecord>(std::move(handler));
         c->cancel_with(detail::asio_aborted(), TaskRecord{});
-        wait_async(id, t, o, c->as_callback());
+        this->wait_async(id, t, o, c->as_callback());
       },
       token, task_id, timeout, options);
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <future>
 #include <memory>
 #include <optional>
@@ -224,6 +225,61 @@ class Payload {
   std::string text_;
 };
 
+/// The payload of the asio forms of enqueue (Producer::async_enqueue): what a Payload is built
+/// from (JSON text, a JSON value, a typed value), or a braced list of key/value pairs read as a
+/// JSON object, `{{"photo", 1}, {"size", "large"}}` (up to 16 members). The braced list is read
+/// member by member, without a std::initializer_list: GCC 12 cannot compile one among the
+/// arguments of a co_await'ed call ("array used as initializer"), so
+/// `co_await producer.async_enqueue("thumbnail", {{"photo", 1}}, asio::use_awaitable)` compiles
+/// there too. (A member whose value is a braced list itself, `{"sizes", {1, 2}}`, brings one
+/// back: with GCC 12 give such a payload as a named Payload. A braced JSON array is not taken
+/// here: give it as nlohmann::json::array({...}).)
+///
+/// Thread safety: a value type.
+class AsyncPayload {
+ public:
+  /// One member of a braced object: its key, and its value as nlohmann::json builds it.
+  class Member {
+   public:
+    Member() noexcept : set_(false) {}  // (none: a default argument)
+    Member(std::string_view key, nlohmann::json value) : key_(key), value_(std::move(value)), set_(true) {}
+
+   private:
+    friend class AsyncPayload;
+    std::string key_;
+    nlohmann::json value_;
+    bool set_;
+  };
+
+  /// What a Payload is built from. (A template: a braced list never lands here.)
+  template <class T>
+  requires(!std::is_same_v<std::remove_cvref_t<T>, AsyncPayload> && std::is_constructible_v<Payload, const T&>)
+      AsyncPayload(const T& payload)
+      : payload_(payload) {}
+  /// A braced object: `{{"photo", 1}}`, `{{"to", "a@b.c"}, {"template", "welcome"}}`. A key
+  /// given twice keeps its first value (as nlohmann::json does). @throws PayloadError when the
+  /// object cannot be serialised.
+  AsyncPayload(Member m1, Member m2 = Member(), Member m3 = Member(), Member m4 = Member(),
+               Member m5 = Member(), Member m6 = Member(), Member m7 = Member(), Member m8 = Member(),
+               Member m9 = Member(), Member m10 = Member(), Member m11 = Member(), Member m12 = Member(),
+               Member m13 = Member(), Member m14 = Member(), Member m15 = Member(), Member m16 = Member())
+      : payload_(object_of({&m1, &m2, &m3, &m4, &m5, &m6, &m7, &m8, &m9, &m10, &m11, &m12, &m13, &m14,
+                            &m15, &m16})) {}
+
+  const Payload& payload() const noexcept { return payload_; }
+
+ private:
+  static Payload object_of(std::initializer_list<Member*> members) {
+    nlohmann::json object = nlohmann::json::object();
+    for (Member* m : members) {
+      if (m->set_) object.emplace(std::move(m->key_), std::move(m->value_));
+    }
+    return Payload(object);
+  }
+
+  Payload payload_;
+};
+
 /// One task of a batch for Producer::enqueue_batch.
 struct TaskSpec {
   std::string task_type{};
@@ -329,6 +385,12 @@ using EnqueueHandler = std::function<void(std::exception_ptr error, std::string 
 using BatchHandler = std::function<void(std::exception_ptr error, std::vector<std::string> task_ids)>;
 /// The completion of Producer::wait_async: the record, or TaskFailedError / WaitTimeoutError.
 using WaitHandler = std::function<void(std::exception_ptr error, TaskRecord record)>;
+/// The completion of Producer::enqueue_flow_async: the flow's ids, or what enqueue_flow would
+/// have thrown.
+using FlowHandler = std::function<void(std::exception_ptr error, FlowIds ids)>;
+/// The completion of Producer::close_batch_async: whether this call closed the batch, or what
+/// close_batch would have thrown.
+using CloseBatchHandler = std::function<void(std::exception_ptr error, bool closed_now)>;
 
 /// Enqueues tasks on one Redis stream.
 ///
@@ -470,6 +532,19 @@ class Producer {
   /// enqueue_batch without blocking (see enqueue_async).
   void enqueue_batch_async(std::vector<TaskSpec> tasks, BatchHandler done);
   std::future<std::vector<std::string>> enqueue_batch_async(std::vector<TaskSpec> tasks);
+  /// enqueue_flow without blocking: the flow is checked and its call built in this call (a bad
+  /// flow's ConfigError reaches `done`), written with the next write, and answered on the
+  /// completion thread, which also places its tasks in other partitions or queues (a blocking
+  /// call there, see the class comment) before `done` runs. The future form's get() throws what
+  /// enqueue_flow would have thrown.
+  void enqueue_flow_async(const FlowNode& root, FlowHandler done);
+  std::future<FlowIds> enqueue_flow_async(const FlowNode& root);
+  /// open_batch without blocking (see enqueue_async): `done` gets the batch's id.
+  void open_batch_async(const BatchOptions& options, EnqueueHandler done);
+  std::future<std::string> open_batch_async(const BatchOptions& options = {});
+  /// close_batch without blocking: `done` gets whether this call closed it.
+  void close_batch_async(const std::string& batch_id, CloseBatchHandler done);
+  std::future<bool> close_batch_async(const std::string& batch_id);
 
   /// The asio component's forms of the calls above (defined in <streamq/asio.hpp>, which must be
   /// included to use them; target streamq::asio): `token` is any asio completion token, e.g.
@@ -479,13 +554,23 @@ class Producer {
   /// TaskRecord)`. async_wait supports asio's per-operation cancellation: a cancelled wait ends
   /// at once with asio::error::operation_aborted (the task itself is not touched); an enqueue
   /// cannot be taken back once queued, so async_enqueue ignores cancellation.
+  /// The payload: anything a Payload is built from, or a braced object (see AsyncPayload).
   template <class CompletionToken>
-  auto async_enqueue(std::string_view task_type, const Payload& payload, const EnqueueOptions& options,
+  auto async_enqueue(std::string_view task_type, AsyncPayload payload, const EnqueueOptions& options,
                      CompletionToken&& token);
   template <class CompletionToken>
-  auto async_enqueue(std::string_view task_type, const Payload& payload, CompletionToken&& token);
+  auto async_enqueue(std::string_view task_type, AsyncPayload payload, CompletionToken&& token);
   template <class CompletionToken>
   auto async_enqueue_batch(std::vector<TaskSpec> tasks, CompletionToken&& token);
+  /// Signature `void(std::exception_ptr, FlowIds)`.
+  template <class CompletionToken>
+  auto async_enqueue_flow(FlowNode root, CompletionToken&& token);
+  /// Signature `void(std::exception_ptr, std::string)`: the batch's id.
+  template <class CompletionToken>
+  auto async_open_batch(BatchOptions options, CompletionToken&& token);
+  /// Signature `void(std::exception_ptr, bool)`: whether this call closed it.
+  template <class CompletionToken>
+  auto async_close_batch(std::string batch_id, CompletionToken&& token);
   template <class CompletionToken>
   auto async_wait(const std::string& task_id, std::chrono::milliseconds timeout, WaitOptions options,
                   CompletionToken&& token);

@@ -25,10 +25,7 @@
 
 namespace streamq {
 
-namespace {
-
-constexpr std::size_t kMaxFlowTasks = 10000;  // one script call writes them all
-constexpr int kMaxFlowDepth = 64;             // the scripts that finish a child recurse this deep at most
+namespace detail {
 
 /// A flow's tasks in pre-order, each with its parent's place (none for the root) and the
 /// places of its children.
@@ -39,6 +36,15 @@ struct FlatFlow {
   std::vector<std::vector<std::size_t>> children;
   std::vector<std::optional<FlowQueue>> queue;  // set for a task that goes to another queue
 };
+
+}  // namespace detail
+
+namespace {
+
+constexpr std::size_t kMaxFlowTasks = 10000;  // one script call writes them all
+constexpr int kMaxFlowDepth = 64;             // the scripts that finish a child recurse this deep at most
+
+using detail::FlatFlow;
 
 /// The other queue `node` goes to, checked; unset for the producer's own. `seen`: the other
 /// queues of the flow so far, each with its partitions (one queue, one count).
@@ -183,37 +189,59 @@ std::vector<ChildResult> group_results(const TaskRecord& group) {
   return detail::parse_children(*group.result);
 }
 
-FlowIds Producer::enqueue_flow(const FlowNode& root) {
-  Impl& im = *impl_;
+/// A flow's write (see Producer::enqueue_flow): its tasks flattened and prepared, the home's call
+/// and the placements it packs. Built by build_flow(), answered by accept_flow(); it must not
+/// move in between (the command views its strings).
+struct Producer::Impl::FlowWrite {
   FlatFlow flat;
+  std::vector<std::string> ids;  // viewed by the prepared tasks: sized once
+  std::string created_at;        // viewed by each of them
+  std::vector<detail::Prepared> prepared;
+  int home = 0;
+  struct Away {
+    detail::QueueKeys keys;
+    std::vector<detail::Prepared> tasks;
+  };
+  std::map<std::string, Away> away;       // the children placed elsewhere, by their stream
+  std::vector<detail::Prepared> at_home;  // the rest, and a stub of each of those
+  Placements placements;
+  std::vector<std::string> packed;
+  detail::Argv argv;
+};
+
+std::unique_ptr<Producer::Impl::FlowWrite> Producer::Impl::build_flow(const FlowNode& root) {
+  auto w = std::make_unique<FlowWrite>();
+  FlatFlow& flat = w->flat;
   // Every task in the root's partition: a flow's bookkeeping lives in one slot.
   std::string partition_key = root.options.partition_key;
   if (partition_key.empty())
     partition_key = root.options.task_id.empty() ? detail::new_uuid_v4() : root.options.task_id;
-  if (im.options.overflow == Overflow::trim_oldest) {
+  if (options.overflow == Overflow::trim_oldest) {
     throw ConfigError(
         "enqueue_flow needs Overflow::reject: trim_oldest may drop a child unfinished, and its "
         "parent would wait forever");
   }
-  FlowContext context{im.options, im.link.config().endpoint.is_cluster()};
+  FlowContext context{options, link.config().endpoint.is_cluster()};
   flatten(root, -1, 0, partition_key, context, flat);
   for (const TaskSpec& t : flat.tasks) {
-    if (im.options.partitions > 1 && (!t.options.batch.empty() || t.options.unique_for.count() > 0)) {
+    if (options.partitions > 1 && (!t.options.batch.empty() || t.options.unique_for.count() > 0)) {
       // (A batch's task goes to the batch's partition: the flow would be split; a unique task's
       // lock would be in the flow's partition, not the unique key's.)
       throw ConfigError("in a partitioned queue a flow's task may not join a batch or be unique");
     }
   }
-  if (im.has_middleware.load() || im.options.tracer) flat.tasks = im.through_middleware(flat.tasks);
+  if (has_middleware.load() || options.tracer) flat.tasks = through_middleware(flat.tasks);
   const std::size_t n = flat.tasks.size();
-  std::vector<std::string> ids(n);  // viewed by the prepared tasks: sized once
+  std::vector<std::string>& ids = w->ids;
+  ids.resize(n);
   std::unordered_set<std::string_view> seen;
-  const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
-  std::vector<detail::Prepared> prepared;
+  const std::string& created_at = w->created_at =
+      detail::format_timestamp(std::chrono::system_clock::now());
+  std::vector<detail::Prepared>& prepared = w->prepared;
   prepared.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const TaskSpec& t = flat.tasks[i];
-    prepared.push_back(im.prepare(t.task_type, t.payload.text(), t.options, ids[i], created_at));
+    prepared.push_back(prepare(t.task_type, t.payload.text(), t.options, ids[i], created_at));
     if (!seen.insert(ids[i]).second) throw ConfigError("flow: task id \"" + ids[i] + "\" is given twice");
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -224,16 +252,12 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
     }
     if (!flat.children[i].empty()) p.dest = -p.dest;  // waits for its children (enqueue.lua)
   }
-  const int home = prepared[0].partition;
-  const std::string& home_stream = im.keys[static_cast<std::size_t>(home)].stream;
+  const int home = w->home = prepared[0].partition;
+  const std::string& home_stream = keys[static_cast<std::size_t>(home)].stream;
   // The children placed elsewhere, by the stream they go to: another partition's of this queue,
   // or another queue's (its partition: the task's partition_key's, else its id's).
-  struct Away {
-    detail::QueueKeys keys;
-    std::vector<detail::Prepared> tasks;
-  };
-  std::map<std::string, Away> away;
-  std::vector<detail::Prepared> at_home;  // the rest, and a stub of each of those
+  auto& away = w->away;
+  std::vector<detail::Prepared>& at_home = w->at_home;
   at_home.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     detail::Prepared& p = prepared[i];
@@ -242,7 +266,7 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
       at_home.push_back(p);
       continue;
     }
-    detail::QueueKeys to = im.keys[static_cast<std::size_t>(p.partition)];
+    detail::QueueKeys to = keys[static_cast<std::size_t>(p.partition)];
     if (queue) {
       const std::string& key =
           flat.tasks[i].options.partition_key.empty() ? ids[i] : flat.tasks[i].options.partition_key;
@@ -263,33 +287,34 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   }
   // One enqueue call per other partition or queue ('placed', its guard the last key), each
   // packed into the home's call under a token of its own.
-  Impl::Placements placements;
+  Placements& placements = w->placements;
   placements.calls.reserve(away.size());  // (each viewed by the argv: never reallocated)
   placements.tokens.reserve(away.size());
   placements.guards.reserve(away.size());
-  std::vector<std::string> packed;
+  std::vector<std::string>& packed = w->packed;
   packed.reserve(away.size());
   for (const auto& [to, there] : away) {
     const std::string& token = placements.tokens.emplace_back(detail::new_uuid_v4());
     const std::string& guard = placements.guards.emplace_back(detail::placed_key(to, token));
     detail::Argv& a = placements.calls.emplace_back(
-        im.script_argv(there.tasks, 0, there.tasks.size(), guard, 0, &there.keys));
+        script_argv(there.tasks, 0, there.tasks.size(), guard, 0, &there.keys));
     a.set(3 + 5, "placed");  // (EVALSHA, sha, numkeys 5, the 4 keys and the guard, ARGV[1])
     std::string& blob = packed.emplace_back();
     for (std::size_t i = 2; i < a.size(); ++i) detail::append_counted(blob, a[i]);
   }
-  detail::Argv argv = im.script_argv(at_home, 0, at_home.size());
+  w->argv = script_argv(at_home, 0, at_home.size());
   if (!away.empty()) {
-    argv.add(static_cast<std::int64_t>(away.size()));
+    w->argv.add(static_cast<std::int64_t>(away.size()));
     std::size_t i = 0;
     for (const auto& entry : away) {
-      argv.add(entry.first).add(placements.tokens[i]).add(packed[i]);
+      w->argv.add(entry.first).add(placements.tokens[i]).add(packed[i]);
       ++i;
     }
   }
-  std::uint64_t written_on = 0;
-  std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::enqueue}}, true, &written_on);
-  const detail::Reply& reply = replies[0];
+  return w;
+}
+
+FlowIds Producer::Impl::accept_flow(FlowWrite& w, const detail::Reply& reply) {
   if (detail::is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
   if (detail::is_batch_closed(reply)) throw BatchClosedError(std::string(reply.view().error()));
   if (auto d = detail::parse_duplicate(reply)) {
@@ -297,9 +322,51 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   }
   reply.view().check();
   // (Placed before the flow's own WAIT: a ReplicationError leaves them placed, not for a courier.)
-  if (!placements.calls.empty()) im.place_away(home, placements);
-  im.wait_for_replicas(ids, written_on, {im.keys[static_cast<std::size_t>(home)].stream});
-  return ids_of(ids, flat, 0);
+  if (!w.placements.calls.empty()) place_away(w.home, w.placements);
+  return ids_of(w.ids, w.flat, 0);
+}
+
+FlowIds Producer::enqueue_flow(const FlowNode& root) {
+  Impl& im = *impl_;
+  const std::unique_ptr<Impl::FlowWrite> w = im.build_flow(root);
+  std::uint64_t written_on = 0;
+  std::vector<detail::Reply> replies = im.link.run({{&w->argv, detail::ScriptId::enqueue}}, true, &written_on);
+  FlowIds ids = im.accept_flow(*w, replies[0]);
+  im.wait_for_replicas(w->ids, written_on, {im.keys[static_cast<std::size_t>(w->home)].stream});
+  return ids;
+}
+
+void Producer::enqueue_flow_async(const FlowNode& root, FlowHandler done) {
+  Impl& im = *impl_;
+  std::shared_ptr<Impl::FlowWrite> w;
+  try {
+    if (!done) throw ConfigError("enqueue_flow_async: the completion must not be empty");
+    w = im.build_flow(root);
+  } catch (...) {
+    if (!done) throw;
+    im.link.post([done](const detail::SharedOutcome& o) { done(o.error, {}); }, {{}, std::current_exception()});
+    return;
+  }
+  im.link.submit({{&w->argv, detail::ScriptId::enqueue}}, true,
+                 [&im, w, done = std::move(done)](detail::SharedOutcome o) {
+                   FlowIds ids;
+                   try {
+                     if (o.error) std::rethrow_exception(o.error);
+                     ids = im.accept_flow(*w, o.replies[0]);
+                   } catch (...) {
+                     return done(std::current_exception(), {});
+                   }
+                   if (im.options.min_replicas_acked == 0) return done(nullptr, std::move(ids));
+                   im.replicas_then(w->ids, o.generation, im.keys[static_cast<std::size_t>(w->home)].stream,
+                                    [done, ids](const std::exception_ptr& e) { done(e, e ? FlowIds{} : ids); });
+                 });
+}
+
+std::future<FlowIds> Producer::enqueue_flow_async(const FlowNode& root) {
+  auto promise = std::make_shared<std::promise<FlowIds>>();
+  std::future<FlowIds> f = promise->get_future();
+  enqueue_flow_async(root, detail::settling(std::move(promise)));
+  return f;
 }
 
 void Producer::Impl::place_away(int home, Placements& placements) {
@@ -352,70 +419,6 @@ void Producer::Impl::place_away(int home, Placements& placements) {
             keys[static_cast<std::size_t>(home)].placing + " (" + e.what() +
             "): a consumer's courier finds them made, and does that");
   }
-}
-
-namespace {
-
-/// The reply of the batch script, or the refusal it says.
-const detail::Reply& checked_batch_reply(const detail::Reply& r) {
-  if (r.view().is_error()) {
-    const std::string e(r.view().error());
-    if (e.starts_with("BATCHEXISTS")) throw ConfigError(e.substr(12) + ": batch ids must be unique");
-    if (e.starts_with("BATCHCLOSED")) throw BatchClosedError(e);
-  }
-  r.view().check();
-  return r;
-}
-
-}  // namespace
-
-std::string Producer::open_batch(const BatchOptions& options) {
-  Impl& im = *impl_;
-  std::string id = options.batch_id.empty() ? detail::new_uuid_v4() : options.batch_id;
-  if (!options.parent_batch.empty() && im.options.partitions > 1) {
-    throw ConfigError("nested batches (parent_batch) need a queue of one partition");
-  }
-  const int partition = im.partition_of(EnqueueOptions{.batch = id}, {});
-  const detail::QueueKeys& k = im.keys[static_cast<std::size_t>(partition)];
-  const std::string created_at = detail::format_timestamp(std::chrono::system_clock::now());
-  std::string ids[2];
-  std::vector<detail::Prepared> callbacks;  // viewed by the command: reserved, never moved
-  callbacks.reserve(2);
-  detail::Argv argv = detail::ScriptRunner::begin_shared(detail::ScriptId::batch, 1);
-  argv.add(k.stream).add("open").add(id).add(options.parent_batch);
-  const std::optional<TaskSpec>* given[] = {&options.on_complete, &options.on_success};
-  for (std::size_t i = 0; i < 2; ++i) {
-    if (!*given[i]) {
-      argv.add(std::int64_t{0});
-      continue;
-    }
-    const TaskSpec& t = **given[i];
-    const EnqueueOptions& eo = t.options;
-    if (eo.delay.count() > 0 || eo.run_at || eo.unique_for.count() > 0 || !eo.batch.empty()) {
-      throw ConfigError("a batch's callback (task type \"" + t.task_type +
-                        "\") is enqueued when the batch ends: no delay, run_at, unique_for or batch");
-    }
-    detail::Prepared& p =
-        callbacks.emplace_back(im.prepare(t.task_type, t.payload.text(), eo, ids[i], created_at));
-    p.task.batch_id = id;
-    const std::string& stream = p.dest == 2 ? k.high : p.dest == 3 ? k.low : k.stream;
-    const detail::NewTask written = p.written_task();
-    argv.add(static_cast<std::int64_t>(1 + detail::new_task_string_count(written))).add(stream);
-    detail::append_new_task(argv, written);
-  }
-  std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::batch}}, true);
-  checked_batch_reply(replies[0]);
-  return id;
-}
-
-bool Producer::close_batch(const std::string& batch_id) {
-  Impl& im = *impl_;
-  if (batch_id.empty()) throw ConfigError("batch_id must not be empty");
-  const int partition = im.partition_of(EnqueueOptions{.batch = batch_id}, {});
-  detail::Argv argv = detail::ScriptRunner::begin_shared(detail::ScriptId::batch, 1);
-  argv.add(im.keys[static_cast<std::size_t>(partition)].stream).add("close").add(batch_id);
-  std::vector<detail::Reply> replies = im.link.run({{&argv, detail::ScriptId::batch}}, true);
-  return checked_batch_reply(replies[0]).view().integer() == 1;
 }
 
 }  // namespace streamq

@@ -300,21 +300,7 @@ std::vector<std::string> Producer::enqueue_batch(const std::vector<TaskSpec>& ta
 // thread.
 namespace streamq {
 
-namespace {
-
-/// A completion that settles `promise`.
-template <class T>
-std::function<void(std::exception_ptr, T)> settling(std::shared_ptr<std::promise<T>> promise) {
-  return [promise = std::move(promise)](std::exception_ptr error, T value) {
-    if (error) {
-      promise->set_exception(error);
-    } else {
-      promise->set_value(std::move(value));
-    }
-  };
-}
-
-}  // namespace
+using detail::settling;
 
 void Producer::enqueue_async(std::string_view task_type, const Payload& payload,
                              const EnqueueOptions& options, EnqueueHandler done) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,6 +27,22 @@
 #include "wire/keys.hpp"
 
 namespace streamq {
+
+namespace detail {
+
+/// A completion that settles `promise`.
+template <class T>
+std::function<void(std::exception_ptr, T)> settling(std::shared_ptr<std::promise<T>> promise) {
+  return [promise = std::move(promise)](std::exception_ptr error, T value) {
+    if (error) {
+      promise->set_exception(error);
+    } else {
+      promise->set_value(std::move(value));
+    }
+  };
+}
+
+}  // namespace detail
 
 struct Producer::Impl {
   /// One task's write: what its command views (its type, payload, options, id) and the command.
@@ -178,6 +195,29 @@ struct Producer::Impl {
   /// Makes the placements the home's call (partition `home`) kept in its hash, and takes those
   /// made out of it.
   void place_away(int home, Placements& placements);
+
+  // flow.cpp
+  struct FlowWrite;
+  /// Checks the flow and builds its call (throws before anything is sent).
+  std::unique_ptr<FlowWrite> build_flow(const FlowNode& root);
+  /// The flow's ids, or the refusal its reply says; places its tasks in other partitions and
+  /// queues. Without the WAIT for replicas.
+  FlowIds accept_flow(FlowWrite& w, const detail::Reply& reply);
+
+  // workflow_batch.cpp
+  struct BatchCall;
+  /// open_batch's and close_batch's calls, checked and built (throws before anything is sent).
+  std::unique_ptr<BatchCall> open_call(const BatchOptions& batch);
+  std::unique_ptr<BatchCall> close_call(const std::string& batch_id);
+  /// What a checked reply answers: the batch's id (open), whether this call closed it (close).
+  static std::string opened(const BatchCall& c, const detail::Reply& reply);
+  static bool closed_now(const BatchCall& c, const detail::Reply& reply);
+  /// A batch call without blocking: built here (what that throws reaches `done`), answered on
+  /// the completion thread.
+  template <class T>
+  void batch_call_async(std::function<std::unique_ptr<BatchCall>()> build,
+                        std::function<T(const BatchCall&, const detail::Reply&)> answer,
+                        std::function<void(std::exception_ptr, T)> done);
 
   ProducerOptions options;
   std::mutex middleware_mutex;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -131,6 +132,38 @@ TEST_F(PartitionedFlowsTest, AChordsChildrenRunInEveryPartitionAndItsCallbackOnc
   for (const FlowIds& c : ids.children) EXPECT_EQ(runs.of(c.task_id), 1);
   EXPECT_TRUE(wait_until([&] { return leftovers() == 0; }, 5s))
       << leftovers() << " outbox entries or flow keys left";
+}
+
+// The same without blocking: the future holds the ids once the home's call was answered and the
+// children of the other partitions were placed (on the completion thread); a bad flow's
+// ConfigError reaches the future, not the caller.
+TEST_F(PartitionedFlowsTest, AnAsynchronousChordIsPlacedInEveryPartitionBeforeItsFutureIsReady) {
+  Producer producer = partitioned_producer(server.url());
+  std::vector<TaskSpec> header;
+  for (int i = 0; i < 40; ++i) header.push_back({.task_type = "square", .payload = {{"i", i}}});
+  std::future<FlowIds> f =
+      producer.enqueue_flow_async(chord(std::move(header), {.task_type = "sum", .payload = "{}"}));
+  FlowNode twice{.task_type = "p", .payload = "{}", .options = {.task_id = "x"}};
+  twice.children.push_back({.task_type = "c", .payload = "{}", .options = {.task_id = "x"}});
+  std::future<FlowIds> bad = producer.enqueue_flow_async(twice);
+  const FlowIds ids = f.get();
+  EXPECT_THROW(bad.get(), ConfigError);
+  ASSERT_EQ(ids.children.size(), 40u);
+  std::set<std::string> partitions;
+  for (const FlowIds& c : ids.children) {
+    const auto r = inspector.record(stream, c.task_id);
+    ASSERT_TRUE(r) << c.task_id;
+    EXPECT_EQ(r->state, State::queued);
+    partitions.insert(r->queue);
+  }
+  EXPECT_EQ(partitions.size(), static_cast<std::size_t>(kPartitions));
+  const std::string home = inspector.record(stream, ids.task_id)->queue;
+  EXPECT_EQ(client.integer({"HLEN", home + ":flows:placing"}), 0) << "the producer took what it placed out";
+  Runs runs;
+  RunningConsumer a(partitioned("a"), [&](Consumer& c) { on_squares(c, runs); });
+  const TaskRecord root = producer.wait(ids.task_id, 30s);
+  EXPECT_EQ(root.state, State::done);
+  EXPECT_EQ(runs.read_by(ids.task_id).size(), 40u);
 }
 
 TEST_F(PartitionedFlowsTest, AChildThatFailsInAnotherPartitionFailsItsParentAndItsReplayResumesIt) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
@@ -516,6 +517,38 @@ TEST_F(BatchesTest, AnEmptyBatchFiresWhenClosedAndAClosedOneRefusesTasks) {
   Producer trimming(
       {.connection = {.url = server.url()}, .stream = stream, .overflow = Overflow::trim_oldest});
   EXPECT_THROW(trimming.enqueue("t", "{}", {.batch = "b2"}), ConfigError);
+}
+
+// open_batch and close_batch without blocking: the futures hold what the blocking calls return
+// or throw; the callback forms get the same on the completion thread; a bad callback's
+// ConfigError reaches the future, not the caller.
+TEST_F(BatchesTest, ABatchOpenedAndClosedWithoutBlockingAnswersAsTheBlockingCalls) {
+  std::future<std::string> opened = shared.open_batch_async(
+      {.batch_id = "async-b", .on_complete = TaskSpec{.task_type = "complete", .payload = "{}"}});
+  const std::string batch = opened.get();
+  EXPECT_EQ(batch, "async-b");
+  EXPECT_THROW(shared.open_batch_async({.batch_id = batch}).get(), ConfigError);
+  std::future<std::string> bad = shared.open_batch_async(
+      {.on_complete = TaskSpec{.task_type = "c", .payload = "{}", .options = {.delay = 1s}}});
+  EXPECT_THROW(bad.get(), ConfigError);
+  shared.enqueue("member", "{}", {.batch = batch});
+  std::promise<bool> closed;
+  shared.close_batch_async(batch, [&](std::exception_ptr e, bool now) {
+    if (e) return closed.set_exception(e);
+    closed.set_value(now);
+  });
+  EXPECT_TRUE(closed.get_future().get());
+  EXPECT_FALSE(shared.close_batch_async(batch).get());
+  EXPECT_THROW(shared.close_batch_async("no-such-batch").get(), BatchClosedError);
+  EXPECT_THROW(shared.close_batch_async(batch, nullptr), ConfigError);
+  EXPECT_EQ(xlen(stream), 1) << "the member; its on_complete once it ran";
+  std::atomic<int> completes{0};
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("member", [](const Task&) {});
+    c.on("complete", [&](const Task&) { completes.fetch_add(1); });
+  });
+  ASSERT_TRUE(wait_until([&] { return completes.load() == 1; }, 10s));
+  EXPECT_EQ(inspector.batch(stream, batch)->state, "fired");
 }
 
 TEST_F(BatchesTest, ANestedBatchEndsAsOneMemberOfItsParentWhenItFires) {

@@ -294,7 +294,6 @@ TEST(Partitions, TheCountOfALiveQueueChangesWithoutLosingATask) {
   const std::string queue = plain_key();
   RunLog log;
   std::set<std::string> expected;
-  std::atomic<bool> fail_first{true};
   const auto handler = [&](Consumer& c) {
     c.on("t", [&](const Task& task) { log.add(task.id()); });
     c.on("flaky", [&](const Task& task) {

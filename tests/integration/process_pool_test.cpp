@@ -166,7 +166,10 @@ TEST(ProcessPool, AKilledWorkersGrandchildAndConnectionsAreGoneWithinASecond) {
   const std::int64_t with_producer = client_count(client);
   const std::vector<std::string> args = {STREAMQ_TEST_WORKER, server.url(), stream, "w1", "min_idle_ms=1000"};
   WorkerProcess worker(args);
-  const auto [child, grandchild] = sleeper_running(file);
+  // (Not a structured binding: clang 14 cannot capture one in the lambdas below.)
+  const Sleeper running = sleeper_running(file);
+  const int child = running.child;
+  const int grandchild = running.grandchild;
   ASSERT_GT(grandchild, 0) << "the handler's grandchild did not start";
   EXPECT_GT(client_count(client), with_producer) << "the worker's connections";
   worker.kill9();
@@ -197,7 +200,8 @@ TEST(ProcessPool, AChildWhoseForkServerIsKilledKillsItsGroupAndANewForkServerTak
   if (kThreadSanitizer)
     GTEST_SKIP() << "ThreadSanitizer defers the parent-death handler until system() returns";
   SleeperScene scene("orphaned", {});
-  const auto [child, grandchild] = scene.running;
+  const int child = scene.running.child;
+  const int grandchild = scene.running.grandchild;
   ASSERT_GT(grandchild, 0) << "the handler's grandchild did not start";
   const int fork_server = parent_of(child);
   ASSERT_GT(fork_server, 1);
@@ -235,7 +239,8 @@ TEST(ProcessPool, AKilledWorkerWhoseApplicationForkedACopyOfItStillTakesItsChild
   const std::string helper_file = temp_file("app-fork");
   std::remove(helper_file.c_str());
   SleeperScene scene("copied", {"app_fork=" + helper_file});
-  const auto [child, grandchild] = scene.running;
+  const int child = scene.running.child;
+  const int grandchild = scene.running.grandchild;
   ASSERT_GT(grandchild, 0) << "the handler's grandchild did not start";
   ASSERT_TRUE(wait_until([&] { return read_pid(helper_file) > 0; }, 20s)) << "the application did not fork";
   const int helper = read_pid(helper_file);

@@ -5,7 +5,7 @@
 #   -DCXX_COMPILER=... -DCXX_FLAGS=... -DBUILD_TYPE=... -DWARNING_FLAGS=<a|b|c>  -DPARENT_PREFIX_PATH=<a|b|c>
 #   installed, *_mismatch: -DBUILD_DIR=<streamq build tree> -DPREFIX=<install prefix>
 #   installed: -DEXPECT_CLI=0|1 -DBINDIR=<CMAKE_INSTALL_BINDIR, where the streamq command goes>
-#              -DWITH_ASIO=0|1 (the asio component was built: the consumer asks for it too)
+#              -DWITH_ASIO=0|1 (asio with coroutines is here: the consumer asks for the component)
 #   subdirectory, fetchcontent: -DSTREAMQ_SOURCE_DIR=<streamq checkout>
 #   *_mismatch: -DHIREDIS_VERSION=<the version streamq was built with>
 #   link_mismatch: -DOTHER_HIREDIS=<a libhiredis of another major version>
@@ -75,7 +75,7 @@ if(MODE STREQUAL "installed")
   # The parent's prefix path comes through, so the consumer finds the hiredis streamq was
   # built with (a hiredis 1.x in a private prefix, say) rather than the system's.
   prefix_path_cache(init "${PREFIX}" ${parent_prefix_path})
-  # WITH_ASIO=1 (streamq was built with its asio component): find_package(... COMPONENTS asio).
+  # WITH_ASIO=1 (asio with coroutines is here): find_package(... COMPONENTS asio).
   run("configuring the package consumer" "${CMAKE_COMMAND}" ${init} -S "${SOURCE_DIR}" -B "${OUT_DIR}" ${flags}
     "-DWITH_ASIO=${WITH_ASIO}")
 elseif(MODE STREQUAL "subdirectory" OR MODE STREQUAL "fetchcontent")
