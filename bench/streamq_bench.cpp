@@ -750,7 +750,8 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "streamq-bench: " << e.what()
               << "\nusage: streamq-bench "
-                 "enqueue|enqueue-batch|enqueue-shared|enqueue-per-thread|enqueue-async|enqueue-raw|preload|drain|drain-levels|"
+                 "enqueue|enqueue-batch|enqueue-shared|enqueue-per-thread|enqueue-async|enqueue-raw|preload|"
+                 "drain|drain-levels|"
                  "drain-raw|"
                  "latency|retry"
               << "|retry-backoff|forward|wait|progress|chord"

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <exception>
 #include <functional>
-#include <initializer_list>
 #include <future>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -253,8 +253,8 @@ class AsyncPayload {
 
   /// What a Payload is built from. (A template: a braced list never lands here.)
   template <class T>
-  requires(!std::is_same_v<std::remove_cvref_t<T>, AsyncPayload> && std::is_constructible_v<Payload, const T&>)
-      AsyncPayload(const T& payload)
+  requires(!std::is_same_v<std::remove_cvref_t<T>, AsyncPayload> &&
+           std::is_constructible_v<Payload, const T&>) AsyncPayload(const T& payload)
       : payload_(payload) {}
   /// A braced object: `{{"photo", 1}}`, `{{"to", "a@b.c"}, {"template", "welcome"}}`. A key
   /// given twice keeps its first value (as nlohmann::json does). @throws PayloadError when the
@@ -263,8 +263,8 @@ class AsyncPayload {
                Member m5 = Member(), Member m6 = Member(), Member m7 = Member(), Member m8 = Member(),
                Member m9 = Member(), Member m10 = Member(), Member m11 = Member(), Member m12 = Member(),
                Member m13 = Member(), Member m14 = Member(), Member m15 = Member(), Member m16 = Member())
-      : payload_(object_of({&m1, &m2, &m3, &m4, &m5, &m6, &m7, &m8, &m9, &m10, &m11, &m12, &m13, &m14,
-                            &m15, &m16})) {}
+      : payload_(object_of(
+            {&m1, &m2, &m3, &m4, &m5, &m6, &m7, &m8, &m9, &m10, &m11, &m12, &m13, &m14, &m15, &m16})) {}
 
   const Payload& payload() const noexcept { return payload_; }
 
@@ -404,7 +404,10 @@ using CloseBatchHandler = std::function<void(std::exception_ptr error, bool clos
 /// Thread safety: every call may overlap with any other, from any number of threads; one
 /// Producer is meant to be shared by the whole service. It writes on one connection: the calls
 /// that arrive while a round trip is in flight go out together in the next write (automatic
-/// pipelining), and each caller gets its own answer, in order. A refusal (QueueFullError,
+/// pipelining), and each caller gets its own answer, in order; a thread's own calls are written
+/// in the order it made them. Under Overflow::reject the calls of plain tasks (immediate, normal
+/// priority, not unique, not tracked), blocking or not, that wait together merge into one enqueue
+/// script call of up to 64 tasks, which admits or refuses each on its own. A refusal (QueueFullError,
 /// DuplicateTaskError, a ReplyError) fails only its own call; a connection lost fails the calls
 /// whose replies were not read (their outcome is unknown, as for one caller), and the next write
 /// connects again. A second connection is made for waits, at the first wait. Movable, not

@@ -235,8 +235,7 @@ std::unique_ptr<Producer::Impl::FlowWrite> Producer::Impl::build_flow(const Flow
   std::vector<std::string>& ids = w->ids;
   ids.resize(n);
   std::unordered_set<std::string_view> seen;
-  const std::string& created_at = w->created_at =
-      detail::format_timestamp(std::chrono::system_clock::now());
+  const std::string& created_at = w->created_at = detail::format_timestamp(std::chrono::system_clock::now());
   std::vector<detail::Prepared>& prepared = w->prepared;
   prepared.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -296,8 +295,8 @@ std::unique_ptr<Producer::Impl::FlowWrite> Producer::Impl::build_flow(const Flow
   for (const auto& [to, there] : away) {
     const std::string& token = placements.tokens.emplace_back(detail::new_uuid_v4());
     const std::string& guard = placements.guards.emplace_back(detail::placed_key(to, token));
-    detail::Argv& a = placements.calls.emplace_back(
-        script_argv(there.tasks, 0, there.tasks.size(), guard, 0, &there.keys));
+    detail::Argv& a =
+        placements.calls.emplace_back(script_argv(there.tasks, 0, there.tasks.size(), guard, 0, &there.keys));
     a.set(3 + 5, "placed");  // (EVALSHA, sha, numkeys 5, the 4 keys and the guard, ARGV[1])
     std::string& blob = packed.emplace_back();
     for (std::size_t i = 2; i < a.size(); ++i) detail::append_counted(blob, a[i]);
@@ -330,7 +329,8 @@ FlowIds Producer::enqueue_flow(const FlowNode& root) {
   Impl& im = *impl_;
   const std::unique_ptr<Impl::FlowWrite> w = im.build_flow(root);
   std::uint64_t written_on = 0;
-  std::vector<detail::Reply> replies = im.link.run({{&w->argv, detail::ScriptId::enqueue}}, true, &written_on);
+  std::vector<detail::Reply> replies =
+      im.link.run({{&w->argv, detail::ScriptId::enqueue}}, true, &written_on);
   FlowIds ids = im.accept_flow(*w, replies[0]);
   im.wait_for_replicas(w->ids, written_on, {im.keys[static_cast<std::size_t>(w->home)].stream});
   return ids;
@@ -344,7 +344,8 @@ void Producer::enqueue_flow_async(const FlowNode& root, FlowHandler done) {
     w = im.build_flow(root);
   } catch (...) {
     if (!done) throw;
-    im.link.post([done](const detail::SharedOutcome& o) { done(o.error, {}); }, {{}, std::current_exception()});
+    im.link.post([done](const detail::SharedOutcome& o) { done(o.error, {}); },
+                 {{}, std::current_exception()});
     return;
   }
   im.link.submit({{&w->argv, detail::ScriptId::enqueue}}, true,
@@ -357,8 +358,9 @@ void Producer::enqueue_flow_async(const FlowNode& root, FlowHandler done) {
                      return done(std::current_exception(), {});
                    }
                    if (im.options.min_replicas_acked == 0) return done(nullptr, std::move(ids));
-                   im.replicas_then(w->ids, o.generation, im.keys[static_cast<std::size_t>(w->home)].stream,
-                                    [done, ids](const std::exception_ptr& e) { done(e, e ? FlowIds{} : ids); });
+                   im.replicas_then(
+                       w->ids, o.generation, im.keys[static_cast<std::size_t>(w->home)].stream,
+                       [done, ids](const std::exception_ptr& e) { done(e, e ? FlowIds{} : ids); });
                  });
 }
 

@@ -20,7 +20,8 @@ std::exception_ptr MergedEnqueue::outcome(const Reply& reply, std::size_t i, std
     r.check();
     if (!r.is_array() || r.size() != n) throw ReplyError("ERR enqueue: unexpected reply to a merged call");
     const ReplyView mine = r[i];
-    if (mine.is_error() && mine.error().starts_with("QUEUEFULL")) throw QueueFullError(std::string(mine.error()));
+    if (mine.is_error() && mine.error().starts_with("QUEUEFULL"))
+      throw QueueFullError(std::string(mine.error()));
     mine.check();
     return nullptr;
   } catch (...) {

@@ -128,12 +128,14 @@ std::string Producer::open_batch(const BatchOptions& options) {
 bool Producer::close_batch(const std::string& batch_id) {
   Impl& im = *impl_;
   const std::unique_ptr<Impl::BatchCall> c = im.close_call(batch_id);
-  return Impl::closed_now(*c, checked_batch_reply(im.link.run({{&c->argv, detail::ScriptId::batch}}, true)[0]));
+  return Impl::closed_now(*c,
+                          checked_batch_reply(im.link.run({{&c->argv, detail::ScriptId::batch}}, true)[0]));
 }
 
 void Producer::open_batch_async(const BatchOptions& options, EnqueueHandler done) {
   Impl& im = *impl_;
-  im.batch_call_async<std::string>([&im, options] { return im.open_call(options); }, Impl::opened, std::move(done));
+  im.batch_call_async<std::string>([&im, options] { return im.open_call(options); }, Impl::opened,
+                                   std::move(done));
 }
 
 std::future<std::string> Producer::open_batch_async(const BatchOptions& options) {
@@ -145,7 +147,8 @@ std::future<std::string> Producer::open_batch_async(const BatchOptions& options)
 
 void Producer::close_batch_async(const std::string& batch_id, CloseBatchHandler done) {
   Impl& im = *impl_;
-  im.batch_call_async<bool>([&im, batch_id] { return im.close_call(batch_id); }, Impl::closed_now, std::move(done));
+  im.batch_call_async<bool>([&im, batch_id] { return im.close_call(batch_id); }, Impl::closed_now,
+                            std::move(done));
 }
 
 std::future<bool> Producer::close_batch_async(const std::string& batch_id) {

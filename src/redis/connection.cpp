@@ -364,7 +364,8 @@ bool Connection::await_reply(int wake_fd) {
   if (raw == nullptr) write_queued(during);
   const auto deadline = std::chrono::steady_clock::now() + config_.socket_timeout;
   while (raw == nullptr) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) fail_timeout(during);
     pollfd fds[2] = {{ctx_->fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
     const int n = ::poll(fds, 2, static_cast<int>(std::min<std::int64_t>(left.count(), 60'000)));

@@ -153,7 +153,7 @@ class Connection {
   Backoff backoff_;
   std::uint64_t generation_ = 0;
   std::int64_t client_id_ = -1;
-  std::string out_;  // the command being formatted, reused
+  std::string out_;             // the command being formatted, reused
   std::optional<Reply> ready_;  // a reply await_reply() took from the reader, for read_reply()
   // Sentinel mode: the master the sentinels named at the last connect, the sentinel that
   // answered then, replies still owed on this connection, and whether a reply said that the

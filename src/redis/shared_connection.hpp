@@ -59,9 +59,9 @@ struct SharedOutcome {
 /// write: once the reply the leader waits for has come, or, for synchronous callers, as soon as
 /// every caller that the last answer woke is queued again (the leader waits for its reply or for
 /// that signal, so a round of callers goes out in one write without waiting a round trip).
-/// A caller is woken after the lock is left, on its thread's own wake-up. Asynchronous requests are written by whoever writes next, or by the completion thread
-/// (started at the first asynchronous request) when no one does; their completions always run on
-/// that thread, never inside another caller's call.
+/// A caller is woken after the lock is left, on its thread's own wake-up. Asynchronous requests are written
+/// by whoever writes next, or by the completion thread (started at the first asynchronous request) when no
+/// one does; their completions always run on that thread, never inside another caller's call.
 ///
 /// A merged call (run_merged, submit_merged) joins the last request queued when that one is of
 /// the same Merge and has room, else it is queued as a request that later ones may join. Since

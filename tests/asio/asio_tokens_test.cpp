@@ -35,7 +35,8 @@ TEST_F(AsioTokensTest, AFutureAndACallbackAreAnsweredAsTheBlockingCalls) {
   });
   EXPECT_EQ(called.get_future().get().size(), 36u);
   EXPECT_EQ(client.integer({"XLEN", stream}), 2);
-  std::future<std::string> opened = producer.async_open_batch(BatchOptions{.batch_id = "tokens"}, asio::use_future);
+  std::future<std::string> opened =
+      producer.async_open_batch(BatchOptions{.batch_id = "tokens"}, asio::use_future);
   EXPECT_EQ(opened.get(), "tokens");
   EXPECT_TRUE(producer.async_close_batch("tokens", asio::use_future).get());
   EXPECT_THROW(producer.async_close_batch("no-such-batch", asio::use_future).get(), BatchClosedError);

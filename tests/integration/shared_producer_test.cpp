@@ -178,10 +178,11 @@ TEST_F(SharedProducerTest, EachThreadsBlockingAndAsynchronousCallsAreWrittenInTh
     for (int i = 0; i < kEach; ++i) {
       const nlohmann::json payload{{"t", t}, {"i", i}};
       if (i % 2 == 0) {
-        producer.enqueue_async("ordered", payload, {}, [&](const std::exception_ptr& error, const std::string&) {
-          if (error) failures.fetch_add(1);
-          answered.fetch_add(1);
-        });
+        producer.enqueue_async("ordered", payload, {},
+                               [&](const std::exception_ptr& error, const std::string&) {
+                                 if (error) failures.fetch_add(1);
+                                 answered.fetch_add(1);
+                               });
       } else {
         try {
           producer.enqueue("ordered", payload);
@@ -253,8 +254,8 @@ std::int64_t script_calls(Client& client) {
 }
 
 // Asynchronous enqueues in flight together are merged into script calls of many tasks (in the
-// shared connection's queue, MergedEnqueue); the queue's bound still admits each task on its own, in order, as calls of
-// their own would be, and each completion gets its own id or its own QueueFullError.
+// shared connection's queue, MergedEnqueue); the queue's bound still admits each task on its own, in order,
+// as calls of their own would be, and each completion gets its own id or its own QueueFullError.
 TEST_F(SharedProducerTest, MergedAsynchronousEnqueuesAreEachAdmittedOrRefusedOnTheirOwn) {
   ProducerOptions o = options();
   o.max_len = 1000;
