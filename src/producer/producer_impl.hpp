@@ -215,7 +215,7 @@ struct Producer::Impl {
   /// A batch call without blocking: built here (what that throws reaches `done`), answered on
   /// the completion thread.
   template <class T>
-  void batch_call_async(std::function<std::unique_ptr<BatchCall>()> build,
+  void batch_call_async(const std::function<std::unique_ptr<BatchCall>()>& build,
                         std::function<T(const BatchCall&, const detail::Reply&)> answer,
                         std::function<void(std::exception_ptr, T)> done);
 

@@ -90,7 +90,7 @@ std::unique_ptr<Producer::Impl::BatchCall> Producer::Impl::close_call(const std:
 }
 
 template <class T>
-void Producer::Impl::batch_call_async(std::function<std::unique_ptr<BatchCall>()> build,
+void Producer::Impl::batch_call_async(const std::function<std::unique_ptr<BatchCall>()>& build,
                                       std::function<T(const BatchCall&, const detail::Reply&)> answer,
                                       std::function<void(std::exception_ptr, T)> done) {
   std::shared_ptr<BatchCall> c;
