@@ -166,6 +166,29 @@ TEST_F(PartitionedFlowsTest, AnAsynchronousChordIsPlacedInEveryPartitionBeforeIt
   EXPECT_EQ(runs.read_by(ids.task_id).size(), 40u);
 }
 
+// docs/workflows.md: a flow's home is its root's partition_key's partition, else its task id's.
+// A root given neither gets its id first, and the home follows from it (before, the partition
+// key was a second new uuid: the home was another partition than the root's id names).
+TEST_F(PartitionedFlowsTest, AFlowsHomeIsThePartitionOfItsRootsTaskIdWhenItHasNoPartitionKey) {
+  Producer producer = partitioned_producer(server.url());
+  std::map<int, int> homes;
+  for (int n = 0; n < 12; ++n) {
+    const FlowIds ids = producer.enqueue_flow(
+        chord({{.task_type = "square", .payload = {{"i", 1}}}}, {.task_type = "sum", .payload = "{}"}));
+    // (Its record, checked by key: the home's stream may not exist, the parent waits unwritten.)
+    const int expected = static_cast<int>(detail::crc16(ids.task_id) % kPartitions);
+    EXPECT_EQ(client.integer({"EXISTS", detail::task_key(part(expected), ids.task_id)}), 1)
+        << "flow " << n << ", root " << ids.task_id;
+    ++homes[expected];
+  }
+  // A root with an id of its own: its id's partition (its record is there).
+  producer.enqueue_flow(chord({{.task_type = "square", .payload = {{"i", 1}}}},
+                              {.task_type = "sum", .payload = "{}", .options = {.task_id = "root-x"}}));
+  const std::string home = part(static_cast<int>(detail::crc16("root-x") % kPartitions));
+  EXPECT_EQ(client.integer({"EXISTS", detail::task_key(home, "root-x")}), 1);
+  EXPECT_GT(homes.size(), 1u) << "flows without a key spread over the partitions";
+}
+
 TEST_F(PartitionedFlowsTest, AChildThatFailsInAnotherPartitionFailsItsParentAndItsReplayResumesIt) {
   Producer producer = partitioned_producer(server.url());
   std::atomic<int> attempts{0};
