@@ -94,8 +94,9 @@ struct FlowContext {
   std::map<std::string, int> queues{};  // the other queues named so far, with their partitions
 };
 
+/// `root_id`: the root's task id (given, or drawn by the caller: the flow's home follows from it).
 void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::string& partition_key,
-             FlowContext& context, FlatFlow& flat) {
+             const std::string& root_id, FlowContext& context, FlatFlow& flat) {
   if (depth >= kMaxFlowDepth) {
     throw ConfigError("flow deeper than " + std::to_string(kMaxFlowDepth) + " levels");
   }
@@ -114,7 +115,7 @@ void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::
       other_queue(node, parent < 0, context.options, context.cluster, context.queues);
   const std::size_t place = flat.tasks.size();
   TaskSpec spec{node.task_type, node.payload, node.options};
-  if (spec.options.task_id.empty()) spec.options.task_id = detail::new_uuid_v4();
+  if (spec.options.task_id.empty()) spec.options.task_id = parent < 0 ? root_id : detail::new_uuid_v4();
   // Every parent lives in the root's partition (its flow's keys with it); a task without
   // children goes to its own (its partition_key's, else the next in turn): see enqueue_flow.
   if (!node.children.empty() || parent < 0) spec.options.partition_key = partition_key;
@@ -128,7 +129,7 @@ void flatten(const FlowNode& node, std::ptrdiff_t parent, int depth, const std::
   flat.queue.push_back(std::move(queue));
   if (parent >= 0) flat.children[static_cast<std::size_t>(parent)].push_back(place);
   for (const FlowNode& child : node.children) {
-    flatten(child, static_cast<std::ptrdiff_t>(place), depth + 1, partition_key, context, flat);
+    flatten(child, static_cast<std::ptrdiff_t>(place), depth + 1, partition_key, root_id, context, flat);
   }
 }
 
@@ -212,17 +213,17 @@ struct Producer::Impl::FlowWrite {
 std::unique_ptr<Producer::Impl::FlowWrite> Producer::Impl::build_flow(const FlowNode& root) {
   auto w = std::make_unique<FlowWrite>();
   FlatFlow& flat = w->flat;
-  // Every task in the root's partition: a flow's bookkeeping lives in one slot.
-  std::string partition_key = root.options.partition_key;
-  if (partition_key.empty())
-    partition_key = root.options.task_id.empty() ? detail::new_uuid_v4() : root.options.task_id;
+  // Every parent in the root's partition (its partition_key's, else its task id's, drawn first
+  // when not given): a flow's bookkeeping lives in one slot.
+  const std::string root_id = root.options.task_id.empty() ? detail::new_uuid_v4() : root.options.task_id;
+  const std::string& partition_key = root.options.partition_key.empty() ? root_id : root.options.partition_key;
   if (options.overflow == Overflow::trim_oldest) {
     throw ConfigError(
         "enqueue_flow needs Overflow::reject: trim_oldest may drop a child unfinished, and its "
         "parent would wait forever");
   }
   FlowContext context{options, link.config().endpoint.is_cluster()};
-  flatten(root, -1, 0, partition_key, context, flat);
+  flatten(root, -1, 0, partition_key, root_id, context, flat);
   for (const TaskSpec& t : flat.tasks) {
     if (options.partitions > 1 && (!t.options.batch.empty() || t.options.unique_for.count() > 0)) {
       // (A batch's task goes to the batch's partition: the flow would be split; a unique task's
