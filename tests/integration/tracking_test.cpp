@@ -159,6 +159,26 @@ TEST_F(TrackingTest, ADelayedTaskIsDelayedThenQueuedAndARetentionOfZeroKeepsNoth
   EXPECT_EQ(events_of(id), (std::vector<std::string>{"enqueued", "started", "done"}));
 }
 
+// A delayed task's due time and its record's enqueued_at come from one reading of the server's
+// clock: due_at is enqueued_at + delay to the millisecond, for every task of a batch's script call
+// (before, each record read the clock again after the call's due time was taken: the later
+// tasks of a large call said they were enqueued after their due time minus the delay).
+TEST_F(TrackingTest, ADelayedTasksDueTimeIsItsEnqueuedAtPlusItsDelay) {
+  const std::string big(200'000, 'x');  // a slow call: each task's XADD copies its payload
+  std::vector<TaskSpec> tasks(
+      192, TaskSpec{.task_type = "work",
+                    .payload = nlohmann::json{{"pad", big}},
+                    .options = {.delay = 60s, .retention = Retention{.done = 1min}}});
+  const std::vector<std::string> ids = producer().enqueue_batch(tasks);
+  int off = 0;
+  for (const std::string& id : ids) {
+    const auto r = record(id);
+    ASSERT_TRUE(r && r->due_at && r->enqueued_at) << id;
+    off += *r->due_at - *r->enqueued_at != std::chrono::milliseconds(60'000) ? 1 : 0;
+  }
+  EXPECT_EQ(off, 0) << "of " << ids.size() << " tasks, due_at - enqueued_at was not the delay";
+}
+
 TEST_F(TrackingTest, AResultIsTheSucceedingAttemptsAndAKeyOfAnotherTypeIsLeftAlone) {
   // A partial result of a failed attempt is not the task's result.
   const std::string id = producer().enqueue("flaky", "{}", {.retention = Retention{.done = 1min}});
