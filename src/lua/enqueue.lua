@@ -215,7 +215,9 @@ for _ = 1, n do
   end
   if lock > 0 then redis.call('SET', KEYS[lock], ARGV[first + 1], 'PX', ARGV[i + 4]) end
   if place ~= 0 then
-    track_new(KEYS[1], ARGV, first, last, place < 0 and 'waiting' or (due > 0 and 'delayed' or 'queued'), due)
+    -- (One reading of the clock per call: a record's enqueued_at is the now its due time is from.)
+    now = now or now_ms()
+    track_new(KEYS[1], ARGV, first, last, place < 0 and 'waiting' or (due > 0 and 'delayed' or 'queued'), due, now)
   end
   local batch = field_value(ARGV, first, last, 'batch_id')
   if batch and redis.call('SADD', KEYS[1] .. ':batches:' .. batch .. ':pending', ARGV[first + 1]) == 1 then

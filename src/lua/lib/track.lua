@@ -93,18 +93,19 @@ local function track_ttl(key, ms)
   end
 end
 
--- track_new(queue, fields, first, last, state, due): a task enters the queue (enqueue, replay):
--- its record starts afresh, as `state` (queued or delayed, due at `due` ms), and an 'enqueued'
--- event says so.
+-- track_new(queue, fields, first, last, state, due, now): a task enters the queue (enqueue,
+-- replay): its record starts afresh, as `state` (queued or delayed, due at `due` ms), and an
+-- 'enqueued' event says so. `now` (ms, default: the server's clock) is the reading its due time
+-- was computed from, so that due_at is enqueued_at plus the delay.
 -- A record of the same task id that is not final (a task enqueued again under its id while
 -- the first still runs) keeps its attempts.
-local function track_new(queue, fields, first, last, state, due)
+local function track_new(queue, fields, first, last, state, due, now)
   local id, _, _, done_ms, dead_ms = tracked(fields, first, last)
   if not id then return end
   local key = queue .. ':task:' .. id
   local old = state_of(key)
   if old == nil then return end
-  local now = ms_text(now_ms())
+  now = ms_text(now or now_ms())
   if old and FINAL[old] then
     -- A finished task's id enqueued again: a new task, a fresh record. (HDEL, not DEL: the
     -- producer's ACL role gets no command that could delete a stream.)
