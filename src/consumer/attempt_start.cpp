@@ -42,7 +42,7 @@ Start start_suspect(const Shared& s, Work& w, std::unique_ptr<Channel>& ch) {
 Fields tracking_fields(const Task& task) {
   Fields f{{std::string(field::task_id), task.id()}, {std::string(field::task_type), task.type()}};
   if (const auto retention = task.field(field::retention)) f.emplace_back(field::retention, *retention);
-  // A flow's child: its end updates its parent (lib/track.lua).
+  // A flow's child: its end updates its parent (lib/flows.lua).
   if (const auto parent = task.field(field::flow_parent)) {
     f.emplace_back(field::flow_parent, *parent);
     f.emplace_back(field::flow_on_failure, task.field(field::flow_on_failure).value_or("fail"));

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The courier of flows across partitions and queues (see the flows across partitions in
-// src/lua/lib/track.lua and src/lua/enqueue.lua). Per partition (a queue of one partition is
+// src/lua/lib/flows.lua and src/lua/enqueue.lua). Per partition (a queue of one partition is
 // its own), it carries:
 //   the ends of this partition's children whose parents live elsewhere (another partition of
 //   the queue, or another queue), from the stream <partition>:flows:outbox to the parent's

@@ -1,5 +1,5 @@
 -- batch: open or close a batch of tasks (Producer::open_batch, close_batch; see the batches in
--- lib/track.lua).
+-- lib/record.lua).
 -- KEYS[1] = the queue's stream (the batch's prefix)
 -- ARGV[1] = 'open' or 'close', ARGV[2] = the batch id; to open:
 --   ARGV[3] = the batch it is nested in ('' for none), then per callback (on_complete, then
@@ -11,7 +11,9 @@
 -- One script: a nested batch joins its parent while that is open; a close and the last member's
 -- end cannot both fire the batch.
 -- @include lib/clock.lua
--- @include lib/track.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
+-- @include lib/batches.lua
 local key = KEYS[1] .. ':batches:' .. ARGV[2]
 if ARGV[1] == 'close' then
   local state = redis.pcall('HGET', key, 'state')

@@ -16,10 +16,14 @@
 -- One script: the pending check and the XDEL do not interleave with a consumer's read.
 -- A cancelled task is finished: its uniqueness lock (unique_key) is released while it still
 -- holds this task's id, as a dead letter does (lib/unique.lua).
--- A tracked task's record says cancelled (lib/track.lua).
+-- A tracked task's record says cancelled (lib/record.lua).
 -- @include lib/clock.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
 -- @include lib/unique.lua
--- @include lib/track.lua
+-- @include lib/flows.lua
+-- @include lib/batches.lua
+-- @include lib/settle.lua
 local found = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
 if #found == 0 then return {'missing'} end
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
@@ -38,6 +42,5 @@ elseif #p > 0 then
   return {'pending', p[1][2], p[1][3], p[1][4]}
 end
 redis.call('XDEL', KEYS[1], ARGV[2])
-release_unique(ARGV[3], found[1][2], 1)
-track_state(ARGV[3], found[1][2], 1, 'cancelled', 'cancelled')
+task_end(ARGV[3], found[1][2], 1, nil, 'cancelled', 'cancelled')
 return {'cancelled'}

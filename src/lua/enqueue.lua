@@ -22,7 +22,7 @@
 --            the m strings (the common case: a third fewer arguments to send and parse).
 -- Returns n ('each': one reply per task, 1 when it was written, else its QUEUEFULL error, as
 -- a call of its own would have had it), or an error with nothing written: "QUEUEFULL ...", "BATCHCLOSED ..." (a task of a
--- batch that is not open, see Producer::open_batch and the batches in lib/track.lua) or
+-- batch that is not open, see Producer::open_batch and the batches in lib/record.lua) or
 -- "DUPLICATE <index in this call> <length of the id> <task id holding the lock> ...", or
 -- "WRONGTYPE ..." (a lock key holds something else; the batch is marked refused too), 0
 -- with nothing written when an earlier chunk of the same batch was refused, or -1 with
@@ -41,12 +41,12 @@
 -- again for the ones behind it) writes nothing either, and the producer sends them again in
 -- order: what a batch wrote is always a prefix of it, in order. The mark expires a minute
 -- after its last use.
--- A tracked task (its fields hold `retention`, lib/track.lua) gets its record and an
+-- A tracked task (its fields hold `retention`, lib/record.lua) gets its record and an
 -- 'enqueued' event in the same call; such tasks come in the 'full' layout.
 -- A flow (Producer::enqueue_flow) comes whole in one call, in the 'full' layout: a parent's
 -- dest is negative (-1 to -3: the stream it goes to once its children finished); it waits in
 -- <queue>:flow:<id> and its record says waiting; a child's flow_parent field names its parent,
--- whose pending set and order of children it joins (see the flows in lib/track.lua).
+-- whose pending set and order of children it joins (see the flows in lib/record.lua).
 -- A flow across partitions: the call to the home partition (the root's, where every parent
 -- is) lists each child of another partition as a stub (dest 0: task_id and flow_parent only),
 -- which joins its parent's pending set and order and is written nowhere; after the tasks come
@@ -62,7 +62,8 @@
 -- parent's flow hash as `queue:<id>` (flow_apply.lua checks an end from another queue by it).
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
--- @include lib/track.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
 local PLACED_KEEP = 86400000  -- ms a placement's guard stays (the producer shortens it once done)
 local gate = ARGV[1] == 'reject'
 local each = ARGV[1] == 'each'
@@ -217,7 +218,7 @@ for _ = 1, n do
   if place ~= 0 then
     -- (One reading of the clock per call: a record's enqueued_at is the now its due time is from.)
     now = now or now_ms()
-    track_new(KEYS[1], ARGV, first, last, place < 0 and 'waiting' or (due > 0 and 'delayed' or 'queued'), due, now)
+    record_new(KEYS[1], ARGV, first, last, place < 0 and 'waiting' or (due > 0 and 'delayed' or 'queued'), due, now)
   end
   local batch = field_value(ARGV, first, last, 'batch_id')
   if batch and redis.call('SADD', KEYS[1] .. ':batches:' .. batch .. ':pending', ARGV[first + 1]) == 1 then

@@ -27,8 +27,12 @@
 -- atomically with their removal from the PEL, so neither can vanish between two commands.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
 -- @include lib/unique.lua
--- @include lib/track.lua
+-- @include lib/flows.lua
+-- @include lib/batches.lua
+-- @include lib/settle.lua
 -- @include lib/cancelled.lua
 -- @include lib/fate.lua
 local stream, dlq, group, me, mode = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]

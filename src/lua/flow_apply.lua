@@ -1,6 +1,6 @@
 -- flow_apply: the end of a flow's child that lives in another partition or queue than its parent,
 -- carried to the parent's partition by a consumer's courier (src/consumer/flow_courier.cpp)
--- from the child's partition's outbox (see the flows across partitions in lib/track.lua).
+-- from the child's partition's outbox (see the flows across partitions in lib/record.lua).
 -- Applied once however often it is carried: only while the child is in its parent's pending
 -- set, as a child of the same partition.
 -- KEYS[1] = the parent's queue (its partition's stream: the flow's prefix)
@@ -13,7 +13,12 @@
 -- another queue may not); or 2 when the flow is gone (released, cancelled, or expired: nothing
 -- waits for the end, as for an end carried twice).
 -- @include lib/clock.lua
--- @include lib/track.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
+-- @include lib/unique.lua
+-- @include lib/flows.lua
+-- @include lib/batches.lua
+-- @include lib/settle.lua
 local state = ARGV[3]
 if state ~= 'done' and state ~= 'dead' and state ~= 'cancelled' then
   return redis.error_reply('ERR flow_apply: state "' .. state .. '" is not a final state')

@@ -17,8 +17,12 @@
 -- while the others poll rarely, so idle workers do not all hammer the server.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
 -- @include lib/unique.lua
--- @include lib/track.lua
+-- @include lib/flows.lua
+-- @include lib/batches.lua
+-- @include lib/settle.lua
 -- @include lib/fate.lua
 local now = now_ms()
 local most = tonumber(ARGV[1])
@@ -49,7 +53,7 @@ for i = 1, count do
       failure = r.err
       break
     end
-    track_due(KEYS[4], parts, 4)
+    record_due(KEYS[4], parts, 4)
   else
     local ok, e = pcall(dead_letter, KEYS[2], {'member', member}, 1, tonumber(ARGV[5]), 'malformed',
                         'a member of ' .. KEYS[1] .. ' that is not a streamq task', ARGV[4], '', ARGV[2],

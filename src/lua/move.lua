@@ -13,8 +13,12 @@
 -- @include lib/owner.lua
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
 -- @include lib/unique.lua
--- @include lib/track.lua
+-- @include lib/flows.lua
+-- @include lib/batches.lua
+-- @include lib/settle.lua
 -- @include lib/cancelled.lua
 -- @include lib/fate.lua
 local owner = pending_owner(KEYS[1], ARGV[1], ARGV[3])

@@ -19,8 +19,12 @@
 -- @include lib/owner.lua
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
 -- @include lib/unique.lua
--- @include lib/track.lua
+-- @include lib/flows.lua
+-- @include lib/batches.lua
+-- @include lib/settle.lua
 -- @include lib/fate.lua
 local known = redis.call('GET', KEYS[3])
 if known then return (string.gsub(known, '^final ', '')) end

@@ -7,11 +7,9 @@
 -- must not interleave, or a lock that expired and was taken by a newer task (which holds it
 -- now) would be deleted. GET through pcall: a key of another type under that name is left
 -- alone, and never fails the block.
+-- @include lib/unique.lua
 local released = 0
 for i, key in ipairs(KEYS) do
-  if redis.pcall('GET', key) == ARGV[i] then
-    redis.call('DEL', key)
-    released = released + 1
-  end
+  if unique_release_lock(key, ARGV[i]) then released = released + 1 end
 end
 return released

@@ -15,8 +15,12 @@
 -- or the task would end in two places, or in none.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
 -- @include lib/unique.lua
--- @include lib/track.lua
+-- @include lib/flows.lua
+-- @include lib/batches.lua
+-- @include lib/settle.lua
 -- @include lib/fate.lua
 local noted = redis.call('GET', KEYS[3]) == ARGV[1]
 local kept = #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) > 0

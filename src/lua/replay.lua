@@ -15,9 +15,10 @@
 -- counts replays, replayed_at says when. The dead letter's own fields (error, failed_at,
 -- original_id, consumer, reason, fields_dropped) are not copied. One script per batch: each
 -- task is added and its dead letter deleted together, so none is ever in both places.
--- A tracked task's record starts again as queued, with an 'enqueued' event (lib/track.lua).
+-- A tracked task's record starts again as queued, with an 'enqueued' event (lib/record.lua).
 -- @include lib/clock.lua
--- @include lib/track.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
 local own = {error = true, failed_at = true, original_id = true, consumer = true, reason = true,
              fields_dropped = true, retry_count = true, replay_count = true, replayed_from = true,
              replayed_at = true, last_error = true}
@@ -60,7 +61,7 @@ for i = 4, #ARGV do
       end
       out[#out + 1] = redis.call('XADD', KEYS[2], '*', unpack(args))
       redis.call('XDEL', KEYS[1], id)
-      track_new(KEYS[4], args, 1, #args, 'queued')
+      record_new(KEYS[4], args, 1, #args, 'queued')
     end
   end
 end

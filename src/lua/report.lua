@@ -12,13 +12,13 @@
 -- One script: the checks, the record and (for progress) the event go together.
 -- @include lib/owner.lua
 -- @include lib/clock.lua
--- @include lib/track.lua
+-- @include lib/events.lua
 local now = redis.call('HMGET', KEYS[1], 'state', 'worker')
 if now[1] ~= 'running' or now[2] ~= ARGV[3] then return 0 end
 if pending_owner(KEYS[2], ARGV[2], ARGV[4]) ~= ARGV[3] and redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'result', ARGV[9]) end
 if ARGV[6] == '1' then
   redis.call('HSET', KEYS[1], 'progress', ARGV[7])
-  track_event(ARGV[1], 'progress', ARGV[5], now_ms(), {'progress', ARGV[7]})
+  event_add(ARGV[1], 'progress', ARGV[5], now_ms(), {'progress', ARGV[7]})
 end
 return 1

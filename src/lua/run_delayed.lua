@@ -8,7 +8,8 @@
 -- must be one of the queue's own; one naming another goes to the normal stream, as in forward.
 -- @include lib/clock.lua
 -- @include lib/delayed.lua
--- @include lib/track.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
 local parts = delayed_parts(ARGV[1])
 if not parts or #parts < 5 then
   return redis.error_reply('ERR this member of ' .. KEYS[1] .. ' is not a streamq task; the forwarder dead-letters it')
@@ -19,5 +20,5 @@ for k = 2, #KEYS do
   if KEYS[k] == parts[3] then dest = parts[3] end
 end
 local id = redis.call('XADD', dest, '*', unpack(parts, 4))
-track_due(KEYS[2], parts, 4)
+record_due(KEYS[2], parts, 4)
 return id

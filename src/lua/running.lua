@@ -1,4 +1,4 @@
--- running: handlers started tracked tasks (their fields hold `retention`, lib/track.lua): each
+-- running: handlers started tracked tasks (their fields hold `retention`, lib/record.lua): each
 -- record says running, by which worker, from when, and counts the attempt; a 'started' event
 -- says so (track_start). The completer sends the marks of the tasks its handlers started, many
 -- in one call, ahead of their completions (which therefore never precede them); a mark whose
@@ -14,14 +14,15 @@
 -- One script: each owner check and its write must not interleave with a new owner's.
 -- @include lib/owner.lua
 -- @include lib/clock.lua
--- @include lib/track.lua
+-- @include lib/events.lua
+-- @include lib/record.lua
 local group, me, queue = ARGV[1], ARGV[2], ARGV[3]
 local out, now, i = {}, ms_text(now_ms()), 5
 for e = 1, tonumber(ARGV[4]) do
   local entry, first, last = ARGV[i], i + 3, i + 2 + tonumber(ARGV[i + 2])
   out[e] = 0
   if pending_owner(KEYS[1], group, entry) == me then
-    out[e] = track_start(queue, ARGV, first, last, me, now, entry .. ' ' .. ARGV[i + 1])
+    out[e] = record_start(queue, ARGV, first, last, me, now, entry .. ' ' .. ARGV[i + 1])
   end
   i = last + 1
 end

@@ -2,7 +2,7 @@
 // Producer::enqueue_flow, and the flows it is given ready-made: chain and chord. The flow is
 // flattened (each task with its parent's place), prepared as any task, and written by one call
 // of the enqueue script (src/lua/enqueue.lua; the bookkeeping that runs the parents is in
-// src/lua/lib/track.lua). And batches: Producer::open_batch and close_batch (src/lua/batch.lua).
+// src/lua/lib/flows.lua). And batches: Producer::open_batch and close_batch (src/lua/batch.lua).
 #include <chrono>
 #include <cstddef>
 #include <map>

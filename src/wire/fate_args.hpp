@@ -26,7 +26,7 @@ inline constexpr std::int64_t start_cancelled = -2;
 /// src/lua/lib/fate.lua): appends 'retry', `queue` and the copy's fields, or 'dead_letter', the
 /// reason, error, failed_at, the most fields a dead-letter entry keeps, `queue` and the fields
 /// read. `queue` is the queue's stream name (a partition's, ConsumerOptions::stream): a tracked
-/// task's record `<queue>:task:<task_id>` says what became of it (lib/track.lua), and when the
+/// task's record `<queue>:task:<task_id>` says what became of it (lib/settle.lua), and when the
 /// fields read have a unique_key, the dead letter releases the lock `<queue>:unique:<unique_key>`
 /// if it still holds the task's id; "" leaves both alone (a provisional record whose task still
 /// runs).

@@ -70,18 +70,18 @@ inline std::string orphan_key(std::string_view level_stream, std::string_view id
   return std::string(level_stream) + ":orphan:" + std::string(id);
 }
 
-/// The state record of tracked task `task_id` (lib/track.lua): a hash in the queue's slot.
+/// The state record of tracked task `task_id` (lib/record.lua): a hash in the queue's slot.
 inline std::string task_key(std::string_view stream, std::string_view task_id) {
   return std::string(stream) + ":task:" + std::string(task_id);
 }
 
-/// The flow of parent `task_id` (Producer::enqueue_flow, lib/track.lua): a hash (its body and
+/// The flow of parent `task_id` (Producer::enqueue_flow, lib/flows.lua): a hash (its body and
 /// its children's order), with `<flow>:pending` (a set) and `<flow>:results` (a hash).
 inline std::string flow_key(std::string_view stream, std::string_view task_id) {
   return std::string(stream) + ":flow:" + std::string(task_id);
 }
 
-/// Batch `batch_id` (Producer::open_batch, lib/track.lua): a hash (state, counts, callbacks),
+/// Batch `batch_id` (Producer::open_batch, lib/batches.lua): a hash (state, counts, callbacks),
 /// with `<batch>:pending` (a set of its unfinished members).
 inline std::string batch_key(std::string_view stream, std::string_view batch_id) {
   return std::string(stream) + ":batches:" + std::string(batch_id);

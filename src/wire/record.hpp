@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Reading what lib/track.lua writes: a tracked task's record (a hash) and the entries of a
+// Reading what lib/record.lua and lib/settle.lua write: a tracked task's record (a hash) and the entries of a
 // queue's events stream.
 #pragma once
 

@@ -1,16 +1,15 @@
 -- lib/cancelled.lua: the end of a task an operator cancelled while no handler ran it (its
 -- cancel request `<stream>:cancel:<id>` exists, see cancel.lua). A script includes
--- lib/unique.lua and lib/track.lua before this file.
+-- lib/settle.lua (and what it needs) before this file.
 --
 -- end_cancelled(stream, group, id, queue, fields, first): entry `id` of `stream` ends
--- cancelled: acknowledged in `group` and deleted, its uniqueness lock released, its record and
--- event `cancelled` (the task's fields are fields[first], fields[first + 1], ...; `queue` is
--- the queue's stream, as lib/track.lua takes it), the request deleted.
+-- cancelled: acknowledged in `group` and deleted, and ended cancelled through lib/settle.lua
+-- (the task's fields are fields[first], fields[first + 1], ...; `queue` is the queue's stream),
+-- the request deleted.
 local function end_cancelled(stream, group, id, queue, fields, first)
   redis.call('XACK', stream, group, id)
   redis.call('XDEL', stream, id)
-  release_unique(queue, fields, first)
-  track_state(queue, fields, first, 'cancelled', 'cancelled')
+  task_end(queue, fields, first, nil, 'cancelled', 'cancelled')
   redis.call('DEL', stream .. ':cancel:' .. id)
 end
 

@@ -6,10 +6,10 @@
 -- which it sets itself; of those, at most max_fields are kept, and the number left out is
 -- recorded in `fields_dropped` (unpack() cannot pass the ~8,000 values one XADD of more
 -- would take). Then come error, failed_at, original_id, consumer and reason.
--- A dead-lettered task is finished: its uniqueness lock is released (release_unique() of
--- lib/unique.lua, which a script includes before this file; queue '' leaves it alone), and a
--- tracked one's record says dead (lib/track.lua, included before this file too; queue ''
--- leaves it alone: a provisional record, whose task still runs).
+-- A dead-lettered task is finished: it ends dead through lib/settle.lua (its uniqueness lock
+-- released, a tracked one's record dead, its flow's parent and its batch told), which a script
+-- includes before this file; queue '' leaves all of it alone: a provisional record, whose task
+-- still runs.
 local function dead_letter(dlq, fields, first, max_fields, reason, err, failed_at, original_id, consumer, queue)
   local meta = {'error', err, 'failed_at', failed_at, 'original_id', original_id,
                 'consumer', consumer, 'reason', reason}
@@ -33,8 +33,7 @@ local function dead_letter(dlq, fields, first, max_fields, reason, err, failed_a
   end
   for _, v in ipairs(meta) do args[#args + 1] = v end
   local id = redis.call('XADD', dlq, '*', unpack(args))
-  release_unique(queue, fields, first)
-  track_state(queue, fields, first, 'dead', 'dead', {'error', err, 'reason', reason})
+  task_end(queue, fields, first, nil, 'dead', 'dead', {pairs = {'error', err, 'reason', reason}})
   return id
 end
 
@@ -63,22 +62,22 @@ end
 local function write_fate(dest, first, original_id, consumer)
   if ARGV[first] == 'retry' then
     local id = redis.call('XADD', dest, '*', unpack(ARGV, first + 2))
-    track_state(ARGV[first + 1], ARGV, first + 2, 'retrying', 'retry', {'error', fate_error(ARGV, first + 2)})
+    task_end(ARGV[first + 1], ARGV, first + 2, nil, 'retrying', 'retry', {pairs = {'error', fate_error(ARGV, first + 2)}})
     return id
   end
   if ARGV[first] == 'back' then
     local id = redis.call('XADD', dest, '*', unpack(ARGV, first + 2))
-    track_state(ARGV[first + 1], ARGV, first + 2, 'queued', 'handed_back')
+    task_end(ARGV[first + 1], ARGV, first + 2, nil, 'queued', 'handed_back')
     return id
   end
   if ARGV[first] == 'delay' or ARGV[first] == 'hold' then
     local due = now_ms() + tonumber(ARGV[first + 1])
     redis.call('ZADD', dest, due, delayed_member(ARGV[first + 2], ARGV[first + 3], ARGV, first + 5, #ARGV))
     if ARGV[first] == 'hold' then
-      track_state(ARGV[first + 4], ARGV, first + 5, 'delayed', nil, {'due_at', due})
+      task_end(ARGV[first + 4], ARGV, first + 5, nil, 'delayed', nil, {pairs = {'due_at', due}})
     else
-      track_state(ARGV[first + 4], ARGV, first + 5, 'retrying', 'retry',
-                  {'error', fate_error(ARGV, first + 5), 'due_at', due})
+      task_end(ARGV[first + 4], ARGV, first + 5, nil, 'retrying', 'retry',
+               {pairs = {'error', fate_error(ARGV, first + 5), 'due_at', due}})
     end
     return 'delayed'
   end

@@ -1,0 +1,103 @@
+-- lib/settle.lua: the one path for the end of a task's attempt, and for every change of a
+-- tracked task's state after its start: done, dead, cancelled (final), retrying, handed back,
+-- delayed again, a waiting parent released. Every script that ends a task calls task_end; a
+-- fast path is this same code with less to do (an untracked task has no record, a task in no
+-- flow or batch settles neither). A script including this file includes lib/clock.lua,
+-- lib/events.lua, lib/record.lua, lib/unique.lua, lib/flows.lua and lib/batches.lua before it.
+-- Input: task_end(queue, fields, first, last, state, event, more):
+--   queue   the queue's stream (the records' prefix); '' or nil: nothing is written (a
+--           provisional dead letter, whose task still runs, see lib/fate.lua)
+--   fields  the task's fields are fields[first..last] (name, value pairs; last: nil = the end)
+--   state   its new state; event: the event's name (nil: none)
+--   more    nil, or a table of: pairs (field/value pairs for the record and the event), kept
+--           (pairs for the record only: a result), now (ms text; default the server's clock),
+--           start (the worker whose start is written with this end, in the same call), lock
+--           (its unique lock's key, when the caller knows it; else read from unique_key),
+--           keep_lock (true: a final state that keeps the lock, a failed flow's parent)
+-- Output: the record's key (nil: not tracked). Steps, in order:
+--   1. the record: the state and the pairs; with `start`, the start as record_start writes it;
+--      a final state sets finished_at (a record missing is made whole);
+--   2. the events: 'started' (with `start`), then `event`;
+--   3. a final state releases the unique lock, while it holds this task's id;
+--   4. a first final state settles the flow's parent (lib/flows.lua)
+--   5. and the batch (lib/batches.lua): only the first final state counts, so a stale holder's
+--      later end settles nothing;
+--   6. a final state starts the record's retention (last: a retention of 0 deletes the record,
+--      which step 4 reads).
+
+local NOTHING = {}
+
+-- Step 1. Returns the record's key, the task id, `now`, the attempt started here (nil: none),
+-- whether this is the task's first final state, and how long the record stays once final; nil
+-- when the task is not tracked (or its key holds another type: left alone, see state_of).
+local function end_record(queue, fields, first, last, state, more)
+  local id, done_ms, dead_ms, done_text, dead_text = tracked(fields, first, last)
+  if not id then return nil end
+  local key = queue .. ':task:' .. id
+  local record = redis.pcall('HMGET', key, 'state', 'attempts', 'waited')
+  if record.err then return nil end
+  local old, now = record[1], more.now or ms_text(now_ms())
+  local final = FINAL[state]
+  local args = {'HSET', key, 'state', state}
+  if final then
+    args[#args + 1] = 'finished_at'
+    args[#args + 1] = now
+  end
+  if not old then  -- no record (its enqueue did not write one): made whole
+    for _, v in ipairs({'type', task_type_of(fields, first, last), 'done_ms', done_text, 'dead_ms', dead_text}) do
+      args[#args + 1] = v
+    end
+  end
+  local attempt = nil
+  if more.start and not (old and FINAL[old]) then
+    attempt = (tonumber(record[2]) or 0) + 1
+    if attempt > 1 then redis.call('HDEL', key, 'result', 'progress') end
+    for _, v in ipairs({'started_at', now, 'worker', more.start, 'attempts', ms_text(attempt)}) do
+      args[#args + 1] = v
+    end
+  end
+  for _, v in ipairs(more.pairs or NOTHING) do args[#args + 1] = v end
+  for _, v in ipairs(more.kept or NOTHING) do args[#args + 1] = v end
+  redis.call(unpack(args))
+  local keep = state == 'dead' and dead_ms or done_ms
+  if final and keep == 0 and record[3] then keep = WAITED_KEEP end
+  return key, id, now, attempt, final and not (old and FINAL[old]), keep
+end
+
+-- Step 2.
+local function end_events(queue, id, now, attempt, event, more)
+  if attempt then event_add(queue, 'started', id, now, {'attempt', ms_text(attempt), 'worker', more.start}) end
+  if event then event_add(queue, event, id, now, more.pairs) end
+end
+
+-- Step 3.
+local function end_unique(queue, fields, first, last, more)
+  if more.keep_lock then return end
+  if more.lock then
+    unique_release_lock(more.lock, field_value(fields, first, last, 'task_id'))
+  else
+    unique_release(queue, fields, first, last)
+  end
+end
+
+-- Step 5.
+local function end_batch(queue, id, fields, first, last, state)
+  local batch = field_value(fields, first, last, 'batch_id')
+  if batch then batch_member_ended(queue, batch, id, state == 'done') end
+end
+
+task_end = function(queue, fields, first, last, state, event, more)
+  if not queue or queue == '' then return nil end
+  more = more or NOTHING
+  local key, id, now, attempt, first_final, keep = end_record(queue, fields, first, last, state, more)
+  if key then end_events(queue, id, now, attempt, event, more) end
+  if not FINAL[state] then return key end
+  end_unique(queue, fields, first, last, more)
+  if not key then return nil end
+  if first_final then
+    flow_settled(queue, id, key, fields, first, last, state)
+    end_batch(queue, id, fields, first, last, state)
+  end
+  record_ttl(key, keep)
+  return key
+end
