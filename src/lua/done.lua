@@ -55,7 +55,7 @@ for e = 1, tonumber(ARGV[4]) do
   if fate == 'cancelled' then redis.call('DEL', KEYS[1] .. ':cancel:' .. entry) end
   out[e] = 0
   if acked == 1 or provisional then
-    more.kept = has_result == '1' and {'result', result} or nil
+    more.result = has_result == '1' and result or nil
     more.start = start == '1' and acked == 1 and me or nil
     more.lock = lock ~= '' and lock or nil
     task_end(queue, ARGV, first, last, fate, fate, more)

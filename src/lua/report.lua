@@ -19,6 +19,6 @@ if pending_owner(KEYS[2], ARGV[2], ARGV[4]) ~= ARGV[3] and redis.call('EXISTS', 
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'result', ARGV[9]) end
 if ARGV[6] == '1' then
   redis.call('HSET', KEYS[1], 'progress', ARGV[7])
-  event_add(ARGV[1], 'progress', ARGV[5], now_ms(), {'progress', ARGV[7]})
+  event_add(ARGV[1], 'progress', ARGV[5], ms_text(now_ms()), 'progress', ARGV[7])
 end
 return 1

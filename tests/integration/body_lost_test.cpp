@@ -6,6 +6,7 @@
 // the record meanwhile, it ends once; the notes that make this so expire on their own.
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <set>
 #include <string>
 
@@ -331,6 +332,57 @@ TEST_F(BodyLostTest, ANoteOutlivesItsHolderByClaimMinIdleAtMost) {
   EXPECT_EQ(inspector().replay(stream).done, 1);
   gate.open();
   ASSERT_TRUE(wait_until([&] { return left == 1; }));
+}
+
+// A flow's child and a batch's member whose entries are deleted while their handlers run, and
+// whose worker then stops with the handlers still running: once the notes expire, their
+// provisional records are their fate, and what the tasks belonged to learns it (through the
+// one settle path): the child's parent fails (its policy, fail_parent), the batch counts a
+// failed member and fires. Before, a provisional record became final only in the dead-letter
+// stream: the parent waited forever and the batch never fired.
+TEST_F(BodyLostTest, AProvisionalRecordWhoseHolderIsGoneEndsItsTaskForItsParentAndItsBatch) {
+  Producer p = producer();
+  const FlowIds flow = p.enqueue_flow(chord({{.task_type = "long", .payload = "{}"}}, {.task_type = "sum", .payload = "{}"}));
+  const std::string batch = p.open_batch({.on_complete = TaskSpec{.task_type = "complete", .payload = "{}"}});
+  const std::string member = p.enqueue("long", "{}", {.batch = batch});
+  p.close_batch(batch);
+  Gate gate;
+  auto o = options();
+  o.heartbeat_interval = 100ms;
+  o.claim_min_idle = 500ms;
+  o.reclaim_interval = 100ms;
+  o.shutdown_grace = 100ms;
+  Client deleter{server.url()};  // (the handlers' own connection)
+  std::mutex deleting;
+  RunningConsumer rc(o, [&](Consumer& c) {
+    c.on("long", [&](const Task& t) {
+      {
+        const std::lock_guard lock(deleting);
+        deleter.cmd({"XDEL", stream, t.entry_id()}).view().check();
+      }
+      gate.pass(t.entry_id());
+    });
+  });
+  std::atomic<int> completes{0};
+  const auto release = gate.opens_on_exit();  // (before the consumers go: their handlers return)
+  ASSERT_FALSE(gate.arrived(2).empty());
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2; }, 10s)) << "the provisional records";
+  rc.stop();  // returns after shutdown_grace with both handlers still in the gate
+  RunningConsumer other(o, [&](Consumer& c) {
+    c.on("complete", [&](const Task&) { ++completes; });
+    c.on("sum", [&](const Task&) { ADD_FAILURE() << "the parent ran without its failed child"; });
+  });
+  Inspector in = inspector();
+  ASSERT_TRUE(wait_until([&] {
+    const auto r = in.record(stream, flow.task_id);
+    return r && r->state == TaskRecord::State::dead;
+  }, 10s)) << "the parent did not learn its child's end";
+  EXPECT_EQ(in.record(stream, flow.task_id)->reason, "child_failed");
+  EXPECT_EQ(in.record(stream, flow.children[0].task_id)->state, TaskRecord::State::dead);
+  EXPECT_EQ(in.record(stream, member)->state, TaskRecord::State::dead);
+  ASSERT_TRUE(wait_until([&] { return completes == 1; }, 10s)) << "the batch did not fire";
+  EXPECT_EQ(in.batch(stream, batch)->failed, 1);
+  EXPECT_EQ(xlen(dlq), 2) << "each record stays, once";
 }
 
 }  // namespace

@@ -7,3 +7,9 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+
+-- ms_text(ms): a number of milliseconds as the text redis.call is given (numbers handed to
+-- redis.call are formatted with printf's %.17g, a tenth of a tracking script's time).
+local function ms_text(ms)
+  return string.format('%d', ms)
+end

@@ -65,7 +65,7 @@ local function flow_release(queue, parent)
     -- (A group that ended dead and resumes goes through waiting: its end is then a first
     -- final state again, which its own parent learns.)
     redis.pcall('HSET', key, 'state', 'waiting')
-    task_end(queue, parts, 2, nil, 'done', 'done', {kept = {'result', children}})
+    task_end(queue, parts, 2, nil, 'done', 'done', {result = children})
     return
   end
   parts[#parts + 1] = 'flow_children'
@@ -116,15 +116,15 @@ local function flow_child_ended(queue, parent, id, state, policy, result, err)
     redis.call('HSET', flow .. ':results', id, 'x' .. state .. ' ' .. err)
   elseif policy ~= 'remove' then
     if state_of(queue .. ':task:' .. parent) == 'waiting' then
-      event_add(queue, 'child_ended', parent, ms_text(now_ms()),
-                  {'child', id, 'state', state, 'pending', tostring(redis.call('SCARD', pending))})
+      event_add(queue, 'child_ended', parent, ms_text(now_ms()), 'child', id, 'state', state, 'pending',
+                tostring(redis.call('SCARD', pending)))
     end
     flow_fail(queue, parent, id, err)
     return
   end
   redis.call('SREM', pending, id)
   local left = redis.call('SCARD', pending)
-  event_add(queue, 'child_ended', parent, ms_text(now_ms()), {'child', id, 'state', state, 'pending', tostring(left)})
+  event_add(queue, 'child_ended', parent, ms_text(now_ms()), 'child', id, 'state', state, 'pending', tostring(left))
   if left == 0 then
     flow_release(queue, parent)
   elseif state_of(queue .. ':task:' .. parent) == 'dead' then

@@ -23,12 +23,6 @@
 local WAITED_KEEP = 60000 -- ms a record someone waits on (watch.lua) stays after the end, at least
 local FINAL = {done = true, dead = true, cancelled = true}
 
--- ms_text(ms): a number of milliseconds as the text redis.call is given (numbers handed to
--- redis.call are formatted with printf's %.17g, a tenth of a tracking script's time).
-local function ms_text(ms)
-  return string.format('%d', ms)
-end
-
 -- field_value(fields, first, last, name): the value of field `name`, or nil.
 local function field_value(fields, first, last, name)
   for i = first, (last or #fields) - 1, 2 do
@@ -117,7 +111,7 @@ local function record_new(queue, fields, first, last, state, due, now)
   redis.call('HSETNX', key, 'attempts', 0)
   if due and due > 0 then redis.call('HSET', key, 'due_at', ms_text(due)) end
   redis.call('PERSIST', key)
-  event_add(queue, 'enqueued', id, now, {'state', state})
+  event_add(queue, 'enqueued', id, now, 'state', state)
 end
 
 -- record_start(queue, fields, first, last, worker, now, run): a handler starts a tracked task
@@ -142,7 +136,7 @@ local function record_start(queue, fields, first, last, worker, now, run)
              task_type_of(fields, first, last), 'done_ms', done_ms, 'dead_ms', dead_ms)
   local attempt = redis.call('HINCRBY', key, 'attempts', 1)
   redis.call('PERSIST', key)
-  event_add(queue, 'started', id, now, {'attempt', ms_text(attempt), 'worker', worker})
+  event_add(queue, 'started', id, now, 'attempt', ms_text(attempt), 'worker', worker)
   return attempt
 end
 

@@ -9,10 +9,10 @@
 --           provisional dead letter, whose task still runs, see lib/fate.lua)
 --   fields  the task's fields are fields[first..last] (name, value pairs; last: nil = the end)
 --   state   its new state; event: the event's name (nil: none)
---   more    nil, or a table of: pairs (field/value pairs for the record and the event), kept
---           (pairs for the record only: a result), now (ms text; default the server's clock),
---           start (the worker whose start is written with this end, in the same call), lock
---           (its unique lock's key, when the caller knows it; else read from unique_key),
+--   more    nil, or a table of: pairs (field/value pairs for the record and the event), result
+--           (the record's result, not in the event), now (ms text; default the server's
+--           clock), start (the worker whose start is written with this end, in the same call),
+--           lock (its unique lock's key, when the caller knows it; else read from unique_key),
 --           keep_lock (true: a final state that keeps the lock, a failed flow's parent)
 -- Output: the record's key (nil: not tracked). Steps, in order:
 --   1. the record: the state and the pairs; with `start`, the start as record_start writes it;
@@ -36,29 +36,32 @@ local function end_record(queue, fields, first, last, state, more)
   local key = queue .. ':task:' .. id
   local record = redis.pcall('HMGET', key, 'state', 'attempts', 'waited')
   if record.err then return nil end
-  local old, now = record[1], more.now or ms_text(now_ms())
-  local final = FINAL[state]
-  local args = {'HSET', key, 'state', state}
+  local old, now, final = record[1], more.now or ms_text(now_ms()), FINAL[state]
+  -- One HSET, its arguments in one table (no table per part: this runs for every task).
+  local args, n = {'HSET', key, 'state', state}, 4
   if final then
-    args[#args + 1] = 'finished_at'
-    args[#args + 1] = now
+    args[n + 1], args[n + 2], n = 'finished_at', now, n + 2
   end
   if not old then  -- no record (its enqueue did not write one): made whole
-    for _, v in ipairs({'type', task_type_of(fields, first, last), 'done_ms', done_text, 'dead_ms', dead_text}) do
-      args[#args + 1] = v
-    end
+    args[n + 1], args[n + 2], args[n + 3], args[n + 4], args[n + 5], args[n + 6], n =
+      'type', task_type_of(fields, first, last), 'done_ms', done_text, 'dead_ms', dead_text, n + 6
   end
   local attempt = nil
   if more.start and not (old and FINAL[old]) then
-    attempt = (tonumber(record[2]) or 0) + 1
-    if attempt > 1 then redis.call('HDEL', key, 'result', 'progress') end
-    for _, v in ipairs({'started_at', now, 'worker', more.start, 'attempts', ms_text(attempt)}) do
-      args[#args + 1] = v
-    end
+    attempt = ms_text((tonumber(record[2]) or 0) + 1)
+    if record[2] and record[2] ~= '0' then redis.call('HDEL', key, 'result', 'progress') end
+    args[n + 1], args[n + 2], args[n + 3], args[n + 4], args[n + 5], args[n + 6], n =
+      'started_at', now, 'worker', more.start, 'attempts', attempt, n + 6
   end
-  for _, v in ipairs(more.pairs or NOTHING) do args[#args + 1] = v end
-  for _, v in ipairs(more.kept or NOTHING) do args[#args + 1] = v end
-  redis.call(unpack(args))
+  local pairs = more.pairs
+  if pairs then
+    for k = 1, #pairs do args[n + k] = pairs[k] end
+    n = n + #pairs
+  end
+  if more.result then
+    args[n + 1], args[n + 2], n = 'result', more.result, n + 2
+  end
+  redis.call(unpack(args, 1, n))
   local keep = state == 'dead' and dead_ms or done_ms
   if final and keep == 0 and record[3] then keep = WAITED_KEEP end
   return key, id, now, attempt, final and not (old and FINAL[old]), keep
@@ -66,8 +69,8 @@ end
 
 -- Step 2.
 local function end_events(queue, id, now, attempt, event, more)
-  if attempt then event_add(queue, 'started', id, now, {'attempt', ms_text(attempt), 'worker', more.start}) end
-  if event then event_add(queue, event, id, now, more.pairs) end
+  if attempt then event_add(queue, 'started', id, now, 'attempt', attempt, 'worker', more.start) end
+  if event then event_add(queue, event, id, now, unpack(more.pairs or NOTHING)) end
 end
 
 -- Step 3.
