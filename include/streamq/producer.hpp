@@ -98,10 +98,11 @@ struct EnqueueOptions {
   /// `<stream>:unique:<key>` holding the task id, is checked and written in the enqueue's own
   /// script, kept through retries, released when the task succeeds (in the MULTI of its ack)
   /// or is dead-lettered (in the dead-letter script), in both cases only while it still holds
-  /// this task's id, and expires on its own after unique_for. Two dead letters do not release
-  /// it and leave it to expire: an entry whose body was deleted before it ran (body_lost: its
-  /// fields, unique_key among them, are gone), and the provisional record of an entry whose
-  /// body was deleted while it ran, when its worker then died. 0 = no uniqueness; < 0 is a
+  /// this task's id, and expires on its own after unique_for. One dead letter does not release
+  /// it and leaves it to expire: an entry whose body was deleted before any live consumer read
+  /// it again (body_lost: its fields, unique_key among them, are gone). (The provisional record
+  /// of an entry whose body was deleted while it ran releases it once its worker is gone and the
+  /// record is the task's fate, see docs/delivery.md.) 0 = no uniqueness; < 0 is a
   /// ConfigError.
   std::chrono::milliseconds unique_for{0};
   /// The unique key; empty = the task id. Only with unique_for (else ConfigError). Written

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "log.hpp"
+#include "orphan_records.hpp"
 #include "pending.hpp"
 #include "streamq/errors.hpp"
 
@@ -20,6 +21,8 @@ void Reclaimer::tick(ScriptRunner& scripts, Clock::time_point now) {
     next_ = now + s_.opt.reclaim_interval;
     return;
   }
+  // The provisional records of holders that are gone are their tasks' fate now.
+  for (std::uint16_t level = 0; level < s_.stream_count(); ++level) settle_orphan_records(s_, scripts, level);
   const std::size_t room = s_.inflight.reclaim_room(static_cast<std::size_t>(s_.opt.concurrency));
   if (room == 0) {
     next_ = now + soon;

@@ -70,6 +70,15 @@ inline std::string orphan_key(std::string_view level_stream, std::string_view id
   return std::string(level_stream) + ":orphan:" + std::string(id);
 }
 
+/// The provisional dead-letter records of `level_stream`'s entries (orphan.lua): a sorted set
+/// of `<entry id> <record id>`, scored by when the record was written (or last found still
+/// noted), ms. settle_orphans.lua ends the task of a record whose note expired (its holder is
+/// gone). Named under `:orphan:` with the notes (no entry id is "provisional"), so the roles'
+/// key patterns that cover the notes cover it.
+inline std::string orphans_key(std::string_view level_stream) {
+  return std::string(level_stream) + ":orphan:provisional";
+}
+
 /// The state record of tracked task `task_id` (lib/record.lua): a hash in the queue's slot.
 inline std::string task_key(std::string_view stream, std::string_view task_id) {
   return std::string(stream) + ":task:" + std::string(task_id);
