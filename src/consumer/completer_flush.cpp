@@ -246,7 +246,10 @@ Argv Flush::fate_call(std::size_t i, ScriptId& id) {
   if (c.outcome == Outcome::orphan) {
     id = ScriptId::orphan;
     argv = scripts_.begin(id, 4);
-    argv.add(keys.stream).add(keys.dlq).add_copy(orphan_key(keys.stream, c.key.id)).add_copy(orphans_key(keys.stream));
+    argv.add(keys.stream)
+        .add(keys.dlq)
+        .add_copy(orphan_key(keys.stream, c.key.id))
+        .add_copy(orphans_key(keys.stream));
     argv.add(s_.opt.group)
         .add(me)
         .add(c.key.id)

@@ -216,7 +216,8 @@ std::unique_ptr<Producer::Impl::FlowWrite> Producer::Impl::build_flow(const Flow
   // Every parent in the root's partition (its partition_key's, else its task id's, drawn first
   // when not given): a flow's bookkeeping lives in one slot.
   const std::string root_id = root.options.task_id.empty() ? detail::new_uuid_v4() : root.options.task_id;
-  const std::string& partition_key = root.options.partition_key.empty() ? root_id : root.options.partition_key;
+  const std::string& partition_key =
+      root.options.partition_key.empty() ? root_id : root.options.partition_key;
   if (options.overflow == Overflow::trim_oldest) {
     throw ConfigError(
         "enqueue_flow needs Overflow::reject: trim_oldest may drop a child unfinished, and its "

@@ -342,7 +342,8 @@ TEST_F(BodyLostTest, ANoteOutlivesItsHolderByClaimMinIdleAtMost) {
 // stream: the parent waited forever and the batch never fired.
 TEST_F(BodyLostTest, AProvisionalRecordWhoseHolderIsGoneEndsItsTaskForItsParentAndItsBatch) {
   Producer p = producer();
-  const FlowIds flow = p.enqueue_flow(chord({{.task_type = "long", .payload = "{}"}}, {.task_type = "sum", .payload = "{}"}));
+  const FlowIds flow =
+      p.enqueue_flow(chord({{.task_type = "long", .payload = "{}"}}, {.task_type = "sum", .payload = "{}"}));
   const std::string batch = p.open_batch({.on_complete = TaskSpec{.task_type = "complete", .payload = "{}"}});
   const std::string member = p.enqueue("long", "{}", {.batch = batch});
   p.close_batch(batch);
@@ -373,10 +374,13 @@ TEST_F(BodyLostTest, AProvisionalRecordWhoseHolderIsGoneEndsItsTaskForItsParentA
     c.on("sum", [&](const Task&) { ADD_FAILURE() << "the parent ran without its failed child"; });
   });
   Inspector in = inspector();
-  ASSERT_TRUE(wait_until([&] {
-    const auto r = in.record(stream, flow.task_id);
-    return r && r->state == TaskRecord::State::dead;
-  }, 10s)) << "the parent did not learn its child's end";
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto r = in.record(stream, flow.task_id);
+        return r && r->state == TaskRecord::State::dead;
+      },
+      10s))
+      << "the parent did not learn its child's end";
   EXPECT_EQ(in.record(stream, flow.task_id)->reason, "child_failed");
   EXPECT_EQ(in.record(stream, flow.children[0].task_id)->state, TaskRecord::State::dead);
   EXPECT_EQ(in.record(stream, member)->state, TaskRecord::State::dead);

@@ -122,9 +122,9 @@ TEST_F(ConsumerTest, AnOrphanRecordIsWrittenOnceHoweverOftenItsWriteIsRepeated) 
   client.cmd({"XDEL", stream, ids[0]}).view().check();
   const std::string_view source = detail::script_source(detail::ScriptId::orphan);
   auto write = [&] {
-    return client.cmd({"EVAL", source, "4", stream, dlq, stream + ":orphan:" + ids[0], stream + ":orphan:provisional", "workers", "holder",
-                       ids[0], "30000", "dead_letter", "body_lost", "gone", "2026-12-01T00:00:00.000000",
-                       "1000", stream, "task_id", "t"});
+    return client.cmd({"EVAL", source, "4", stream, dlq, stream + ":orphan:" + ids[0],
+                       stream + ":orphan:provisional", "workers", "holder", ids[0], "30000", "dead_letter",
+                       "body_lost", "gone", "2026-12-01T00:00:00.000000", "1000", stream, "task_id", "t"});
   };
   const detail::Reply first = write();
   ASSERT_TRUE(first.view().is_string()) << (first.view().is_error() ? first.view().error() : "");

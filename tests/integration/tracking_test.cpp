@@ -165,10 +165,9 @@ TEST_F(TrackingTest, ADelayedTaskIsDelayedThenQueuedAndARetentionOfZeroKeepsNoth
 // tasks of a large call said they were enqueued after their due time minus the delay).
 TEST_F(TrackingTest, ADelayedTasksDueTimeIsItsEnqueuedAtPlusItsDelay) {
   const std::string big(200'000, 'x');  // a slow call: each task's XADD copies its payload
-  std::vector<TaskSpec> tasks(
-      192, TaskSpec{.task_type = "work",
-                    .payload = nlohmann::json{{"pad", big}},
-                    .options = {.delay = 60s, .retention = Retention{.done = 1min}}});
+  std::vector<TaskSpec> tasks(192, TaskSpec{.task_type = "work",
+                                            .payload = nlohmann::json{{"pad", big}},
+                                            .options = {.delay = 60s, .retention = Retention{.done = 1min}}});
   const std::vector<std::string> ids = producer().enqueue_batch(tasks);
   int off = 0;
   for (const std::string& id : ids) {
