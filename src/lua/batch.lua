@@ -11,6 +11,7 @@
 -- One script: a nested batch joins its parent while that is open; a close and the last member's
 -- end cannot both fire the batch.
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/batches.lua

@@ -18,6 +18,7 @@
 -- holds this task's id, as a dead letter does (lib/unique.lua).
 -- A tracked task's record says cancelled (lib/record.lua).
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

@@ -6,6 +6,7 @@
 -- released while it still holds this task's id, as cancel and a dead letter do.
 -- A tracked task's record says cancelled (lib/record.lua).
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

@@ -8,6 +8,7 @@
 -- its record's flow_queues (its children in other queues: enqueue.lua; '' when none)}, read
 -- before the cancel may delete the record (a retention of 0).
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

@@ -30,6 +30,7 @@
 -- took it over: the success stands then, see above, and so does the attempt that made it), and
 -- its 'started' event precedes the end's.
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

@@ -61,6 +61,7 @@
 -- (`<length>:<id><length>:<queue>` each) so the Inspector finds the child there, and in its
 -- parent's flow hash as `queue:<id>` (flow_apply.lua checks an end from another queue by it).
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

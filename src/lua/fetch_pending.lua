@@ -26,6 +26,7 @@
 -- deliveries times (their handler may crash the worker) go to the dead-letter stream here,
 -- atomically with their removal from the PEL, so neither can vanish between two commands.
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

@@ -13,6 +13,7 @@
 -- another queue may not); or 2 when the flow is gone (released, cancelled, or expired: nothing
 -- waits for the end, as for an end carried twice).
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

@@ -7,6 +7,7 @@
 -- Returns how many dead letters were deleted.
 -- One script: a dead letter and its record go together.
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 local deleted = 0

@@ -16,6 +16,7 @@
 -- The lease does not make forwarding exclusive: it only tells one consumer to poll often
 -- while the others poll rarely, so idle workers do not all hammer the server.
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

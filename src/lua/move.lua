@@ -12,6 +12,7 @@
 -- old one must happen together, or a crash between them loses the task or runs it twice.
 -- @include lib/owner.lua
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

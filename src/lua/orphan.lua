@@ -21,6 +21,7 @@
 -- One script: the record, the XACK and the note stand or fall together.
 -- @include lib/owner.lua
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

@@ -7,6 +7,7 @@
 -- must not interleave, or a lock that expired and was taken by a newer task (which holds it
 -- now) would be deleted. GET through pcall: a key of another type under that name is left
 -- alone, and never fails the block.
+-- @include lib/fields.lua
 -- @include lib/unique.lua
 local released = 0
 for i, key in ipairs(KEYS) do

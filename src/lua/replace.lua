@@ -14,6 +14,7 @@
 -- One script: the new entry and the deletion of the record it replaces must happen together,
 -- or the task would end in two places, or in none.
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

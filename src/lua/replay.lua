@@ -17,6 +17,7 @@
 -- task is added and its dead letter deleted together, so none is ever in both places.
 -- A tracked task's record starts again as queued, with an 'enqueued' event (lib/record.lua).
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 local own = {error = true, failed_at = true, original_id = true, consumer = true, reason = true,

@@ -7,6 +7,7 @@
 -- its task enters the stream together, so it cannot be moved twice or lost. A member's stream
 -- must be one of the queue's own; one naming another goes to the normal stream, as in forward.
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

@@ -14,6 +14,7 @@
 -- One script: each owner check and its write must not interleave with a new owner's.
 -- @include lib/owner.lua
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 local group, me, queue = ARGV[1], ARGV[2], ARGV[3]

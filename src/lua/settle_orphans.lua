@@ -16,6 +16,7 @@
 -- One script: a completion's replace.lua runs before or after it, never between its check of
 -- the note and the end it writes.
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

@@ -12,6 +12,7 @@
 -- JUSTID keeps the counter from being bumped a second time.
 -- @include lib/owner.lua
 -- @include lib/clock.lua
+-- @include lib/fields.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

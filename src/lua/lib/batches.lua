@@ -1,6 +1,6 @@
 -- lib/batches.lua: batches (Producer::open_batch): what a member's first final state settles in
--- its batch. A script including this file includes lib/clock.lua, lib/events.lua and
--- lib/record.lua before it.
+-- its batch. A script including this file includes lib/clock.lua, lib/fields.lua,
+-- lib/events.lua and lib/record.lua before it.
 -- Input: batch_member_ended(queue, batch, member, ok), called by lib/settle.lua for a tracked
 --   task's first final state (ok: done) and by a nested batch that fired; batch_fire(queue,
 --   batch) by batch.lua's close.

@@ -1,6 +1,6 @@
 -- lib/flows.lua: flows (Producer::enqueue_flow): what a child's first final state settles in its
--- parent. A script including this file includes lib/clock.lua, lib/events.lua, lib/record.lua
--- and lib/unique.lua before it, and lib/batches.lua and lib/settle.lua after it.
+-- parent. A script including this file includes lib/clock.lua, lib/fields.lua, lib/events.lua,
+-- lib/record.lua and lib/unique.lua before it, and lib/batches.lua and lib/settle.lua after it.
 -- Input: flow_settled(queue, id, key, fields, first, last, state), called by lib/settle.lua for
 --   a tracked task's first final state (done, dead or cancelled): `key` is its record's,
 --   fields[first..last] its fields; flow_child_ended(queue, parent, id, state, policy, result,

@@ -16,20 +16,12 @@
 --   flow_parent, flow_home, flow_children, flow_queues   its place in a flow (lib/flows.lua)
 -- Every change of state is also an event (lib/events.lua), written by the script that decides
 -- the change, so the record never disagrees with where the task is. A script including this
--- file includes lib/clock.lua and lib/events.lua before it.
+-- file includes lib/clock.lua, lib/fields.lua and lib/events.lua before it.
 -- Input: a task's fields are fields[first], fields[first + 1], ... up to fields[last] (name,
 --   value pairs; last defaults to the end of `fields`).
 
 local WAITED_KEEP = 60000 -- ms a record someone waits on (watch.lua) stays after the end, at least
 local FINAL = {done = true, dead = true, cancelled = true}
-
--- field_value(fields, first, last, name): the value of field `name`, or nil.
-local function field_value(fields, first, last, name)
-  for i = first, (last or #fields) - 1, 2 do
-    if fields[i] == name then return fields[i + 1] end
-  end
-  return nil
-end
 
 local function task_type_of(fields, first, last)
   return field_value(fields, first, last, 'task_type') or ''
@@ -38,14 +30,7 @@ end
 -- tracked(fields, first, last): the task's id and its retention (done ms, dead ms, as numbers,
 -- then as the texts they were) when its fields hold both; else nil.
 local function tracked(fields, first, last)
-  local id, retention = nil, nil
-  for i = first, (last or #fields) - 1, 2 do
-    if fields[i] == 'task_id' then
-      id = fields[i + 1]
-    elseif fields[i] == 'retention' then
-      retention = fields[i + 1]
-    end
-  end
+  local id, retention = field_pair(fields, first, last, 'task_id', 'retention')
   if not id or not retention then return nil end
   local done_ms, dead_ms = string.match(retention, '^(%-?%d+) (%-?%d+)$')
   if not done_ms then return nil end

@@ -3,7 +3,8 @@
 -- delayed again, a waiting parent released. Every script that ends a task calls task_end; a
 -- fast path is this same code with less to do (an untracked task has no record, a task in no
 -- flow or batch settles neither). A script including this file includes lib/clock.lua,
--- lib/events.lua, lib/record.lua, lib/unique.lua, lib/flows.lua and lib/batches.lua before it.
+-- lib/fields.lua, lib/events.lua, lib/record.lua, lib/unique.lua, lib/flows.lua and
+-- lib/batches.lua before it.
 -- Input: task_end(queue, fields, first, last, state, event, more):
 --   queue   the queue's stream (the records' prefix); '' or nil: nothing is written (a
 --           provisional dead letter, whose task still runs, see lib/fate.lua)

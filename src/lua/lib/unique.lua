@@ -9,7 +9,7 @@
 --   stream's hash tag and is in the script's slot.
 -- Output: the lock deleted (DEL), or left alone; unique_release_lock says which (true:
 --   deleted). GET through pcall: a key of another type under that name is left alone and fails
---   nothing.
+--   nothing. A script including this file includes lib/fields.lua before it.
 
 local function unique_release_lock(lock, task_id)
   if not task_id or lock == '' or redis.pcall('GET', lock) ~= task_id then return false end
@@ -19,13 +19,6 @@ end
 
 local function unique_release(queue, fields, first, last)
   if not queue or queue == '' then return end
-  local unique, task_id = nil, nil
-  for i = first, (last or #fields) - 1, 2 do
-    if fields[i] == 'unique_key' then
-      unique = fields[i + 1]
-    elseif fields[i] == 'task_id' then
-      task_id = fields[i + 1]
-    end
-  end
+  local unique, task_id = field_pair(fields, first, last, 'unique_key', 'task_id')
   if unique then unique_release_lock(queue .. ':unique:' .. unique, task_id) end
 end
