@@ -207,7 +207,7 @@ struct Producer::Impl {
   // workflow_batch.cpp
   struct BatchCall;
   /// open_batch's and close_batch's calls, checked and built (throws before anything is sent).
-  std::unique_ptr<BatchCall> open_call(const BatchOptions& batch);
+  std::unique_ptr<BatchCall> open_call(const BatchOptions& requested);
   std::unique_ptr<BatchCall> close_call(const std::string& batch_id);
   /// What a checked reply answers: the batch's id (open), whether this call closed it (close).
   static std::string opened(const BatchCall& c, const detail::Reply& reply);

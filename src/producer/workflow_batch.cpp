@@ -36,6 +36,7 @@ const detail::Reply& checked_batch_reply(const detail::Reply& r) {
 /// One batch script call (open or close) and what it views: built by open_call() or
 /// close_call(), its reply read by the caller; it must not move in between.
 struct Producer::Impl::BatchCall {
+  BatchOptions options;  // open: a copy of the caller's (the command views its strings)
   std::string batch_id;
   std::string ids[2];                       // the callbacks' task ids
   std::string created_at;                   // viewed by the callbacks
@@ -43,8 +44,9 @@ struct Producer::Impl::BatchCall {
   detail::Argv argv;
 };
 
-std::unique_ptr<Producer::Impl::BatchCall> Producer::Impl::open_call(const BatchOptions& batch) {
+std::unique_ptr<Producer::Impl::BatchCall> Producer::Impl::open_call(const BatchOptions& requested) {
   auto c = std::make_unique<BatchCall>();
+  const BatchOptions& batch = c->options = requested;
   c->batch_id = batch.batch_id.empty() ? detail::new_uuid_v4() : batch.batch_id;
   const std::string& id = c->batch_id;
   if (!batch.parent_batch.empty() && options.partitions > 1) {
