@@ -8,6 +8,7 @@
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -387,6 +388,70 @@ TEST_F(BodyLostTest, AProvisionalRecordWhoseHolderIsGoneEndsItsTaskForItsParentA
   ASSERT_TRUE(wait_until([&] { return completes == 1; }, 10s)) << "the batch did not fire";
   EXPECT_EQ(in.batch(stream, batch)->failed, 1);
   EXPECT_EQ(xlen(dlq), 2) << "each record stays, once";
+}
+
+// A holder cut off from the server for claim_min_idle is not gone. Once its notes expired, a
+// reclaimer makes its provisional records the tasks' fate (the parent fails, the batch fires);
+// when the holder is back, its late completions (the child's success, the member's failure, a
+// retry) must settle nothing a second time: every record stays dead, nothing is retried, the
+// batch fires once. The cut-off is played by deleting the notes, which is what their expiry
+// does (the holder's renewals do not write an expired note again).
+TEST_F(BodyLostTest, AHolderBackAfterItsRecordsWereMadeTheTasksFateSettlesNothingASecondTime) {
+  Producer p = producer();
+  const FlowIds flow =
+      p.enqueue_flow(chord({{.task_type = "long", .payload = "{}"}}, {.task_type = "sum", .payload = "{}"}));
+  const std::string batch = p.open_batch({.on_complete = TaskSpec{.task_type = "complete", .payload = "{}"}});
+  const std::string member = p.enqueue("failing", "{}", {.batch = batch});
+  p.close_batch(batch);
+  Gate gate;
+  std::atomic<int> completes{0};
+  auto o = options();
+  o.heartbeat_interval = 100ms;
+  o.claim_min_idle = 500ms;
+  o.reclaim_interval = 100ms;
+  Client deleter{server.url()};  // (the handlers' own connection)
+  std::mutex deleting;
+  const auto delete_and_wait = [&](const Task& t) {
+    {
+      const std::lock_guard lock(deleting);
+      deleter.cmd({"XDEL", stream, t.entry_id()}).view().check();
+    }
+    gate.pass(t.entry_id());
+  };
+  RunningConsumer rc(o, [&](Consumer& c) {
+    c.on("long", [&](const Task& t) { delete_and_wait(t); });
+    c.on("failing", [&](const Task& t) {
+      delete_and_wait(t);
+      throw std::runtime_error("fails after its end was settled");
+    });
+    c.on("complete", [&](const Task&) { ++completes; });
+    c.on("sum", [&](const Task&) { ADD_FAILURE() << "the parent ran without its failed child"; });
+  });
+  const auto release = gate.opens_on_exit();
+  const std::string first = gate.arrived(1);
+  const std::string second = gate.arrived(2);
+  ASSERT_FALSE(second.empty());
+  ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2; }, 10s)) << "the provisional records";
+  for (const std::string& id : {first, second}) client.cmd({"DEL", note(stream, id)}).view().check();
+  Inspector in = inspector();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto r = in.record(stream, flow.task_id);
+        return r && r->state == TaskRecord::State::dead;
+      },
+      10s))
+      << "the parent did not learn its child's end";
+  ASSERT_TRUE(wait_until([&] { return completes == 1; }, 10s)) << "the batch did not fire";
+  gate.open();  // the holder is back: its handlers end, one in success, one in failure
+  rc.stop();
+  EXPECT_EQ(in.record(stream, flow.children[0].task_id)->state, TaskRecord::State::dead);
+  EXPECT_EQ(in.record(stream, member)->state, TaskRecord::State::dead);
+  EXPECT_EQ(in.record(stream, flow.task_id)->state, TaskRecord::State::dead);
+  EXPECT_EQ(in.batch(stream, batch)->failed, 1);
+  EXPECT_EQ(completes, 1);
+  EXPECT_EQ(xlen(dlq), 2) << "each record stays, once";
+  EXPECT_EQ(xlen(stream), 0) << "nothing was retried or enqueued again";
+  EXPECT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 0) << "nothing was retried";
 }
 
 }  // namespace
