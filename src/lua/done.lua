@@ -20,8 +20,8 @@
 -- Returns per entry 1 when it ended here; 0 when the entry was no longer pending and had no
 -- provisional record, so this success was not its fate to write (its lease was lost and the new
 -- owner retried it meanwhile: the record says what it did; its lock stays with that fate), and
--- 0 when its provisional record was made its fate while this holder was cut off (its note says
--- "final <record id>", see settle_orphans.lua: its parent and batch followed that end).
+-- 0 when its provisional record was made its fate while this holder was cut off (it is marked
+-- settled, see settle_orphans.lua: its parent and batch followed that end).
 -- Each entry is checked on its own (an XACK each: their counts say which were pending, and a
 -- batch where one entry lost its owner ends the others and leaves that one alone).
 -- One script: each entry's ack, record and events stand or fall together (as the MULTI of an
@@ -53,7 +53,7 @@ for e = 1, tonumber(ARGV[4]) do
   local provisional = orphan_id ~= ''
   if provisional then
     local note = KEYS[1] .. ':orphan:' .. entry
-    if redis.call('GET', note) == 'final ' .. orphan_id then
+    if redis.call('GET', note .. ':settled') == orphan_id then
       provisional = false  -- ended from its record while this holder was cut off: settled
     else
       redis.call('XDEL', KEYS[2], orphan_id)

@@ -9,8 +9,9 @@
 -- nor its note is left: the fate was decided already (by an earlier call whose reply was
 -- lost), or the holder went silent for claim_min_idle, the note expired, and an operator then
 -- acted on the record as final (a replay skips a record while its note stands); also 0 when
--- the note says the record is final: a reclaimer ended the task from it (settle_orphans.lua)
--- while this holder was cut off, and its parent, batch and lock followed that end.
+-- the task is marked settled (<note>:settled names the record): a reclaimer ended it from the
+-- record (settle_orphans.lua) while this holder was cut off, and its parent, batch and lock
+-- followed that end.
 -- A record deleted, purged or trimmed while its note still names it was taken for final
 -- although the task ran: the task's own fate is written all the same, or it would be lost.
 -- One script: the new entry and the deletion of the record it replaces must happen together,
@@ -25,9 +26,8 @@
 -- @include lib/batches.lua
 -- @include lib/settle.lua
 -- @include lib/fate.lua
-local note = redis.call('GET', KEYS[3])
-if note == 'final ' .. ARGV[1] then return 0 end  -- settled from the record (settle_orphans.lua)
-local noted = note == ARGV[1]
+if redis.call('GET', KEYS[3] .. ':settled') == ARGV[1] then return 0 end
+local noted = redis.call('GET', KEYS[3]) == ARGV[1]
 local kept = #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) > 0
 if not noted and not kept then return 0 end
 local id = write_fate(KEYS[2], 4, ARGV[2], ARGV[3])
