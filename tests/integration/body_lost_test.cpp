@@ -395,7 +395,8 @@ TEST_F(BodyLostTest, AProvisionalRecordWhoseHolderIsGoneEndsItsTaskForItsParentA
 // when the holder is back, its late completions (the child's success, the member's failure, a
 // retry) must settle nothing a second time: every record stays dead, nothing is retried, the
 // batch fires once. The cut-off is played by deleting the notes, which is what their expiry
-// does (the holder's renewals do not write an expired note again).
+// does (the holder's renewals do not write an expired note again); the holder's next renewal
+// finds them gone and stops both handlers, as a lost lease does.
 TEST_F(BodyLostTest, AHolderBackAfterItsRecordsWereMadeTheTasksFateSettlesNothingASecondTime) {
   Producer p = producer();
   const FlowIds flow =
@@ -411,12 +412,15 @@ TEST_F(BodyLostTest, AHolderBackAfterItsRecordsWereMadeTheTasksFateSettlesNothin
   o.reclaim_interval = 100ms;
   Client deleter{server.url()};  // (the handlers' own connection)
   std::mutex deleting;
+  std::multiset<std::string> stop_reasons;  // what each handler was told once the gate opened
   const auto delete_and_wait = [&](const Task& t) {
     {
       const std::lock_guard lock(deleting);
       deleter.cmd({"XDEL", stream, t.entry_id()}).view().check();
     }
     gate.pass(t.entry_id());
+    const std::lock_guard lock(deleting);
+    stop_reasons.emplace(t.stop_reason());
   };
   RunningConsumer rc(o, [&](Consumer& c) {
     c.on("long", [&](const Task& t) { delete_and_wait(t); });
@@ -452,6 +456,7 @@ TEST_F(BodyLostTest, AHolderBackAfterItsRecordsWereMadeTheTasksFateSettlesNothin
   EXPECT_EQ(xlen(dlq), 2) << "each record stays, once";
   EXPECT_EQ(xlen(stream), 0) << "nothing was retried or enqueued again";
   EXPECT_EQ(client.integer({"ZCARD", stream + ":delayed"}), 0) << "nothing was retried";
+  EXPECT_EQ(stop_reasons, (std::multiset<std::string>{"lease_lost", "lease_lost"}));
 }
 
 }  // namespace
