@@ -137,7 +137,8 @@ class Task {
   /// Why stop_requested() is true: "" (not asked to stop), "shutdown" (the worker is
   /// stopping), "timeout", "deadline", "cancelled" or "lease_lost" (its entry's or a
   /// concurrency slot's lease could not be renewed in time, or another consumer took the
-  /// entry). Thread-safe.
+  /// entry, or, its entry having been deleted while it ran, the note of its dead-letter record
+  /// expired). Thread-safe.
   std::string_view stop_reason() const noexcept;
   /// The same as a std::stop_token, e.g. for std::condition_variable_any::wait or a
   /// std::stop_callback. A stop_callback runs on the thread that asks the task to stop (the

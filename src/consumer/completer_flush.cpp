@@ -392,9 +392,11 @@ void Flush::conclude() {
       // on: its fate is not ours to decide.
       Metrics::add(s_.metrics.stale, 1);
       log(LogLevel::warning, "entry " + c.key.id +
-                                 (plan_.write[i] == Write::replace ? "'s dead-letter record was replayed"
-                                  : v.integer() == move_not_owner  ? " was reclaimed by another consumer"
-                                                                   : " is no longer pending") +
+                                 (plan_.write[i] == Write::replace
+                                      ? "'s dead-letter record became its fate (replayed, or its task "
+                                        "ended from it while this worker was cut off)"
+                                  : v.integer() == move_not_owner ? " was reclaimed by another consumer"
+                                                                  : " is no longer pending") +
                                  "; its " + (c.outcome == Outcome::retry ? "retry" : "dead letter") +
                                  " was not written");
       finished.push_back(c.key);

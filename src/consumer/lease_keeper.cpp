@@ -65,10 +65,25 @@ void lease(Shared& s, ScriptRunner& scripts, std::uint16_t stream, const std::ve
   }
 }
 
+/// The running handlers of entries whose provisional record's note expired (this worker could
+/// not renew it for claim_min_idle): the record counted as final meanwhile (a reclaimer may have
+/// ended the task from it, an operator replayed it), so they are stopped as a lost lease stops
+/// a handler. Their completions then write nothing that end did not (done.lua, replace.lua).
+void fence_unnoted(Shared& s, std::uint16_t stream, const std::vector<std::string>& unnoted) {
+  for (const auto& c : s.inflight.running_controls(stream, unnoted)) {
+    log(LogLevel::warning, "the provisional dead-letter record of task " + c->task_id + " of " +
+                               s.keys(stream).stream +
+                               " counted as its fate while this worker could not renew its note for "
+                               "claim_min_idle: the handler is stopped");
+    c->request(StopWhy::lease_lost);
+    s.watchdog->asked(c);
+  }
+}
+
 /// Renews the notes of this consumer's provisional dead-letter records of `stream` (see
 /// orphan.lua): while the handler runs, its completion must still find the note. A note that
 /// expired meanwhile (the server was out of reach for claim_min_idle) is not written again: the
-/// record counted as final in that time, and replace.lua copes with either.
+/// record counted as final in that time, and its handler is stopped (fence_unnoted).
 void renew_notes(Shared& s, Connection& conn, std::uint16_t stream) {
   const std::vector<std::string> ids = s.inflight.noted(stream);
   if (ids.empty()) return;
@@ -80,7 +95,12 @@ void renew_notes(Shared& s, Connection& conn, std::uint16_t stream) {
     a.add_copy(orphan_key(s.keys(stream).stream, id)).add(ttl);
     argvs.push_back(std::move(a));
   }
-  for (const Reply& r : conn.pipeline(argvs)) r.view().check();
+  const std::vector<Reply> replies = conn.pipeline(argvs);
+  std::vector<std::string> unnoted;
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    if (replies[i].view().check().integer() == 0) unnoted.push_back(ids[i]);
+  }
+  if (!unnoted.empty()) fence_unnoted(s, stream, unnoted);
 }
 
 /// Renews the concurrency slots (ConcurrencyLimit) of the running tasks, one pipelined script

@@ -23,7 +23,8 @@ std::int64_t settle_orphan_records(Shared& s, ScriptRunner& scripts, std::uint16
   if (ended > 0) {
     log(LogLevel::warning, std::to_string(ended) + " tasks of " + keys.stream +
                                " whose entries were deleted while their handlers ran ended dead: their "
-                               "holders are gone, and their dead-letter records are their fate");
+                               "holders are gone (or were cut off for claim_min_idle), and their "
+                               "dead-letter records are their fate");
   }
   return ended;
 }
