@@ -176,6 +176,11 @@ std::size_t InFlight::running() {
   return running_;
 }
 
+std::size_t InFlight::idle_handlers() {
+  std::lock_guard lock(mutex_);
+  return idle_handlers_;
+}
+
 std::size_t InFlight::held_count() {
   std::lock_guard lock(mutex_);
   return held_.size();

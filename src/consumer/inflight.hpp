@@ -317,6 +317,8 @@ class InFlight {
   std::size_t held_count();
   /// Handlers between take() and their completion.
   std::size_t running();
+  /// Handlers waiting in take() for work.
+  std::size_t idle_handlers();
 
  private:
   // finished: its handler returned; its completion is queued or being written. A body deleted

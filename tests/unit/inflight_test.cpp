@@ -7,6 +7,9 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 #include <thread>
 
 #include "consumer/inflight.hpp"
@@ -53,6 +56,32 @@ TEST_F(InFlightTest, HandsOutInOrderAndNeverTwice) {
   EXPECT_EQ(f.held_count(), 3u);
   f.stop();
   EXPECT_EQ(take_id(), "<none>");
+}
+
+// A batch delivered while every handler waits: each idle handler gets an entry while the others
+// run long tasks (none waits behind a long task for a handler that stays asleep).
+TEST_F(InFlightTest, EveryIdleHandlerTakesAnEntryWhileTheOthersRunLongTasks) {
+  constexpr int kHandlers = 4;
+  std::promise<void> release;
+  const std::shared_future<void> released = release.get_future().share();
+  std::vector<std::future<std::string>> taken;
+  for (int i = 0; i < kHandlers; ++i) {
+    taken.push_back(std::async(std::launch::async, [&] {
+      std::string id = take_id();
+      released.wait();  // a long task: its handler does not come back for more
+      return id;
+    }));
+  }
+  // Every handler waits in take() before the batch comes, so each is woken for it.
+  for (int i = 0; i < 200 && f.idle_handlers() < kHandlers; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(f.idle_handlers(), static_cast<std::size_t>(kHandlers));
+  deliver({work("1-0"), work("2-0"), work("3-0"), work("4-0")});
+  for (int i = 0; i < 400 && f.running() < kHandlers; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(f.running(), static_cast<std::size_t>(kHandlers)) << "an entry waits behind a long task";
+  release.set_value();
+  std::set<std::string> ids;
+  for (auto& t : taken) ids.insert(t.get());
+  EXPECT_EQ(ids, (std::set<std::string>{"1-0", "2-0", "3-0", "4-0"}));
 }
 
 TEST_F(InFlightTest, SuspectsRunOneAtATimeBesideFreshWork) {
