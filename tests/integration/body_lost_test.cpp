@@ -174,6 +174,60 @@ class BodyLostTest : public ConsumerTest {
     return level_stream + ":orphan:" + id;
   }
   Inspector inspector() const { return Inspector({.connection = {.url = server.url()}}); }
+
+  /// A chord of one child ("long", then "sum") and a batch of one member of `member_type` whose
+  /// on_complete task is "complete".
+  struct ChildAndMember {
+    FlowIds flow;
+    std::string batch;
+    std::string member;
+  };
+  ChildAndMember enqueue_child_and_member(const std::string& member_type) {
+    Producer p = producer();
+    ChildAndMember ids;
+    ids.flow = p.enqueue_flow(
+        chord({{.task_type = "long", .payload = "{}"}}, {.task_type = "sum", .payload = "{}"}));
+    ids.batch = p.open_batch({.on_complete = TaskSpec{.task_type = "complete", .payload = "{}"}});
+    ids.member = p.enqueue(member_type, "{}", {.batch = ids.batch});
+    p.close_batch(ids.batch);
+    return ids;
+  }
+  /// Notes that expire half a second after their holder stops renewing them, and a reclaimer
+  /// that passes every 100 ms.
+  ConsumerOptions short_notes() {
+    auto o = options();
+    o.heartbeat_interval = 100ms;
+    o.claim_min_idle = 500ms;
+    o.reclaim_interval = 100ms;
+    return o;
+  }
+  /// Deletes a running task's entry (on a connection of its own: not the handlers'), then waits
+  /// in `gate`. Thread-safe.
+  class Deleter {
+   public:
+    explicit Deleter(const std::string& url, const std::string& stream) : client_(url), stream_(stream) {}
+    void operator()(const Task& t, Gate& gate) {
+      {
+        const std::lock_guard lock(m_);
+        client_.cmd({"XDEL", stream_, t.entry_id()}).view().check();
+      }
+      gate.pass(t.entry_id());
+    }
+
+   private:
+    std::mutex m_;
+    Client client_;
+    std::string stream_;
+  };
+  /// Waits until the record of task `id` says dead.
+  bool dead_soon(Inspector& in, const std::string& id) {
+    return wait_until(
+        [&] {
+          const auto r = in.record(stream, id);
+          return r && r->state == TaskRecord::State::dead;
+        },
+        10s);
+  }
 };
 
 // Entry ids are unique only within one stream: two XADDs in one millisecond (a mixed-priority
@@ -342,29 +396,12 @@ TEST_F(BodyLostTest, ANoteOutlivesItsHolderByClaimMinIdleAtMost) {
 // failed member and fires. Before, a provisional record became final only in the dead-letter
 // stream: the parent waited forever and the batch never fired.
 TEST_F(BodyLostTest, AProvisionalRecordWhoseHolderIsGoneEndsItsTaskForItsParentAndItsBatch) {
-  Producer p = producer();
-  const FlowIds flow =
-      p.enqueue_flow(chord({{.task_type = "long", .payload = "{}"}}, {.task_type = "sum", .payload = "{}"}));
-  const std::string batch = p.open_batch({.on_complete = TaskSpec{.task_type = "complete", .payload = "{}"}});
-  const std::string member = p.enqueue("long", "{}", {.batch = batch});
-  p.close_batch(batch);
+  const ChildAndMember ids = enqueue_child_and_member("long");
   Gate gate;
-  auto o = options();
-  o.heartbeat_interval = 100ms;
-  o.claim_min_idle = 500ms;
-  o.reclaim_interval = 100ms;
+  auto o = short_notes();
   o.shutdown_grace = 100ms;
-  Client deleter{server.url()};  // (the handlers' own connection)
-  std::mutex deleting;
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("long", [&](const Task& t) {
-      {
-        const std::lock_guard lock(deleting);
-        deleter.cmd({"XDEL", stream, t.entry_id()}).view().check();
-      }
-      gate.pass(t.entry_id());
-    });
-  });
+  Deleter delete_and_wait{server.url(), stream};
+  RunningConsumer rc(o, [&](Consumer& c) { c.on("long", [&](const Task& t) { delete_and_wait(t, gate); }); });
   std::atomic<int> completes{0};
   const auto release = gate.opens_on_exit();  // (before the consumers go: their handlers return)
   ASSERT_FALSE(gate.arrived(2).empty());
@@ -375,18 +412,12 @@ TEST_F(BodyLostTest, AProvisionalRecordWhoseHolderIsGoneEndsItsTaskForItsParentA
     c.on("sum", [&](const Task&) { ADD_FAILURE() << "the parent ran without its failed child"; });
   });
   Inspector in = inspector();
-  ASSERT_TRUE(wait_until(
-      [&] {
-        const auto r = in.record(stream, flow.task_id);
-        return r && r->state == TaskRecord::State::dead;
-      },
-      10s))
-      << "the parent did not learn its child's end";
-  EXPECT_EQ(in.record(stream, flow.task_id)->reason, "child_failed");
-  EXPECT_EQ(in.record(stream, flow.children[0].task_id)->state, TaskRecord::State::dead);
-  EXPECT_EQ(in.record(stream, member)->state, TaskRecord::State::dead);
+  ASSERT_TRUE(dead_soon(in, ids.flow.task_id)) << "the parent did not learn its child's end";
+  EXPECT_EQ(in.record(stream, ids.flow.task_id)->reason, "child_failed");
+  EXPECT_EQ(in.record(stream, ids.flow.children[0].task_id)->state, TaskRecord::State::dead);
+  EXPECT_EQ(in.record(stream, ids.member)->state, TaskRecord::State::dead);
   ASSERT_TRUE(wait_until([&] { return completes == 1; }, 10s)) << "the batch did not fire";
-  EXPECT_EQ(in.batch(stream, batch)->failed, 1);
+  EXPECT_EQ(in.batch(stream, ids.batch)->failed, 1);
   EXPECT_EQ(xlen(dlq), 2) << "each record stays, once";
 }
 
@@ -398,34 +429,21 @@ TEST_F(BodyLostTest, AProvisionalRecordWhoseHolderIsGoneEndsItsTaskForItsParentA
 // does (the holder's renewals do not write an expired note again); the holder's next renewal
 // finds them gone and stops both handlers, as a lost lease does.
 TEST_F(BodyLostTest, AHolderBackAfterItsRecordsWereMadeTheTasksFateSettlesNothingASecondTime) {
-  Producer p = producer();
-  const FlowIds flow =
-      p.enqueue_flow(chord({{.task_type = "long", .payload = "{}"}}, {.task_type = "sum", .payload = "{}"}));
-  const std::string batch = p.open_batch({.on_complete = TaskSpec{.task_type = "complete", .payload = "{}"}});
-  const std::string member = p.enqueue("failing", "{}", {.batch = batch});
-  p.close_batch(batch);
+  const ChildAndMember ids = enqueue_child_and_member("failing");
   Gate gate;
   std::atomic<int> completes{0};
-  auto o = options();
-  o.heartbeat_interval = 100ms;
-  o.claim_min_idle = 500ms;
-  o.reclaim_interval = 100ms;
-  Client deleter{server.url()};  // (the handlers' own connection)
-  std::mutex deleting;
+  Deleter delete_and_wait{server.url(), stream};
+  std::mutex told;
   std::multiset<std::string> stop_reasons;  // what each handler was told once the gate opened
-  const auto delete_and_wait = [&](const Task& t) {
-    {
-      const std::lock_guard lock(deleting);
-      deleter.cmd({"XDEL", stream, t.entry_id()}).view().check();
-    }
-    gate.pass(t.entry_id());
-    const std::lock_guard lock(deleting);
+  const auto run = [&](const Task& t) {
+    delete_and_wait(t, gate);
+    const std::lock_guard lock(told);
     stop_reasons.emplace(t.stop_reason());
   };
-  RunningConsumer rc(o, [&](Consumer& c) {
-    c.on("long", [&](const Task& t) { delete_and_wait(t); });
+  RunningConsumer rc(short_notes(), [&](Consumer& c) {
+    c.on("long", run);
     c.on("failing", [&](const Task& t) {
-      delete_and_wait(t);
+      run(t);
       throw std::runtime_error("fails after its end was settled");
     });
     c.on("complete", [&](const Task&) { ++completes; });
@@ -438,20 +456,14 @@ TEST_F(BodyLostTest, AHolderBackAfterItsRecordsWereMadeTheTasksFateSettlesNothin
   ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 2; }, 10s)) << "the provisional records";
   for (const std::string& id : {first, second}) client.cmd({"DEL", note(stream, id)}).view().check();
   Inspector in = inspector();
-  ASSERT_TRUE(wait_until(
-      [&] {
-        const auto r = in.record(stream, flow.task_id);
-        return r && r->state == TaskRecord::State::dead;
-      },
-      10s))
-      << "the parent did not learn its child's end";
+  ASSERT_TRUE(dead_soon(in, ids.flow.task_id)) << "the parent did not learn its child's end";
   ASSERT_TRUE(wait_until([&] { return completes == 1; }, 10s)) << "the batch did not fire";
   gate.open();  // the holder is back: its handlers end, one in success, one in failure
   rc.stop();
-  EXPECT_EQ(in.record(stream, flow.children[0].task_id)->state, TaskRecord::State::dead);
-  EXPECT_EQ(in.record(stream, member)->state, TaskRecord::State::dead);
-  EXPECT_EQ(in.record(stream, flow.task_id)->state, TaskRecord::State::dead);
-  EXPECT_EQ(in.batch(stream, batch)->failed, 1);
+  EXPECT_EQ(in.record(stream, ids.flow.children[0].task_id)->state, TaskRecord::State::dead);
+  EXPECT_EQ(in.record(stream, ids.member)->state, TaskRecord::State::dead);
+  EXPECT_EQ(in.record(stream, ids.flow.task_id)->state, TaskRecord::State::dead);
+  EXPECT_EQ(in.batch(stream, ids.batch)->failed, 1);
   EXPECT_EQ(completes, 1);
   EXPECT_EQ(xlen(dlq), 2) << "each record stays, once";
   EXPECT_EQ(xlen(stream), 0) << "nothing was retried or enqueued again";

@@ -9,8 +9,8 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include "consumer/inflight.hpp"
 #include "consumer/task_control.hpp"
