@@ -15,8 +15,21 @@ namespace streamq::test {
 /// Declare `const auto release = gate.opens_on_exit();` after the consumers whose handlers
 /// pass it: a failed ASSERT then opens the gate before those consumers stop, instead of their
 /// stop() waiting on a handler that never returns until the test times out.
+/// A consumer stopped with a handler still in the gate leaves that handler running past its
+/// shutdown_grace: the destructor opens the gate and waits for every handler to leave pass(), so
+/// one returning late never touches a gate that is gone.
 class Gate {
  public:
+  Gate() = default;
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+  ~Gate() {
+    std::unique_lock lock(m_);
+    open_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return inside_ == 0; });
+  }
+
   class Opener {
    public:
     explicit Opener(Gate& gate) : gate_(gate) {}
@@ -31,9 +44,12 @@ class Gate {
 
   void pass(const std::string& entry_id) {
     std::unique_lock lock(m_);
+    ++inside_;
     entry_ids_.push_back(entry_id);
     cv_.notify_all();
     cv_.wait(lock, [&] { return open_; });
+    --inside_;
+    cv_.notify_all();
   }
   std::string arrived(std::size_t n = 1) {
     std::unique_lock lock(m_);
@@ -51,6 +67,7 @@ class Gate {
   std::condition_variable cv_;
   std::vector<std::string> entry_ids_;
   bool open_ = false;
+  int inside_ = 0;  // handlers in pass()
 };
 
 }  // namespace streamq::test
