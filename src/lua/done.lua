@@ -21,7 +21,7 @@
 -- provisional record, so this success was not its fate to write (its lease was lost and the new
 -- owner retried it meanwhile: the record says what it did; its lock stays with that fate), and
 -- 0 when its provisional record was made its fate while this holder was cut off (it is marked
--- settled, see settle_orphans.lua: its parent and batch followed that end).
+-- settled, see lib/settled.lua: its parent and batch followed that end).
 -- Each entry is checked on its own (an XACK each: their counts say which were pending, and a
 -- batch where one entry lost its owner ends the others and leaves that one alone).
 -- One script: each entry's ack, record and events stand or fall together (as the MULTI of an
@@ -39,6 +39,7 @@
 -- @include lib/flows.lua
 -- @include lib/batches.lua
 -- @include lib/settle.lua
+-- @include lib/settled.lua
 local group, queue, me = ARGV[1], ARGV[2], ARGV[3]
 local out, i = {}, 5
 local acked_ids = {}
@@ -53,7 +54,7 @@ for e = 1, tonumber(ARGV[4]) do
   local provisional = orphan_id ~= ''
   if provisional then
     local note = KEYS[1] .. ':orphan:' .. entry
-    if redis.call('GET', note .. ':settled') == orphan_id then
+    if is_settled(note, orphan_id) then
       provisional = false  -- ended from its record while this holder was cut off: settled
     else
       redis.call('XDEL', KEYS[2], orphan_id)

@@ -9,7 +9,7 @@
 -- nor its note is left: the fate was decided already (by an earlier call whose reply was
 -- lost), or the holder went silent for claim_min_idle, the note expired, and an operator then
 -- acted on the record as final (a replay skips a record while its note stands); also 0 when
--- the task is marked settled (<note>:settled names the record): a reclaimer ended it from the
+-- the task is marked settled (lib/settled.lua): a reclaimer ended it from the
 -- record (settle_orphans.lua) while this holder was cut off, and its parent, batch and lock
 -- followed that end.
 -- A record deleted, purged or trimmed while its note still names it was taken for final
@@ -25,8 +25,9 @@
 -- @include lib/flows.lua
 -- @include lib/batches.lua
 -- @include lib/settle.lua
+-- @include lib/settled.lua
 -- @include lib/fate.lua
-if redis.call('GET', KEYS[3] .. ':settled') == ARGV[1] then return 0 end
+if is_settled(KEYS[3], ARGV[1]) then return 0 end
 local noted = redis.call('GET', KEYS[3]) == ARGV[1]
 local kept = #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) > 0
 if not noted and not kept then return 0 end

@@ -13,9 +13,8 @@
 -- Returns how many tasks ended here. A member whose note stands is scored now (looked at again
 -- a claim_min_idle later); one whose record is gone (replaced by its task's own completion,
 -- or deleted by an operator) just leaves the set. A task ended here is marked settled
--- (<note>:settled = the record id, kept a day; see keys.hpp): its holder may only have been cut
--- off from the server for claim_min_idle, and its late completion must settle nothing a second
--- time (done.lua and replace.lua leave such a task alone).
+-- (lib/settled.lua): its holder may only have been cut off from the server for claim_min_idle,
+-- and its late completion must settle nothing a second time.
 -- One script: a completion's replace.lua runs before or after it, never between its check of
 -- the note and the end it writes.
 -- @include lib/clock.lua
@@ -26,9 +25,7 @@
 -- @include lib/flows.lua
 -- @include lib/batches.lua
 -- @include lib/settle.lua
--- How long a task ended here stays marked settled: a holder back after longer than this (a day)
--- writes its task's fate all the same (see replace.lua).
-local SETTLED_MS = 86400000
+-- @include lib/settled.lua
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[2]), 'LIMIT', 0, tonumber(ARGV[3]))
 local ended = 0
@@ -43,7 +40,7 @@ for _, member in ipairs(due) do
       local fields = found[1][2]
       -- A holder that was only cut off, not gone, and comes back to complete the task finds
       -- it settled (done.lua, replace.lua).
-      redis.call('SET', KEYS[1] .. ':orphan:' .. entry .. ':settled', record, 'PX', SETTLED_MS)
+      mark_settled(KEYS[1] .. ':orphan:' .. entry, record)
       task_end(ARGV[1], fields, 1, nil, 'dead', 'dead',
                {pairs = {'error', field_value(fields, 1, nil, 'error') or '', 'reason',
                          field_value(fields, 1, nil, 'reason') or 'body_lost'}})

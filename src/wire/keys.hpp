@@ -72,8 +72,8 @@ inline std::string orphan_key(std::string_view level_stream, std::string_view id
 
 // `orphan_key()` + ":settled": set (for a day) by settle_orphans.lua when it made entry `id`'s
 // provisional record its task's fate, holding the record's id, so that a holder that was only
-// cut off settles nothing a second time when it comes back (done.lua and replace.lua look it
-// up). A key of its own, not the note: the holder's renewals of the note must not touch it.
+// cut off settles nothing a second time when it comes back (src/lua/lib/settled.lua). A key of
+// its own, not the note: the holder's renewals of the note must not touch it.
 
 /// The provisional dead-letter records of `level_stream`'s entries (orphan.lua): a sorted set
 /// of `<entry id> <record id>`, scored by when the record was written (or last found still
