@@ -134,6 +134,13 @@ struct EnqueueOptions {
   /// tracked (an hour once done when no retention is set) and goes to the batch's partition.
   /// Its end (done, dead, cancelled) is counted in the batch. Empty: none.
   std::string batch{};
+  /// The tenant this task belongs to: a customer, an account, a webhook destination (1 to 256
+  /// bytes, no NUL). The task waits in its tenant's backlog, and workers take the tenants that
+  /// have work in turn (by weight), so one tenant's backlog does not hold the others back; its
+  /// tenant's limits apply: concurrency, rate, pause, and its max_len (a full tenant refuses
+  /// with QueueFullError, the others go on). See docs/tenants.md. In a partitioned queue the task
+  /// goes to its tenant's partition (then it may not also be unique or join a batch). Empty: none.
+  std::string tenant{};
 };
 
 /// One enqueue as a producer middleware sees it: what is about to be written, changeable before

@@ -54,6 +54,10 @@ inline constexpr std::string_view flow_children = "flow_children";
 /// The batch a task belongs to (EnqueueOptions::batch), and on a batch's callback the batch it
 /// was enqueued for.
 inline constexpr std::string_view batch_id = "batch_id";
+/// The tenant a task belongs to (EnqueueOptions::tenant): it waits in its tenant's backlog and
+/// runs in its tenant's turn (docs/tenants.md). Prefixed, unlike the others: "tenant" is a
+/// common name of users' own extra fields, which must keep meaning only what they meant.
+inline constexpr std::string_view tenant = "streamq_tenant";
 // Added to dead-lettered entries.
 inline constexpr std::string_view error = "error";
 inline constexpr std::string_view failed_at = "failed_at";

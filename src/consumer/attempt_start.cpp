@@ -50,6 +50,8 @@ Fields tracking_fields(const Task& task) {
   }
   // A batch's task: its end is counted in its batch.
   if (const auto batch = task.field(field::batch_id)) f.emplace_back(field::batch_id, *batch);
+  // A tenant's task: its end gives its tenant's slot back (lib/tenants.lua).
+  if (const auto tenant = task.field(field::tenant)) f.emplace_back(field::tenant, *tenant);
   return f;
 }
 

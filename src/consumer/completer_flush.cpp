@@ -45,8 +45,11 @@ struct Plan {
   }
 };
 
-/// Whether the done script writes `c`: a tracked task's success, or a cancelled task's end.
-bool by_done_script(const Completion& c) { return c.outcome == Outcome::ack && (c.tracked || c.cancelled); }
+/// Whether the done script writes `c`: a tracked task's or a tenant's task's success, or a
+/// cancelled task's end.
+bool by_done_script(const Completion& c) {
+  return c.outcome == Outcome::ack && (c.tracked || c.cancelled || c.tenant);
+}
 
 /// One flush: what it writes, step by step in the order Redis runs it (a task's start before
 /// its reports, both before its completion), then what came of each write.

@@ -76,6 +76,9 @@ Completion conclude(Shared& s, const Work& w, const Task& task, const HandlerOpt
         done.tracked = true;
         done.fields = tracking_fields(task);
         done.result = std::move(result);
+      } else if (task.field(field::tenant)) {
+        done.tenant = true;
+        done.fields = tracking_fields(task);
       }
       return done;
     }

@@ -66,9 +66,9 @@ Fetcher::Fetcher(Shared& shared, std::function<void()> on_first_replay)
       on_first_replay_(std::move(on_first_replay)),
       conn_(shared.connection),
       scripts_(conn_),
-      block_text_(std::to_string(shared.opt.block.count())),
       read_batch_(static_cast<std::size_t>(shared.opt.prefetch - shared.opt.prefetch / 2)),
-      order_(shared.opt.priority_weights) {
+      order_(shared.opt.priority_weights),
+      dispatch_(shared, scripts_) {
   // Every connect goes through main()'s loop top, which replays this consumer's pending
   // entries on it and refreshes the id CLIENT UNBLOCK uses; none may happen inside a send.
   conn_.set_reconnect_on_use(false);
@@ -132,7 +132,7 @@ void Fetcher::append_read(std::vector<Argv>& argvs, const std::vector<std::uint1
                           std::size_t count, bool block) const {
   Argv read{"XREADGROUP", "GROUP", s_.opt.group, s_.consumer_name, "COUNT"};
   read.add(static_cast<std::int64_t>(count));
-  if (block) read.add("BLOCK").add(block_text_);
+  if (block) read.add("BLOCK").add(static_cast<std::int64_t>(dispatch_.block_for(s_.opt.block).count()));
   read.add("STREAMS");
   for (const std::uint16_t l : levels) read.add(s_.keys(l).stream);
   for (std::size_t i = 0; i < levels.size(); ++i) read.add(">");
@@ -179,6 +179,10 @@ bool Fetcher::send(std::size_t in_hand) {
   }
   if (room > 0) {
     req.plan = order_.plan(room);
+    if (dispatch_.on()) {
+      argvs.push_back(dispatch_.call(req.plan.most()));
+      req.dispatched = true;
+    }
     if (!req.plan.probe.empty()) append_read(argvs, req.plan.probe, 1, false);
     append_read(argvs, req.plan.main, req.plan.count, req.plan.block);
     req.count = req.plan.most();
@@ -238,6 +242,7 @@ bool Fetcher::receive(const std::stop_token& stop) {
       return false;
     }
   }
+  if (req.dispatched) dispatch_.read_reply(conn_);
   if (req.count == 0) {
     requests_.pop_front();
     return true;

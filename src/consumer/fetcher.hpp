@@ -5,7 +5,8 @@
 // claim_min_idle); then it reads with XREADGROUP whenever the in-flight set has room, the
 // levels and counts of each read chosen by its LevelOrder (level_order.hpp; BLOCK only when
 // every level was found drained), writing the successes that finished meanwhile ahead of
-// each read (one round trip per batch, as a bare loop would), and recreates a group (at id 0)
+// each read (one round trip per batch, as a bare loop would) and the dispatch of the tenants'
+// tasks whose turn it is (tenant_dispatch.hpp), and recreates a group (at id 0)
 // if it was deleted. Talks to: the in-flight set (deliver, room, acks), Redis.
 #pragma once
 
@@ -24,6 +25,7 @@
 #include "redis/connection.hpp"
 #include "redis/scripts.hpp"
 #include "shared.hpp"
+#include "tenant_dispatch.hpp"
 
 namespace streamq::detail {
 
@@ -83,21 +85,22 @@ class Fetcher {
   std::function<void()> on_first_replay_;
   Connection conn_;
   ScriptRunner scripts_;
-  const std::string block_text_;
   struct AckBlock {
     std::vector<EntryKey> acks;  // the successes of one level it acknowledges
     AckSpan at;                  // where its commands are among the request's
   };
   struct Request {
     std::vector<AckBlock> blocks;  // one per level with successes, first in the pipeline
-    ReadPlan plan;                 // then its reads: the probe (if any), the main read
-    std::size_t count = 0;         // entries its reads may bring (0: no read)
+    ReadPlan plan;                 // then the tenants' dispatch and its reads: the probe (if
+    std::size_t count = 0;         // any), the main read; entries they may bring (0: no read)
+    bool dispatched = false;       // whether the dispatch was sent
   };
   const std::size_t read_batch_;  // entries per read: half the prefetch, so two fit
   LevelOrder order_;              // which levels each read asks
   std::deque<Request> requests_;  // sent, replies not yet read (two at most)
   std::size_t reserved_ = 0;      // entries the reads in flight may still bring
   bool group_gone_ = false;       // recreate the group once the pipeline is drained
+  TenantDispatch dispatch_;       // ahead of every read
   std::vector<Work> works_;       // reused between reads
   BlockedReader reader_;
   std::atomic<bool> replayed_once_{false};

@@ -129,6 +129,9 @@ struct Completion {
   // ack of a tracked task (EnqueueOptions::retention): `fields` holds its task_id, task_type
   // and retention, `result` what it ended with; the completer writes it with the done script.
   bool tracked = false;
+  // ack of a tenant's task (EnqueueOptions::tenant, tracked or not): `fields` holds its tracking
+  // fields with its tenant; the done script ends it, which gives its tenant's slot back.
+  bool tenant = false;
   std::optional<std::string> result{};
   // A tracked success whose start mark is written with it (set by the completer).
   bool start = false;

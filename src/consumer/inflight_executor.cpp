@@ -273,7 +273,7 @@ void InFlight::finish_locked(std::optional<Completion> done, bool suspect) {
       it->second.fields.reset();  // no orphan record from now on; freed on this thread, not the fetcher's
       it->second.control.reset();
     }
-    if (c.outcome == Outcome::ack && c.unique.key.empty() && !c.tracked && !c.cancelled) {
+    if (c.outcome == Outcome::ack && c.unique.key.empty() && !c.tracked && !c.cancelled && !c.tenant) {
       if (acks_.empty()) acks_since_ = Clock::now();
       acks_.push_back(std::move(c.key));
       if (unacked() == low_water_) room_cv_.notify_all();  // the fetcher may read (and ack) now

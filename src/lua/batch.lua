@@ -12,6 +12,7 @@
 -- end cannot both fire the batch.
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/batches.lua

@@ -19,6 +19,7 @@
 -- A tracked task's record says cancelled (lib/record.lua).
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

@@ -7,6 +7,7 @@
 -- A tracked task's record says cancelled (lib/record.lua).
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

@@ -9,6 +9,7 @@
 -- before the cancel may delete the record (a retention of 0).
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

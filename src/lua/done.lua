@@ -33,6 +33,7 @@
 -- its 'started' event precedes the end's.
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

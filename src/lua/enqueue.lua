@@ -62,6 +62,7 @@
 -- parent's flow hash as `queue:<id>` (flow_apply.lua checks an end from another queue by it).
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
@@ -176,6 +177,30 @@ for _ = 1, n do
   end
   i = last + 1
 end
+-- A tenant's tasks (their `tenant` field, lib/tenants.lua) wait in its backlog, whose depth is
+-- bounded by the tenant's max_len (its own, else every tenant's default; none: no bound):
+-- checked for every tenant of the call before anything is written. A tenant refused refuses
+-- the call, as a full queue does; the queue's max_len does not count the backlogs.
+-- (A delayed task is counted when it enters the backlog, not here: it may then be over.)
+local adding = {}  -- tenant -> its immediate tasks in this call
+i = 6
+for _ = 1, n do
+  local first, last = i + 7, i + 6 + tonumber(ARGV[i + 6])
+  local immediate = tonumber(ARGV[i]) > 0 and ARGV[i + 1] == '0' and ARGV[i + 2] == '0'
+  local tenant = immediate and field_value(ARGV, first, last, TENANT_FIELD)
+  if tenant then adding[tenant] = (adding[tenant] or 0) + 1 end
+  i = last + 1
+end
+for tenant, k in pairs(adding) do
+  local limit = tenant_max_len(KEYS[1], tenant)
+  if limit then
+    local len = tenant_depth(KEYS[1], tenant)
+    if len + k > limit then
+      return refuse('QUEUEFULL ' .. KEYS[1] .. ' tenant ' .. tenant .. ' holds ' .. len .. ' tasks; adding ' .. k ..
+                    ' would exceed its max_len ' .. limit)
+    end
+  end
+end
 local now = nil
 local children = {}  -- parent id -> its children's ids, in order (a flow)
 local elsewhere = {}  -- parent id -> its children in other queues, with each one's queue
@@ -210,8 +235,8 @@ for _ = 1, n do
     redis.call('HSET', KEYS[1] .. ':flow:' .. ARGV[first + 1], 'body', cmsgpack.pack({dest, unpack(ARGV, first, last)}))
   elseif due > 0 then
     redis.call('ZADD', KEYS[4], due, delayed_member(ARGV[i + 5], dest, ARGV, first, last))
-  elseif not trim then
-    redis.call('XADD', dest, '*', unpack(ARGV, first, last))
+  elseif not trim or field_value(ARGV, first, last, TENANT_FIELD) then
+    enter_stream(KEYS[1], dest, ARGV, first, last)
   else
     redis.call('XADD', dest, 'MAXLEN', '~', max_len, '*', unpack(ARGV, first, last))
   end

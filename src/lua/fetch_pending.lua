@@ -27,6 +27,7 @@
 -- atomically with their removal from the PEL, so neither can vanish between two commands.
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

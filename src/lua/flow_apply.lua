@@ -14,6 +14,7 @@
 -- waits for the end, as for an end carried twice).
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

@@ -17,6 +17,7 @@
 -- while the others poll rarely, so idle workers do not all hammer the server.
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
@@ -49,9 +50,9 @@ for i = 1, count do
   if parts and (#parts < 5 or #parts - 3 > 2 * tonumber(ARGV[5])) then parts = nil end
   if parts then
     local dest = streams[parts[3]] and parts[3] or KEYS[4]
-    local r = redis.pcall('XADD', dest, '*', unpack(parts, 4))
-    if type(r) == 'table' and r.err then
-      failure = r.err
+    local ok, e = pcall(enter_stream, KEYS[4], dest, parts, 4, #parts)
+    if not ok then
+      failure = message(e)
       break
     end
     record_due(KEYS[4], parts, 4)

@@ -13,6 +13,7 @@
 -- @include lib/owner.lua
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

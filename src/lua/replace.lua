@@ -18,6 +18,7 @@
 -- or the task would end in two places, or in none.
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua

@@ -8,6 +8,7 @@
 -- must be one of the queue's own; one naming another goes to the normal stream, as in forward.
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
@@ -20,6 +21,6 @@ local dest = KEYS[2]
 for k = 2, #KEYS do
   if KEYS[k] == parts[3] then dest = parts[3] end
 end
-local id = redis.call('XADD', dest, '*', unpack(parts, 4))
+local id = enter_stream(KEYS[2], dest, parts, 4, #parts)
 record_due(KEYS[2], parts, 4)
 return id

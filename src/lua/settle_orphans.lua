@@ -19,6 +19,7 @@
 -- the note and the end it writes.
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 -- @include lib/unique.lua

@@ -155,11 +155,13 @@ void Producer::Impl::build_batch(BatchWrite& b, const std::vector<TaskSpec>& tas
   for (std::size_t p = 0; p < per_partition.size(); ++p) {
     if (per_partition[p] > kChunk) b.marks[p] = detail::batch_refused_key(im.keys[p].stream, token);
   }
-  std::vector<std::int64_t> position(per_partition.size(), 0);
+  // Each chunk's place among its partition's chunks (1, 2, ...): counted in per_partition now.
+  std::fill(per_partition.begin(), per_partition.end(), 0);
   b.argvs.reserve(b.chunks.size());
   for (const BatchWrite::Chunk& c : b.chunks) {
     const auto p = static_cast<std::size_t>(grouped[c.first].partition);
-    b.argvs.push_back(im.script_argv(grouped, c.first, c.last, b.marks[p], ++position[p]));
+    b.argvs.push_back(
+        im.script_argv(grouped, c.first, c.last, b.marks[p], static_cast<std::int64_t>(++per_partition[p])));
   }
 }
 

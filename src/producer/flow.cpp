@@ -231,6 +231,10 @@ std::unique_ptr<Producer::Impl::FlowWrite> Producer::Impl::build_flow(const Flow
       // lock would be in the flow's partition, not the unique key's.)
       throw ConfigError("in a partitioned queue a flow's task may not join a batch or be unique");
     }
+    if (options.partitions > 1 && !t.options.tenant.empty()) {
+      // (It would go to its tenant's partition, where its parent's flow is not.)
+      throw ConfigError("in a partitioned queue a flow's task may not name a tenant");
+    }
   }
   if (has_middleware.load() || options.tracer) flat.tasks = through_middleware(flat.tasks);
   const std::size_t n = flat.tasks.size();

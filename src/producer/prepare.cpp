@@ -30,10 +30,24 @@ std::string retention_field(const Retention& r) {
 
 }  // namespace
 
+void Producer::Impl::check_tenant(const EnqueueOptions& eo) const {
+  if (eo.tenant.empty()) return;
+  if (eo.tenant.size() > kMaxTenantBytes || eo.tenant.find('\0') != std::string::npos) {
+    throw ConfigError("tenant must be 1 to " + std::to_string(kMaxTenantBytes) + " bytes, without NUL");
+  }
+  if (options.partitions > 1 && (eo.unique_for.count() > 0 || !eo.batch.empty())) {
+    throw ConfigError(
+        "a tenant's task in a partitioned queue cannot be unique or join a batch (it goes to its "
+        "tenant's partition, where the lock or the batch may not be)");
+  }
+}
+
 int Producer::Impl::partition_of(const EnqueueOptions& eo, std::string_view unique_key) {
   if (options.partitions == 1) return 0;
   // A batch's task goes where its batch is (open_batch: the batch id's partition).
-  const std::string_view key = !eo.batch.empty()           ? std::string_view(eo.batch)
+  // A tenant's task goes where its tenant's keys are, so that its limits hold across the queue.
+  const std::string_view key = !eo.tenant.empty()          ? std::string_view(eo.tenant)
+                               : !eo.batch.empty()         ? std::string_view(eo.batch)
                                : !eo.partition_key.empty() ? std::string_view(eo.partition_key)
                                                            : unique_key;
   if (!key.empty()) return static_cast<int>(detail::crc16(key) % static_cast<unsigned>(options.partitions));
@@ -69,6 +83,7 @@ Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload
           "batch's partition, not the unique key's)");
     }
   }
+  check_tenant(eo);
   if (eo.priority != Priority::high && eo.priority != Priority::normal && eo.priority != Priority::low) {
     throw ConfigError("priority must be Priority::high, Priority::normal or Priority::low");
   }
@@ -108,6 +123,7 @@ Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload
         retention_field(Retention{.done = std::chrono::hours(1)});  // a batch counts its tasks' ends
   }
   p.task.batch_id = eo.batch;
+  p.task.tenant = eo.tenant;
   if (eo.deadline) {
     if (*eo.deadline > std::chrono::system_clock::now() + detail::kMaxDuration) {
       throw ConfigError("deadline must be at most ten years from now");
@@ -192,7 +208,8 @@ detail::Argv Producer::Impl::merged_argv(const std::vector<const Prepared*>& tas
 }
 
 bool Producer::Impl::needs_script(const Prepared& t) {
-  return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty() || !t.retention.empty();
+  return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty() || !t.retention.empty() ||
+         !t.task.tenant.empty();
 }
 
 }  // namespace streamq

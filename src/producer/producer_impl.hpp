@@ -116,8 +116,14 @@ struct Producer::Impl {
                        std::optional<std::size_t> partition, const WaitOptions& options);
 
   // prepare.cpp
-  /// The partition of a task: by its partition key, else its unique key, else the next in turn.
+  /// The partition of a task: by its tenant, else its batch, else its partition key, else its
+  /// unique key, else the next in turn.
   int partition_of(const EnqueueOptions& eo, std::string_view unique_key);
+  /// Longest tenant name (EnqueueOptions::tenant).
+  static constexpr std::size_t kMaxTenantBytes = 256;
+  /// ConfigError for a tenant name too long or with a NUL, or one that cannot go with the task's
+  /// other options.
+  void check_tenant(const EnqueueOptions& eo) const;
   /// Checks one task and its per-call options; throws before anything is sent.
   detail::Prepared prepare(std::string_view type, std::string_view payload, const EnqueueOptions& eo,
                            std::string& id_storage, std::string_view created_at);

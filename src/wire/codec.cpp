@@ -169,6 +169,7 @@ std::size_t append_new_task(Argv& argv, const NewTask& task) {
     if (!task.flow_queue.empty()) argv.add(flow_queue_field).add(task.flow_queue);
   }
   if (!task.batch_id.empty()) argv.add(field::batch_id).add(task.batch_id);
+  if (!task.tenant.empty()) argv.add(field::tenant).add(task.tenant);
   if (task.extra_fields != nullptr) {
     for (const auto& [name, value] : *task.extra_fields) argv.add(name).add(value);
   }
@@ -200,7 +201,8 @@ bool is_reserved_field(std::string_view name) noexcept {
   }
   return name == field::unique_key || name == field::retention || name == field::deadline ||
          name == field::retry_of_span || name == field::flow_parent || name == field::flow_on_failure ||
-         name == field::flow_home || name == field::flow_children || name == field::batch_id;
+         name == field::flow_home || name == field::flow_children || name == field::batch_id ||
+         name == field::tenant;
 }
 
 Decoded decode_task(std::string entry_id, std::shared_ptr<const Fields> shared, std::int64_t deliveries,

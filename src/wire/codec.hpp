@@ -50,6 +50,7 @@ struct NewTask {
   std::string_view flow_home{};        // and, in another partition than its parent, the parent's
   std::string_view flow_queue{};       // a stub of a child in another queue: that queue (never written)
   std::string_view batch_id{};         // its batch (EnqueueOptions::batch), written when not empty
+  std::string_view tenant{};           // its tenant (EnqueueOptions::tenant), written when not empty
 };
 
 /// The field of a flow's stub (enqueue.lua's dest 0: the home's call lists a child placed
@@ -78,7 +79,7 @@ inline std::size_t new_task_string_count(const NewTask& task) {
          (task.unique_key.empty() ? 0 : 2) + (task.retention.empty() ? 0 : 2) +
          (task.deadline.empty() ? 0 : 2) + (task.flow_parent.empty() ? 0 : 4) +
          (task.flow_home.empty() ? 0 : 2) + (task.flow_queue.empty() ? 0 : 2) +
-         (task.batch_id.empty() ? 0 : 2);
+         (task.batch_id.empty() ? 0 : 2) + (task.tenant.empty() ? 0 : 2);
 }
 
 /// Most fields a runnable entry may have, and a dead-letter entry keeps: Lua's unpack() cannot

@@ -32,7 +32,7 @@ local function batch_fire(queue, batch)
   for _, packed in ipairs({b[3] or '', failed == 0 and b[4] or ''}) do
     if packed ~= '' then
       local parts = cmsgpack.unpack(packed)
-      redis.call('XADD', parts[1], '*', unpack(parts, 2))
+      enter_stream(queue, parts[1], parts, 2, #parts)
       record_new(queue, parts, 2, #parts, 'queued', 0)
     end
   end

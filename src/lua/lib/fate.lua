@@ -47,13 +47,14 @@ end
 
 -- write_fate(dest, first, original_id, consumer) writes the fate that ARGV[first..] describes
 -- and returns the new entry's id, or 'delayed':
---   'retry', queue, then the retry copy's fields: XADD to dest (the stream);
+--   'retry', queue, then the retry copy's fields: into dest (the stream; a tenant's task
+--   into its tenant's backlog, lib/tenants.lua);
 --   'delay', the delay in ms, a nonce, the stream to go to when due, queue, then the retry
 --   copy's fields: a member of dest (the delayed set) due that long from the server's now
 --   (the script must include lib/clock.lua and lib/delayed.lua before this library);
 --   'hold', as 'delay', for a task put back unrun (a rate limit): no retry, no failure;
 --   'back', queue, then the task's fields as they were: a task handed back unfinished and
---   uncounted (its worker stopped while it ran): XADD to dest (the stream), its record queued;
+--   uncounted (its worker stopped while it ran): into dest as a retry, its record queued;
 --   'dead_letter', reason, error, failed_at, max_fields, queue (the stream name whose unique
 --   lock to release, '' for none), then the fields read: a dead-letter entry in dest (the
 --   dead-letter stream), built by dead_letter() above.
@@ -61,12 +62,12 @@ end
 
 local function write_fate(dest, first, original_id, consumer)
   if ARGV[first] == 'retry' then
-    local id = redis.call('XADD', dest, '*', unpack(ARGV, first + 2))
+    local id = enter_stream(ARGV[first + 1], dest, ARGV, first + 2, #ARGV)
     task_end(ARGV[first + 1], ARGV, first + 2, nil, 'retrying', 'retry', {pairs = {'error', fate_error(ARGV, first + 2)}})
     return id
   end
   if ARGV[first] == 'back' then
-    local id = redis.call('XADD', dest, '*', unpack(ARGV, first + 2))
+    local id = enter_stream(ARGV[first + 1], dest, ARGV, first + 2, #ARGV)
     task_end(ARGV[first + 1], ARGV, first + 2, nil, 'queued', 'handed_back')
     return id
   end

@@ -70,7 +70,7 @@ local function flow_release(queue, parent)
   end
   parts[#parts + 1] = 'flow_children'
   parts[#parts + 1] = children
-  redis.call('XADD', parts[1], '*', unpack(parts, 2))
+  enter_stream(queue, parts[1], parts, 2, #parts)
   task_end(queue, parts, 2, nil, 'queued', 'released')
 end
 

@@ -3,8 +3,8 @@
 -- delayed again, a waiting parent released. Every script that ends a task calls task_end; a
 -- fast path is this same code with less to do (an untracked task has no record, a task in no
 -- flow or batch settles neither). A script including this file includes lib/clock.lua,
--- lib/fields.lua, lib/events.lua, lib/record.lua, lib/unique.lua, lib/flows.lua and
--- lib/batches.lua before it.
+-- lib/fields.lua, lib/tenants.lua, lib/events.lua, lib/record.lua, lib/unique.lua,
+-- lib/flows.lua and lib/batches.lua before it.
 -- Input: task_end(queue, fields, first, last, state, event, more):
 --   queue   the queue's stream (the records' prefix); '' or nil: nothing is written (a
 --           provisional dead letter, whose task still runs, see lib/fate.lua)
@@ -19,12 +19,14 @@
 --   1. the record: the state and the pairs; with `start`, the start as record_start writes it;
 --      a final state sets finished_at (a record missing is made whole);
 --   2. the events: 'started' (with `start`), then `event`;
---   3. a final state releases the unique lock, while it holds this task's id;
---   4. a first final state settles the flow's parent (lib/flows.lua)
---   5. and the batch (lib/batches.lua): only the first final state counts, so a stale holder's
+--   3. a tenant's task gives its tenant's slot back (lib/tenants.lua), whatever the state: the
+--      attempt, if one ran, has ended;
+--   4. a final state releases the unique lock, while it holds this task's id;
+--   5. a first final state settles the flow's parent (lib/flows.lua)
+--   6. and the batch (lib/batches.lua): only the first final state counts, so a stale holder's
 --      later end settles nothing;
---   6. a final state starts the record's retention (last: a retention of 0 deletes the record,
---      which step 4 reads).
+--   7. a final state starts the record's retention (last: a retention of 0 deletes the record,
+--      which step 5 reads).
 
 local NOTHING = {}
 
@@ -74,7 +76,7 @@ local function end_events(queue, id, now, attempt, event, more)
   if event then event_add(queue, event, id, now, unpack(more.pairs or NOTHING)) end
 end
 
--- Step 3.
+-- Step 4.
 local function end_unique(queue, fields, first, last, more)
   if more.keep_lock then return end
   if more.lock then
@@ -84,7 +86,7 @@ local function end_unique(queue, fields, first, last, more)
   end
 end
 
--- Step 5.
+-- Step 6.
 local function end_batch(queue, id, fields, first, last, state)
   local batch = field_value(fields, first, last, 'batch_id')
   if batch then batch_member_ended(queue, batch, id, state == 'done') end
@@ -95,6 +97,7 @@ task_end = function(queue, fields, first, last, state, event, more)
   more = more or NOTHING
   local key, id, now, attempt, first_final, keep = end_record(queue, fields, first, last, state, more)
   if key then end_events(queue, id, now, attempt, event, more) end
+  tenant_released(queue, fields, first, last)
   if not FINAL[state] then return key end
   end_unique(queue, fields, first, last, more)
   if not key then return nil end
