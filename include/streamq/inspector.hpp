@@ -247,6 +247,36 @@ std::string_view to_string(Finding::Severity s) noexcept;
 /// calls take turns on it (one call at a time: an events() call that blocks holds the others up
 /// for its `block`). Movable, not copyable; moving it must not overlap a call. Every call may throw
 /// ConnectionError / TimeoutError, or ReplyError (e.g. NOPERM for an ACL user without the command).
+/// A tenant's settings (EnqueueOptions::tenant, docs/tenants.md), kept in Redis: a tenant's own
+/// (Inspector::set_tenant) win over every tenant's default (Inspector::set_tenant_defaults). In
+/// a call that sets them, a field left unset is left as it was; read back (TenantInfo), an unset
+/// field was set nowhere (the built-in default applies: weight 1, no limits).
+struct TenantSettings {
+  /// Its share of the turns: a tenant of weight 3 is served three tasks to one of weight 1.
+  /// Greater than 0, at most 1,000,000.
+  std::optional<double> weight{};
+  /// At most this many of its tasks run at once, across every worker (0: no limit).
+  std::optional<int> concurrency{};
+  /// At most `limit` of its tasks start per `per`, across every worker (limit 0: no limit).
+  std::optional<std::int64_t> rate_limit{};
+  std::optional<std::chrono::milliseconds> rate_per{};
+  /// At most this many of its tasks wait in its backlog: an enqueue beyond it is refused with
+  /// QueueFullError (0: no limit). Its delayed tasks count once due.
+  std::optional<std::int64_t> max_len{};
+};
+
+/// A tenant that has work (Inspector::tenants).
+struct TenantInfo {
+  std::string tenant;
+  std::string partition;     ///< the stream of the partition it lives in (the queue's own stream if one)
+  std::int64_t backlog = 0;  ///< its tasks waiting in its backlog (every priority level)
+  std::int64_t running =
+      0;  ///< its tasks in the queue's streams: dispatched, running, or held by a worker that died
+  bool paused = false;
+  /// Its own settings (TenantSettings: set_tenant), the defaults apart.
+  TenantSettings settings{};
+};
+
 class Inspector {
  public:
   /// Validates the options (ConfigError); connects lazily.
@@ -346,6 +376,24 @@ class Inspector {
   /// Resumes a paused queue (DEL of the flag). Idempotent.
   void resume(const std::string& queue);
   bool paused(const std::string& queue);
+
+  /// Fair queues per tenant (docs/tenants.md). Sets tenant `tenant`'s own settings (the fields
+  /// given; in every partition of the queue: the tenant lives in one). ConfigError for a value
+  /// out of range or a bad tenant name (1 to 256 bytes, no NUL), nothing written.
+  void set_tenant(const std::string& queue, const std::string& tenant, const TenantSettings& settings);
+  /// Sets the defaults of every tenant of the queue (the fields given).
+  void set_tenant_defaults(const std::string& queue, const TenantSettings& settings);
+  /// Forgets tenant `tenant`'s own settings (the defaults apply again); its pause stays.
+  void clear_tenant(const std::string& queue, const std::string& tenant);
+  /// Pauses one tenant: none of its tasks starts (they wait in its backlog); its running ones
+  /// finish. Idempotent. resume_tenant() lets its tasks start again at once.
+  void pause_tenant(const std::string& queue, const std::string& tenant);
+  void resume_tenant(const std::string& queue, const std::string& tenant);
+  /// The tenants that have work (ready or waiting for their turn, a slot, a rate window or a
+  /// resume), with their backlog and running counts, the largest backlog first; at most `count`
+  /// (1 to 10,000) looked at per partition: the tenants with the lowest passes (next to be served)
+  /// and the waiting ones.
+  std::vector<TenantInfo> tenants(const std::string& queue, std::size_t count = 100);
 
   /// Checks whether the server runs streamq safely: its version and the features it enables,
   /// persistence (appendonly, appendfsync, RDB only), maxmemory-policy (must be noeviction),

@@ -32,9 +32,7 @@ std::string retention_field(const Retention& r) {
 
 void Producer::Impl::check_tenant(const EnqueueOptions& eo) const {
   if (eo.tenant.empty()) return;
-  if (eo.tenant.size() > kMaxTenantBytes || eo.tenant.find('\0') != std::string::npos) {
-    throw ConfigError("tenant must be 1 to " + std::to_string(kMaxTenantBytes) + " bytes, without NUL");
-  }
+  detail::check_tenant_name(eo.tenant);
   if (options.partitions > 1 && (eo.unique_for.count() > 0 || !eo.batch.empty())) {
     throw ConfigError(
         "a tenant's task in a partitioned queue cannot be unique or join a batch (it goes to its "

@@ -119,8 +119,6 @@ struct Producer::Impl {
   /// The partition of a task: by its tenant, else its batch, else its partition key, else its
   /// unique key, else the next in turn.
   int partition_of(const EnqueueOptions& eo, std::string_view unique_key);
-  /// Longest tenant name (EnqueueOptions::tenant).
-  static constexpr std::size_t kMaxTenantBytes = 256;
   /// ConfigError for a tenant name too long or with a NUL, or one that cannot go with the task's
   /// other options.
   void check_tenant(const EnqueueOptions& eo) const;

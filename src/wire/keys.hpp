@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -142,6 +143,25 @@ inline QueueKeys queue_keys(std::string_view stream) {
                    s + ":paused",
                    s + ":flows:outbox",
                    s + ":flows:placing"};
+}
+
+/// Longest tenant name (EnqueueOptions::tenant).
+inline constexpr std::size_t kMaxTenantBytes = 256;
+
+/// ConfigError unless `tenant` is 1 to kMaxTenantBytes bytes without NUL.
+inline void check_tenant_name(std::string_view tenant) {
+  if (tenant.empty() || tenant.size() > kMaxTenantBytes || tenant.find('\0') != std::string_view::npos) {
+    throw ConfigError("tenant must be 1 to " + std::to_string(kMaxTenantBytes) + " bytes, without NUL");
+  }
+}
+
+/// The keys of tenant `tenant` of queue (or partition) `stream` that hold its settings: its own
+/// (a hash, see src/lua/lib/tenants.lua), and every tenant's defaults.
+inline std::string tenant_config_key(std::string_view stream, std::string_view tenant) {
+  return std::string(stream) + ":tenants:config:" + std::string(tenant);
+}
+inline std::string tenant_defaults_key(std::string_view stream) {
+  return std::string(stream) + ":tenants:defaults";
 }
 
 /// Most partitions a queue may have (ProducerOptions::partitions, ...).

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -16,6 +18,7 @@
 
 #include <streamq/streamq.hpp>
 
+#include "chaos.hpp"
 #include "consumer_fixture.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
@@ -81,6 +84,7 @@ class TenantsTest : public ConsumerTest {
     std::sort(out.begin(), out.end());
     return out;
   }
+  Inspector inspector() const { return Inspector({.connection = {.url = server.url()}}); }
   /// One worker that runs one task at a time, reading one at a time: its start order is the
   /// order the dispatch moved the tasks in.
   ConsumerOptions one_at_a_time() const {
@@ -110,7 +114,7 @@ TEST_F(TenantsTest, TenantsThatHaveWorkAreServedInTurn) {
 
 // A tenant of weight 3 gets three turns to one of weight 1.
 TEST_F(TenantsTest, ATenantsWeightIsItsShareOfTheTurns) {
-  client.cmd({"HSET", stream + ":tenants:config:b", "weight", "3"}).view().check();
+  inspector().set_tenant(stream, "b", {.weight = 3});
   Producer p = big_producer();
   enqueue_for(p, "a", 40);
   enqueue_for(p, "b", 40);
@@ -125,7 +129,7 @@ TEST_F(TenantsTest, ATenantsWeightIsItsShareOfTheTurns) {
 // A tenant's concurrency limit holds across every worker, while tenants without one run
 // beside it.
 TEST_F(TenantsTest, ATenantsConcurrencyLimitHoldsAcrossWorkers) {
-  client.cmd({"HSET", stream + ":tenants:config:a", "concurrency", "2"}).view().check();
+  inspector().set_tenant(stream, "a", {.concurrency = 2});
   Producer p = big_producer();
   enqueue_for(p, "a", 20);
   enqueue_for(p, "b", 20);
@@ -157,13 +161,16 @@ TEST_F(TenantsTest, ATenantsConcurrencyLimitHoldsAcrossWorkers) {
 
 // A tenant's depth limit refuses that tenant's tasks only.
 TEST_F(TenantsTest, AFullTenantRefusesOnlyItsOwnTasks) {
-  client.cmd({"HSET", stream + ":tenants:config:a", "max_len", "2"}).view().check();
+  inspector().set_tenant_defaults(stream, {.max_len = 2});
   Producer p = producer();
   p.enqueue("work", "{}", {.tenant = "a"});
   p.enqueue("work", "{}", {.tenant = "a"});
   EXPECT_THROW(p.enqueue("work", "{}", {.tenant = "a"}), QueueFullError);
   EXPECT_NO_THROW(p.enqueue("work", "{}", {.tenant = "b"}));
   EXPECT_NO_THROW(p.enqueue("work", "{}"));
+  inspector().set_tenant(stream, "a", {.max_len = 3});  // its own wins over the default
+  EXPECT_NO_THROW(p.enqueue("work", "{}", {.tenant = "a"}));
+  EXPECT_THROW(p.enqueue("work", "{}", {.tenant = "a"}), QueueFullError);
 }
 
 // A failed task's retry goes back to its tenant's backlog, and runs in its turn.
@@ -180,6 +187,97 @@ TEST_F(TenantsTest, ARetryGoesBackToItsTenant) {
   ASSERT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 5s))
       << ::testing::PrintToString(tenant_keys());
   EXPECT_EQ(xlen(dlq), 0);
+}
+
+// A paused tenant's tasks wait in its backlog while the others run; once resumed they run.
+TEST_F(TenantsTest, APausedTenantsTasksWaitUntilItIsResumed) {
+  Inspector in = inspector();
+  in.pause_tenant(stream, "a");
+  Producer p = big_producer();
+  enqueue_for(p, "a", 3);
+  enqueue_for(p, "b", 3);
+  StartLog log;
+  RunningConsumer rc(options(), [&](Consumer& c) { c.on("work", [&](const Task& t) { log.add(t); }); });
+  ASSERT_TRUE(wait_until([&] { return log.size() == 3; }, 10s));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(first(log.starts(), 10), (std::map<std::string, int>{{"b", 3}}));
+  const std::vector<TenantInfo> listed = in.tenants(stream);
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_EQ(listed[0].tenant, "a");
+  EXPECT_EQ(listed[0].backlog, 3);
+  EXPECT_TRUE(listed[0].paused);
+  in.resume_tenant(stream, "a");
+  ASSERT_TRUE(wait_until([&] { return log.size() == 6; }, 10s));
+  EXPECT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 5s))
+      << ::testing::PrintToString(tenant_keys());
+  EXPECT_TRUE(in.tenants(stream).empty());
+}
+
+// A tenant's rate limit: at most 2 starts in any 400 ms, across the workers.
+TEST_F(TenantsTest, ATenantsRateLimitSpacesItsStarts) {
+  inspector().set_tenant(stream, "a", {.rate_limit = 2, .rate_per = 400ms});
+  Producer p = big_producer();
+  enqueue_for(p, "a", 6);
+  std::mutex m;
+  std::vector<std::chrono::steady_clock::time_point> starts;
+  const auto setup = [&](Consumer& c) {
+    c.on("work", [&](const Task&) {
+      const std::lock_guard lock(m);
+      starts.push_back(std::chrono::steady_clock::now());
+    });
+  };
+  RunningConsumer w1(options(), setup);
+  RunningConsumer w2(options(), setup);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const std::lock_guard lock(m);
+        return starts.size() == 6;
+      },
+      10s));
+  const std::lock_guard lock(m);
+  std::sort(starts.begin(), starts.end());
+  for (std::size_t i = 2; i < starts.size(); ++i) {
+    // (The window is the server's: 5 ms for the clocks' and the handlers' latency.)
+    EXPECT_GE(starts[i] - starts[i - 2], 395ms) << "starts " << i - 2 << " and " << i;
+  }
+}
+
+// A worker killed with -9 while it runs a tenant's only allowed task keeps that task's slot
+// until another worker has taken the entry over and ended it: the tenant's next task does not
+// start beside the reclaimed one.
+TEST_F(TenantsTest, ATenantsLimitHoldsWhileAKilledWorkersTaskIsTakenOver) {
+  inspector().set_tenant(stream, "a", {.concurrency = 1});
+  Producer p = producer();
+  p.enqueue("limited", R"({"ms":1500})", {.tenant = "a"});
+  p.enqueue("limited", R"({"ms":300})", {.tenant = "a"});
+  const auto worker = [&](const char* name) {
+    return std::vector<std::string>{STREAMQ_TEST_WORKER, server.url(),       stream,     name,
+                                    "min_idle_ms=1000",  "heartbeat_ms=200", "limit=100"};
+  };
+  auto first = std::make_unique<WorkerProcess>(worker("w1"));
+  const std::string running = stream + ":now-running";
+  ASSERT_TRUE(wait_until([&] { return client.integer({"SCARD", running}) == 1; }, 20s));
+  client.cmd({"SADD", stream + ":killed", "w1"}).view().check();
+  first->kill9();
+  client.cmd({"DEL", running}).view().check();
+  client.cmd({"SET", stream + ":most", "0"}).view().check();
+  WorkerProcess second(worker("w2"));
+  ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) == 2; }, 30s));
+  EXPECT_EQ(std::string(client.cmd({"GET", stream + ":most"}).view().str()), "1");
+  second.signal_and_wait(SIGTERM);
+  EXPECT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 5s))
+      << ::testing::PrintToString(tenant_keys());
+}
+
+TEST_F(TenantsTest, BadTenantSettingsAreConfigErrors) {
+  Inspector in = inspector();
+  EXPECT_THROW(in.set_tenant(stream, "a", {.weight = 0}), ConfigError);
+  EXPECT_THROW(in.set_tenant(stream, "a", {.concurrency = -1}), ConfigError);
+  EXPECT_THROW(in.set_tenant(stream, "a", {.rate_limit = 1}), ConfigError);
+  EXPECT_THROW(in.set_tenant(stream, "a", {.rate_limit = 1, .rate_per = 0ms}), ConfigError);
+  EXPECT_THROW(in.set_tenant(stream, "", {.weight = 1}), ConfigError);
+  EXPECT_THROW(in.set_tenant_defaults(stream, {.max_len = -1}), ConfigError);
+  EXPECT_EQ(client.integer({"EXISTS", stream + ":tenants:config:a", stream + ":tenants:defaults"}), 0);
 }
 
 TEST_F(TenantsTest, ATenantNameIsCheckedBeforeAnythingIsWritten) {
