@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <streamq/streamq.hpp>
@@ -21,6 +23,7 @@
 #include "chaos.hpp"
 #include "consumer_fixture.hpp"
 #include "redis_server.hpp"
+#include "wire/keys.hpp"
 #include "running_consumer.hpp"
 
 namespace streamq::test {
@@ -267,6 +270,28 @@ TEST_F(TenantsTest, ATenantsLimitHoldsWhileAKilledWorkersTaskIsTakenOver) {
   second.signal_and_wait(SIGTERM);
   EXPECT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 5s))
       << ::testing::PrintToString(tenant_keys());
+}
+
+// In a partitioned queue a tenant lives in one partition (its name's), so its limits hold
+// across the queue; a consumer of the queue serves every partition's tenants.
+TEST_F(TenantsTest, APartitionedQueuesTenantLivesInOnePartition) {
+  constexpr int kPartitions = 4;
+  const std::string queue = "tq-" + std::to_string(::getpid());
+  Producer p({.connection = {.url = server.url()}, .stream = queue, .partitions = kPartitions});
+  for (int i = 0; i < 8; ++i) p.enqueue("work", "{}", {.tenant = "x"});
+  std::vector<std::int64_t> backlogs;
+  for (int i = 0; i < kPartitions; ++i) {
+    backlogs.push_back(client.integer({"XLEN", detail::partition_stream(queue, kPartitions, i) + ":tenant:x"}));
+  }
+  std::sort(backlogs.begin(), backlogs.end());
+  EXPECT_EQ(backlogs, (std::vector<std::int64_t>{0, 0, 0, 8}));
+  EXPECT_THROW(p.enqueue("work", "{}", {.unique_for = 1min, .tenant = "x"}), ConfigError);
+  auto o = options();
+  o.stream = queue;
+  o.partitions = kPartitions;
+  std::atomic<int> runs{0};
+  RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++runs; }); });
+  EXPECT_TRUE(wait_until([&] { return runs == 8; }, 10s));
 }
 
 TEST_F(TenantsTest, BadTenantSettingsAreConfigErrors) {
