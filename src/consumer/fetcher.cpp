@@ -179,7 +179,7 @@ bool Fetcher::send(std::size_t in_hand) {
   }
   if (room > 0) {
     req.plan = order_.plan(room);
-    if (dispatch_.on()) {
+    if (dispatch_.wanted(std::chrono::steady_clock::now())) {
       argvs.push_back(dispatch_.call(req.plan.most()));
       req.dispatched = true;
     }

@@ -21,7 +21,8 @@ bool refused_by_acl(std::string_view error) {
 
 }  // namespace
 
-Argv TenantDispatch::call(std::size_t count) const {
+Argv TenantDispatch::call(std::size_t count) {
+  last_call_ = std::chrono::steady_clock::now();
   Argv argv = scripts_.begin(ScriptId::tenants_dispatch, 1);
   argv.add(s_.keys().stream);
   argv.add(static_cast<std::int64_t>(count)).add(static_cast<std::int64_t>(s_.opt.claim_min_idle.count()));
@@ -58,6 +59,11 @@ void TenantDispatch::read_reply(Connection& conn) {
 
 Millis TenantDispatch::block_for(Millis block) const {
   if (active_) block = std::min(block, kPoll);
+  if (skipped_ && !off_) {
+    const auto left =
+        kPoll - std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - last_call_);
+    block = std::min(block, std::max(left, Millis(1)));
+  }
   if (next_due_ms_ < 0) return block;
   return std::clamp(Millis(next_due_ms_), Millis(1), block);
 }

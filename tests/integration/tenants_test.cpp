@@ -23,8 +23,8 @@
 #include "chaos.hpp"
 #include "consumer_fixture.hpp"
 #include "redis_server.hpp"
-#include "wire/keys.hpp"
 #include "running_consumer.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::test {
 namespace {
@@ -281,7 +281,8 @@ TEST_F(TenantsTest, APartitionedQueuesTenantLivesInOnePartition) {
   for (int i = 0; i < 8; ++i) p.enqueue("work", "{}", {.tenant = "x"});
   std::vector<std::int64_t> backlogs;
   for (int i = 0; i < kPartitions; ++i) {
-    backlogs.push_back(client.integer({"XLEN", detail::partition_stream(queue, kPartitions, i) + ":tenant:x"}));
+    backlogs.push_back(
+        client.integer({"XLEN", detail::partition_stream(queue, kPartitions, i) + ":tenant:x"}));
   }
   std::sort(backlogs.begin(), backlogs.end());
   EXPECT_EQ(backlogs, (std::vector<std::int64_t>{0, 0, 0, 8}));
@@ -292,6 +293,24 @@ TEST_F(TenantsTest, APartitionedQueuesTenantLivesInOnePartition) {
   std::atomic<int> runs{0};
   RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++runs; }); });
   EXPECT_TRUE(wait_until([&] { return runs == 8; }, 10s));
+}
+
+// An idle worker blocks on the queue's streams: a tenant's tasks reach it anyway, the first
+// straight (its tenant's turn at once) and the next ones within the 50 ms a worker that saw no
+// tenant waits between dispatches, not after its whole `block`.
+TEST_F(TenantsTest, AnIdleWorkerTakesATenantsTasksWithoutWaitingOutItsBlock) {
+  auto o = options();
+  o.block = 3s;
+  o.connection.socket_timeout = 5s;
+  std::atomic<int> runs{0};
+  RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++runs; }); });
+  std::this_thread::sleep_for(300ms);  // (blocked now)
+  Producer p = producer();
+  const auto start = std::chrono::steady_clock::now();
+  p.enqueue("work", "{}", {.tenant = "a"});
+  p.enqueue("work", "{}", {.tenant = "a"});
+  ASSERT_TRUE(wait_until([&] { return runs == 2; }, 10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
 }
 
 TEST_F(TenantsTest, BadTenantSettingsAreConfigErrors) {
