@@ -41,6 +41,7 @@ void TenantDispatch::read_reply(Connection& conn) {
   }
   next_due_ms_ = -1;
   active_ = false;
+  if (ScriptRunner::is_noscript(reply)) return;  // (sent again with EVAL: see note_reply)
   if (r.is_error() && refused_by_acl(r.error())) {
     off_ = true;
     log(LogLevel::warning, "tenants' dispatch of " + s_.keys().stream +

@@ -49,7 +49,11 @@ void ScriptRunner::choose_head(ScriptId id, Argv& argv) const {
 }
 
 void ScriptRunner::note_reply(ScriptId id, const Reply& reply) {
-  if (!is_noscript(reply)) mark_known(id);
+  if (!is_noscript(reply)) {
+    mark_known(id);
+  } else {
+    known_generation_[static_cast<std::size_t>(id)] = 0;  // (SCRIPT FLUSH) EVAL next time
+  }
 }
 
 bool ScriptRunner::is_noscript(const Reply& r) {

@@ -45,7 +45,8 @@ class ScriptRunner {
   /// known to be cached on the connection (see begin()).
   void choose_head(ScriptId id, Argv& argv) const;
   /// After reading the reply of a script call: a reply other than NOSCRIPT means the script is
-  /// cached on this connection now.
+  /// cached on this connection now; NOSCRIPT, that it is not (a SCRIPT FLUSH): begin() sends
+  /// EVAL again.
   void note_reply(ScriptId id, const Reply& reply);
   /// Runs one script call built with begin(). Returns the reply (errors included).
   Reply call(ScriptId id, Argv& argv);
