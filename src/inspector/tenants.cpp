@@ -92,62 +92,70 @@ TenantSettings settings_of(const ReplyView all, bool& paused) {
 
 }  // namespace
 
+namespace {
+
+/// Runs, pipelined, the commands that `each(part, argvs)` appends for every part of a queue;
+/// throws the first error reply.
+template <class Each>
+void on_every_part(detail::Connection& conn, const std::vector<std::string>& parts, Each each) {
+  std::vector<Argv> argvs;
+  for (const std::string& part : parts) each(part, argvs);
+  for (const Reply& r : conn.pipeline(argvs)) r.view().check();
+}
+
+/// HSET of `fields` to the hash that `key(part)` names in every part.
+template <class Key>
+void set_everywhere(detail::Connection& conn, const std::vector<std::string>& parts, Key key,
+                    const std::vector<std::pair<std::string, std::string>>& fields) {
+  if (fields.empty()) return;
+  on_every_part(conn, parts, [&](const std::string& part, std::vector<Argv>& argvs) {
+    Argv& a = argvs.emplace_back(Argv{"HSET"});
+    a.add_copy(key(part));
+    for (const auto& [name, value] : fields) a.add(name).add(value);
+  });
+}
+
+}  // namespace
+
 void Inspector::set_tenant(const std::string& queue, const std::string& tenant,
                            const TenantSettings& settings) {
   const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   detail::check_tenant_name(tenant);
   const auto fields = settings_fields(settings);
-  if (fields.empty()) return;
-  std::vector<Argv> argvs;
-  for (const std::string& part : impl_->parts(queue)) {
-    Argv& a = argvs.emplace_back(Argv{"HSET"});
-    a.add_copy(detail::tenant_config_key(part, tenant));
-    for (const auto& [name, value] : fields) a.add(name).add(value);
-  }
-  for (const Reply& r : impl_->connected().pipeline(argvs)) r.view().check();
+  set_everywhere(
+      impl_->connected(), impl_->parts(queue),
+      [&](const std::string& part) { return detail::tenant_config_key(part, tenant); }, fields);
 }
 
 void Inspector::set_tenant_defaults(const std::string& queue, const TenantSettings& settings) {
   const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   const auto fields = settings_fields(settings);
-  if (fields.empty()) return;
-  std::vector<Argv> argvs;
-  for (const std::string& part : impl_->parts(queue)) {
-    Argv& a = argvs.emplace_back(Argv{"HSET"});
-    a.add_copy(detail::tenant_defaults_key(part));
-    for (const auto& [name, value] : fields) a.add(name).add(value);
-  }
-  for (const Reply& r : impl_->connected().pipeline(argvs)) r.view().check();
+  set_everywhere(
+      impl_->connected(), impl_->parts(queue),
+      [](const std::string& part) { return detail::tenant_defaults_key(part); }, fields);
 }
 
 void Inspector::clear_tenant(const std::string& queue, const std::string& tenant) {
   const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   detail::check_tenant_name(tenant);
-  std::vector<Argv> argvs;
-  for (const std::string& part : impl_->parts(queue)) {
-    Argv& a = argvs.emplace_back(Argv{"HDEL"});
-    a.add_copy(detail::tenant_config_key(part, tenant))
-        .add("weight")
-        .add("concurrency")
-        .add("rate")
-        .add("per");
-    a.add("max_len");
-  }
-  for (const Reply& r : impl_->connected().pipeline(argvs)) r.view().check();
+  on_every_part(impl_->connected(), impl_->parts(queue),
+                [&](const std::string& part, std::vector<Argv>& argvs) {
+                  Argv& a = argvs.emplace_back(Argv{"HDEL"});
+                  a.add_copy(detail::tenant_config_key(part, tenant));
+                  for (const char* name : {"weight", "concurrency", "rate", "per", "max_len"}) a.add(name);
+                });
 }
 
 void Inspector::pause_tenant(const std::string& queue, const std::string& tenant) {
   const std::lock_guard lock(impl_->calls);
   check_queue(queue);
   detail::check_tenant_name(tenant);
-  std::vector<Argv> argvs;
-  for (const std::string& part : impl_->parts(queue)) {
-    argvs.emplace_back(Argv{"HSET"}).add_copy(detail::tenant_config_key(part, tenant)).add("paused").add("1");
-  }
-  for (const Reply& r : impl_->connected().pipeline(argvs)) r.view().check();
+  set_everywhere(impl_->connected(), impl_->parts(queue),
+                 [&](const std::string& part) { return detail::tenant_config_key(part, tenant); },
+                 {{"paused", "1"}});
 }
 
 void Inspector::resume_tenant(const std::string& queue, const std::string& tenant) {
@@ -155,12 +163,11 @@ void Inspector::resume_tenant(const std::string& queue, const std::string& tenan
   check_queue(queue);
   detail::check_tenant_name(tenant);
   // Then due at once: a paused tenant waits at +inf (tenants_dispatch.lua), until this.
-  std::vector<Argv> argvs;
-  for (const std::string& part : impl_->parts(queue)) {
-    argvs.emplace_back(Argv{"HDEL"}).add_copy(detail::tenant_config_key(part, tenant)).add("paused");
-    argvs.emplace_back(Argv{"ZADD"}).add_copy(part + ":tenants:waiting").add("XX").add("0").add(tenant);
-  }
-  for (const Reply& r : impl_->connected().pipeline(argvs)) r.view().check();
+  on_every_part(
+      impl_->connected(), impl_->parts(queue), [&](const std::string& part, std::vector<Argv>& argvs) {
+        argvs.emplace_back(Argv{"HDEL"}).add_copy(detail::tenant_config_key(part, tenant)).add("paused");
+        argvs.emplace_back(Argv{"ZADD"}).add_copy(part + ":tenants:waiting").add("XX").add("0").add(tenant);
+      });
 }
 
 std::vector<TenantInfo> Inspector::tenants(const std::string& queue, std::size_t count) {
