@@ -89,6 +89,21 @@ TEST(Cluster, AQueueRunsOnTheMasterOfItsSlotWhicheverNodeTheUrlNames) {
   EXPECT_EQ(node0.integer({"DBSIZE"}), 0);
 }
 
+// A tenant's tasks on a cluster: the dispatch is an EVALSHA there first (one script cache per
+// master); answered NOSCRIPT, it is sent with EVAL, and every task of the tenant runs (before,
+// only the first, which went straight to the stream).
+TEST(Cluster, ATenantsTasksRunOnACluster) {
+  ClusterTopology t(3);
+  const std::string stream = stream_on(t, 1, unique_key());
+  const std::string url = t.url({0});
+  std::atomic<int> runs{0};
+  RunningConsumer rc(cluster_worker_options(url, stream, "w1"),
+                     [&](Consumer& c) { c.on("t", [&](const Task&) { ++runs; }); });
+  Producer producer({.connection = {.url = url}, .stream = stream});
+  for (int i = 0; i < 5; ++i) producer.enqueue("t", "{}", {.tenant = "a"});
+  EXPECT_TRUE(wait_until([&] { return runs == 5; }, 10s)) << runs << " of 5 ran";
+}
+
 TEST(Cluster, AQueueWhoseKeysWouldSpanSlotsIsRefused) {
   const std::string url = "redis+cluster://127.0.0.1:1";  // never contacted
   const auto refused = [](const std::function<void()>& make) {

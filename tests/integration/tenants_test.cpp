@@ -162,6 +162,87 @@ TEST_F(TenantsTest, ATenantsConcurrencyLimitHoldsAcrossWorkers) {
       << ::testing::PrintToString(tenant_keys());
 }
 
+// A tenant's task dispatched into the stream keeps its slot while it waits there unread, however
+// long (past its slot's lease): the tenant's next task does not start beside it.
+TEST_F(TenantsTest, ATaskWaitingUnreadInTheStreamKeepsItsTenantsSlot) {
+  inspector().set_tenant(stream, "a", {.concurrency = 1});
+  std::atomic<int> running_a{0}, most_a{0}, long_started{0}, done_a{0};
+  const auto setup = [&](Consumer& c) {
+    c.on("long", [&](const Task&) {
+      ++long_started;
+      std::this_thread::sleep_for(1500ms);
+    });
+    c.on("a", [&](const Task&) {
+      const int now = ++running_a;
+      int seen = most_a.load();
+      while (now > seen && !most_a.compare_exchange_weak(seen, now)) {
+      }
+      std::this_thread::sleep_for(300ms);
+      --running_a;
+      ++done_a;
+    });
+  };
+  auto o = options();
+  o.concurrency = 1;
+  o.prefetch = 1;
+  o.heartbeat_interval = 100ms;
+  o.claim_min_idle = 500ms;  // the slots' lease
+  Producer p = producer();
+  p.enqueue("long", "{}");
+  p.enqueue("long", "{}");
+  RunningConsumer w1(o, setup);
+  RunningConsumer w2(o, setup);
+  ASSERT_TRUE(wait_until([&] { return long_started == 2; }, 10s));
+  // Both workers busy: the first goes straight to the stream with its slot, unread for 1 s.
+  p.enqueue("a", "{}", {.tenant = "a"});
+  p.enqueue("a", "{}", {.tenant = "a"});
+  ASSERT_TRUE(wait_until([&] { return done_a == 2; }, 10s));
+  EXPECT_EQ(most_a, 1);
+}
+
+// A flow's parent of a tenant with a concurrency limit of 1 holds its tenant's slot while it
+// runs: a task of the tenant enqueued meanwhile waits for it.
+TEST_F(TenantsTest, AFlowsParentHoldsItsTenantsSlot) {
+  inspector().set_tenant(stream, "a", {.concurrency = 1});
+  std::atomic<int> parent_running{0}, overlapped{0}, other_done{0};
+  RunningConsumer rc(options(), [&](Consumer& c) {
+    c.on("child", [](const Task&) {});
+    c.on("parent", [&](const Task&) {
+      ++parent_running;
+      std::this_thread::sleep_for(500ms);
+      --parent_running;
+    });
+    c.on("other", [&](const Task&) {
+      if (parent_running > 0) ++overlapped;
+      ++other_done;
+    });
+  });
+  Producer p = producer();
+  p.enqueue_flow(chord({{.task_type = "child", .payload = "{}", .options = {.tenant = "a"}}},
+                       {.task_type = "parent", .payload = "{}", .options = {.tenant = "a"}}));
+  ASSERT_TRUE(wait_until([&] { return parent_running == 1; }, 10s));
+  p.enqueue("other", "{}", {.tenant = "a"});
+  ASSERT_TRUE(wait_until([&] { return other_done == 1; }, 10s));
+  EXPECT_EQ(overlapped, 0) << "the tenant's next task ran beside its flow's parent";
+}
+
+// A dead-lettered tenant's task replayed goes back to its tenant: it waits in the backlog while
+// its tenant is paused.
+TEST_F(TenantsTest, AReplayedTaskGoesBackToItsTenant) {
+  Producer p = producer();
+  p.enqueue("doomed", "{}", {.max_retries = 0, .tenant = "a"});
+  {
+    RunningConsumer rc(
+        options(), [&](Consumer& c) { c.on("doomed", [](const Task&) { throw std::runtime_error("no"); }); });
+    ASSERT_TRUE(wait_until([&] { return xlen(dlq) == 1; }, 10s));
+  }
+  Inspector in = inspector();
+  in.pause_tenant(stream, "a");
+  EXPECT_EQ(in.replay(stream).done, 1);
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(xlen(stream + ":tenant:a"), 1);
+}
+
 // A tenant's depth limit refuses that tenant's tasks only.
 TEST_F(TenantsTest, AFullTenantRefusesOnlyItsOwnTasks) {
   inspector().set_tenant_defaults(stream, {.max_len = 2});
