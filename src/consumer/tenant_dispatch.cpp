@@ -23,7 +23,13 @@ bool refused_by_acl(std::string_view error) {
 
 Argv TenantDispatch::call(std::size_t count) {
   last_call_ = std::chrono::steady_clock::now();
-  Argv argv = scripts_.begin(ScriptId::tenants_dispatch, 1);
+  // (On a cluster the runner always starts with EVALSHA: after a NOSCRIPT, EVAL once.)
+  Argv argv;
+  if (eval_next_) {
+    argv.add("EVAL").add(script_source(ScriptId::tenants_dispatch)).add(1);
+  } else {
+    argv = scripts_.begin(ScriptId::tenants_dispatch, 1);
+  }
   argv.add(s_.keys().stream);
   argv.add(static_cast<std::int64_t>(count)).add(static_cast<std::int64_t>(s_.opt.claim_min_idle.count()));
   argv.add(s_.opt.group);
@@ -37,11 +43,13 @@ void TenantDispatch::read_reply(Connection& conn) {
   if (r.is_array() && r.size() == 3 && r[1].is_integer() && r[2].is_integer()) {
     next_due_ms_ = r[1].integer();
     active_ = r[2].integer() == 1;
+    eval_next_ = false;
     return;
   }
   next_due_ms_ = -1;
   active_ = false;
-  if (ScriptRunner::is_noscript(reply)) return;  // (sent again with EVAL: see note_reply)
+  eval_next_ = ScriptRunner::is_noscript(reply);
+  if (eval_next_) return;  // (sent with EVAL next time)
   if (r.is_error() && refused_by_acl(r.error())) {
     off_ = true;
     log(LogLevel::warning, "tenants' dispatch of " + s_.keys().stream +

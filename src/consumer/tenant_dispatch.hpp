@@ -49,7 +49,9 @@ class TenantDispatch {
   bool active_ = false;         // from the last reply: whether any tenant is ready or waiting
   bool off_ = false;
   std::chrono::steady_clock::time_point last_call_{};
-  bool skipped_ = false;  // the last wanted() said no (and not because the dispatch is off)
+  bool skipped_ = false;
+  bool eval_next_ = false;  // the last call was answered NOSCRIPT  // the last wanted() said no (and not
+                            // because the dispatch is off)
   std::chrono::steady_clock::time_point last_error_log_{};
 };
 

@@ -18,6 +18,7 @@
 -- A tracked task's record starts again as queued, with an 'enqueued' event (lib/record.lua).
 -- @include lib/clock.lua
 -- @include lib/fields.lua
+-- @include lib/tenants.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
 local own = {error = true, failed_at = true, original_id = true, consumer = true, reason = true,
@@ -60,7 +61,7 @@ for i = 4, #ARGV do
                           'replayed_at', ARGV[1], 'last_error', get.error or get.last_error or ''}) do
         args[#args + 1] = v
       end
-      out[#out + 1] = redis.call('XADD', KEYS[2], '*', unpack(args))
+      out[#out + 1] = enter_stream(KEYS[4], KEYS[2], args, 1, #args)  -- (a tenant's task: its backlog)
       redis.call('XDEL', KEYS[1], id)
       record_new(KEYS[4], args, 1, #args, 'queued')
     end

@@ -70,6 +70,11 @@ std::unique_ptr<Producer::Impl::BatchCall> Producer::Impl::open_call(const Batch
       throw ConfigError("a batch's callback (task type \"" + t.task_type +
                         "\") is enqueued when the batch ends: no delay, run_at, unique_for or batch");
     }
+    if (options.partitions > 1 && !eo.tenant.empty()) {
+      // (It is enqueued in the batch's partition, where its tenant's keys may not be.)
+      throw ConfigError("in a partitioned queue a batch's callback (task type \"" + t.task_type +
+                        "\") may not name a tenant");
+    }
     detail::Prepared& p =
         c->callbacks.emplace_back(prepare(t.task_type, t.payload.text(), eo, c->ids[i], created_at));
     p.task.batch_id = id;

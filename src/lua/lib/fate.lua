@@ -62,14 +62,14 @@ end
 
 local function write_fate(dest, first, original_id, consumer)
   if ARGV[first] == 'retry' then
-    local id = enter_stream(ARGV[first + 1], dest, ARGV, first + 2, #ARGV)
+    -- (The attempt's end first: it gives the tenant's slot back, and the copy, which has the same
+    -- task id, may take a slot of its own as it enters.)
     task_end(ARGV[first + 1], ARGV, first + 2, nil, 'retrying', 'retry', {pairs = {'error', fate_error(ARGV, first + 2)}})
-    return id
+    return enter_stream(ARGV[first + 1], dest, ARGV, first + 2, #ARGV)
   end
   if ARGV[first] == 'back' then
-    local id = enter_stream(ARGV[first + 1], dest, ARGV, first + 2, #ARGV)
     task_end(ARGV[first + 1], ARGV, first + 2, nil, 'queued', 'handed_back')
-    return id
+    return enter_stream(ARGV[first + 1], dest, ARGV, first + 2, #ARGV)
   end
   if ARGV[first] == 'delay' or ARGV[first] == 'hold' then
     local due = now_ms() + tonumber(ARGV[first + 1])

@@ -70,8 +70,8 @@ local function flow_release(queue, parent)
   end
   parts[#parts + 1] = 'flow_children'
   parts[#parts + 1] = children
-  enter_stream(queue, parts[1], parts, 2, #parts)
   task_end(queue, parts, 2, nil, 'queued', 'released')
+  enter_stream(queue, parts[1], parts, 2, #parts)  -- (after its end: see lib/fate.lua's retry)
 end
 
 -- flow_keep(queue, parent): the flow of a parent that ended dead lives as long as its record:

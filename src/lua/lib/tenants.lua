@@ -37,10 +37,11 @@
 -- nothing runs or waits, not paused and without a rate limit, goes straight to the stream (the
 -- producer's user needs no more than it has: no backlog read, no set emptied); and a tenant that
 -- waited for a slot gets its turn when a task's end frees one.
--- A slot whose lease ended is dropped only once its entry is no longer pending in the group (the
--- end of it went some other way, or its body was deleted): a worker killed with -9 keeps its
--- tasks' slots until another worker has taken its entries over and ended them, so a tenant's
--- limit holds across the takeover; and a slot is never a counter that can leak.
+-- A slot whose lease ended is dropped only once its entry is neither in its stream nor pending in
+-- the group (the end of it went some other way): a task dispatched but not read yet keeps its
+-- slot however long it waits, and a worker killed with -9 keeps its tasks' slots until another
+-- worker has taken its entries over and ended them, so a tenant's limit holds across the
+-- takeover; and a slot is never a counter that can leak.
 
 local TENANT_FIELD = 'streamq_tenant'  -- a task's tenant (EnqueueOptions::tenant)
 local TENANT_LEVELS = {':p:high', '', ':p:low'}  -- a backlog's levels, the most important first
@@ -70,7 +71,9 @@ local function tenant_depth(queue, tenant)
 end
 
 -- The slots still held; those whose lease ended are kept (with a new lease) while their entry
--- is pending, else dropped. Returns the count and the earliest lease end.
+-- is in its stream (not read yet, or held: streamq deletes a finished entry) or pending (held,
+-- its body deleted by hand while its handler runs), else dropped. Returns the count and the
+-- earliest lease end.
 local function tenant_slots_held(queue, slots, now, lease, group)
   local all = redis.call('HGETALL', slots)
   local held, earliest = 0, nil
@@ -80,7 +83,8 @@ local function tenant_slots_held(queue, slots, now, lease, group)
     if ends and ends <= now then
       local stream = queue .. TENANT_LEVELS[tonumber(level)]
       local pending = redis.pcall('XPENDING', stream, group, entry, entry, 1)
-      if type(pending) == 'table' and not pending.err and #pending > 0 then
+      if #redis.call('XRANGE', stream, entry, entry) > 0 or
+         (type(pending) == 'table' and not pending.err and #pending > 0) then
         ends = now + lease
         redis.call('HSET', slots, all[k], ends .. ' ' .. level .. ' ' .. entry)
       else
