@@ -12,11 +12,12 @@ namespace streamq::detail {
 namespace {
 
 /// Whether a script's error says that this user may not run one of its commands or touch one
-/// of its keys: NOPERM, or, from a command inside the script (Redis 7), "The user executing the
-/// script can't ...".
+/// of its keys: NOPERM, or, from a command inside the script, "The user executing the script
+/// can't ..." (Redis 7) or "ACL failure in script" (Valkey 8).
 bool refused_by_acl(std::string_view error) {
   return error.find("NOPERM") != std::string_view::npos ||
-         error.find("user executing the script can't") != std::string_view::npos;
+         error.find("user executing the script can't") != std::string_view::npos ||
+         error.find("ACL failure in script") != std::string_view::npos;
 }
 
 }  // namespace
