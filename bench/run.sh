@@ -80,7 +80,7 @@ async=" tasks_per_s=$(median "${asy[@]}") peak_rss_mb=$(field peak_rss_mb "$asyn
 # Drain against its reference, a bare hiredis loop doing the same Redis work per task
 # (XREADGROUP COUNT 64, XACK + XDEL pipelined with the next read): five interleaved rounds, as
 # both are bound by wake-up latencies that vary more on this machine than throughput does.
-dr=() raw=() lv=() tr=() pr=() pf=() cold=()
+dr=() raw=() lv=() tr=() pr=() pf=() cold=() tk=() t1=()
 for round in 1 2 3 4 5; do
   run preload --stream b:drain --count 200000 >/dev/null
   drain=$(run drain --stream b:drain --count 200000); cli DEL b:drain
@@ -110,12 +110,24 @@ for round in 1 2 3 4 5; do
   if ((round <= 3)); then
     levels=$(run drain-levels --stream b:lv --count 198000); cli DEL b:lv b:lv:p:high b:lv:p:low
     lv+=("$(field tasks_per_s "$levels")")
+    # Fair queues (EnqueueOptions::tenant): the same 200,000 tasks over 1,000 tenants, and all
+    # in one tenant's backlog (a drained tenant leaves no keys: the stream and pass stay).
+    run preload --stream b:tk --count 200000 --tenants 1000 >/dev/null
+    tenants_1000=$(run drain --stream b:tk --count 200000)
+    tk+=("$(field tasks_per_s "$tenants_1000")")
+    redis-cli -p "$port" --scan --pattern 'b:tk*' | xargs -r -n 500 redis-cli -p "$port" DEL >/dev/null
+    run preload --stream b:t1 --count 200000 --tenants 1 >/dev/null
+    tenants_1=$(run drain --stream b:t1 --count 200000)
+    t1+=("$(field tasks_per_s "$tenants_1")")
+    redis-cli -p "$port" --scan --pattern 'b:t1*' | xargs -r -n 500 redis-cli -p "$port" DEL >/dev/null
   fi
 done
 ref_drain=$(median "${raw[@]}")
 drain=" tasks_per_s=$(median "${dr[@]}") peak_rss_mb=$(field peak_rss_mb "$drain")"
 drain_levels=" tasks_per_s=$(median "${lv[@]}") peak_rss_mb=$(field peak_rss_mb "$levels")"
 drain_tracked=" tasks_per_s=$(median "${tr[@]}") peak_rss_mb=$(field peak_rss_mb "$tracked")"
+drain_tenants_1000=" tasks_per_s=$(median "${tk[@]}") peak_rss_mb=$(field peak_rss_mb "$tenants_1000")"
+drain_tenants_1=" tasks_per_s=$(median "${t1[@]}") peak_rss_mb=$(field peak_rss_mb "$tenants_1")"
 drain_process=" tasks_per_s=$(median "${pr[@]}") peak_rss_mb=$(field tree_rss_mb "$processed")"
 process_fresh=" tasks_per_s=$(median "${pf[@]}") peak_rss_mb=$(field tree_rss_mb "$fresh")"
 wait_rt=$(run wait --stream b:wait --count 2000 --tracked 1); cli DEL b:wait b:wait:events
@@ -135,6 +147,15 @@ latency=$(run latency --stream b:lat --count 25000 --rate 5000); cli DEL b:lat
 retry=$(run retry --stream b:retry --count 50000); cli DEL b:retry
 retry_backoff=$(run retry-backoff --stream b:retryb --count 50000); cli DEL b:retryb b:retryb:delayed
 forward=$(run forward --stream b:fwd --count 200000); cli DEL b:fwd b:fwd:delayed
+# Fairness: tenant A's 100,000 tasks ahead of 9 tenants' 100 each (a FIFO queue: the same tasks
+# without tenants; weights: the 9 others at weight 3); then 100,000 tenants with a task each.
+fair_fifo=$(run fairness --stream b:ff --count 100000 --tenants 0)
+fair=$(run fairness --stream b:fa --count 100000 --tenants 1)
+fair_weights=$(run fairness --stream b:fw --count 100000 --tenants 1 --weight 3)
+tenants_memory=$(run tenants-memory --stream b:tm --count 100000)
+for pattern in 'b:f*' 'b:tm*'; do
+  redis-cli -p "$port" --scan --pattern "$pattern" | xargs -r -n 500 redis-cli -p "$port" DEL >/dev/null
+done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
@@ -161,6 +182,9 @@ line enqueue-async "$async" "$ref_p64"
 line drain "$drain" "$ref_drain"
 line drain-3-levels "$drain_levels" "$ref_drain"
 line drain-tracked "$drain_tracked" "$ref_drain"
+line drain-tenants-1000 "$drain_tenants_1000" "$ref_drain"
+line drain-tenants-1 "$drain_tenants_1" "$ref_drain"
+line tenants-100k "$tenants_memory" "$ref_drain"
 line drain-process "$drain_process" "$ref_drain"
 line process-fresh "$process_fresh" "$ref_drain"
 line wait-round-trip "$wait_rt" ""
@@ -174,6 +198,8 @@ line retry-backoff "$retry_backoff" ""
 line forward "$forward" ""
 echo
 echo "ratios: enqueue and enqueue-trim (Overflow::trim_oldest: a plain XADD, no script) vs XADD -c 1 -P 1 (vs the bare hiredis loop of the same XADD, 'ref hiredis loop': enqueue $(ratio "$(median "${enq[@]}")" "$ref_hiredis"), enqueue-trim $(ratio "$(median "${trm[@]}")" "$ref_hiredis")); enqueue-shared and enqueue-per-thread vs XADD -c 1 -P 8 (enqueue-shared vs enqueue-per-thread: $(ratio "$(median "${shr[@]}")" "$(median "${per[@]}")")); enqueue-batch (batch 1000) and enqueue-async vs XADD -c 1 -P 64; drain, drain-3-levels, drain-tracked, drain-process and process-fresh vs drain-raw;"
+echo "fairness (1 ms handlers, two consumers of concurrency 8; tenant A's 100,000 tasks queued, 9 tenants' 100 each 0.5 s later): tasks started from those 900 enqueued to the last of them started: served in turn $(field between "$fair"), the 9 at weight 3 $(field between "$fair_weights"), FIFO (no tenants) $(field between "$fair_fifo");"
+echo "drain-tenants-1000: 200,000 tasks over 1,000 tenants; drain-tenants-1: in one tenant; tenants-100k: 100,000 tenants with a task each, drained; server memory per tenant: $(field with_work_bytes "$tenants_memory") bytes with its task waiting, $(field drained_bytes "$tenants_memory") once drained, $(field settings_bytes "$tenants_memory") with settings of its own (Inspector::set_tenant);"
 echo "drain-process vs drain (the thread executor): $(ratio "$(median "${pr[@]}")" "$(median "${dr[@]}")"); process-fresh vs drain: $(ratio "$(median "${pf[@]}")" "$(median "${dr[@]}")")"
 echo "drain-process: the process executor, 4 children, after the first task (cold start, run() to the first task's end: ${cold[*]} ms);"
 echo "process-fresh: a new child for every task (tasks_per_child 1, what a replacement after a kill costs); their peak_rss_mb is the worker's, the fork server's"
@@ -184,4 +210,4 @@ echo "wait-round-trip: enqueue_and_wait one after another (2,000), tasks/s = rou
 echo "chord-1000: enqueue_flow of a chord of 1,000 tasks and its callback, run to the callback's end (tasks/s: the 1,000 over that time); $(field chord_overhead "$chord")x the time of the same 1,000 tasks tracked, enqueued with enqueue_batch; the callback started $(field parent_start_ms "$chord") ms after the last child's handler returned (medians of three);"
 echo "chord-1000-p4: the same in a queue of 4 partitions (children in all four, the callback in one): $(field chord_overhead "$chord_p4")x the same tasks tracked in 4 partitions; the callback started $(field parent_start_ms "$chord_p4") ms after the last child's handler returned;"
 echo "chord-1000-away: the children in another queue, run by a consumer of their own: $(field chord_overhead "$chord_away")x the same tasks tracked in one queue; the callback started $(field parent_start_ms "$chord_away") ms after the last child's handler returned;"
-echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | hiredis loop ${hxl[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | P8 ${p8[*]} | shared ${shr[*]} | per-thread ${per[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"
+echo "throughput pairs are medians of interleaved rounds, three (five for drain) (raw: P1 ${p1[*]} | hiredis loop ${hxl[*]} | enqueue ${enq[*]} | enqueue-trim ${trm[*]} | P64 ${p64[*]} | batch ${bat[*]} | P8 ${p8[*]} | shared ${shr[*]} | per-thread ${per[*]} | async ${asy[*]} | drain-raw ${raw[*]} | drain ${dr[*]} | drain-3-levels ${lv[*]} | drain-tracked ${tr[*]} | drain-tenants-1000 ${tk[*]} | drain-tenants-1 ${t1[*]} | drain-process ${pr[*]} | process-fresh ${pf[*]})"

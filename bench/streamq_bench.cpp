@@ -17,7 +17,8 @@
 //   enqueue-async  N enqueue_async calls from one thread, at most 4096 unanswered at a time
 //   enqueue-raw    the client's reference for enqueue: a bare hiredis loop, one XADD of a
 //                  streamq-sized task per round trip
-//   preload        N tasks enqueued in batches (setup for drain; prints nothing measured)
+//   preload        N tasks enqueued in batches (setup for drain; prints nothing measured);
+//                  --tenants T: task i names tenant t<i % T> (EnqueueOptions::tenant)
 //   drain          a Consumer with default options and a no-op handler runs the N preloaded
 //                  tasks; time from run() to the last ack
 //   drain-levels   as drain, with the N tasks spread over the three priority levels (a third
@@ -37,6 +38,12 @@
 //                  same process whose handler returns a result: latency of each round trip
 //   progress       one tracked task whose handler calls Task::set_progress N times: the
 //                  latency of each call, and the writes they cost (reports are coalesced)
+//   fairness       tenant A's N tasks queued, two consumers of concurrency 8 with 1 ms handlers,
+//                  0.5 s later 9 other tenants enqueue 100 each: `between` counts the starts
+//                  from those 900 enqueued to the last of them started (--weight W: the 9
+//                  others' weight; --tenants 0: the same tasks without tenants, FIFO)
+//   tenants-memory N tenants with a task each: the server's bytes per tenant with work, after
+//                  the drain (tasks/s) and with settings of its own
 // Every scenario prints the process's peak RSS (getrusage ru_maxrss).
 #include <dirent.h>
 #include <sys/resource.h>
@@ -87,6 +94,8 @@ struct Args {
   int threads = 8;
   bool trim = false;  // --overflow trim_oldest: a plain XADD, no script (the default is reject)
   bool away = false;  // --away 1 (chord): the header's tasks in another queue, run by its own consumer
+  long tenants = 0;   // --tenants N (preload): task i names tenant t<i % N> (0: no tenant)
+  double weight = 1;  // --weight W (fairness): the other tenants' weight (tenant A keeps 1)
 };
 
 Args parse(int argc, char** argv) {
@@ -123,6 +132,10 @@ Args parse(int argc, char** argv) {
       a.trim = v == "trim_oldest";
     else if (k == "--away")
       a.away = v == "1";
+    else if (k == "--tenants")
+      a.tenants = std::stol(v);
+    else if (k == "--weight")
+      a.weight = std::stod(v);
     else
       throw std::invalid_argument("unknown flag " + k);
   }
@@ -172,6 +185,18 @@ void enqueue_batches(streamq::Producer& p, long count, long batch,
   std::vector<streamq::TaskSpec> tasks;
   for (long done = 0; done < count; done += batch) {
     tasks.assign(static_cast<std::size_t>(std::min(batch, count - done)), {"send_email", kPayload, options});
+    p.enqueue_batch(tasks);
+  }
+}
+
+/// `count` tasks over `tenants` tenants (task i names tenant t<i % tenants>), in batches.
+void enqueue_tenants(streamq::Producer& p, long count, long batch, long tenants) {
+  std::vector<streamq::TaskSpec> tasks;
+  for (long done = 0; done < count; done += batch) {
+    tasks.clear();
+    for (long i = done; i < std::min(count, done + batch); ++i) {
+      tasks.push_back({"send_email", kPayload, {.tenant = "t" + std::to_string(i % tenants)}});
+    }
     p.enqueue_batch(tasks);
   }
 }
@@ -554,6 +579,119 @@ double chord_round(const Args& a, bool as_chord, double& parent_ms) {
   return seconds;
 }
 
+/// fairness (issue 45): handlers that take 1 ms, two consumers of concurrency 8. Tenant A's
+/// a.count tasks are queued and the consumers started; 0.5 s later each of 9 other tenants
+/// enqueues 100. Reports `between`: the tasks that started after those 900 were enqueued, until
+/// the last of them started (about 1,000 when the tenants are served in turn; about a.count in
+/// a FIFO queue: --tenants 0 sends the same tasks without tenants). --weight W gives the 9
+/// other tenants weight W (A keeps 1).
+void time_fairness(const Args& a) {
+  const bool fifo = a.tenants == 0;
+  constexpr int kOthers = 9;
+  constexpr long kEach = 100;
+  const auto other = [](int i) { return "other-" + std::to_string(i); };
+  if (!fifo && a.weight != 1) {
+    streamq::Inspector in({.connection = {.url = a.url}});
+    for (int i = 0; i < kOthers; ++i) in.set_tenant(a.stream, other(i), {.weight = a.weight});
+  }
+  streamq::Producer p(producer_options(a));
+  {
+    std::vector<streamq::TaskSpec> tasks;
+    for (long done = 0; done < a.count; done += a.batch) {
+      tasks.assign(static_cast<std::size_t>(std::min(a.batch, a.count - done)),
+                   {"a", kPayload, {.tenant = fifo ? "" : "A"}});
+      p.enqueue_batch(tasks);
+    }
+  }
+  std::atomic<long> started{0}, others_started{0}, at_last{-1};
+  std::atomic<bool> finished{false};
+  const auto consumer = [&] {
+    streamq::ConsumerOptions o = consumer_options(a);
+    o.concurrency = 8;
+    o.prefetch = std::max(o.prefetch, o.concurrency);
+    auto c = std::make_unique<streamq::Consumer>(o);
+    c->on("a", [&](const streamq::Task&) {
+      ++started;
+      std::this_thread::sleep_for(1ms);
+    });
+    c->on("other", [&](const streamq::Task&) {
+      const long n = ++started;
+      if (++others_started == kOthers * kEach) {
+        at_last = n;
+        finish(finished);
+      }
+      std::this_thread::sleep_for(1ms);
+    });
+    return c;
+  };
+  auto first = consumer(), second = consumer();
+  std::jthread run_first([&] { first->run(); }), run_second([&] { second->run(); });
+  const auto t = Clock::now();
+  std::this_thread::sleep_for(500ms);
+  for (int i = 0; i < kOthers; ++i) {
+    p.enqueue_batch(std::vector<streamq::TaskSpec>(kEach, {"other", kPayload, {.tenant = fifo ? "" : other(i)}}));
+  }
+  const long at_enqueued = started.load();
+  finished.wait(false);
+  const double seconds = seconds_since(t);
+  first->stop();
+  second->stop();
+  run_first.join();
+  run_second.join();
+  report(a, seconds,
+         " between=" + std::to_string(at_last.load() - at_enqueued) + " started=" + std::to_string(started.load()));
+}
+
+/// The server's used_memory (INFO memory), in bytes.
+long long used_memory(RawClient& c) {
+  c.command({"INFO", "memory"});
+  redisReply* r = c.reply();
+  const std::string info(r->str, r->len);
+  freeReplyObject(r);
+  const auto at = info.find("used_memory:");
+  return std::stoll(info.substr(at + 12));
+}
+
+/// tenants-memory (issue 45): a.count tenants with one task each. Reports the server's bytes per
+/// tenant while its task waits in its backlog (`with_work_bytes`), once drained
+/// (`drained_bytes`: a tenant with nothing left leaves no keys), and with its own settings
+/// stored (`settings_bytes`, Inspector::set_tenant); tasks_per_s: the drain of the a.count tasks.
+void time_tenants_memory(const Args& a) {
+  RawClient raw(a);
+  const auto per_tenant = [&](long long before) {
+    return static_cast<double>(used_memory(raw) - before) / static_cast<double>(a.count);
+  };
+  const long long base = used_memory(raw);
+  {
+    streamq::Producer p(producer_options(a));
+    enqueue_tenants(p, a.count, a.batch, a.count);
+  }
+  const double with_work = per_tenant(base);
+  std::atomic<long> done{0};
+  std::atomic<bool> finished{false};
+  streamq::Consumer c(consumer_options(a));
+  c.on("send_email", [&](const streamq::Task&) {
+    if (++done == a.count) finish(finished);
+  });
+  const auto t = Clock::now();
+  run_until(c, finished);
+  const double seconds = seconds_since(t);
+  // The consumer group and the stream's own entries stay: the queue's, not the tenants'.
+  raw.command({"XTRIM", a.stream, "MAXLEN", "0"});
+  freeReplyObject(raw.reply());
+  const double drained = per_tenant(base);
+  const long long before_settings = used_memory(raw);
+  {
+    streamq::Inspector in({.connection = {.url = a.url}});
+    for (long i = 0; i < a.count; ++i) in.set_tenant(a.stream, "t" + std::to_string(i), {.concurrency = 4});
+  }
+  const double settings = per_tenant(before_settings);
+  char extra[200];
+  std::snprintf(extra, sizeof extra, " with_work_bytes=%.0f drained_bytes=%.0f settings_bytes=%.0f", with_work,
+                drained, settings);
+  report(a, seconds, extra);
+}
+
 int scenario_main(const Args& a) {
   if (a.scenario == "chord") {
     // A chord of `count` tasks against the same tasks tracked, interleaved, three rounds each.
@@ -588,10 +726,18 @@ int scenario_main(const Args& a) {
     streamq::Producer p(producer_options(a));
     p.enqueue_batch({});
     const auto t = Clock::now();
-    enqueue_batches(p, a.count, a.batch);
+    if (a.tenants > 0) {
+      enqueue_tenants(p, a.count, a.batch, a.tenants);
+    } else {
+      enqueue_batches(p, a.count, a.batch);
+    }
     if (a.scenario == "enqueue-batch") report(a, seconds_since(t), " batch=" + std::to_string(a.batch));
   } else if (a.scenario == "drain") {
     time_drain(a);
+  } else if (a.scenario == "fairness") {
+    time_fairness(a);
+  } else if (a.scenario == "tenants-memory") {
+    time_tenants_memory(a);
   } else if (a.scenario == "drain-levels") {
     {
       streamq::Producer p(producer_options(a));
@@ -754,9 +900,10 @@ int main(int argc, char** argv) {
                  "drain|drain-levels|"
                  "drain-raw|"
                  "latency|retry"
-              << "|retry-backoff|forward|wait|progress|chord"
+              << "|retry-backoff|forward|wait|progress|chord|fairness|tenants-memory"
               << " --url URL [--stream S] [--count N] [--batch B] [--rate R] [--concurrency C] [--prefetch F]"
-              << " [--partitions P] [--tracked 1] [--executor process] [--overflow trim_oldest] [--away 1]\n";
+              << " [--partitions P] [--tracked 1] [--executor process] [--overflow trim_oldest] [--away 1]"
+              << " [--tenants T] [--weight W]\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "streamq-bench: " << e.what() << '\n';

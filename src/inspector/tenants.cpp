@@ -189,9 +189,9 @@ std::vector<TenantInfo> Inspector::tenants(const std::string& queue, std::size_t
     std::vector<Argv> argvs;
     for (const std::string& t : names) {
       const std::string backlog = part + ":tenant:" + t;
-      argvs.emplace_back(Argv{"XLEN"}).add_copy(backlog + ":p:high");
-      argvs.emplace_back(Argv{"XLEN"}).add_copy(backlog);
-      argvs.emplace_back(Argv{"XLEN"}).add_copy(backlog + ":p:low");
+      argvs.emplace_back(Argv{"LLEN"}).add_copy(backlog + ":p:high");
+      argvs.emplace_back(Argv{"LLEN"}).add_copy(backlog);
+      argvs.emplace_back(Argv{"LLEN"}).add_copy(backlog + ":p:low");
       argvs.emplace_back(Argv{"HLEN"}).add_copy(part + ":tenants:slots:" + t);
       argvs.emplace_back(Argv{"HGETALL"}).add_copy(detail::tenant_config_key(part, t));
     }

@@ -240,7 +240,7 @@ TEST_F(TenantsTest, AReplayedTaskGoesBackToItsTenant) {
   in.pause_tenant(stream, "a");
   EXPECT_EQ(in.replay(stream).done, 1);
   EXPECT_EQ(xlen(stream), 0);
-  EXPECT_EQ(xlen(stream + ":tenant:a"), 1);
+  EXPECT_EQ(client.integer({"LLEN", stream + ":tenant:a"}), 1);
 }
 
 // A tenant's depth limit refuses that tenant's tasks only.
@@ -363,7 +363,7 @@ TEST_F(TenantsTest, APartitionedQueuesTenantLivesInOnePartition) {
   std::vector<std::int64_t> backlogs;
   for (int i = 0; i < kPartitions; ++i) {
     backlogs.push_back(
-        client.integer({"XLEN", detail::partition_stream(queue, kPartitions, i) + ":tenant:x"}));
+        client.integer({"LLEN", detail::partition_stream(queue, kPartitions, i) + ":tenant:x"}));
   }
   std::sort(backlogs.begin(), backlogs.end());
   EXPECT_EQ(backlogs, (std::vector<std::int64_t>{0, 0, 0, 8}));

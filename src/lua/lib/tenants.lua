@@ -2,7 +2,8 @@
 -- tenant (its `streamq_tenant` field) waits in the tenant's backlog, not in its queue's stream, until a turn of its tenant
 -- moves it there (tenants_dispatch.lua, many turns ahead of each read; or a wake-up below);
 -- while it runs it holds a slot of its tenant, and every end of its attempt gives it back.
--- Keys, under the queue's stream q: q:tenant:<t>[:p:high|:p:low] (the backlogs, streams),
+-- Keys, under the queue's stream q: q:tenant:<t>[:p:high|:p:low] (the backlogs, lists of
+-- tasks, each a MessagePack array of its fields, the oldest first),
 -- q:tenants:ready (tenants that may run, by pass), q:tenants:waiting (tenants that may not run
 -- yet, by when to look again: '+inf' while paused), q:tenants:slots:<t> (a hash: task id ->
 -- '<lease end ms> <level> <entry id>'), q:tenants:rate:<t> (its starts of the last window),
@@ -13,21 +14,24 @@
 --   enter_stream(queue, dest, fields, first, last): the one way a task enters a level stream of
 --     queue `queue` (dest: the queue's stream, or its ':p:high' or ':p:low' level) after its
 --     enqueue: a task of a tenant goes to the tenant's backlog of that level instead, and its
---     tenant is woken (below). Returns the new entry's id.
+--     tenant is woken (below). Returns the new entry's id, or 'tenant:<t>' for a task that
+--     waits in its tenant's backlog (it has no entry yet).
 --   tenant_released(queue, fields, first, last): the attempt of the task whose fields these are
 --     ended (lib/settle.lua's task_end): its slot is given back, and its tenant, if it waited
 --     for a slot, is woken.
---   tenant_settings(queue, tenant): {weight, concurrency, rate, per, max_len, paused}, numbers,
---     each the tenant's own else every tenant's default else 1 for the weight, 0 (none) for the
---     others.
+--   tenant_settings(queue, tenant, defaults): {weight, concurrency, rate, per, max_len, paused},
+--     numbers, each the tenant's own else every tenant's default else 1 for the weight, 0 (none)
+--     for the others; `defaults`: tenant_defaults(queue) when the caller has it, else nil.
 --   tenant_max_len(queue, tenant): its max_len, nil for none; tenant_depth(queue, tenant): the
 --     tasks in its backlog.
---   tenant_turn(queue, t, pass, now, lease, group, settings): one turn of ready tenant `t`, its
---     pass `pass`: it waits (paused; at its concurrency limit; at its rate limit), or moves its
---     oldest task of its most important level into the queue's stream of that level with a slot
---     (lease: ms until the slot is looked at; group: its consumer group) and goes back into the
---     ready set at its pass plus 1/weight while it has more (stride scheduling). Returns true
---     when a task moved.
+--   tenant_turns(queue, t, pass, bound, most, now, lease, group, settings): the turns of ready
+--     tenant `t`, its pass `pass`, while its pass stays below `bound` (the next ready tenant's)
+--     and fewer than `most` tasks moved. In a turn it waits (paused; at its concurrency limit;
+--     at its rate limit), or moves its oldest task of its most important level into the queue's
+--     stream of that level with a slot (lease: ms until the slot is looked at; group: its
+--     consumer group), its pass growing by 1/weight (stride scheduling); it goes back into the
+--     ready set at its next pass while it has more. Returns the tasks moved and the pass of its
+--     last turn; the caller keeps that pass (q:tenants:pass) when any moved.
 -- Waking a tenant: one that is neither ready nor waiting (its first task since its backlog
 -- emptied) enters the ready set at the virtual time (the last turn's pass): an idle tenant saves
 -- no credit, a new one waits behind no one. Two cases take that turn at once, so that the task
@@ -48,9 +52,13 @@ local TENANT_LEVELS = {':p:high', '', ':p:low'}  -- a backlog's levels, the most
 local TENANT_SETTINGS = {'weight', 'concurrency', 'rate', 'per', 'max_len', 'paused'}
 local TENANT_STRIDE = 1000000  -- a pass's step at weight 1
 
-local function tenant_settings(queue, tenant)
+local function tenant_defaults(queue)
+  return redis.call('HMGET', queue .. ':tenants:defaults', unpack(TENANT_SETTINGS))
+end
+
+local function tenant_settings(queue, tenant, defaults)
   local own = redis.call('HMGET', queue .. ':tenants:config:' .. tenant, unpack(TENANT_SETTINGS))
-  local default = redis.call('HMGET', queue .. ':tenants:defaults', unpack(TENANT_SETTINGS))
+  local default = defaults or tenant_defaults(queue)
   local out = {}
   for k, name in ipairs(TENANT_SETTINGS) do
     out[name] = tonumber(own[k] or default[k]) or (name == 'weight' and 1 or 0)
@@ -66,7 +74,7 @@ end
 
 local function tenant_depth(queue, tenant)
   local base, len = queue .. ':tenant:' .. tenant, 0
-  for _, level in ipairs(TENANT_LEVELS) do len = len + redis.call('XLEN', base .. level) end
+  for _, level in ipairs(TENANT_LEVELS) do len = len + redis.call('LLEN', base .. level) end
   return len
 end
 
@@ -121,16 +129,14 @@ local function tenant_must_wait(queue, t, c, now, lease, group)
 end
 
 -- Moves the oldest task of `t`'s most important level into the queue's stream of that level.
--- Returns whether `t` has more, or nil when its backlog was empty. A backlog that empties is
--- deleted.
+-- Returns whether `t` has more, or nil when its backlog was empty (a list that empties is gone).
 local function tenant_move_one(queue, t, c, now, lease)
+  local base = queue .. ':tenant:' .. t
   for level, suffix in ipairs(TENANT_LEVELS) do
-    local backlog = queue .. ':tenant:' .. t .. suffix
-    local oldest = redis.call('XRANGE', backlog, '-', '+', 'COUNT', 1)[1]
-    if oldest then
-      local fields = oldest[2]
+    local packed = redis.call('LPOP', base .. suffix)
+    if packed then
+      local fields = cmsgpack.unpack(packed)
       local id = redis.call('XADD', queue .. suffix, '*', unpack(fields))
-      redis.call('XDEL', backlog, oldest[1])
       local task_id = field_value(fields, 1, nil, 'task_id') or id
       redis.call('HSET', queue .. ':tenants:slots:' .. t, task_id, (now + lease) .. ' ' .. level .. ' ' .. id)
       if c.rate > 0 and c.per > 0 then
@@ -138,10 +144,9 @@ local function tenant_move_one(queue, t, c, now, lease)
         redis.call('ZADD', window, now, now .. '/' .. level .. '/' .. id)
         redis.call('PEXPIRE', window, c.per)
       end
-      if redis.call('XLEN', backlog) > 0 then return true end
-      redis.call('DEL', backlog)
+      if redis.call('LLEN', base .. suffix) > 0 then return true end
       for lower = level + 1, #TENANT_LEVELS do
-        if redis.call('EXISTS', queue .. ':tenant:' .. t .. TENANT_LEVELS[lower]) == 1 then return true end
+        if redis.call('EXISTS', base .. TENANT_LEVELS[lower]) == 1 then return true end
       end
       return false
     end
@@ -149,23 +154,30 @@ local function tenant_move_one(queue, t, c, now, lease)
   return nil
 end
 
-local function tenant_turn(queue, t, pass, now, lease, group, c)
+local function tenant_turns(queue, t, pass, bound, most, now, lease, group, c)
   local ready = queue .. ':tenants:ready'
-  local wait = tenant_must_wait(queue, t, c, now, lease, group)
-  if wait then
-    redis.call('ZREM', ready, t)
-    redis.call('ZADD', queue .. ':tenants:waiting', wait, t)
-    return false
+  local step = TENANT_STRIDE / math.max(c.weight, 0.001)
+  local moved = 0
+  while true do
+    local wait = tenant_must_wait(queue, t, c, now, lease, group)
+    if wait then
+      redis.call('ZREM', ready, t)
+      redis.call('ZADD', queue .. ':tenants:waiting', wait, t)
+      return moved, pass
+    end
+    local more = tenant_move_one(queue, t, c, now, lease)
+    if not more then
+      redis.call('ZREM', ready, t)
+      if more == false then moved = moved + 1 end  -- (nil: its backlog was deleted by hand)
+      return moved, pass
+    end
+    moved = moved + 1
+    if moved >= most or pass + step >= bound then
+      redis.call('ZADD', ready, pass + step, t)
+      return moved, pass
+    end
+    pass = pass + step
   end
-  local more = tenant_move_one(queue, t, c, now, lease)
-  if more then
-    redis.call('ZADD', ready, pass + TENANT_STRIDE / math.max(c.weight, 0.001), t)
-  else
-    redis.call('ZREM', ready, t)
-  end
-  if more == nil then return false end  -- (its backlog was deleted by hand)
-  redis.call('SET', queue .. ':tenants:pass', pass)
-  return true
 end
 
 -- The consumers' lease and group (what their last dispatch said), or nil before any dispatch.
@@ -193,10 +205,10 @@ local function enter_stream(queue, dest, fields, first, last)
       return id
     end
   end
-  local id = redis.call('XADD', queue .. ':tenant:' .. tenant .. string.sub(dest, #queue + 1), '*',
-                        unpack(fields, first, last))
+  redis.call('RPUSH', queue .. ':tenant:' .. tenant .. string.sub(dest, #queue + 1),
+             cmsgpack.pack({unpack(fields, first, last)}))
   if idle then redis.call('ZADD', ready, redis.call('GET', queue .. ':tenants:pass') or 0, tenant) end
-  return id
+  return 'tenant:' .. tenant
 end
 
 local function tenant_released(queue, fields, first, last)
@@ -211,6 +223,8 @@ local function tenant_released(queue, fields, first, last)
     local lease, group = tenant_worker(queue)
     local pass = redis.call('GET', queue .. ':tenants:pass') or 0
     redis.call('ZADD', queue .. ':tenants:ready', pass, tenant)
-    if lease then tenant_turn(queue, tenant, tonumber(pass), now_ms(), lease, group, tenant_settings(queue, tenant)) end
+    if lease then
+      tenant_turns(queue, tenant, tonumber(pass), math.huge, 1, now_ms(), lease, group, tenant_settings(queue, tenant))
+    end
   end
 end
