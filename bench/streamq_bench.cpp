@@ -52,6 +52,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -687,8 +688,8 @@ void time_tenants_memory(const Args& a) {
   }
   const double settings = per_tenant(before_settings);
   char extra[200];
-  std::snprintf(extra, sizeof extra, " with_work_bytes=%.0f drained_bytes=%.0f settings_bytes=%.0f", with_work,
-                drained, settings);
+  std::snprintf(extra, sizeof extra, " with_work_bytes=%lld drained_bytes=%lld settings_bytes=%lld",
+                std::llround(with_work), std::llround(drained), std::llround(settings));
   report(a, seconds, extra);
 }
 

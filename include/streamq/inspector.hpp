@@ -352,8 +352,10 @@ class Inspector {
   /// Dead letters written meanwhile are kept.
   std::int64_t purge_dead(const std::string& queue);
 
-  /// Moves a delayed task (by task_id) to its stream now. Returns the new entry id, or nullopt
-  /// when no delayed task has that id (it may have become due meanwhile).
+  /// Moves a delayed task (by task_id) to its stream now. Returns the new entry id
+  /// (`tenant:<name>` for a tenant's task: it enters its tenant's backlog, docs/tenants.md, and
+  /// has no entry yet), or nullopt when no delayed task has that id (it may have become due
+  /// meanwhile).
   std::optional<std::string> run_now(const std::string& queue, const std::string& task_id);
   /// Cancels a queued task (by entry id or task_id) or a delayed one (by task_id). A task a
   /// consumer holds is asked to stop (the answer is `running`): a cancel request

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -241,6 +242,23 @@ TEST_F(TenantsTest, AReplayedTaskGoesBackToItsTenant) {
   EXPECT_EQ(in.replay(stream).done, 1);
   EXPECT_EQ(xlen(stream), 0);
   EXPECT_EQ(client.integer({"LLEN", stream + ":tenant:a"}), 1);
+}
+
+// A delayed tenant's task run now enters its tenant's backlog, not the stream: run_now says so
+// (it has no entry yet), and it starts in its tenant's turn.
+TEST_F(TenantsTest, ADelayedTenantsTaskRunNowEntersItsTenantsBacklog) {
+  Producer p = producer();
+  p.enqueue("work", nlohmann::json{{"t", "a"}}, {.task_id = "later", .delay = 1h, .tenant = "a"});
+  Inspector in = inspector();
+  in.pause_tenant(stream, "a");
+  EXPECT_EQ(in.run_now(stream, "later"), std::optional<std::string>("tenant:a"));
+  EXPECT_EQ(xlen(stream), 0);
+  EXPECT_EQ(client.integer({"LLEN", stream + ":tenant:a"}), 1);
+  StartLog log;
+  RunningConsumer rc(options(), [&](Consumer& c) { c.on("work", [&](const Task& t) { log.add(t); }); });
+  in.resume_tenant(stream, "a");
+  ASSERT_TRUE(wait_until([&] { return log.size() == 1; }, 10s));
+  EXPECT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 10s)) << "its backlog and slot are gone";
 }
 
 // A tenant's depth limit refuses that tenant's tasks only.

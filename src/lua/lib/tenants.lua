@@ -56,14 +56,24 @@ local function tenant_defaults(queue)
   return redis.call('HMGET', queue .. ':tenants:defaults', unpack(TENANT_SETTINGS))
 end
 
-local function tenant_settings(queue, tenant, defaults)
-  local own = redis.call('HMGET', queue .. ':tenants:config:' .. tenant, unpack(TENANT_SETTINGS))
-  local default = defaults or tenant_defaults(queue)
+local function settings_of(own, default)
   local out = {}
   for k, name in ipairs(TENANT_SETTINGS) do
     out[name] = tonumber(own[k] or default[k]) or (name == 'weight' and 1 or 0)
   end
   return out
+end
+
+-- (A tenant without settings of its own shares the table of the defaults' settings, made once
+-- per `defaults`: callers only read it.)
+local function tenant_settings(queue, tenant, defaults)
+  local own = redis.call('HMGET', queue .. ':tenants:config:' .. tenant, unpack(TENANT_SETTINGS))
+  local default = defaults or tenant_defaults(queue)
+  for k = 1, #TENANT_SETTINGS do
+    if own[k] then return settings_of(own, default) end
+  end
+  default.settings = default.settings or settings_of({}, default)
+  return default.settings
 end
 
 local function tenant_max_len(queue, tenant)
@@ -128,55 +138,67 @@ local function tenant_must_wait(queue, t, c, now, lease, group)
   return nil
 end
 
--- Moves the oldest task of `t`'s most important level into the queue's stream of that level.
--- Returns whether `t` has more, or nil when its backlog was empty (a list that empties is gone).
-local function tenant_move_one(queue, t, c, now, lease)
+-- Moves the oldest task of `t`'s most important level, from level `from` down (a run of turns
+-- knows the levels above are empty), into the queue's stream of that level, with its slot
+-- (`stamp`: its lease end and a space). Returns that level, or nil when its backlog was empty
+-- (a list that empties is gone).
+local function tenant_move_one(queue, t, c, now, stamp, from)
   local base = queue .. ':tenant:' .. t
-  for level, suffix in ipairs(TENANT_LEVELS) do
+  for level = from, #TENANT_LEVELS do
+    local suffix = TENANT_LEVELS[level]
     local packed = redis.call('LPOP', base .. suffix)
     if packed then
       local fields = cmsgpack.unpack(packed)
       local id = redis.call('XADD', queue .. suffix, '*', unpack(fields))
       local task_id = field_value(fields, 1, nil, 'task_id') or id
-      redis.call('HSET', queue .. ':tenants:slots:' .. t, task_id, (now + lease) .. ' ' .. level .. ' ' .. id)
+      redis.call('HSET', queue .. ':tenants:slots:' .. t, task_id, stamp .. level .. ' ' .. id)
       if c.rate > 0 and c.per > 0 then
         local window = queue .. ':tenants:rate:' .. t
         redis.call('ZADD', window, now, now .. '/' .. level .. '/' .. id)
         redis.call('PEXPIRE', window, c.per)
       end
-      if redis.call('LLEN', base .. suffix) > 0 then return true end
-      for lower = level + 1, #TENANT_LEVELS do
-        if redis.call('EXISTS', base .. TENANT_LEVELS[lower]) == 1 then return true end
-      end
-      return false
+      return level
     end
   end
   return nil
 end
 
+-- Whether `t`'s backlog has a task at level `from` or below.
+local function tenant_has_more(queue, t, from)
+  local base = queue .. ':tenant:' .. t
+  for level = from, #TENANT_LEVELS do
+    if redis.call('EXISTS', base .. TENANT_LEVELS[level]) == 1 then return true end
+  end
+  return false
+end
+
 local function tenant_turns(queue, t, pass, bound, most, now, lease, group, c)
   local ready = queue .. ':tenants:ready'
   local step = TENANT_STRIDE / math.max(c.weight, 0.001)
-  local moved = 0
+  local stamp = (now + lease) .. ' '
+  local moved, level, last = 0, 1, nil
   while true do
     local wait = tenant_must_wait(queue, t, c, now, lease, group)
     if wait then
       redis.call('ZREM', ready, t)
       redis.call('ZADD', queue .. ':tenants:waiting', wait, t)
-      return moved, pass
+      return moved, last
     end
-    local more = tenant_move_one(queue, t, c, now, lease)
-    if not more then
-      redis.call('ZREM', ready, t)
-      if more == false then moved = moved + 1 end  -- (nil: its backlog was deleted by hand)
-      return moved, pass
+    local from = tenant_move_one(queue, t, c, now, stamp, level)
+    if not from then
+      redis.call('ZREM', ready, t)  -- (its backlog emptied in this run, or was deleted by hand)
+      return moved, last
     end
-    moved = moved + 1
-    if moved >= most or pass + step >= bound then
-      redis.call('ZADD', ready, pass + step, t)
-      return moved, pass
-    end
+    moved, level, last = moved + 1, from, pass
     pass = pass + step
+    if moved >= most or pass >= bound then
+      if tenant_has_more(queue, t, level) then
+        redis.call('ZADD', ready, pass, t)
+      else
+        redis.call('ZREM', ready, t)
+      end
+      return moved, last
+    end
   end
 end
 
