@@ -290,8 +290,9 @@ class Inspector {
   /// Every queue on the server (this database): SCAN … TYPE stream (never KEYS), then for each
   /// candidate EXISTS/XLEN/ZCARD of its keys and its first entry. A stream is a queue when its
   /// oldest entry has task_id and task_type, when it has a consumer group and no entries, or
-  /// when one of its derived keys exists (`:dlq`, `:delayed`, `:p:high`, `:p:low`). Sorted by
-  /// name.
+  /// when one of its derived keys exists (`:dlq`, `:delayed`, `:p:high`, `:p:low`, or the sets of
+  /// its tenants with work, `:tenants:ready` and `:tenants:waiting`, also SCANned). A tenant's
+  /// backlog (`<queue>:tenant:<t>`) is not a queue of its own. Sorted by name.
   std::vector<QueueInfo> queues();
 
   /// The queue's health (what StatsReader::read returns), for every group.

@@ -118,18 +118,48 @@ std::vector<QueueInfo> Inspector::queues() {
     }
     return std::string(key);
   };
+  // A queue whose tasks all wait in their tenants' backlogs has no stream: its tenants with work
+  // are in its `:tenants:ready` or `:tenants:waiting` set (docs/tenants.md), scanned too.
+  std::set<std::string> with_tenants;
+  const auto tenants_queue = [](std::string_view key) -> std::optional<std::string> {
+    for (std::string_view suffix : {":tenants:ready", ":tenants:waiting"}) {
+      if (key.size() > suffix.size() && key.ends_with(suffix))
+        return std::string(key.substr(0, key.size() - suffix.size()));
+    }
+    return std::nullopt;
+  };
   // On Redis Cluster each master scans its own keys.
   impl_->connected().for_each_master([&](detail::Connection& node) {
-    for (const auto& [type, match] : {std::pair{"stream", "*"}, std::pair{"zset", "*:delayed"}}) {
+    for (const auto& [type, match] :
+         {std::pair{"stream", "*"}, std::pair{"zset", "*:delayed"}, std::pair{"zset", "*:tenants:ready"},
+          std::pair{"zset", "*:tenants:waiting"}}) {
       std::string cursor = "0";
       do {
         const Reply r = node.command(Argv{"SCAN", cursor, "MATCH", match, "COUNT", "1000", "TYPE", type});
         const ReplyView v = r.view().check();
         cursor = std::string(v[0].str());
-        for (std::size_t i = 0; i < v[1].size(); ++i) bases.insert(strip(v[1][i].str()));
+        for (std::size_t i = 0; i < v[1].size(); ++i) {
+          const std::string_view key = v[1][i].str();
+          if (const auto queue = type == std::string_view("zset") ? tenants_queue(key) : std::nullopt) {
+            with_tenants.insert(*queue);
+            bases.insert(*queue);
+          } else {
+            bases.insert(strip(key));
+          }
+        }
       } while (cursor != "0");
     }
   });
+  // A tenant's backlog (`<queue>:tenant:<t>` and its levels' streams) is no queue of its own:
+  // it stands for its queue, one with tenants with work (every tenant with a backlog is in its
+  // queue's ready or waiting set).
+  for (auto it = bases.begin(); it != bases.end();) {
+    bool backlog = false;
+    for (auto at = it->find(":tenant:"); at != std::string::npos && !backlog;
+         at = it->find(":tenant:", at + 1))
+      backlog = with_tenants.count(it->substr(0, at)) > 0;
+    it = backlog ? bases.erase(it) : std::next(it);
+  }
   std::vector<QueueInfo> out;
   std::vector<std::string> names(bases.begin(), bases.end());
   for (std::size_t start = 0; start < names.size(); start += 100) {
@@ -137,7 +167,7 @@ std::vector<QueueInfo> Inspector::queues() {
     std::vector<Argv> argvs;
     std::vector<detail::QueueKeys> keys;
     for (std::size_t i = 0; i < n; ++i) keys.push_back(detail::queue_keys(names[start + i]));
-    constexpr std::size_t kPer = 11;
+    constexpr std::size_t kPer = 13;
     for (const detail::QueueKeys& k : keys) {
       argvs.push_back(Argv{"TYPE", k.stream});
       argvs.push_back(Argv{"XRANGE", k.stream, "-", "+", "COUNT", "1"});
@@ -150,6 +180,8 @@ std::vector<QueueInfo> Inspector::queues() {
       argvs.push_back(Argv{"EXISTS", k.paused});
       argvs.push_back(Argv{"EXISTS", k.high});  // (a level's stream may exist empty: a worker made it)
       argvs.push_back(Argv{"EXISTS", k.low});
+      argvs.emplace_back(Argv{"ZCARD"}).add_copy(k.stream + ":tenants:ready");
+      argvs.emplace_back(Argv{"ZCARD"}).add_copy(k.stream + ":tenants:waiting");
     }
     const auto r = impl_->connected().pipeline(argvs);
     for (std::size_t i = 0; i < n; ++i) {
@@ -180,7 +212,8 @@ std::vector<QueueInfo> Inspector::queues() {
         }
         has_group = q[2].view().is_array() && q[2].view().size() > 0;
       }
-      const bool derived = high > 0 || low > 0 || info.dlq_length > 0 || info.delayed_count > 0;
+      const bool tenants = count(11) > 0 || count(12) > 0;
+      const bool derived = high > 0 || low > 0 || info.dlq_length > 0 || info.delayed_count > 0 || tenants;
       if (task_shaped || derived || (is_stream && normal == 0 && has_group)) out.push_back(std::move(info));
     }
   }
