@@ -5,6 +5,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <streamq/streamq.hpp>
@@ -26,7 +27,7 @@ struct EnqueueArgs {
   EnqueueOptions eo;
 };
 
-/// A line of --stdin: {"type": ..., "payload": ..., "task_id"?, "delay_ms"?, "priority"?}.
+/// A line of --stdin: {"type": ..., "payload": ..., "task_id"?, "delay_ms"?, "priority"?, "tenant"?}.
 TaskSpec parse_line(const std::string& text, const EnqueueOptions& eo) {
   TaskSpec spec;
   const nlohmann::json j = nlohmann::json::parse(text);
@@ -39,6 +40,7 @@ TaskSpec parse_line(const std::string& text, const EnqueueOptions& eo) {
   if (j.contains("task_id")) spec.options.task_id = j["task_id"].get<std::string>();
   if (j.contains("delay_ms"))
     spec.options.delay = std::chrono::milliseconds(j["delay_ms"].get<std::int64_t>());
+  if (j.contains("tenant")) spec.options.tenant = j["tenant"].get<std::string>();
   if (j.contains("priority")) {
     const auto p = parse_priority(j["priority"].get<std::string>());
     if (!p) throw std::invalid_argument("priority must be high, normal or low");
@@ -61,9 +63,15 @@ int enqueue_lines(const Context& g, Producer& producer, const EnqueueOptions& eo
       // The tasks of the batch before the refused one were written: count them in what is said.
       done += static_cast<std::int64_t>(e.accepted());
       line.finish();
+      // A full tenant's refusal names it (enqueue.lua): its own max_len is what to raise then.
+      const bool tenant_full = std::string_view(e.what()).find(" tenant ") != std::string_view::npos;
+      const char* hint = !dynamic_cast<const QueueFullError*>(&e) ? ""
+                         : tenant_full
+                             ? " (a larger max_len of that tenant, `streamq tenants set`, lets more in)"
+                             : " (a larger --max-len lets more in)";
       throw Error(std::string(e.what()) + "; " + std::to_string(done) +
                   " tasks were enqueued, from the first line on, and none after the refused one was written" +
-                  (dynamic_cast<const QueueFullError*>(&e) ? " (a larger --max-len lets more in)" : ""));
+                  hint);
     }
     done += static_cast<std::int64_t>(batch.size());
     batch.clear();
@@ -127,7 +135,8 @@ void add_enqueue(CLI::App& app, Context& ctx) {
   sub->add_option("type", a->type, "task type (not with --stdin)");
   sub->add_option("payload", a->payload, "JSON payload (default {})");
   sub->add_flag("--stdin", a->from_stdin,
-                "read JSON lines {\"type\":…, \"payload\":…, \"task_id\"?, \"delay_ms\"?, \"priority\"?}");
+                "read JSON lines {\"type\":…, \"payload\":…, \"task_id\"?, \"delay_ms\"?, \"priority\"?, "
+                "\"tenant\"?}");
   sub->add_option("--task-id", a->eo.task_id, "task id (default: a new UUID)");
   sub->add_option("--delay-ms", a->delay_ms, "run no sooner than this many ms from now")
       ->check(CLI::NonNegativeNumber);
@@ -144,6 +153,9 @@ void add_enqueue(CLI::App& app, Context& ctx) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   sub->add_option("--partition-key", a->eo.partition_key, "tasks with one key go to one partition");
+  sub->add_option("--tenant", a->eo.tenant,
+                  "the tenant the tasks belong to: they wait in its backlog and run in its turn (see "
+                  "`streamq tenants`)");
   on_run(sub, ctx, [&ctx, a] { return enqueue(ctx, *a); });
 }
 
