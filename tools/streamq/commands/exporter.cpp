@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "commands/commands.hpp"
 #include "output.hpp"
@@ -66,10 +67,72 @@ class EventCounter {
   std::map<std::string, std::map<std::string, std::uint64_t>> counts_;
 };
 
+/// Tenants looked at per queue and partition (Inspector::tenants' most): the ready ones next to be
+/// served and the waiting ones.
+constexpr std::size_t kTenantsLookedAt = 10000;
+
+/// The tenants of fair queues (docs/tenants.md), a series per tenant for a few, not for each of
+/// thousands: per queue, streamq_tenants (how many of those looked at have work), and for the
+/// `top` with the largest backlogs streamq_tenant_backlog and streamq_tenant_running.
+class TenantGauges {
+ public:
+  explicit TenantGauges(std::size_t top) : top_(top) {}
+
+  void read(Inspector& in, const std::string& queue) {
+    if (top_ == 0) return;
+    std::vector<TenantInfo> tenants = in.tenants(queue, kTenantsLookedAt);  // the largest backlog first
+    const std::size_t with_work = tenants.size();
+    if (tenants.size() > top_) tenants.resize(top_);
+    queues_.push_back({queue, with_work, std::move(tenants)});
+  }
+
+  std::string exposition() const {
+    if (top_ == 0) return {};
+    const std::string most = std::to_string(kTenantsLookedAt);
+    std::string text =
+        "# HELP streamq_tenants Tenants that have work (a backlog, or waiting for a slot, a rate window or a "
+        "resume), of at most " +
+        most + " ready and " + most +
+        " waiting looked at per partition.\n"
+        "# TYPE streamq_tenants gauge\n";
+    for (const Queue& q : queues_) {
+      text += "streamq_tenants{stream=\"" + prometheus_label(q.name) + "\"} " + std::to_string(q.with_work) +
+              "\n";
+    }
+    const std::string of_top =
+        ", for the " + std::to_string(top_) + " tenants of the queue with the largest backlogs.";
+    const auto family = [&](const std::string& name, const std::string& help, auto value) {
+      text += "# HELP " + name + " " + help + of_top + "\n# TYPE " + name + " gauge\n";
+      for (const Queue& q : queues_) {
+        for (const TenantInfo& t : q.top) {
+          text += name + "{stream=\"" + prometheus_label(q.name) + "\",tenant=\"" +
+                  prometheus_label(t.tenant) + "\"} " + std::to_string(value(t)) + "\n";
+        }
+      }
+    };
+    family("streamq_tenant_backlog", "Tasks waiting in a tenant's backlog",
+           [](const TenantInfo& t) { return t.backlog; });
+    family("streamq_tenant_running",
+           "A tenant's tasks in the queue's streams (dispatched, running, or held by a worker that died)",
+           [](const TenantInfo& t) { return t.running; });
+    return text;
+  }
+
+ private:
+  struct Queue {
+    std::string name;
+    std::size_t with_work = 0;
+    std::vector<TenantInfo> top;
+  };
+  std::size_t top_;
+  std::vector<Queue> queues_;
+};
+
 /// Serves GET /metrics until SIGINT/SIGTERM: every discovered queue's exposition (one family
-/// each), streamq_up (0 when Redis could not be read) and streamq_scrape_duration_seconds.
-/// Returns an exit status.
-int serve_exporter(const InspectorOptions& inspector_options, const std::string& listen) {
+/// each), the `top_tenants` tenants of each with the largest backlogs, streamq_up (0 when Redis
+/// could not be read) and streamq_scrape_duration_seconds. Returns an exit status.
+int serve_exporter(const InspectorOptions& inspector_options, const std::string& listen,
+                   std::size_t top_tenants) {
   const auto [host, port] = split_listen(listen);
   if (port == 0) {
     std::cerr << "streamq exporter: --listen must be host:port (got \"" << listen << "\")\n";
@@ -99,11 +162,13 @@ int serve_exporter(const InspectorOptions& inspector_options, const std::string&
     int up = 1;
     try {
       std::vector<QueueStats> all;
+      TenantGauges tenants(top_tenants);
       for (const QueueInfo& q : inspector.queues()) {
         all.push_back(inspector.stats(q.name));
         events.read(inspector, q.name);
+        tenants.read(inspector, q.name);
       }
-      text = to_prometheus(all) + events.exposition();
+      text = to_prometheus(all) + events.exposition() + tenants.exposition();
     } catch (const Error& e) {
       up = 0;
       text.clear();
@@ -132,9 +197,17 @@ int serve_exporter(const InspectorOptions& inspector_options, const std::string&
 
 void add_exporter(CLI::App& app, Context& ctx) {
   auto listen = std::make_shared<std::string>("127.0.0.1:9808");
+  auto top_tenants = std::make_shared<std::size_t>(10);
   auto* sub = app.add_subcommand("exporter", "serve Prometheus metrics of every queue on /metrics");
   sub->add_option("--listen", *listen, "host:port")->capture_default_str();
-  on_run(sub, ctx, [&ctx, listen] { return serve_exporter(ctx.inspector(), *listen); });
+  sub->add_option(
+         "--top-tenants", *top_tenants,
+         "series of the K tenants of each queue with the largest backlogs, of at most 10,000 ready and "
+         "10,000 waiting looked at per partition (0: no tenant metrics)")
+      ->check(CLI::Range(0, 10000))
+      ->capture_default_str();
+  on_run(sub, ctx,
+         [&ctx, listen, top_tenants] { return serve_exporter(ctx.inspector(), *listen, *top_tenants); });
 }
 
 }  // namespace streamq::cli
