@@ -14,6 +14,7 @@
 #include "dashboard/sampler.hpp"
 #include "output.hpp"
 #include "streamq/errors.hpp"
+#include "tenant_json.hpp"
 
 namespace streamq::cli::dashboard {
 namespace {
@@ -28,6 +29,19 @@ std::string required_param(const httplib::Request& req, const char* name) {
   std::string v = req.get_param_value(name);
   if (v.empty()) throw BadRequest(std::string("missing parameter ") + name);
   return v;
+}
+
+/// The "count" parameter: `fallback` when absent, else 1 to `most`.
+std::size_t count_param(const httplib::Request& req, std::size_t fallback, std::size_t most) {
+  if (!req.has_param("count")) return fallback;
+  std::size_t count = 0;
+  try {
+    count = std::stoul(req.get_param_value("count"));
+  } catch (const std::exception&) {
+    count = 0;
+  }
+  if (count < 1 || count > most) throw BadRequest("count must be 1 to " + std::to_string(most));
+  return count;
 }
 
 json parse_body(const httplib::Request& req) {
@@ -186,21 +200,21 @@ void add_api(httplib::Server& server, const Api& api) {
     const std::string name = required_param(req, "name");
     const auto state = parse_task_state(required_param(req, "state"));
     if (!state) throw BadRequest("state must be queued, pending, delayed or dead");
-    std::size_t count = 20;
-    if (req.has_param("count")) {
-      try {
-        count = std::stoul(req.get_param_value("count"));
-      } catch (const std::exception&) {
-        count = 0;
-      }
-      if (count < 1 || count > 500) throw BadRequest("count must be 1 to 500");
-    }
+    const std::size_t count = count_param(req, 20, 500);
     const TaskPage p = in.tasks(
         name,
         {.state = *state, .level = std::nullopt, .cursor = req.get_param_value("cursor"), .count = count});
     json tasks = json::array();
     for (const TaskInfo& t : p.tasks) tasks.push_back(json::parse(t.to_json()));
     return json{{"tasks", tasks}, {"next_cursor", p.next_cursor}};
+  });
+
+  read(server, api, "/api/tenants", [](Inspector& in, const httplib::Request& req) {
+    const std::string name = required_param(req, "name");
+    json tenants = json::array();
+    for (const TenantInfo& t : in.tenants(name, count_param(req, 100, 10000)))
+      tenants.push_back(tenant_json(t));
+    return json{{"tenants", tenants}};
   });
 
   action(server, api, "/api/replay", [](Inspector& in, const httplib::Request& req) {
@@ -241,6 +255,18 @@ void add_api(httplib::Server& server, const Api& api) {
   action(server, api, "/api/resume", [](Inspector& in, const httplib::Request& req) {
     in.resume(body_string(parse_body(req), "queue"));
     return json{{"paused", false}};
+  });
+  action(server, api, "/api/tenant/pause", [](Inspector& in, const httplib::Request& req) {
+    const json body = parse_body(req);
+    const std::string tenant = body_string(body, "tenant");
+    in.pause_tenant(body_string(body, "queue"), tenant);
+    return json{{"tenant", tenant}, {"paused", true}};
+  });
+  action(server, api, "/api/tenant/resume", [](Inspector& in, const httplib::Request& req) {
+    const json body = parse_body(req);
+    const std::string tenant = body_string(body, "tenant");
+    in.resume_tenant(body_string(body, "queue"), tenant);
+    return json{{"tenant", tenant}, {"paused", false}};
   });
 }
 

@@ -29,8 +29,9 @@ struct Api {
   double sample_interval;  ///< seconds, as --sample-interval gave it
 };
 
-/// Registers GET /api/queues, /api/queue, /api/record, /api/tasks and the actions POST
-/// /api/replay, /api/delete, /api/run_now, /api/cancel, /api/pause, /api/resume.
+/// Registers GET /api/queues, /api/queue, /api/record, /api/tasks, /api/tenants and the actions
+/// POST /api/replay, /api/delete, /api/run_now, /api/cancel, /api/pause, /api/resume,
+/// /api/tenant/pause, /api/tenant/resume.
 void add_api(httplib::Server& server, const Api& api);
 
 /// Cache-Control: no-store (the pages and every API answer).

@@ -172,8 +172,61 @@ async function loadQueue() {
   }
 }
 
+// ---- the queue's tenants (docs/tenants.md)
+
+// Tenants looked at per partition (the next to be served, and the waiting ones), and shown.
+const tenantsLookedAt = 100;
+const tenantsShown = 20;
+let tenantsSeq = 0;
+
+/** A limit of the tenant's own: – when it has none (the queue's default applies), none for 0. */
+function limitText(v) {
+  if (v === null || v === undefined) return '–';
+  return v === 0 ? 'none' : String(v);
+}
+
+function rateText(t) {
+  if (t.rate_limit === null || t.rate_per_ms === null) return '–';
+  return t.rate_limit === 0 ? 'none' : `${t.rate_limit}/${duration(t.rate_per_ms)}`;
+}
+
+function tenantRow(t) {
+  const toggle = t.paused
+    ? button('Resume', () => act('tenant/resume', {tenant: t.tenant}), 'tenant-resume')
+    : button('Pause', () => act('tenant/pause', {tenant: t.tenant}), 'tenant-pause');
+  const tr = el('tr', {},
+    el('td', {textContent: t.tenant, title: t.partition}),
+    el('td', {textContent: t.backlog}),
+    el('td', {textContent: t.running}),
+    el('td', {textContent: t.paused ? 'paused' : ''}),
+    el('td', {textContent: limitText(t.weight)}),
+    el('td', {textContent: limitText(t.concurrency)}),
+    el('td', {textContent: rateText(t)}),
+    el('td', {textContent: limitText(t.max_len)}),
+    el('td', {className: 'row-actions'}, toggle));
+  tr.dataset.tenant = t.tenant;
+  return tr;
+}
+
+/** The section stays hidden while no tenant of the queue has work. */
+async function loadTenants() {
+  const seq = ++tenantsSeq;
+  try {
+    const {tenants} = await get(`/api/tenants?name=${encodeURIComponent(queue)}&count=${tenantsLookedAt}`);
+    if (seq !== tenantsSeq) return;
+    document.querySelector('#tenants tbody').replaceChildren(...tenants.slice(0, tenantsShown).map(tenantRow));
+    document.getElementById('tenants').hidden = tenants.length === 0;
+    setText('tenants-note', tenants.length > tenantsShown
+      ? `The ${tenantsShown} largest backlogs of ${tenants.length} tenants with work.`
+      : `${tenants.length} tenants with work.`);
+  } catch (e) {
+    if (seq === tenantsSeq) status(e.message, true);
+  }
+}
+
 function refreshAll() {
   loadQueue();
+  loadTenants();
   for (const t of tables) t.load();
 }
 
@@ -185,6 +238,8 @@ function describe(action, r) {
     case 'cancel': return r.outcome === 'cancelled' ? 'cancelled'
       : r.outcome === 'running' ? 'a worker holds it: asked to stop it (it ends cancelled unless it finishes first)'
         : 'not found (finished, cancelled or moved meanwhile)';
+    case 'tenant/pause': return `tenant ${r.tenant} paused`;
+    case 'tenant/resume': return `tenant ${r.tenant} resumed`;
     default: return r.paused ? 'paused' : 'resumed';
   }
 }
@@ -393,7 +448,10 @@ function startQueue() {
   document.querySelector('.delete-selected').onclick = onSelected('delete', 'Delete');
   refreshAll();
   setInterval(loadQueue, 2000);
-  setInterval(() => { for (const t of tables) t.load(); }, 5000);
+  setInterval(() => {
+    loadTenants();
+    for (const t of tables) t.load();
+  }, 5000);
 }
 
 if (document.body.dataset.page === 'index') {
