@@ -96,7 +96,7 @@ class CliTest(RedisTestCase):
         self.assertEqual(self.cli("cancel", q, queued, "--yes", check=False).returncode, 3)
         self.assertEqual(self.cli("--help").returncode, 0)
         for sub in ("queues", "stats", "tasks", "task", "dlq", "delayed", "enqueue", "pause", "resume",
-                    "consumers", "doctor", "exporter", "cancel", "events", "flow"):
+                    "tenants", "consumers", "doctor", "exporter", "cancel", "events", "flow"):
             self.assertIn("--help", self.cli(sub, "--help").stdout, sub)
 
     def test_destructive_commands_need_a_terminal_or_yes(self):
@@ -228,6 +228,117 @@ class CliTest(RedisTestCase):
                                 capture_output=True, text=True, timeout=60)
         self.assertEqual(self.r.xlen(self.q), 0, worker.stdout + worker.stderr)
 
+    def tenants(self, queue):
+        """`streamq tenants list` in JSON: {tenant: its object}, and the tenants in the order listed."""
+        listed = json.loads(self.cli("tenants", "list", queue, "--format", "json").stdout)["tenants"]
+        return {t["tenant"]: t for t in listed}, [t["tenant"] for t in listed]
+
+    def test_tenants_are_listed_with_their_backlogs_and_settings(self):
+        for _ in range(3):
+            self.cli("enqueue", self.q, "send_email", '{"to":"a@acme.test"}', "--tenant", "acme")
+        self.cli("enqueue", self.q, "send_email", '{"to":"g@globex.test"}', "--tenant", "globex")
+        lines = "".join(json.dumps({"type": "send_email", "payload": {"to": "i%d@initech.test" % i},
+                                    "tenant": "initech"}) + "\n" for i in range(2))
+        self.cli("enqueue", self.q, "--stdin", stdin=lines)
+        self.assertEqual(self.r.xlen(self.q), 0, "a tenant's tasks wait in its backlog")
+        self.assertEqual(self.r.xlen(self.q + ":tenant:acme"), 3)
+        # A queue whose tasks all wait in backlogs is a queue; a backlog is not one of its own.
+        names = [q["name"] for q in json.loads(self.cli("queues", "--format", "json").stdout)]
+        self.assertIn(self.q, names)
+        self.assertEqual([n for n in names if ":tenant:" in n], [])
+
+        tenants, order = self.tenants(self.q)
+        self.assertEqual(order, ["acme", "initech", "globex"], "the largest backlog first")
+        self.assertEqual(tenants["acme"], {"tenant": "acme", "partition": self.q, "backlog": 3, "running": 0,
+                                           "paused": False, "weight": None, "concurrency": None,
+                                           "rate_limit": None, "rate_per_ms": None, "max_len": None})
+        self.assertEqual((tenants["initech"]["backlog"], tenants["globex"]["backlog"]), (2, 1))
+
+        p = self.cli("tenants", "set", self.q, "acme", "--weight", "3", "--concurrency", "2", "--rate-limit", "50",
+                     "--rate-per-ms", "1000", "--max-len", "5")
+        self.assertEqual(p.stdout.strip(),
+                         "tenant acme of %s: weight=3 concurrency=2 rate=50/1000ms max_len=5" % self.q)
+        acme = self.tenants(self.q)[0]["acme"]
+        self.assertEqual((acme["weight"], acme["concurrency"], acme["rate_limit"], acme["rate_per_ms"], acme["max_len"]),
+                         (3, 2, 50, 1000, 5))
+        rows = {line.split()[0]: line.split() for line in self.cli("tenants", "list", self.q).stdout.splitlines()}
+        self.assertEqual(rows["TENANT"], ["TENANT", "PARTITION", "BACKLOG", "RUNNING", "PAUSED", "WEIGHT",
+                                          "CONCURRENCY", "RATE", "MAX_LEN"])
+        self.assertEqual(rows["acme"], ["acme", self.q, "3", "0", "no", "3", "2", "50/1.0", "s", "5"])
+        self.assertEqual(rows["globex"], ["globex", self.q, "1", "0", "no", "-", "-", "-", "-"])
+
+        # Its max_len holds: two more fit, the third is refused, naming the tenant; the others go on.
+        for _ in range(2):
+            self.cli("enqueue", self.q, "send_email", '{"to":"a@acme.test"}', "--tenant", "acme")
+        full = self.cli("enqueue", self.q, "send_email", '{"to":"a@acme.test"}', "--tenant", "acme", check=False)
+        self.assertEqual(full.returncode, 1, full.stderr)
+        self.assertIn("tenant acme holds 5 tasks", full.stderr)
+        self.cli("enqueue", self.q, "send_email", '{"to":"g@globex.test"}', "--tenant", "globex")
+
+        # Every tenant's defaults: a tenant's own setting wins over them.
+        p = self.cli("tenants", "defaults", self.q, "--max-len", "2", "--concurrency", "4")
+        self.assertEqual(p.stdout.strip(), "defaults of every tenant of %s: concurrency=4 max_len=2" % self.q)
+        self.assertEqual(self.r.hgetall(self.q + ":tenants:defaults"), {b"concurrency": b"4", b"max_len": b"2"})
+        refused = self.cli("enqueue", self.q, "send_email", '{"to":"g@globex.test"}', "--tenant", "globex",
+                           check=False)
+        self.assertEqual(refused.returncode, 1, refused.stderr)
+        self.assertIn("tenant globex holds 2 tasks", refused.stderr)
+
+        # Paused, then cleared: its own settings go, its pause stays; resumed.
+        self.assertEqual(self.cli("tenants", "pause", self.q, "acme").stdout.strip(),
+                         "tenant acme of %s paused" % self.q)
+        self.assertTrue(self.tenants(self.q)[0]["acme"]["paused"])
+        self.assertIn(" yes ", self.cli("tenants", "list", self.q).stdout)
+        self.cli("tenants", "clear", self.q, "acme")
+        acme = self.tenants(self.q)[0]["acme"]
+        self.assertEqual((acme["paused"], acme["weight"], acme["max_len"], acme["rate_limit"]), (True, None, None, None))
+        self.assertEqual(self.cli("tenants", "resume", self.q, "acme").stdout.strip(),
+                         "tenant acme of %s resumed" % self.q)
+        self.assertFalse(self.tenants(self.q)[0]["acme"]["paused"])
+        self.assertEqual(json.loads(self.cli("tenants", "list", "nobody", "--format", "json").stdout), {"tenants": []})
+
+    def test_bad_tenant_settings_are_refused_with_what_is_wrong(self):
+        self.cli("enqueue", self.q, "send_email", '{"to":"a@acme.test"}', "--tenant", "acme")
+        for args, message in ((["--weight", "0"], "a tenant's weight must be > 0 and <= 1,000,000"),
+                              (["--weight", "2e6"], "a tenant's weight must be > 0 and <= 1,000,000"),
+                              (["--concurrency", "-1"], "a tenant's concurrency must be >= 0"),
+                              (["--max-len", "-5"], "a tenant's max_len must be >= 0"),
+                              (["--rate-limit", "5", "--rate-per-ms", "0"], "a tenant's rate_per must be 1 ms to a year"),
+                              (["--rate-limit", "5"], "--rate-limit requires --rate-per-ms"),
+                              (["--weight", "heavy"], "--weight"),
+                              ([], "nothing to set")):
+            p = self.cli("tenants", "set", self.q, "acme", *args, check=False)
+            self.assertEqual(p.returncode, 2, (args, p.stdout, p.stderr))
+            self.assertIn(message, p.stderr, args)
+        p = self.cli("tenants", "set", self.q, "x" * 257, "--weight", "2", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("tenant must be 1 to 256 bytes", p.stderr)
+        self.assertEqual(self.cli("tenants", "pause", self.q, check=False).returncode, 2, "the tenant is required")
+        self.assertEqual(self.cli("tenants", "list", self.q, "--count", "0", check=False).returncode, 2)
+        self.assertEqual(self.cli("tenants", check=False).returncode, 2)
+        self.assertEqual(self.r.exists(self.q + ":tenants:config:acme"), 0, "nothing was written")
+
+    def test_a_paused_tenant_waits_while_the_others_run(self):
+        lines = "".join(json.dumps({"type": "send_email", "payload": {"to": "%s%d@example.com" % (t, i)},
+                                    "tenant": t}) + "\n" for t in ("acme", "globex") for i in range(3))
+        self.cli("enqueue", self.q, "--stdin", stdin=lines)
+        self.cli("tenants", "pause", self.q, "globex")
+        worker = subprocess.run([WORKER, "--url", self.url, "--stream", self.q, "--exit-when-idle", "1500"],
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(worker.returncode, 0, worker.stderr)
+        ran = [line for line in worker.stdout.splitlines() if line.startswith("done")]
+        self.assertEqual(len(ran), 3, worker.stdout)
+        self.assertTrue(all("@example.com" in line and "acme" in line for line in ran), ran)
+        tenants, order = self.tenants(self.q)
+        self.assertEqual(order, ["globex"])
+        self.assertEqual((tenants["globex"]["backlog"], tenants["globex"]["paused"]), (3, True))
+        self.cli("tenants", "resume", self.q, "globex")
+        worker = subprocess.run([WORKER, "--url", self.url, "--stream", self.q, "--exit-when-idle", "1500"],
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(len([line for line in worker.stdout.splitlines() if line.startswith("done")]), 3,
+                         worker.stdout + worker.stderr)
+        self.assertEqual(self.tenants(self.q), ({}, []))
+
     def test_doctor_explains_persistence_and_fails_on_what_loses_tasks(self):
         p = self.cli("doctor", check=False)
         self.assertEqual(p.returncode, 4, p.stdout)
@@ -310,6 +421,64 @@ class CliTest(RedisTestCase):
             exporter.send_signal(signal.SIGTERM)
             self.assertEqual(exporter.wait(10), 0, exporter.stderr.read())
             exporter.stderr.close()
+
+    def exporter_families(self, *args):
+        """Starts `streamq exporter` with `args` (stopped when the test ends) and gives its first scrape, parsed."""
+        port = free_port()
+        exporter = subprocess.Popen([CLI, "exporter", "--listen", "127.0.0.1:%d" % port, *args],
+                                    env=dict(os.environ, STREAMQ_URL=self.url), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: (exporter.send_signal(signal.SIGTERM), exporter.wait(10)))
+        body = {}
+
+        def scrape():
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as resp:
+                    body["text"] = resp.read().decode()
+                    return True
+            except OSError:
+                return False
+        wait_for(scrape, what="the exporter")
+        return {f.name: f for f in text_string_to_metric_families(body["text"])}
+
+    def test_exporter_shows_the_tenants_with_the_largest_backlogs(self):
+        # Tenants t01..t12 with 1..12 tasks (t11 paused), and a queue without tenants.
+        lines = "".join(json.dumps({"type": "send_email", "payload": {"to": "x@example.com"}, "tenant": "t%02d" % n})
+                        + "\n" for n in range(1, 13) for _ in range(n))
+        self.cli("enqueue", self.q + "-idle", "send_email", '{"to":"x@example.com"}')
+        self.cli("tenants", "pause", self.q, "t11")
+        self.cli("enqueue", self.q, "--stdin", stdin=lines)
+        families = self.exporter_families("--top-tenants", "3")
+        self.assertEqual({s.labels["stream"]: s.value for s in families["streamq_tenants"].samples
+                          if s.labels["stream"].startswith(self.q)}, {self.q: 12, self.q + "-idle": 0})
+        self.assertEqual({s.labels["tenant"]: s.value for s in families["streamq_tenant_backlog"].samples
+                          if s.labels["stream"] == self.q}, {"t12": 12, "t11": 11, "t10": 10})
+        self.assertEqual({s.labels["tenant"]: s.value for s in families["streamq_tenant_running"].samples
+                          if s.labels["stream"] == self.q}, {"t12": 0, "t11": 0, "t10": 0})
+        self.assertNotIn(self.q + "-idle", {s.labels["stream"] for s in families["streamq_tenant_backlog"].samples})
+        self.assertIn("largest backlogs", families["streamq_tenant_backlog"].documentation)
+
+        # A worker runs every task but the paused t11's and stops. Then the first task of t01 and of
+        # t02 goes straight to the stream, holding a slot (nothing of its tenant ran or waited: its
+        # turn at once): running 1 each, their other tasks in their backlogs.
+        worker = subprocess.run([WORKER, "--url", self.url, "--stream", self.q, "--exit-when-idle", "1500"],
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(worker.returncode, 0, worker.stderr)
+        for tenant, n in (("t01", 3), ("t02", 2)):
+            for _ in range(n):
+                self.cli("enqueue", self.q, "send_email", '{"to":"x@example.com"}', "--tenant", tenant)
+        families = self.exporter_families("--top-tenants", "2")
+        backlog = {s.labels["tenant"]: s.value for s in families["streamq_tenant_backlog"].samples
+                   if s.labels["stream"] == self.q}
+        running = {s.labels["tenant"]: s.value for s in families["streamq_tenant_running"].samples
+                   if s.labels["stream"] == self.q}
+        self.assertEqual(backlog, {"t11": 11, "t01": 2})
+        self.assertEqual(running, {"t11": 0, "t01": 1})
+        self.assertEqual([s.value for s in families["streamq_tenants"].samples if s.labels["stream"] == self.q], [3])
+
+        families = self.exporter_families("--top-tenants", "0")
+        self.assertFalse({"streamq_tenants", "streamq_tenant_backlog", "streamq_tenant_running"} & set(families))
+        self.assertIn("streamq_stream_length", families)
 
 
 if __name__ == "__main__":

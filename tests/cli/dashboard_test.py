@@ -188,6 +188,72 @@ class DashboardTest(RedisTestCase):
             # The token replaces the Host check: any name reaches it, but only with the token.
             self.assertEqual(http(base + "/api/queues", headers={"Host": "queue-box:1", "Cookie": cookie})[0], 200)
 
+    def test_tenants_and_their_actions_under_the_rules_of_pause(self):
+        q = "web-tenants"
+        for tenant, n in (("acme", 2), ("globex", 1)):
+            for _ in range(n):
+                self.cli("enqueue", q, "ping", "--tenant", tenant)
+        self.cli("tenants", "set", q, "globex", "--concurrency", "3", "--rate-limit", "10", "--rate-per-ms", "60000")
+        token = "t0ken-" + "w" * 20
+        with tempfile.NamedTemporaryFile("w", suffix=".token") as f:
+            f.write(token + "\n")
+            f.flush()
+            base = self.start_dashboard("127.0.0.1:%d" % free_port(), "--token-file", f.name)
+        bearer = {"Authorization": "Bearer " + token}
+
+        def tenants(query="name=" + q):
+            status, _, text = http(base + "/api/tenants?" + query, headers=bearer)
+            self.assertEqual(status, 200, text)
+            return json.loads(text)["tenants"]
+        self.assertEqual(http(base + "/api/tenants?name=" + q)[0], 401)
+        listed = tenants()
+        self.assertEqual([(t["tenant"], t["backlog"], t["running"], t["paused"]) for t in listed],
+                         [("acme", 2, 0, False), ("globex", 1, 0, False)])
+        self.assertEqual((listed[1]["concurrency"], listed[1]["rate_limit"], listed[1]["rate_per_ms"],
+                          listed[1]["weight"]), (3, 10, 60000, None))
+        self.assertEqual(len(tenants("name=%s&count=1" % q)), 1, "count: looked at per partition")
+        for query, message in (("name=%s&count=0" % q, "count must be 1 to 10000"), ("count=5", "missing parameter name")):
+            status, _, text = http(base + "/api/tenants?" + query, headers=bearer)
+            self.assertEqual((status, json.loads(text)["error"]), (400, message))
+
+        # The tenants' actions answer every request that breaks a rule as /api/pause does.
+        page = http(base + "/queue?name=" + q, headers=bearer)[2]
+        csrf = page.split('name="csrf-token" content="')[1].split('"')[0]
+        body = json.dumps({"queue": q, "tenant": "acme"})
+        good = dict(bearer, **{"Content-Type": "application/json", "X-CSRF-Token": csrf})
+        cases = [("POST", {"Content-Type": "application/json", "X-CSRF-Token": csrf}, 401),
+                 ("POST", dict(bearer, **{"Content-Type": "application/json"}), 403),
+                 ("POST", dict(good, **{"X-CSRF-Token": "0" * 64}), 403),
+                 ("POST", dict(good, Origin="http://evil.example"), 403),
+                 ("POST", dict(good, **{"Sec-Fetch-Site": "cross-site"}), 403),
+                 ("POST", dict(good, **{"Content-Type": "text/plain"}), 415),
+                 ("GET", bearer, 405)]
+        for method, headers, expected in cases:
+            for path in ("/api/pause", "/api/tenant/pause", "/api/tenant/resume"):
+                status, _, text = http(base + path, method, body if method == "POST" else None, headers)
+                self.assertEqual(status, expected, (path, method, headers))
+                self.assertIn("error", json.loads(text))
+        self.assertEqual(self.r.exists(q + ":paused"), 0)
+        self.assertEqual(self.r.hget(q + ":tenants:config:acme", "paused"), None)
+        self.assertFalse(any(t["paused"] for t in tenants()))
+
+        # With the token and the page's CSRF token: paused, then resumed, as the listing shows.
+        status, _, text = http(base + "/api/tenant/pause", "POST", body, good)
+        self.assertEqual((status, json.loads(text)), (200, {"tenant": "acme", "paused": True}))
+        self.assertEqual([(t["tenant"], t["paused"]) for t in tenants()], [("acme", True), ("globex", False)])
+        self.assertEqual(self.r.hget(q + ":tenants:config:acme", "paused"), b"1")
+        self.assertEqual(self.r.exists(q + ":paused"), 0, "the queue itself is not paused")
+        status, _, text = http(base + "/api/tenant/resume", "POST", body, good)
+        self.assertEqual((status, json.loads(text)), (200, {"tenant": "acme", "paused": False}))
+        self.assertEqual([(t["tenant"], t["paused"]) for t in tenants()], [("acme", False), ("globex", False)])
+        for sent, message in (({"queue": q}, '"tenant" must be a non-empty string'),
+                              ({"tenant": "acme"}, '"queue" must be a non-empty string'),
+                              ({"queue": q, "tenant": "x" * 257}, "tenant must be 1 to 256 bytes")):
+            status, _, text = http(base + "/api/tenant/pause", "POST", json.dumps(sent), good)
+            self.assertEqual(status, 400, sent)
+            self.assertIn(message, json.loads(text)["error"])
+        self.assertEqual(self.r.hget(q + ":tenants:config:acme", "paused"), None)
+
     def test_a_token_of_its_own_by_default(self):
         # Without --token or --no-auth a dashboard makes up a token and prints it once, in the
         # URL that logs in: another local process cannot use it without reading that.
@@ -256,6 +322,10 @@ class DashboardTest(RedisTestCase):
         self.r.xreadgroup("workers", "w1", {q: ">"}, count=1)
         self.add_dead(q, 24)
         self.add_dead(q, 1, task_type="render", payload=XSS)
+        # Tenants' tasks wait in their backlogs, outside the numbers below.
+        for tenant, n in (("acme", 2), ("<b>globex</b>", 1)):
+            for i in range(n):
+                self.cli("enqueue", q, "resize", '{"image":%d}' % i, "--tenant", tenant)
         before = self.stats(q)
         self.assertEqual((before["queue_length"], before["pending_total"], before["delayed"], before["dlq_length"]),
                          (4, 1, 1, 25))
@@ -408,6 +478,36 @@ class DashboardTest(RedisTestCase):
         driver.find_element(By.ID, "resume").click()
         wait.until(lambda d: not d.find_element(By.ID, "paused-badge").is_displayed())
         self.assertEqual(self.r.exists(q + ":paused"), 0)
+
+        # The tenants, the largest backlog first; a tenant paused and resumed by its button.
+        def tenant_rows():
+            return driver.execute_script(
+                "return [...document.querySelectorAll('#tenants tr[data-tenant]')]"
+                ".map((r) => [...r.cells].map((c) => c.textContent))")
+
+        def click_tenant(tenant, selector):
+            def attempt(_):
+                try:
+                    for row in driver.find_elements(By.CSS_SELECTOR, "#tenants tr[data-tenant]"):
+                        if row.get_attribute("data-tenant") == tenant:
+                            row.find_element(By.CSS_SELECTOR, selector).click()
+                            return True
+                    return False
+                except StaleElementReferenceException:
+                    return False
+            wait.until(attempt)
+
+        wait.until(lambda d: d.find_element(By.ID, "tenants").is_displayed())
+        self.assertEqual(tenant_rows(), [["acme", "2", "0", "", "–", "–", "–", "–", "Pause"],
+                                         ["<b>globex</b>", "1", "0", "", "–", "–", "–", "–", "Pause"]])
+        self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "#tenants b"), [])
+        click_tenant("acme", "button.tenant-pause")
+        wait.until(lambda d: tenant_rows()[0][3] == "paused" and tenant_rows()[0][8] == "Resume")
+        self.assertEqual(self.r.hget(q + ":tenants:config:acme", "paused"), b"1")
+        self.assertIn("tenant acme paused", text("notice"))
+        click_tenant("acme", "button.tenant-resume")
+        wait.until(lambda d: tenant_rows()[0][3] == "" and tenant_rows()[0][8] == "Pause")
+        self.assertIsNone(self.r.hget(q + ":tenants:config:acme", "paused"))
 
         # Delete one selected dead letter (after a confirmation).
         victim_id = ids("dead")[0]
