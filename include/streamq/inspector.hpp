@@ -291,8 +291,8 @@ class Inspector {
   /// candidate EXISTS/XLEN/ZCARD of its keys and its first entry. A stream is a queue when its
   /// oldest entry has task_id and task_type, when it has a consumer group and no entries, or
   /// when one of its derived keys exists (`:dlq`, `:delayed`, `:p:high`, `:p:low`, or the sets of
-  /// its tenants with work, `:tenants:ready` and `:tenants:waiting`, also SCANned). A tenant's
-  /// backlog (`<queue>:tenant:<t>`) is not a queue of its own. Sorted by name.
+  /// its tenants with work, `:tenants:ready` and `:tenants:waiting`, also SCANned: a queue whose
+  /// tasks all wait in its tenants' backlogs has no stream yet). Sorted by name.
   std::vector<QueueInfo> queues();
 
   /// The queue's health (what StatsReader::read returns), for every group.

@@ -109,24 +109,17 @@ Inspector& Inspector::operator=(Inspector&&) noexcept = default;
 std::vector<QueueInfo> Inspector::queues() {
   const std::lock_guard lock(impl_->calls);
   // Candidates: every stream, named by its queue (a level's or a dead-letter stream names its
-  // queue), and every `:delayed` sorted set (a queue with only delayed tasks has no stream yet).
+  // queue), every `:delayed` sorted set (a queue with only delayed tasks has no stream yet) and
+  // the sets of its tenants with work.
   std::set<std::string> bases;
   const auto strip = [](std::string_view key) {
-    for (std::string_view suffix : {":dlq", ":p:high", ":p:low", ":delayed"}) {
+    // (A queue whose tasks all wait in its tenants' backlogs has no stream: its tenants with work
+    // are in its `:tenants:ready` or `:tenants:waiting` set, docs/tenants.md.)
+    for (std::string_view suffix : {":dlq", ":p:high", ":p:low", ":delayed", ":tenants:ready", ":tenants:waiting"}) {
       if (key.size() > suffix.size() && key.ends_with(suffix))
         return std::string(key.substr(0, key.size() - suffix.size()));
     }
     return std::string(key);
-  };
-  // A queue whose tasks all wait in their tenants' backlogs has no stream: its tenants with work
-  // are in its `:tenants:ready` or `:tenants:waiting` set (docs/tenants.md), scanned too.
-  std::set<std::string> with_tenants;
-  const auto tenants_queue = [](std::string_view key) -> std::optional<std::string> {
-    for (std::string_view suffix : {":tenants:ready", ":tenants:waiting"}) {
-      if (key.size() > suffix.size() && key.ends_with(suffix))
-        return std::string(key.substr(0, key.size() - suffix.size()));
-    }
-    return std::nullopt;
   };
   // On Redis Cluster each master scans its own keys.
   impl_->connected().for_each_master([&](detail::Connection& node) {
@@ -138,28 +131,10 @@ std::vector<QueueInfo> Inspector::queues() {
         const Reply r = node.command(Argv{"SCAN", cursor, "MATCH", match, "COUNT", "1000", "TYPE", type});
         const ReplyView v = r.view().check();
         cursor = std::string(v[0].str());
-        for (std::size_t i = 0; i < v[1].size(); ++i) {
-          const std::string_view key = v[1][i].str();
-          if (const auto queue = type == std::string_view("zset") ? tenants_queue(key) : std::nullopt) {
-            with_tenants.insert(*queue);
-            bases.insert(*queue);
-          } else {
-            bases.insert(strip(key));
-          }
-        }
+        for (std::size_t i = 0; i < v[1].size(); ++i) bases.insert(strip(v[1][i].str()));
       } while (cursor != "0");
     }
   });
-  // A tenant's backlog (`<queue>:tenant:<t>` and its levels' streams) is no queue of its own:
-  // it stands for its queue, one with tenants with work (every tenant with a backlog is in its
-  // queue's ready or waiting set).
-  for (auto it = bases.begin(); it != bases.end();) {
-    bool backlog = false;
-    for (auto at = it->find(":tenant:"); at != std::string::npos && !backlog;
-         at = it->find(":tenant:", at + 1))
-      backlog = with_tenants.count(it->substr(0, at)) > 0;
-    it = backlog ? bases.erase(it) : std::next(it);
-  }
   std::vector<QueueInfo> out;
   std::vector<std::string> names(bases.begin(), bases.end());
   for (std::size_t start = 0; start < names.size(); start += 100) {
