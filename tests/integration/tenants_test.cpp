@@ -372,6 +372,66 @@ TEST_F(TenantsTest, ATenantsLimitHoldsWhileAKilledWorkersTaskIsTakenOver) {
 }
 
 // In a partitioned queue a tenant lives in one partition (its name's), so its limits hold
+// A holder frozen (SIGSTOP) past its lease: another worker takes its task over, and the tenant's
+// next task waits until that run ended; the frozen holder, resumed, is stopped by its fence, and
+// its put-back changes nothing (a stale one).
+TEST_F(TenantsTest, ATenantsLimitHoldsWhileAFrozenHoldersTaskIsTakenOver) {
+  inspector().set_tenant(stream, "a", {.concurrency = 1});
+  Producer p = producer();
+  const std::string first = p.enqueue("polite", R"({"ms":4000})", {.tenant = "a"});
+  const std::string second = p.enqueue("polite", R"({"ms":100})", {.tenant = "a"});
+  const auto worker = [&](const char* name) {
+    return std::vector<std::string>{STREAMQ_TEST_WORKER, server.url(), stream, name, "min_idle_ms=1000",
+                                    "heartbeat_ms=200"};
+  };
+  const auto log = [&] {
+    std::vector<std::string> out;
+    const detail::Reply r = client.cmd({"LRANGE", stream + ":log", "0", "-1"});
+    for (std::size_t i = 0; i < r.view().size(); ++i) out.emplace_back(r.view()[i].str());
+    return out;
+  };
+  const auto at = [](const std::vector<std::string>& lines, const std::string& suffix) -> std::ptrdiff_t {
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].ends_with(suffix)) return static_cast<std::ptrdiff_t>(i);
+    }
+    return -1;
+  };
+  WorkerProcess w1(worker("w1"));
+  ASSERT_TRUE(wait_until([&] { return at(log(), "w1/" + first + " start") >= 0; }, 20s));
+  w1.signal(SIGSTOP);
+  WorkerProcess w2(worker("w2"));
+  ASSERT_TRUE(wait_until([&] { return at(log(), "w2/" + first + " start") >= 0; }, 20s));
+  w1.signal(SIGCONT);
+  ASSERT_TRUE(wait_until([&] { return at(log(), "/" + second + " end") >= 0; }, 20s));
+  const auto lines = log();
+  EXPECT_GT(at(lines, "/" + second + " start"), at(lines, "w2/" + first + " end"))
+      << "the tenant's next task started while its first one ran: " << ::testing::PrintToString(lines);
+  EXPECT_GE(at(lines, "w1/" + first + " stopped"), 0) << ::testing::PrintToString(lines);
+  EXPECT_LT(at(lines, "w1/" + first + " end"), 0) << ::testing::PrintToString(lines);
+  w1.signal_and_wait(SIGTERM);
+  w2.signal_and_wait(SIGTERM);
+  EXPECT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 5s)) << ::testing::PrintToString(tenant_keys());
+}
+
+// 100,000 tenants with a task each drain, and leave no keys behind.
+TEST_F(TenantsTest, AHundredThousandTenantsWithATaskEachDrain) {
+  constexpr int kTenants = 100000;
+  Producer p = big_producer();
+  std::vector<TaskSpec> batch;
+  for (int i = 0; i < kTenants; ++i) {
+    batch.push_back({"work", "{}", {.tenant = "t" + std::to_string(i)}});
+    if (batch.size() == 1000) {
+      p.enqueue_batch(batch);
+      batch.clear();
+    }
+  }
+  EXPECT_EQ(client.integer({"ZCARD", stream + ":tenants:ready"}), kTenants);
+  std::atomic<int> done{0};
+  RunningConsumer rc(options(), [&](Consumer& c) { c.on("work", [&](const Task&) { ++done; }); });
+  ASSERT_TRUE(wait_until([&] { return done == kTenants; }, 120s)) << done;
+  EXPECT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 10s)) << tenant_keys().size() << " keys left";
+}
+
 // across the queue; a consumer of the queue serves every partition's tenants.
 TEST_F(TenantsTest, APartitionedQueuesTenantLivesInOnePartition) {
   constexpr int kPartitions = 4;

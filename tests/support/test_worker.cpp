@@ -34,6 +34,8 @@
 //   fenced     with ConcurrencyLimit{limit}: as limited, but runs until asked to stop (at most
 //              "ms"), then SET <stream>:stopped:<task_id> to the time it saw the request (ms since
 //              the Unix epoch, this machine's clock) and its stop reason, SREM, and throws
+//   polite     RPUSH <stream>:log "<consumer>/<task_id> start", run "ms" unless asked to stop, then
+//              RPUSH "... end" and return, or (asked to stop) RPUSH "... stopped" and throw
 // Records go through the test's own Redis connection (one per handler thread).
 #include <unistd.h>
 
@@ -249,6 +251,20 @@ int main(int argc, char** argv) {
                 throw std::runtime_error("stopped");
               },
               {.concurrency = {.limit = static_cast<int>(get("limit", 3))}});
+  consumer.on("polite", [&](const streamq::Task& task) {
+    const std::string me = std::string(argv[3]) + "/" + task.id();
+    const auto log = [&](const char* what) {
+      recorder().command(streamq::detail::Argv{"RPUSH", stream + ":log", me + " " + what}).view().check();
+    };
+    log("start");
+    const auto until = std::chrono::steady_clock::now() + ms(task.json().value("ms", 0));
+    while (!task.stop_requested() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(ms(2));
+    if (task.stop_requested()) {
+      log("stopped");
+      throw std::runtime_error("stopped");
+    }
+    log("end");
+  });
   consumer.on(
       "sleeper",
       [](const streamq::Task& task) {
