@@ -241,7 +241,7 @@ class CliTest(RedisTestCase):
                                     "tenant": "initech"}) + "\n" for i in range(2))
         self.cli("enqueue", self.q, "--stdin", stdin=lines)
         self.assertEqual(self.r.xlen(self.q), 0, "a tenant's tasks wait in its backlog")
-        self.assertEqual(self.r.xlen(self.q + ":tenant:acme"), 3)
+        self.assertEqual(self.r.llen(self.q + ":tenant:acme"), 3)
         # A queue whose tasks all wait in backlogs is a queue; a backlog is not one of its own.
         names = [q["name"] for q in json.loads(self.cli("queues", "--format", "json").stdout)]
         self.assertIn(self.q, names)
