@@ -630,7 +630,8 @@ void time_fairness(const Args& a) {
   const auto t = Clock::now();
   std::this_thread::sleep_for(500ms);
   for (int i = 0; i < kOthers; ++i) {
-    p.enqueue_batch(std::vector<streamq::TaskSpec>(kEach, {"other", kPayload, {.tenant = fifo ? "" : other(i)}}));
+    p.enqueue_batch(
+        std::vector<streamq::TaskSpec>(kEach, {"other", kPayload, {.tenant = fifo ? "" : other(i)}}));
   }
   const long at_enqueued = started.load();
   finished.wait(false);
@@ -640,7 +641,8 @@ void time_fairness(const Args& a) {
   run_first.join();
   run_second.join();
   report(a, seconds,
-         " between=" + std::to_string(at_last.load() - at_enqueued) + " started=" + std::to_string(started.load()));
+         " between=" + std::to_string(at_last.load() - at_enqueued) +
+             " started=" + std::to_string(started.load()));
 }
 
 /// The server's used_memory (INFO memory), in bytes.

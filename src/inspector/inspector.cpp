@@ -115,7 +115,8 @@ std::vector<QueueInfo> Inspector::queues() {
   const auto strip = [](std::string_view key) {
     // (A queue whose tasks all wait in its tenants' backlogs has no stream: its tenants with work
     // are in its `:tenants:ready` or `:tenants:waiting` set, docs/tenants.md.)
-    for (std::string_view suffix : {":dlq", ":p:high", ":p:low", ":delayed", ":tenants:ready", ":tenants:waiting"}) {
+    for (std::string_view suffix :
+         {":dlq", ":p:high", ":p:low", ":delayed", ":tenants:ready", ":tenants:waiting"}) {
       if (key.size() > suffix.size() && key.ends_with(suffix))
         return std::string(key.substr(0, key.size() - suffix.size()));
     }

@@ -18,6 +18,7 @@
 #include <streamq/asio.hpp>
 #include <streamq/streamq.hpp>
 
+#include "at_once.hpp"
 #include "consumer_fixture.hpp"
 #include "running_consumer.hpp"
 
@@ -59,7 +60,8 @@ TEST_F(CoroutineHandlerTest, TenThousandTasksWaitingOneSecondEachRunTogetherOnTw
   IoThreads io(2);
   std::mutex m;
   std::unordered_map<std::string, int> runs;
-  std::atomic<int> now{0}, most{0}, ended{0};
+  AtOnce at_once;
+  std::atomic<int> ended{0};
   ConsumerOptions o = options();
   o.concurrency = 2;
   o.prefetch = 2 * kTasks;
@@ -70,12 +72,9 @@ TEST_F(CoroutineHandlerTest, TenThousandTasksWaitingOneSecondEachRunTogetherOnTw
         std::lock_guard lock(m);
         ++runs[task.id()];
       }
-      const int n = ++now;
-      int seen = most.load();
-      while (n > seen && !most.compare_exchange_weak(seen, n)) {
-      }
+      at_once.enter();
       co_await sleep_for(1s);
-      --now;
+      at_once.leave();
       ++ended;
     });
   });
@@ -87,12 +86,12 @@ TEST_F(CoroutineHandlerTest, TenThousandTasksWaitingOneSecondEachRunTogetherOnTw
   worker.stop();
   std::cout << "[ figure ] " << kTasks
             << " tasks of a 1 s timer, 2 handler threads and 2 io threads: all done in " << took.count()
-            << " ms; at most " << most.load() << " in flight at once\n";
+            << " ms; at most " << at_once.most() << " in flight at once\n";
   RecordProperty("all_done_ms", static_cast<int>(took.count()));
   EXPECT_EQ(ended.load(), kTasks);
   EXPECT_EQ(runs.size(), static_cast<std::size_t>(kTasks));
   for (const auto& [id, n] : runs) ASSERT_EQ(n, 1) << "task " << id << " ran " << n << " times";
-  EXPECT_GT(most.load(), 1000) << "the tasks did not wait together";
+  EXPECT_GT(at_once.most(), 1000) << "the tasks did not wait together";
   EXPECT_EQ(worker.consumer().metrics().retried, 0U);
 }
 

@@ -18,6 +18,7 @@
 
 #include <streamq/streamq.hpp>
 
+#include "at_once.hpp"
 #include "control_fixture.hpp"
 #include "running_consumer.hpp"
 
@@ -278,19 +279,14 @@ TEST_F(AsyncHandlerTest, MaxInFlightAndTheConcurrencyLimitBoundTasksInFlight) {
   Producer p = producer();
   for (int i = 0; i < kTasks; ++i) p.enqueue(i % 2 == 0 ? "local" : "redis", "{}");
   Loop loop;
-  std::atomic<int> now_local{0}, most_local{0}, now_redis{0}, most_redis{0}, ended{0};
-  const auto track = [](std::atomic<int>& now, std::atomic<int>& most) {
-    const int n = ++now;
-    int seen = most.load();
-    while (n > seen && !most.compare_exchange_weak(seen, n)) {
-    }
-  };
+  AtOnce local, redis;
+  std::atomic<int> ended{0};
   // Each task ends 30 ms after its start, on the loop's thread.
-  const auto later = [&](std::atomic<int>& now, Consumer::AsyncDone done) {
-    std::thread([&now, &ended, &loop, done = std::move(done)] {
+  const auto later = [&](AtOnce& at_once, Consumer::AsyncDone done) {
+    std::thread([&at_once, &ended, &loop, done = std::move(done)] {
       std::this_thread::sleep_for(30ms);
-      loop.post([&now, &ended, done] {
-        --now;
+      loop.post([&at_once, &ended, done] {
+        at_once.leave();
         ++ended;
         done(nullptr);
       });
@@ -302,23 +298,23 @@ TEST_F(AsyncHandlerTest, MaxInFlightAndTheConcurrencyLimitBoundTasksInFlight) {
   RunningConsumer worker(o, [&](Consumer& c) {
     c.on_async("local",
                [&](const Task&, Consumer::AsyncDone done) {
-                 track(now_local, most_local);
-                 later(now_local, std::move(done));
+                 local.enter();
+                 later(local, std::move(done));
                },
                {.max_in_flight = 3});
     c.on_async("redis",
                [&](const Task&, Consumer::AsyncDone done) {
-                 track(now_redis, most_redis);
-                 later(now_redis, std::move(done));
+                 redis.enter();
+                 later(redis, std::move(done));
                },
                {.concurrency = {.limit = 2}});
   });
   ASSERT_TRUE(wait_until([&] { return worker.consumer().metrics().done == kTasks; }, 60s));
   ASSERT_TRUE(wait_until([&] { return ended.load() == kTasks; }, 10s));
   worker.stop();
-  EXPECT_LE(most_local.load(), 3);
-  EXPECT_GE(most_local.load(), 2) << "tasks did overlap on the one thread";
-  EXPECT_LE(most_redis.load(), 2);
+  EXPECT_LE(local.most(), 3);
+  EXPECT_GE(local.most(), 2) << "tasks did overlap on the one thread";
+  EXPECT_LE(redis.most(), 2);
   EXPECT_GT(worker.consumer().metrics().rate_limited, 0U) << "no start waited: the limits were not tested";
   EXPECT_EQ(client.integer({"ZCARD", stream + ":running"}), 0) << "every slot given back";
   EXPECT_EQ(client.integer({"ZCARD", stream + ":running:redis"}), 0);

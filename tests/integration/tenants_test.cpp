@@ -21,6 +21,7 @@
 
 #include <streamq/streamq.hpp>
 
+#include "at_once.hpp"
 #include "chaos.hpp"
 #include "consumer_fixture.hpp"
 #include "redis_server.hpp"
@@ -137,18 +138,14 @@ TEST_F(TenantsTest, ATenantsConcurrencyLimitHoldsAcrossWorkers) {
   Producer p = big_producer();
   enqueue_for(p, "a", 20);
   enqueue_for(p, "b", 20);
-  std::atomic<int> running_a{0}, most_a{0}, running_b{0}, most_b{0}, done{0};
+  AtOnce at_once_a, at_once_b;
+  std::atomic<int> done{0};
   const auto setup = [&](Consumer& c) {
     c.on("work", [&](const Task& t) {
-      const bool a = t.json()["t"] == "a";
-      std::atomic<int>& running = a ? running_a : running_b;
-      std::atomic<int>& most = a ? most_a : most_b;
-      const int now = ++running;
-      int seen = most.load();
-      while (now > seen && !most.compare_exchange_weak(seen, now)) {
-      }
+      AtOnce& at_once = t.json()["t"] == "a" ? at_once_a : at_once_b;
+      at_once.enter();
       std::this_thread::sleep_for(30ms);
-      --running;
+      at_once.leave();
       ++done;
     });
   };
@@ -157,8 +154,8 @@ TEST_F(TenantsTest, ATenantsConcurrencyLimitHoldsAcrossWorkers) {
   RunningConsumer w1(o, setup);
   RunningConsumer w2(o, setup);
   ASSERT_TRUE(wait_until([&] { return done == 40; }, 30s));
-  EXPECT_EQ(most_a, 2);
-  EXPECT_GT(most_b, 2) << "the limit is the tenant's, not the queue's";
+  EXPECT_EQ(at_once_a.most(), 2);
+  EXPECT_GT(at_once_b.most(), 2) << "the limit is the tenant's, not the queue's";
   EXPECT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 5s))
       << ::testing::PrintToString(tenant_keys());
 }
@@ -167,19 +164,17 @@ TEST_F(TenantsTest, ATenantsConcurrencyLimitHoldsAcrossWorkers) {
 // long (past its slot's lease): the tenant's next task does not start beside it.
 TEST_F(TenantsTest, ATaskWaitingUnreadInTheStreamKeepsItsTenantsSlot) {
   inspector().set_tenant(stream, "a", {.concurrency = 1});
-  std::atomic<int> running_a{0}, most_a{0}, long_started{0}, done_a{0};
+  AtOnce at_once_a;
+  std::atomic<int> long_started{0}, done_a{0};
   const auto setup = [&](Consumer& c) {
     c.on("long", [&](const Task&) {
       ++long_started;
       std::this_thread::sleep_for(1500ms);
     });
     c.on("a", [&](const Task&) {
-      const int now = ++running_a;
-      int seen = most_a.load();
-      while (now > seen && !most_a.compare_exchange_weak(seen, now)) {
-      }
+      at_once_a.enter();
       std::this_thread::sleep_for(300ms);
-      --running_a;
+      at_once_a.leave();
       ++done_a;
     });
   };
@@ -198,7 +193,7 @@ TEST_F(TenantsTest, ATaskWaitingUnreadInTheStreamKeepsItsTenantsSlot) {
   p.enqueue("a", "{}", {.tenant = "a"});
   p.enqueue("a", "{}", {.tenant = "a"});
   ASSERT_TRUE(wait_until([&] { return done_a == 2; }, 10s));
-  EXPECT_EQ(most_a, 1);
+  EXPECT_EQ(at_once_a.most(), 1);
 }
 
 // A flow's parent of a tenant with a concurrency limit of 1 holds its tenant's slot while it
@@ -381,8 +376,8 @@ TEST_F(TenantsTest, ATenantsLimitHoldsWhileAFrozenHoldersTaskIsTakenOver) {
   const std::string first = p.enqueue("polite", R"({"ms":4000})", {.tenant = "a"});
   const std::string second = p.enqueue("polite", R"({"ms":100})", {.tenant = "a"});
   const auto worker = [&](const char* name) {
-    return std::vector<std::string>{STREAMQ_TEST_WORKER, server.url(), stream, name, "min_idle_ms=1000",
-                                    "heartbeat_ms=200"};
+    return std::vector<std::string>{STREAMQ_TEST_WORKER, server.url(),      stream, name,
+                                    "min_idle_ms=1000",  "heartbeat_ms=200"};
   };
   const auto log = [&] {
     std::vector<std::string> out;
@@ -410,7 +405,8 @@ TEST_F(TenantsTest, ATenantsLimitHoldsWhileAFrozenHoldersTaskIsTakenOver) {
   EXPECT_LT(at(lines, "w1/" + first + " end"), 0) << ::testing::PrintToString(lines);
   w1.signal_and_wait(SIGTERM);
   w2.signal_and_wait(SIGTERM);
-  EXPECT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 5s)) << ::testing::PrintToString(tenant_keys());
+  EXPECT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 5s))
+      << ::testing::PrintToString(tenant_keys());
 }
 
 // 100,000 tenants with a task each drain, and leave no keys behind.

@@ -19,6 +19,7 @@
 
 #include <streamq/streamq.hpp>
 
+#include "at_once.hpp"
 #include "consumer_fixture.hpp"
 #include "running_consumer.hpp"
 
@@ -50,7 +51,8 @@ class ControlTest : public ConsumerTest {
                    const HandlerOptions& handler_options) {
     Producer p = producer();
     for (int i = 0; i < tasks; ++i) p.enqueue("t", "{}");
-    std::atomic<int> now{0}, most{0}, done{0};
+    AtOnce at_once;
+    std::atomic<int> done{0};
     std::vector<std::unique_ptr<RunningConsumer>> running;
     for (int w = 0; w < workers; ++w) {
       ConsumerOptions o = base;
@@ -60,12 +62,9 @@ class ControlTest : public ConsumerTest {
         c.on(
             "t",
             [&](const Task&) {
-              const int n = ++now;
-              int seen = most.load();
-              while (n > seen && !most.compare_exchange_weak(seen, n)) {
-              }
+              at_once.enter();
               std::this_thread::sleep_for(50ms);
-              --now;
+              at_once.leave();
               ++done;
             },
             handler_options);
@@ -78,7 +77,7 @@ class ControlTest : public ConsumerTest {
       limited += r->consumer().metrics().rate_limited;
     }
     EXPECT_GT(limited, 0U) << "no start ever waited: the limit was not tested";
-    return most.load();
+    return at_once.most();
   }
   /// A tracked task held by a worker that died ("killed-worker") is cancelled; the worker `o`
   /// takes it over: it must end it cancelled, not run it to done, and the request goes.

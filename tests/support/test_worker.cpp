@@ -258,7 +258,8 @@ int main(int argc, char** argv) {
     };
     log("start");
     const auto until = std::chrono::steady_clock::now() + ms(task.json().value("ms", 0));
-    while (!task.stop_requested() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(ms(2));
+    while (!task.stop_requested() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(ms(2));
     if (task.stop_requested()) {
       log("stopped");
       throw std::runtime_error("stopped");
