@@ -459,7 +459,11 @@ TEST_F(TenantsTest, AnIdleWorkerTakesATenantsTasksWithoutWaitingOutItsBlock) {
   o.connection.socket_timeout = 5s;
   std::atomic<int> runs{0};
   RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++runs; }); });
-  std::this_thread::sleep_for(300ms);  // (blocked now)
+  // Its read blocked (after its first dispatch, which saw no tenant):
+  ASSERT_TRUE(wait_until([&] {
+    const std::string info(client.cmd({"INFO", "clients"}).view().str());
+    return info.find("blocked_clients:0") == std::string::npos;
+  }));
   Producer p = producer();
   const auto start = std::chrono::steady_clock::now();
   p.enqueue("work", "{}", {.tenant = "a"});
