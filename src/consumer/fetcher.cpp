@@ -129,10 +129,10 @@ void Fetcher::replay_own(const std::stop_token& stop) {
 }
 
 void Fetcher::append_read(std::vector<Argv>& argvs, const std::vector<std::uint16_t>& levels,
-                          std::size_t count, bool block) const {
+                          std::size_t count, std::optional<Millis> block) const {
   Argv read{"XREADGROUP", "GROUP", s_.opt.group, s_.consumer_name, "COUNT"};
   read.add(static_cast<std::int64_t>(count));
-  if (block) read.add("BLOCK").add(static_cast<std::int64_t>(dispatch_.block_for(s_.opt.block).count()));
+  if (block) read.add("BLOCK").add(static_cast<std::int64_t>(block->count()));
   read.add("STREAMS");
   for (const std::uint16_t l : levels) read.add(s_.keys(l).stream);
   for (std::size_t i = 0; i < levels.size(); ++i) read.add(">");
@@ -183,8 +183,10 @@ bool Fetcher::send(std::size_t in_hand) {
       argvs.push_back(dispatch_.call(req.plan.most()));
       req.dispatched = true;
     }
-    if (!req.plan.probe.empty()) append_read(argvs, req.plan.probe, 1, false);
-    append_read(argvs, req.plan.main, req.plan.count, req.plan.block);
+    if (!req.plan.probe.empty()) append_read(argvs, req.plan.probe, 1, std::nullopt);
+    append_read(
+        argvs, req.plan.main, req.plan.count,
+        req.plan.block ? std::optional(dispatch_.block_for(s_.opt.block, req.dispatched)) : std::nullopt);
     req.count = req.plan.most();
   }
   reserved_ += req.count;

@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -75,9 +76,9 @@ class Fetcher {
   void drop_requests() noexcept;
   /// Counts and forgets acknowledged entries, or hands them to the completer.
   void acked(std::vector<EntryKey>& acks, const std::string& error);
-  /// Appends one XREADGROUP over `levels` (COUNT `count`, BLOCK if `block`).
+  /// Appends one XREADGROUP over `levels` (COUNT `count`, BLOCK `block` when given).
   void append_read(std::vector<Argv>& argvs, const std::vector<std::uint16_t>& levels, std::size_t count,
-                   bool block) const;
+                   std::optional<Millis> block) const;
   /// Waits `delay` unless a stop comes first; false when stopping.
   bool pause(const std::stop_token& stop, Millis delay);
 

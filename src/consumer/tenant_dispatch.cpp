@@ -67,9 +67,9 @@ void TenantDispatch::read_reply(Connection& conn) {
                            "; tasks that name a tenant wait in their backlogs (see docs/tenants.md)");
 }
 
-Millis TenantDispatch::block_for(Millis block) const {
+Millis TenantDispatch::block_for(Millis block, bool dispatched) const {
   if (active_) block = std::min(block, kPoll);
-  if (skipped_ && !off_) {
+  if (!dispatched && !off_) {
     const auto left =
         kPoll - std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - last_call_);
     block = std::min(block, std::max(left, Millis(1)));

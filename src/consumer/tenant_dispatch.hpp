@@ -24,9 +24,8 @@ class TenantDispatch {
   /// within it); never once the server said this worker's ACL user may not run it (said once,
   /// as a warning; the queue goes on without tenants: a user given the grants later needs a
   /// restart of the worker).
-  bool wanted(std::chrono::steady_clock::time_point now) noexcept {
-    skipped_ = off_ || !(active_ || next_due_ms_ >= 0 || now - last_call_ >= kPoll);
-    return !skipped_;
+  bool wanted(std::chrono::steady_clock::time_point now) const noexcept {
+    return !off_ && (active_ || next_due_ms_ >= 0 || now - last_call_ >= kPoll);
   }
   /// The dispatch of up to `count` tasks, to send ahead of a read of `count` entries.
   Argv call(std::size_t count);
@@ -36,10 +35,10 @@ class TenantDispatch {
   void read_reply(Connection& conn);
   /// How long a blocking read may wait: the consumer's `block`, at most kPoll while tenants
   /// have work (a tenant made ready while the workers block is seen within it) or when the
-  /// read goes without a dispatch (wanted() said no: the next one is due kPoll after the
-  /// last), and no longer than until the first waiting tenant is due (a rate window that
-  /// opens, a slot's lease that ends).
-  Millis block_for(Millis block) const;
+  /// read goes without a dispatch (`dispatched` false, as wanted() said: the next one is due
+  /// kPoll after the last), and no longer than until the first waiting tenant is due (a rate
+  /// window that opens, a slot's lease that ends).
+  Millis block_for(Millis block, bool dispatched) const;
   static constexpr Millis kPoll{50};
 
  private:
@@ -49,9 +48,7 @@ class TenantDispatch {
   bool active_ = false;         // from the last reply: whether any tenant is ready or waiting
   bool off_ = false;
   std::chrono::steady_clock::time_point last_call_{};
-  bool skipped_ = false;
-  bool eval_next_ = false;  // the last call was answered NOSCRIPT  // the last wanted() said no (and not
-                            // because the dispatch is off)
+  bool eval_next_ = false;  // the last call was answered NOSCRIPT
   std::chrono::steady_clock::time_point last_error_log_{};
 };
 
