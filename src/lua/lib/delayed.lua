@@ -20,16 +20,28 @@ local function only_value(ok, value, ...)
   return nil
 end
 
--- delayed_parts(member): a table {'sq1', nonce, dest, field, value, ...}, or nil when the
--- member is not in this format (someone else's ZADD): not MessagePack, not one array, not
--- all strings (a MessagePack nil leaves a hole that maxn finds), or an odd number of fields.
-local function delayed_parts(member)
-  local t = only_value(pcall(cmsgpack.unpack, member))
-  if type(t) ~= 'table' or t[1] ~= 'sq1' then return nil end
+-- packed_strings(bytes): the array of strings `bytes` packs, or nil when it is not one: not
+-- MessagePack, not one array, not all strings (a MessagePack nil leaves a hole that maxn
+-- finds). The one decoder of both packings of a task: a delayed member, and a tenant's backlog
+-- element (the task's fields alone, lib/tenants.lua).
+local function packed_strings(bytes)
+  local t = only_value(pcall(cmsgpack.unpack, bytes))
+  if type(t) ~= 'table' then return nil end
   local n = #t
-  if n < 3 or (n - 3) % 2 ~= 0 or table.maxn(t) ~= n then return nil end
-  for i = 2, n do
+  if table.maxn(t) ~= n then return nil end
+  for i = 1, n do
     if type(t[i]) ~= 'string' then return nil end
   end
+  return t
+end
+
+-- delayed_parts(member): a table {'sq1', nonce, dest, field, value, ...}, or nil when the
+-- member is not in this format (someone else's ZADD): not an array of strings
+-- (packed_strings), or an odd number of fields.
+local function delayed_parts(member)
+  local t = packed_strings(member)
+  if not t or t[1] ~= 'sq1' then return nil end
+  local n = #t
+  if n < 3 or (n - 3) % 2 ~= 0 then return nil end
   return t
 end
