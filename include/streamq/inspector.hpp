@@ -30,8 +30,11 @@ enum class TaskState {
   pending,  ///< delivered to a consumer of the group and not finished (running, or its worker died)
   delayed,  ///< in the delayed set, waiting for its due time (delay, run_at, retry backoff)
   dead,     ///< in the dead-letter stream
+  /// in its tenant's backlog (EnqueueOptions::tenant, docs/tenants.md): enqueued, its turn not
+  /// come yet (it enters a stream of the queue, queued, at its tenant's turn)
+  backlog,
 };
-/// "queued", "pending", "delayed" or "dead".
+/// "queued", "pending", "delayed", "dead" or "backlog".
 std::string_view to_string(TaskState s) noexcept;
 /// The inverse of to_string(); nullopt for anything else.
 std::optional<TaskState> parse_task_state(std::string_view s) noexcept;
@@ -65,15 +68,18 @@ struct QueueInfo {
 struct TaskInfo {
   TaskState state = TaskState::queued;
   /// The level of the stream it is in (queued, pending), or the one it goes to when due
-  /// (delayed). Dead letters do not record their level: normal.
+  /// (delayed), or of its backlog's list (backlog). Dead letters do not record their level:
+  /// normal.
   Priority level = Priority::normal;
-  /// The Redis key it sits in.
+  /// The Redis key it sits in (backlog: its tenant's list of that level, `<queue>:tenant:<t>`
+  /// with `:p:high` or `:p:low` for those levels).
   std::string key;
   /// In a partitioned queue, the stream of the partition it is in (`{orders:3}`); empty otherwise.
   /// `<partition>/<id>` names it exactly where an Inspector call takes an id (entry ids of
   /// different partitions can be equal).
   std::string partition;
-  /// The entry id in `key` (queued, pending, dead); for a delayed task its task_id.
+  /// The entry id in `key` (queued, pending, dead); for a delayed task or one in a backlog its
+  /// task_id (it has no entry id yet).
   std::string id;
   /// Every field of the entry, in order (task_id, task_type, payload, created_at, ...; a
   /// dead letter adds error, failed_at, original_id, consumer, reason).
@@ -128,7 +134,7 @@ struct TaskPage {
 /// Which tasks to list.
 struct TaskQuery {
   TaskState state = TaskState::queued;
-  /// Only this level (queued, pending); unset = every level, most important first.
+  /// Only this level (queued, pending, backlog); unset = every level, most important first.
   std::optional<Priority> level{};
   /// Where to continue (TaskPage::next_cursor); empty = from the start.
   std::string cursor{};
@@ -295,20 +301,31 @@ class Inspector {
   /// tasks all wait in its tenants' backlogs has no stream yet). Sorted by name.
   std::vector<QueueInfo> queues();
 
-  /// The queue's health (what StatsReader::read returns), for every group.
+  /// The queue's health (what StatsReader::read returns), for every group; with the tasks
+  /// waiting in its tenants' backlogs (QueueStats::backlog).
   QueueStats stats(const std::string& queue);
 
   /// One page of the queue's tasks in `query.state`. Queued: XRANGE after the group's
   /// last-delivered id; pending: XPENDING (extended form) and the bodies with XRANGE; delayed:
   /// the delayed set in due order (a script decodes its members); dead: XRANGE of the
-  /// dead-letter stream. Throws ConfigError for a count out of range or a cursor that is not
-  /// one of this state's.
+  /// dead-letter stream; backlog: the tasks waiting in the backlogs of the tenants of the ready
+  /// set, then of the waiting set (`<queue>:tenants:ready`, `:tenants:waiting`), each set in its
+  /// order, a tenant's levels high to low, each oldest first (one read-only script a page: ZRANGE
+  /// of the sets, LRANGE of the lists, the elements decoded; it looks at most at max(count,
+  /// 1,000) tenants, so a page may hold fewer than `count` tasks and still have a next_cursor).
+  /// While tenants are served, a backlog listing goes on: a tenant still at the score it had
+  /// from the index it reached in its list (tasks taken from its head meanwhile are skipped
+  /// over), a tenant whose turn moved it (a new pass, or to the waiting set) after where it stood
+  /// (its tasks may come again later in the listing); it may so skip or repeat a task, never
+  /// fails. Throws ConfigError for a count out of range or a cursor that is not one of this
+  /// state's.
   TaskPage tasks(const std::string& queue, const TaskQuery& query);
 
   /// One task by entry id (looked up directly in each level's stream, then in the dead-letter
   /// stream: ids of different streams can be equal, and the first found is returned) or by task_id (anything
   /// that is not an entry id: every key of the queue is scanned in pages of 1,000, O(queue size) round trips
-  /// but bounded memory).
+  /// but bounded memory: the level streams, the dead-letter stream, the delayed set, then the
+  /// tenants' backlogs, a page being 1,000 tasks or 1,000 tenants, as tasks() lists them).
   std::optional<TaskInfo> task(const std::string& queue, const std::string& id);
   /// The record of tracked task `task_id` (EnqueueOptions::retention): its state, attempts,
   /// times, worker, error, result and progress; nullopt when there is none (not tracked, or
@@ -358,7 +375,11 @@ class Inspector {
   /// has no entry yet), or nullopt when no delayed task has that id (it may have become due
   /// meanwhile).
   std::optional<std::string> run_now(const std::string& queue, const std::string& task_id);
-  /// Cancels a queued task (by entry id or task_id) or a delayed one (by task_id). A task a
+  /// Cancels a queued task (by entry id or task_id), a delayed one or one waiting in its
+  /// tenant's backlog (by task_id: found as task() finds it). A delayed or backlog task is
+  /// removed (ZREM, or LREM of its exact element) and ended cancelled in one script, its record
+  /// and event `cancelled`, its unique lock released; a tenant left with nothing waiting leaves
+  /// the ready and waiting sets (a backlog's list goes with its last element). A task a
   /// consumer holds is asked to stop (the answer is `running`): a cancel request
   /// `<level stream>:cancel:<entry id>` (kept 24 h) that its holder finds within one
   /// heartbeat_interval; the handler's stop_token is signalled (Task::stop_reason()

@@ -365,17 +365,24 @@ CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const s
     }
     return CancelOutcome::missing;
   }
-  // A task can move between the delayed set and a stream while it is looked for (a retry with
-  // backoff, a due task forwarded): look once more before answering missing.
+  // A task can move between the delayed set, its tenant's backlog and a stream while it is
+  // looked for (a retry with backoff, a due task forwarded, its tenant's turn): each place is
+  // searched in the order a task moves through them, and once more before answering missing.
+  const auto remove_waiting = [&](const std::string& key, const std::string& member, std::string_view kind) {
+    Argv argv = scripts.begin(detail::ScriptId::cancel_delayed, 1);
+    argv.add(key).add(member).add(keys.stream).add(kind);
+    connected();
+    const Reply r = scripts.call(detail::ScriptId::cancel_delayed, argv);
+    return r.view().check().integer() == 1;
+  };
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (auto d = find_delayed(keys, id)) {
-      Argv argv = scripts.begin(detail::ScriptId::cancel_delayed, 1);
-      argv.add(keys.delayed).add(d->member).add(keys.stream);
-      connected();
-      const Reply r = scripts.call(detail::ScriptId::cancel_delayed, argv);
-      if (r.view().check().integer() == 1) return CancelOutcome::cancelled;
+      if (remove_waiting(keys.delayed, d->member, "")) return CancelOutcome::cancelled;
     }
-    // Not delayed (the delayed set was just searched): queued, held, dead or gone.
+    if (auto b = find_backlog(keys, id)) {
+      if (remove_waiting(b->info.key, b->element, "backlog")) return CancelOutcome::cancelled;
+    }
+    // Not delayed nor in a backlog (just searched): queued, held, dead or gone.
     const auto found = find_in_streams(keys, id);
     if (!found) continue;
     if (found->state == TaskState::dead) return CancelOutcome::missing;

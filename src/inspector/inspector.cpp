@@ -32,12 +32,14 @@ std::string_view to_string(TaskState s) noexcept {
     case TaskState::pending: return "pending";
     case TaskState::delayed: return "delayed";
     case TaskState::dead: return "dead";
+    case TaskState::backlog: return "backlog";
   }
   return "queued";
 }
 
 std::optional<TaskState> parse_task_state(std::string_view s) noexcept {
-  for (TaskState t : {TaskState::queued, TaskState::pending, TaskState::delayed, TaskState::dead}) {
+  for (TaskState t :
+       {TaskState::queued, TaskState::pending, TaskState::delayed, TaskState::dead, TaskState::backlog}) {
     if (to_string(t) == s) return t;
   }
   return std::nullopt;

@@ -91,6 +91,7 @@ struct Inspector::Impl {
   TaskPage stream_page(const detail::QueueKeys& keys, const TaskQuery& q);
   TaskPage delayed_tasks(const detail::QueueKeys& keys, const TaskQuery& q);
   TaskPage dead_tasks(const detail::QueueKeys& keys, const TaskQuery& q);
+  TaskPage backlog_tasks(const detail::QueueKeys& keys, const TaskQuery& q);
 
   /// A member of the delayed set, with its bytes (what ZREM and run_delayed take) and score text.
   struct Delayed {
@@ -102,8 +103,35 @@ struct Inspector::Impl {
   std::vector<Delayed> delayed_page(const detail::QueueKeys& keys, std::string_view score,
                                     std::string_view after, std::size_t count);
   std::optional<Delayed> find_delayed(const detail::QueueKeys& keys, std::string_view task_id);
+
+  /// A task waiting in a tenant's backlog (TaskState::backlog), with its element's bytes (what
+  /// the LREM of a cancel takes; empty unless asked for).
+  struct Backlogged {
+    std::string element;
+    TaskInfo info;
+  };
+  /// Where a page of the backlogs starts (inspect_backlog.lua): in the ready (1) or waiting (2)
+  /// set, at the tenant that had `score` there, at its `level` (1 high to 3 low; 4: past it),
+  /// at `index` in that level's list.
+  struct BacklogAt {
+    int set = 1;
+    std::string score;
+    std::string tenant;
+    int level = 1;
+    std::int64_t index = 0;
+  };
+  struct BacklogPage {
+    std::vector<Backlogged> tasks;
+    std::optional<BacklogAt> next;  ///< unset: this was the last page
+  };
+  /// Up to `count` tasks of the backlogs of levels `first_level` to `last_level` (1 to 3) from
+  /// `at` (unset: the first), looking at `tenants` tenants at most; `bytes`: with each element.
+  BacklogPage backlog_page(const detail::QueueKeys& keys, const std::optional<BacklogAt>& at, int first_level,
+                           int last_level, std::size_t count, std::size_t tenants, bool bytes);
+  /// The backlog's task whose task_id is `task_id`, paging through every backlog.
+  std::optional<Backlogged> find_backlog(const detail::QueueKeys& keys, std::string_view task_id);
   /// A task by entry id or task_id: in the level streams and the dead-letter stream
-  /// (find_in_streams), then by task_id in the delayed set.
+  /// (find_in_streams), then by task_id in the delayed set and in the tenants' backlogs.
   std::optional<TaskInfo> find(const detail::QueueKeys& keys, const std::string& id);
   std::optional<TaskInfo> find_in_streams(const detail::QueueKeys& keys, const std::string& id);
 

@@ -31,6 +31,13 @@ using detail::to_hex;
 namespace {
 
 constexpr std::size_t kMostPageCount = 10000;  // TaskQuery::count
+/// Tenants a page of backlog tasks looks at, at least (a page of a larger count looks at as
+/// many tenants as its count): what bounds a page's cost when most tenants have nothing of the
+/// level listed.
+constexpr std::size_t kBacklogTenantsPerPage = 1000;
+
+/// A backlog's level in inspect_backlog.lua: 1 high, 2 normal, 3 low.
+int backlog_level(Priority p) { return p == Priority::high ? 1 : p == Priority::low ? 3 : 2; }
 
 }  // namespace
 
@@ -40,6 +47,7 @@ TaskPage Inspector::Impl::page(const detail::QueueKeys& keys, const TaskQuery& q
     case TaskState::pending: return stream_page(keys, q);
     case TaskState::delayed: return delayed_tasks(keys, q);
     case TaskState::dead: return dead_tasks(keys, q);
+    case TaskState::backlog: return backlog_tasks(keys, q);
   }
   throw ConfigError("unknown task state");
 }
@@ -231,6 +239,94 @@ TaskPage Inspector::Impl::dead_tasks(const detail::QueueKeys& keys, const TaskQu
   TaskPage page;
   page.tasks = entries(r.view().check(), TaskState::dead, Priority::normal, keys.dlq);
   if (page.tasks.size() == q.count) page.next_cursor = "x:(" + page.tasks.back().id;
+  return page;
+}
+
+Inspector::Impl::BacklogPage Inspector::Impl::backlog_page(const detail::QueueKeys& keys,
+                                                          const std::optional<BacklogAt>& at, int first_level,
+                                                          int last_level, std::size_t count, std::size_t tenants,
+                                                          bool bytes) {
+  const std::string ready = detail::tenants_ready_key(keys.stream);
+  const std::string waiting = detail::tenants_waiting_key(keys.stream);
+  Argv argv = scripts.begin(detail::ScriptId::inspect_backlog, 2);
+  argv.add(ready).add(waiting).add(keys.stream);
+  if (at) {
+    argv.add(std::int64_t{at->set}).add(at->score).add(at->tenant).add(std::int64_t{at->level}).add(at->index);
+  } else {
+    argv.add(std::int64_t{1}).add("").add("").add(std::int64_t{first_level}).add(std::int64_t{0});
+  }
+  argv.add(std::int64_t{first_level}).add(std::int64_t{last_level});
+  argv.add(static_cast<std::int64_t>(count)).add(static_cast<std::int64_t>(tenants)).add(bytes ? "1" : "");
+  connected();
+  const Reply r = scripts.call(detail::ScriptId::inspect_backlog, argv);
+  const ReplyView v = r.view().check();
+  BacklogPage out;
+  if (const ReplyView where = v[0]; where.size() == 5) {
+    out.next = BacklogAt{.set = static_cast<int>(where[0].as_int()),
+                         .score = std::string(where[1].str()),
+                         .tenant = std::string(where[2].str()),
+                         .level = static_cast<int>(where[3].as_int()),
+                         .index = where[4].as_int()};
+  }
+  out.tasks.reserve(v.size() - 1);
+  for (std::size_t i = 1; i < v.size(); ++i) {
+    const ReplyView item = v[i];
+    Backlogged b;
+    b.element = std::string(item[2].str());
+    TaskInfo& t = b.info;
+    t.state = TaskState::backlog;
+    t.key = std::string(item[0].str());
+    const std::int64_t level = item[1].as_int();
+    t.level = level == 1 ? Priority::high : level == 3 ? Priority::low : Priority::normal;
+    for (std::size_t j = 3; j + 1 < item.size(); j += 2) t.fields.emplace_back(item[j].str(), item[j + 1].str());
+    t.id = std::string(t.task_id());
+    out.tasks.push_back(std::move(b));
+  }
+  return out;
+}
+
+TaskPage Inspector::Impl::backlog_tasks(const detail::QueueKeys& keys, const TaskQuery& q) {
+  // Cursor "b:<set: 1 ready, 2 waiting>:<level 1-4>:<index>:<score>:<tenant, hex>": where the
+  // next page starts (BacklogAt).
+  std::optional<BacklogAt> at;
+  if (!q.cursor.empty()) {
+    std::vector<std::string_view> parts;
+    std::string_view rest(q.cursor);
+    for (std::size_t colon; parts.size() < 5 && (colon = rest.find(':')) != std::string_view::npos;) {
+      parts.push_back(rest.substr(0, colon));
+      rest.remove_prefix(colon + 1);
+    }
+    parts.push_back(rest);
+    const auto number = [](std::string_view s, std::int64_t& out) {
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+      return !s.empty() && ec == std::errc() && end == s.data() + s.size() && out >= 0;
+    };
+    BacklogAt a;
+    std::int64_t set = 0, level = 0;
+    const auto tenant = parts.size() == 6 ? from_hex(parts[5]) : std::nullopt;
+    bool ok = tenant && !tenant->empty() && parts[0] == "b" && number(parts[1], set) && (set == 1 || set == 2) &&
+              number(parts[2], level) && level >= 1 && level <= 4 && number(parts[3], a.index) && !parts[4].empty();
+    if (ok) {
+      a.score = std::string(parts[4]);
+      char* end = nullptr;
+      std::strtod(a.score.c_str(), &end);  // a pass, a due time, or inf (a paused tenant)
+      ok = end == a.score.c_str() + a.score.size();
+    }
+    if (!ok) throw ConfigError(bad_cursor(q.cursor, q.state));
+    a.set = static_cast<int>(set);
+    a.level = static_cast<int>(level);
+    a.tenant = *tenant;
+    at = std::move(a);
+  }
+  const int first = q.level ? backlog_level(*q.level) : 1, last = q.level ? backlog_level(*q.level) : 3;
+  BacklogPage got = backlog_page(keys, at, first, last, q.count, std::max(q.count, kBacklogTenantsPerPage), false);
+  TaskPage page;
+  for (Backlogged& b : got.tasks) page.tasks.push_back(std::move(b.info));
+  if (got.next) {
+    const BacklogAt& n = *got.next;
+    page.next_cursor = "b:" + std::to_string(n.set) + ":" + std::to_string(n.level) + ":" + std::to_string(n.index) +
+                       ":" + n.score + ":" + to_hex(n.tenant);
+  }
   return page;
 }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The Inspector finding one task by entry id or task_id: in the level streams, the dead-letter
-// stream, then the delayed set.
+// stream, then the delayed set and the tenants' backlogs.
 #include <algorithm>
 #include <charconv>
 
@@ -20,7 +20,7 @@ using detail::Reply;
 
 namespace {
 
-constexpr std::size_t kScanPage = 1000;  // entries per XRANGE page of a task_id search
+constexpr std::size_t kScanPage = 1000;  // entries (and tenants) per page of a task_id search
 
 }  // namespace
 
@@ -38,10 +38,24 @@ std::optional<Inspector::Impl::Delayed> Inspector::Impl::find_delayed(const deta
   }
 }
 
+std::optional<Inspector::Impl::Backlogged> Inspector::Impl::find_backlog(const detail::QueueKeys& keys,
+                                                                          std::string_view task_id) {
+  std::optional<BacklogAt> at;
+  for (;;) {
+    BacklogPage got = backlog_page(keys, at, 1, 3, kScanPage, kScanPage, true);
+    for (Backlogged& b : got.tasks) {
+      if (!b.info.id.empty() && b.info.id == task_id) return std::move(b);
+    }
+    if (!got.next) return std::nullopt;
+    at = std::move(got.next);
+  }
+}
+
 std::optional<TaskInfo> Inspector::Impl::find(const detail::QueueKeys& keys, const std::string& id) {
   if (auto t = find_in_streams(keys, id)) return t;
-  if (is_entry_id(id)) return std::nullopt;  // delayed tasks have no entry id
+  if (is_entry_id(id)) return std::nullopt;  // delayed tasks and a backlog's have no entry id
   if (auto d = find_delayed(keys, id)) return std::move(d->info);
+  if (auto b = find_backlog(keys, id)) return std::move(b->info);
   return std::nullopt;
 }
 

@@ -164,6 +164,20 @@ inline std::string tenant_defaults_key(std::string_view stream) {
   return std::string(stream) + ":tenants:defaults";
 }
 
+/// The sets of queue (or partition) `stream`'s tenants that have a backlog: those that may run
+/// now (by pass), and those that wait (by when to look again). See src/lua/lib/tenants.lua.
+inline std::string tenants_ready_key(std::string_view stream) { return std::string(stream) + ":tenants:ready"; }
+inline std::string tenants_waiting_key(std::string_view stream) {
+  return std::string(stream) + ":tenants:waiting";
+}
+/// Tenant `tenant`'s backlog of level `level` (a list), the suffixes of the level streams'.
+inline std::string tenant_backlog_key(std::string_view stream, std::string_view tenant, Priority level) {
+  std::string key = std::string(stream) + ":tenant:" + std::string(tenant);
+  if (level == Priority::high) key += ":p:high";
+  if (level == Priority::low) key += ":p:low";
+  return key;
+}
+
 /// Most partitions a queue may have (ProducerOptions::partitions, ...).
 inline constexpr int kMaxPartitions = 1024;
 

@@ -68,7 +68,8 @@ int disagreements(Inspector& in, const std::string& queue, const std::vector<std
           case TaskState::pending:
             ok = s == State::queued || s == State::retrying || s == State::running;
             break;
-          case TaskState::queued: ok = s == State::queued || s == State::retrying; break;
+          case TaskState::queued:
+          case TaskState::backlog: ok = s == State::queued || s == State::retrying; break;
           case TaskState::delayed: ok = s == State::delayed || s == State::retrying; break;
           case TaskState::dead: ok = s == State::dead; break;
         }

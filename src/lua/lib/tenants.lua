@@ -24,6 +24,9 @@
 --     for the others; `defaults`: tenant_defaults(queue) when the caller has it, else nil.
 --   tenant_max_len(queue, tenant): its max_len, nil for none; tenant_depth(queue, tenant): the
 --     tasks in its backlog.
+--   tenant_emptied(queue, tenant): a task left tenant `tenant`'s backlog other than by its turn
+--     (cancel_delayed.lua): when none is left, the tenant leaves the ready and waiting sets, as
+--     its turn would find (a paused tenant, waiting at '+inf', has no turn to find it).
 --   tenant_turns(queue, t, pass, bound, most, now, lease, group, settings): the turns of ready
 --     tenant `t`, its pass `pass`, while its pass stays below `bound` (the next ready tenant's)
 --     and fewer than `most` tasks moved. In a turn it waits (paused; at its concurrency limit;
@@ -86,6 +89,12 @@ local function tenant_depth(queue, tenant)
   local base, len = queue .. ':tenant:' .. tenant, 0
   for _, level in ipairs(TENANT_LEVELS) do len = len + redis.call('LLEN', base .. level) end
   return len
+end
+
+local function tenant_emptied(queue, tenant)
+  if not tenant or tenant == '' or tenant_depth(queue, tenant) > 0 then return end
+  redis.call('ZREM', queue .. ':tenants:ready', tenant)
+  redis.call('ZREM', queue .. ':tenants:waiting', tenant)
 end
 
 -- The slots still held; those whose lease ended are kept (with a new lease) while their entry
