@@ -102,6 +102,17 @@ struct QueueStats {
   std::int64_t dlq_entries_added = 0;
   /// ZCARD of `<stream>:delayed` (delayed tasks; 0 while no task is delayed).
   std::int64_t delayed = 0;
+  /// Tasks waiting in the backlogs of the queue's tenants (EnqueueOptions::tenant,
+  /// docs/tenants.md), every level: the LLEN of each backlog of the tenants in
+  /// `<stream>:tenants:ready` and `:tenants:waiting`, summed. Not in `length` (they are in no
+  /// stream yet). A snapshot costs three LLEN per such tenant, so it is counted only while a
+  /// partition has at most 1,000 of them (backlog_tenants): unset beyond (Inspector::tenants
+  /// lists the largest backlogs), and unset when the user may not read the tenants' keys
+  /// (NOPERM: see the stats role of docs/operations.md).
+  std::optional<std::int64_t> backlog;
+  /// The tenants that have a backlog (ZCARD of the ready and waiting sets); unset when the user
+  /// may not read them.
+  std::optional<std::int64_t> backlog_tenants;
   /// When the next delayed task is due (ms since the Unix epoch, by the server's clock), and
   /// how long from now that is (negative: overdue, the forwarders are behind); empty when no
   /// task is delayed.
@@ -121,7 +132,8 @@ struct QueueStats {
   [[deprecated("QueueStats::pending_total counts every level now")]] std::int64_t total_pending = 0;
 
   /// JSON object; the seed's keys (queue_length = `length`, pending_total, consumers_active,
-  /// dlq_length, oldest_message) plus everything above (`levels`: an array of objects with
+  /// dlq_length, oldest_message) plus everything above (`backlog` and `backlog_tenants` null when
+  /// unset; `levels`: an array of objects with
   /// `level`, `stream`, `exists`, `length`, `entries_added`, `pending`, `lag`,
   /// `oldest_entry_age_ms`; `total_length` and `total_pending`, deprecated: the same as
   /// `queue_length` and `pending_total`).
@@ -156,7 +168,9 @@ class StatsReader {
   /// > 1). Issues (pipelined) TIME, EXISTS, XINFO STREAM, XINFO GROUPS, XLEN and
   /// XINFO STREAM of the dead-letter stream, ZCARD and the first member of the delayed set, EXISTS, XINFO
   /// STREAM and XINFO GROUPS of the high and low priority streams, then XINFO CONSUMERS and an XPENDING per
-  /// group (of the normal stream). All read-only.
+  /// group (of the normal stream), then ZCARD and ZRANGE (the first 1,000) of the tenants' ready and
+  /// waiting sets and, when those are all of them, three LLEN per tenant (QueueStats::backlog). All
+  /// read-only.
   /// @throws ConnectionError / TimeoutError, ReplyError (e.g. WRONGTYPE, NOPERM).
   QueueStats read();
 

@@ -47,6 +47,8 @@ std::string QueueStats::to_json() const {
       {"dlq_length", dlq_length},
       {"dlq_entries_added", dlq_entries_added},
       {"delayed", delayed},
+      {"backlog", backlog ? json(*backlog) : json(nullptr)},
+      {"backlog_tenants", backlog_tenants ? json(*backlog_tenants) : json(nullptr)},
       {"next_delayed_due_ms", next_delayed_due_ms ? json(*next_delayed_due_ms) : json(nullptr)},
       {"next_delayed_due_in_ms", next_delayed_due_in_ms ? json(*next_delayed_due_in_ms) : json(nullptr)},
       {"oldest_message", oldest_entry_id.empty() ? json(nullptr) : json(oldest_entry_id)},

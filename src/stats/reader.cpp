@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // StatsReader, and the snapshot of one queue read from Redis: two pipelines (XINFO, XLEN,
-// ZCARD, XPENDING, ...) and the checks of their replies (detail::read_queue_stats).
+// ZCARD, XPENDING, ...) and the checks of their replies (detail::read_queue_stats), then the
+// tenants' backlogs (two more).
 #include "streamq/stats.hpp"
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <mutex>
 
 #include "redis/connection.hpp"
@@ -201,13 +203,58 @@ class StatsQuery {
     }
   }
 
+  /// QueueStats::backlog_tenants and backlog: the sizes of the tenants' ready and waiting sets
+  /// and their first kMostBacklogTenants members, then, when that is all of them, the LLEN of
+  /// each one's three backlogs. Both stay unset for a user who may not read those keys.
+  void read_backlog(detail::Connection& conn, QueueStats& st) const {
+    using detail::Argv;
+    const std::string ready = detail::tenants_ready_key(keys.stream);
+    const std::string waiting = detail::tenants_waiting_key(keys.stream);
+    const std::string last = std::to_string(kMostBacklogTenants - 1);
+    std::vector<Argv> reads;
+    reads.push_back(Argv{"ZCARD", ready});
+    reads.push_back(Argv{"ZCARD", waiting});
+    reads.push_back(Argv{"ZRANGE", ready, "0", last});
+    reads.push_back(Argv{"ZRANGE", waiting, "0", last});
+    const std::vector<detail::Reply> sets = conn.pipeline(reads);
+    for (const detail::Reply& r : sets) {
+      if (r.view().is_error() && r.view().error().starts_with("NOPERM")) return;  // (documented: unset)
+    }
+    const std::int64_t tenants = count_of(sets[0].view().check(), "ZCARD") + count_of(sets[1].view().check(), "ZCARD");
+    st.backlog_tenants = tenants;
+    if (tenants == 0) st.backlog = 0;
+    if (tenants == 0 || tenants > kMostBacklogTenants) return;
+    std::vector<std::string> lists;
+    for (const detail::Reply& r : {std::cref(sets[2]), std::cref(sets[3])}) {
+      const detail::ReplyView names = r.view().check();
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        for (Priority p : {Priority::high, Priority::normal, Priority::low}) {
+          lists.push_back(detail::tenant_backlog_key(keys.stream, names[i].str(), p));
+        }
+      }
+    }
+    std::vector<Argv> lengths;
+    lengths.reserve(lists.size());
+    for (const std::string& list : lists) lengths.push_back(Argv{"LLEN", list});
+    std::int64_t backlog = 0;
+    for (const detail::Reply& r : conn.pipeline(lengths)) {
+      if (r.view().is_error() && r.view().error().starts_with("NOPERM")) return;
+      backlog += count_of(r.view().check(), "LLEN");
+    }
+    st.backlog = backlog;
+  }
+
   QueueStats read(detail::Connection& conn) const {
     QueueStats st = parse_first(conn.pipeline(first_commands()));
     if (st.exists) parse_groups(st, conn.pipeline(group_commands(st)));
+    read_backlog(conn, st);
     return st;
   }
 
   static constexpr std::size_t kFirstReplies = 14;
+  /// Most tenants with a backlog (per partition) whose backlogs a snapshot adds up
+  /// (QueueStats::backlog): three LLEN each.
+  static constexpr std::int64_t kMostBacklogTenants = 1000;
 
   const StatsOptions& options;
   detail::QueueKeys keys;

@@ -22,7 +22,7 @@ void keep_min(std::optional<T>& into, const std::optional<T>& v) {
   if (v && (!into || *v < *into)) into = v;
 }
 
-/// A sum of lags: unknown as soon as one of them is.
+/// A sum of lags (or of other counts that may be unknown): unknown as soon as one of them is.
 void add_lag(std::optional<std::int64_t>& into, const std::optional<std::int64_t>& v) {
   into = into && v ? std::optional<std::int64_t>(*into + *v) : std::nullopt;
 }
@@ -58,7 +58,17 @@ QueueStats sum_partitions(const std::string& queue, std::vector<QueueStats> part
   total.stream = queue;
   total.partitions = static_cast<int>(parts.size());
   const detail::QueueKeys names = detail::queue_keys(queue);
+  bool first = true;
   for (QueueStats& p : parts) {
+    // The backlog counts: unknown as soon as one partition's is.
+    if (first) {
+      total.backlog = p.backlog;
+      total.backlog_tenants = p.backlog_tenants;
+    } else {
+      add_lag(total.backlog, p.backlog);
+      add_lag(total.backlog_tenants, p.backlog_tenants);
+    }
+    first = false;
     total.exists = total.exists || p.exists;
     total.length += p.length;
     total.entries_added += p.entries_added;
