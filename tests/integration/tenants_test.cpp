@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -470,6 +471,251 @@ TEST_F(TenantsTest, AnIdleWorkerTakesATenantsTasksWithoutWaitingOutItsBlock) {
   p.enqueue("work", "{}", {.tenant = "a"});
   ASSERT_TRUE(wait_until([&] { return runs == 2; }, 10s));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+}
+
+// The tasks waiting in the tenants' backlogs are listed a page at a time: the tenants in the
+// ready set's order (all at the same pass: by name), each one's levels high to low, oldest first.
+TEST_F(TenantsTest, BacklogTasksAreListedPageByPageWithACursor) {
+  Producer p = big_producer();
+  std::vector<std::string> expected;  // task ids in the listing's order
+  std::vector<TaskSpec> tasks;
+  const auto add = [&](const std::string& tenant, int n, Priority level) {
+    for (int i = 0; i < n; ++i) {
+      const std::string id = tenant + "-" + std::string(to_string(level)) + "-" + std::to_string(i);
+      tasks.push_back(
+          {"work", nlohmann::json{{"t", tenant}}, {.task_id = id, .priority = level, .tenant = tenant}});
+    }
+  };
+  add("c", 50, Priority::low);
+  add("a", 100, Priority::normal);
+  add("b", 60, Priority::normal);  // enqueued before its high ones: listed after them
+  add("b", 40, Priority::high);
+  p.enqueue_batch(tasks);
+  for (const auto& [prefix, n] : std::vector<std::pair<std::string, int>>{
+           {"a-normal-", 100}, {"b-high-", 40}, {"b-normal-", 60}, {"c-low-", 50}}) {
+    for (int i = 0; i < n; ++i) expected.push_back(prefix + std::to_string(i));
+  }
+  ASSERT_EQ(xlen(stream), 0);
+
+  Inspector in = inspector();
+  std::vector<std::string> listed;
+  std::vector<std::size_t> sizes;
+  TaskQuery q{.state = TaskState::backlog, .count = 100};
+  for (int page = 0; page < 10; ++page) {
+    const TaskPage got = in.tasks(stream, q);
+    sizes.push_back(got.tasks.size());
+    for (const TaskInfo& t : got.tasks) {
+      EXPECT_EQ(t.state, TaskState::backlog);
+      EXPECT_EQ(t.id, t.task_id());
+      const std::string tenant(t.field("streamq_tenant"));
+      EXPECT_EQ(t.key, detail::tenant_backlog_key(stream, tenant, t.level)) << t.id;
+      EXPECT_EQ(t.id.substr(0, t.id.find('-', 2)), tenant + "-" + std::string(to_string(t.level)));
+      EXPECT_EQ(t.task_type(), "work");
+      EXPECT_TRUE(t.partition.empty());
+      listed.push_back(t.id);
+    }
+    if (got.next_cursor.empty()) break;
+    EXPECT_TRUE(got.next_cursor.starts_with("b:")) << got.next_cursor;
+    q.cursor = got.next_cursor;
+  }
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{100, 100, 50}));
+  EXPECT_EQ(listed, expected);
+  EXPECT_EQ(to_string(TaskState::backlog), "backlog");
+  EXPECT_EQ(parse_task_state("backlog"), TaskState::backlog);
+
+  // One level only.
+  const TaskPage high = in.tasks(stream, {.state = TaskState::backlog, .level = Priority::high, .count = 1000});
+  ASSERT_EQ(high.tasks.size(), 40U);
+  EXPECT_TRUE(high.next_cursor.empty());
+  for (const TaskInfo& t : high.tasks) EXPECT_EQ(t.level, Priority::high);
+  EXPECT_EQ(high.tasks.front().id, "b-high-0");
+
+  for (const char* bad :
+       {"x", "b:3:1:0:0:61", "b:1:5:0:0:61", "b:1:1:0:0:6", "b:1:1:-1:0:61", "b:1:1:0:zero:61", "d:0:61"}) {
+    EXPECT_THROW(in.tasks(stream, {.state = TaskState::backlog, .cursor = bad}), ConfigError) << bad;
+  }
+  EXPECT_THROW(in.tasks(stream, {.state = TaskState::queued, .cursor = "b:1:1:0:0:61"}), ConfigError);
+}
+
+// A listing goes on while the tenants are served: a tenant whose turns moved it (a new pass, or
+// gone from the set) is continued after where it stood; nothing throws, and every tenant's
+// tasks after the cursor's are still listed.
+TEST_F(TenantsTest, ABacklogListingGoesOnWhileTheTenantsAreServed) {
+  Producer p = big_producer();
+  enqueue_for(p, "a", 20);
+  enqueue_for(p, "b", 20);
+  enqueue_for(p, "c", 20);
+  Inspector in = inspector();
+  const auto tenants_of = [](const TaskPage& page) {
+    std::vector<std::string> out;
+    for (const TaskInfo& t : page.tasks) out.emplace_back(t.field("streamq_tenant"));
+    return out;
+  };
+  TaskPage first = in.tasks(stream, {.state = TaskState::backlog, .count = 15});
+  ASSERT_EQ(first.tasks.size(), 15U);
+  // a's turns took it all meanwhile: it left the ready set, its list is gone.
+  client.cmd({"DEL", stream + ":tenant:a"});
+  client.cmd({"ZREM", stream + ":tenants:ready", "a"});
+  TaskPage second = in.tasks(stream, {.state = TaskState::backlog, .cursor = first.next_cursor, .count = 25});
+  const std::vector<std::string> got = tenants_of(second);
+  ASSERT_EQ(got.size(), 25U);
+  EXPECT_EQ(std::count(got.begin(), got.end(), "b"), 20);
+  EXPECT_EQ(std::count(got.begin(), got.end(), "c"), 5);
+  EXPECT_EQ(second.tasks.front().task_id(),
+            in.tasks(stream, {.state = TaskState::backlog, .count = 1}).tasks[0].task_id());
+  // b was served 3 tasks and went on at a later pass: the listing goes on after where it stood
+  // (c), and comes to b again.
+  for (int i = 0; i < 3; ++i) client.cmd({"LPOP", stream + ":tenant:b"});
+  client.cmd({"ZADD", stream + ":tenants:ready", "3000000", "b"});
+  std::vector<std::string> rest;
+  std::string cursor = second.next_cursor;
+  for (int page = 0; page < 20 && !cursor.empty(); ++page) {
+    const TaskPage next = in.tasks(stream, {.state = TaskState::backlog, .cursor = cursor, .count = 7});
+    for (const std::string& t : tenants_of(next)) rest.push_back(t);
+    cursor = next.next_cursor;
+  }
+  EXPECT_TRUE(cursor.empty());
+  EXPECT_EQ(std::count(rest.begin(), rest.end(), "c"), 15);
+  EXPECT_EQ(std::count(rest.begin(), rest.end(), "b"), 17);
+  EXPECT_EQ(rest.front(), "c");
+  EXPECT_EQ(rest.back(), "b");
+}
+
+// In a partitioned queue the backlogs of every partition are listed, each task with its
+// partition, and the cursor names the partition it goes on in.
+TEST_F(TenantsTest, APartitionedQueuesBacklogsAreListedPartitionByPartition) {
+  constexpr int kPartitions = 4;
+  const std::string queue = "tb-" + std::to_string(::getpid());
+  auto o = options();
+  o.stream = queue;
+  o.partitions = kPartitions;
+  {
+    // A worker creates the partitions' streams: how the Inspector knows the queue's partitions.
+    RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [](const Task&) {}); });
+    const std::string last = detail::partition_stream(queue, kPartitions, kPartitions - 1);
+    ASSERT_TRUE(wait_until([&] { return client.integer({"EXISTS", last}) == 1; }, 10s));
+  }
+  Inspector in = inspector();
+  Producer p({.connection = {.url = server.url()}, .stream = queue, .partitions = kPartitions});
+  std::set<std::string> ids;
+  for (int t = 0; t < 8; ++t) {
+    in.pause_tenant(queue, "t" + std::to_string(t));  // (else the first task goes straight to its stream)
+    for (int i = 0; i < 5; ++i) ids.insert(p.enqueue("work", "{}", {.tenant = "t" + std::to_string(t)}));
+  }
+  std::set<std::string> listed, partitions;
+  TaskQuery q{.state = TaskState::backlog, .count = 7};
+  int pages = 0;
+  for (; pages < 20; ++pages) {
+    const TaskPage got = in.tasks(queue, q);
+    for (const TaskInfo& t : got.tasks) {
+      EXPECT_TRUE(listed.insert(t.id).second) << t.id;
+      EXPECT_TRUE(detail::is_partition_of(queue, t.partition)) << t.partition;
+      EXPECT_TRUE(t.key.starts_with(t.partition + ":tenant:")) << t.key;
+      partitions.insert(t.partition);
+    }
+    if (got.next_cursor.empty()) break;
+    EXPECT_NE(got.next_cursor.find("/b:"), std::string::npos) << got.next_cursor;
+    q.cursor = got.next_cursor;
+  }
+  EXPECT_EQ(listed, ids);
+  EXPECT_GT(partitions.size(), 1U);
+  const std::string one = *ids.begin();
+  const auto found = in.task(queue, one);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->state, TaskState::backlog);
+  EXPECT_FALSE(found->partition.empty());
+  const QueueStats st = in.stats(queue);
+  EXPECT_EQ(st.backlog, 40);
+  EXPECT_EQ(st.backlog_tenants, 8);
+  EXPECT_EQ(in.cancel(queue, one), CancelOutcome::cancelled);
+  EXPECT_EQ(in.stats(queue).backlog, 39);
+}
+
+// task() finds a task waiting in its tenant's backlog by its task_id, with its record.
+TEST_F(TenantsTest, ATaskInItsTenantsBacklogIsFoundByItsTaskId) {
+  Producer p = big_producer();
+  enqueue_for(p, "a", 1500);  // more than a page of the search
+  const std::string id =
+      p.enqueue("work", "{}", {.priority = Priority::low, .retention = Retention{.done = 1h}, .tenant = "a"});
+  Inspector in = inspector();
+  const auto found = in.task(stream, id);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->state, TaskState::backlog);
+  EXPECT_EQ(found->id, id);
+  EXPECT_EQ(found->level, Priority::low);
+  EXPECT_EQ(found->key, stream + ":tenant:a:p:low");
+  EXPECT_EQ(found->field("streamq_tenant"), "a");
+  ASSERT_TRUE(found->record);
+  EXPECT_EQ(found->record->state, TaskRecord::State::queued);
+  EXPECT_FALSE(in.task(stream, "no-such-task"));
+  const auto last = in.tasks(stream, {.state = TaskState::backlog, .count = 1500}).tasks.back();
+  const auto again = in.task(stream, std::string(last.task_id()));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->fields, last.fields);
+}
+
+// Cancelling a task waiting in its tenant's backlog removes it and ends it cancelled; a paused
+// tenant (waiting at +inf, which no turn looks at) whose last task is cancelled leaves no keys.
+TEST_F(TenantsTest, CancellingATaskInItsTenantsBacklogRemovesIt) {
+  Inspector in = inspector();
+  in.pause_tenant(stream, "a");
+  Producer p = producer();
+  const std::string first = p.enqueue("work", "{}", {.retention = Retention{.done = 1h}, .tenant = "a"});
+  const std::string second = p.enqueue("work", "{}", {.priority = Priority::high, .tenant = "a"});
+  {
+    // A worker's dispatch finds the tenant paused: it waits at +inf.
+    RunningConsumer rc(options(), [&](Consumer& c) { c.on("work", [](const Task&) {}); });
+    ASSERT_TRUE(wait_until(
+        [&] { return client.cmd({"ZSCORE", stream + ":tenants:waiting", "a"}).view().is_string(); }, 10s));
+  }
+  EXPECT_EQ(in.cancel(stream, first), CancelOutcome::cancelled);
+  EXPECT_EQ(client.integer({"EXISTS", stream + ":tenant:a"}), 0) << "its emptied backlog is gone";
+  EXPECT_EQ(client.integer({"LLEN", stream + ":tenant:a:p:high"}), 1);
+  const auto record = in.record(stream, first);
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->state, TaskRecord::State::cancelled);
+  EXPECT_FALSE(in.task(stream, first));
+  EXPECT_EQ(in.cancel(stream, first), CancelOutcome::missing);
+  EXPECT_EQ(in.tenants(stream).size(), 1U);
+  EXPECT_EQ(in.cancel(stream, second), CancelOutcome::cancelled);
+  EXPECT_TRUE(tenant_keys().empty()) << ::testing::PrintToString(tenant_keys());
+  EXPECT_TRUE(in.tenants(stream).empty());
+  EXPECT_TRUE(in.tasks(stream, {.state = TaskState::backlog}).tasks.empty());
+  // Its tasks after a resume run as any.
+  in.resume_tenant(stream, "a");
+  p.enqueue("work", "{}", {.tenant = "a"});
+  std::atomic<int> runs{0};
+  RunningConsumer rc(options(), [&](Consumer& c) { c.on("work", [&](const Task&) { ++runs; }); });
+  EXPECT_TRUE(wait_until([&] { return runs == 1; }, 10s));
+}
+
+// The stats count the tasks waiting in the backlogs, and the tenants that have one; beyond
+// 1,000 such tenants the count is left unknown, not guessed.
+TEST_F(TenantsTest, StatsCountTheTasksWaitingInTheBacklogs) {
+  Producer p = big_producer();
+  enqueue_for(p, "a", 7);
+  p.enqueue("work", "{}", {.priority = Priority::high, .tenant = "b"});
+  p.enqueue("work", "{}", {.priority = Priority::low, .tenant = "c"});
+  p.enqueue("work", "{}");
+  Inspector in = inspector();
+  QueueStats st = in.stats(stream);
+  EXPECT_EQ(st.backlog, 9);
+  EXPECT_EQ(st.backlog_tenants, 3);
+  EXPECT_EQ(st.length, 1) << "a backlog's tasks are in no stream yet";
+  const auto json = nlohmann::json::parse(st.to_json());
+  EXPECT_EQ(json["backlog"], 9);
+  EXPECT_EQ(json["backlog_tenants"], 3);
+  StatsReader reader({.connection = {.url = server.url()}, .stream = stream});
+  EXPECT_EQ(reader.read().backlog, 9);
+  EXPECT_EQ(StatsReader({.connection = {.url = server.url()}, .stream = stream + "-none"}).read().backlog, 0);
+
+  std::vector<TaskSpec> many;
+  for (int i = 0; i < 1000; ++i) many.push_back({"work", "{}", {.tenant = "many-" + std::to_string(i)}});
+  p.enqueue_batch(many);
+  st = in.stats(stream);
+  EXPECT_FALSE(st.backlog);
+  EXPECT_EQ(st.backlog_tenants, 1003);
+  EXPECT_TRUE(nlohmann::json::parse(st.to_json())["backlog"].is_null());
 }
 
 TEST_F(TenantsTest, BadTenantSettingsAreConfigErrors) {
