@@ -297,6 +297,30 @@ class CliTest(RedisTestCase):
         self.assertFalse(self.tenants(self.q)[0]["acme"]["paused"])
         self.assertEqual(json.loads(self.cli("tenants", "list", "nobody", "--format", "json").stdout), {"tenants": []})
 
+    def test_tasks_waiting_in_tenants_backlogs_are_listed_found_and_cancelled(self):
+        lines = "".join(json.dumps({"type": "send_email", "payload": {"n": i}, "task_id": "acme-%d" % i,
+                                    "tenant": "acme"}) + "\n" for i in range(3))
+        lines += json.dumps({"type": "send_email", "payload": {}, "task_id": "globex-0", "tenant": "globex",
+                             "priority": "high"}) + "\n"
+        self.cli("enqueue", self.q, "--stdin", stdin=lines)
+        page = json.loads(self.cli("tasks", self.q, "--state", "backlog", "--count", "3", "--format", "json").stdout)
+        self.assertEqual([t["id"] for t in page["tasks"]], ["acme-0", "acme-1", "acme-2"])
+        self.assertEqual({t["state"] for t in page["tasks"]}, {"backlog"})
+        self.assertEqual(page["tasks"][0]["key"], self.q + ":tenant:acme")
+        rest = json.loads(self.cli("tasks", self.q, "--state", "backlog", "--cursor", page["next_cursor"],
+                                   "--format", "json").stdout)
+        self.assertEqual([(t["id"], t["level"]) for t in rest["tasks"]], [("globex-0", "high")])
+        table = self.cli("tasks", self.q, "--state", "backlog", "--level", "high").stdout
+        self.assertIn("tenant globex", table)
+        self.assertNotIn("acme", table)
+        task = json.loads(self.cli("task", self.q, "acme-1", "--format", "json").stdout)
+        self.assertEqual((task["state"], task["fields"]["streamq_tenant"]), ("backlog", "acme"))
+        self.assertEqual(self.cli("cancel", self.q, "acme-1", "--yes", check=False).returncode, 0)
+        self.assertEqual(self.r.llen(self.q + ":tenant:acme"), 2)
+        self.assertEqual(self.cli("cancel", self.q, "acme-1", "--yes", check=False).returncode, 3)
+        stats = json.loads(self.cli("stats", self.q, "--format", "json").stdout)
+        self.assertEqual((stats[0]["backlog"], stats[0]["backlog_tenants"]), (3, 2))
+
     def test_bad_tenant_settings_are_refused_with_what_is_wrong(self):
         self.cli("enqueue", self.q, "send_email", '{"to":"a@acme.test"}', "--tenant", "acme")
         for args, message in ((["--weight", "0"], "a tenant's weight must be > 0 and <= 1,000,000"),

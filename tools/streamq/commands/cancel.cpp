@@ -29,7 +29,7 @@ int cancel(const Context& g, const CancelArgs& a) {
                    "(a worker that takes it over does not run it)\n";
       return failed;
     case CancelOutcome::missing:
-      std::cerr << "streamq: no queued or delayed task " << a.id << "\n";
+      std::cerr << "streamq: no queued, delayed or backlog task " << a.id << "\n";
       return not_found;
   }
   return usage;
@@ -39,8 +39,10 @@ int cancel(const Context& g, const CancelArgs& a) {
 
 void add_cancel(CLI::App& app, Context& ctx) {
   auto a = std::make_shared<CancelArgs>();
-  auto* sub = add_queue_command(
-      app, "cancel", "cancel a queued or delayed task, or ask the worker running one to stop it", a->queue);
+  auto* sub = add_queue_command(app, "cancel",
+                                "cancel a queued or delayed task or one in its tenant's backlog, or ask the "
+                                "worker running one to stop it",
+                                a->queue);
   sub->add_option("id", a->id, "entry id (<partition>/<ms>-<seq> in a partitioned queue) or task_id")
       ->required();
   add_yes(sub, a->yes);

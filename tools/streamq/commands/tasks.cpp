@@ -35,6 +35,7 @@ void print_tasks(const Context& g, const std::vector<TaskInfo>& tasks, const std
         detail = std::string(task.field("reason")) + ": " + std::string(task.field("error"));
         break;
       case TaskState::queued: detail = "retry " + std::string(task.field("retry_count")); break;
+      case TaskState::backlog: detail = "tenant " + std::string(task.field("streamq_tenant")); break;
     }
     // In a partitioned queue an id is written with its partition, as the commands that act take it.
     const std::string id = task.partition.empty() ? task.id : task.partition + "/" + task.id;
@@ -83,10 +84,10 @@ void add_tasks(CLI::App& app, Context& ctx) {
   auto a = std::make_shared<ListArgs>();
   auto* sub =
       add_queue_command(app, "tasks", "list tasks of a queue in one state, a page at a time", a->queue);
-  sub->add_option("--state", a->state, "queued, pending, delayed or dead")
-      ->check(CLI::IsMember({"queued", "pending", "delayed", "dead"}))
+  sub->add_option("--state", a->state, "queued, pending, delayed, dead or backlog (waiting in a tenant's backlog)")
+      ->check(CLI::IsMember({"queued", "pending", "delayed", "dead", "backlog"}))
       ->capture_default_str();
-  sub->add_option("--level", a->level, "only this priority level (queued, pending)")
+  sub->add_option("--level", a->level, "only this priority level (queued, pending, backlog)")
       ->check(CLI::IsMember({"high", "normal", "low"}));
   add_page(sub, a->count, a->cursor, "tasks per page");
   sub->add_flag("--all", a->all, "every page, printed as they come");

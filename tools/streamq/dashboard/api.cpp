@@ -199,7 +199,7 @@ void add_api(httplib::Server& server, const Api& api) {
   read(server, api, "/api/tasks", [](Inspector& in, const httplib::Request& req) {
     const std::string name = required_param(req, "name");
     const auto state = parse_task_state(required_param(req, "state"));
-    if (!state) throw BadRequest("state must be queued, pending, delayed or dead");
+    if (!state) throw BadRequest("state must be queued, pending, delayed, dead or backlog");
     const std::size_t count = count_param(req, 20, 500);
     const TaskPage p = in.tasks(
         name,
