@@ -270,8 +270,10 @@ TEST_F(AclRoles, AWorkerThatCannotTellWhichNamesAreFreeRunsUnderAUniqueName) {
 TEST_F(AclRoles, StatsReadsAndChangesNothing) {
   if (!supported()) return;
   Producer({.connection = {.url = url("producer")}, .stream = queue}).enqueue("t", R"({})");
+  Producer({.connection = {.url = url("producer")}, .stream = queue}).enqueue("t", R"({})", {.tenant = "a"});
   StatsReader stats({.connection = {.url = url("stats")}, .stream = queue});
   EXPECT_EQ(stats.read().length, 1);
+  EXPECT_EQ(stats.read().backlog, 1) << "the tasks waiting in the tenants' backlogs";
   Client as_stats(url("stats"));
   EXPECT_EQ(refusal_of(as_stats, {"XADD", queue, "*", "a", "b"}), "NOPERM");
   EXPECT_EQ(refusal_of(as_stats, {"XDEL", queue, "1-1"}), "NOPERM");
@@ -294,6 +296,10 @@ TEST_F(AclRoles, TheOperatorReplaysPurgesPausesButCannotConsume) {
                "max_retries"});
   }
   Inspector op({.connection = {.url = url("operator")}});
+  const std::string waiting = p.enqueue("t", R"({})", {.retention = Retention{.done = 1h}, .tenant = "a"});
+  EXPECT_EQ(op.tasks(queue, {.state = TaskState::backlog}).tasks.size(), 1u);
+  EXPECT_EQ(op.cancel(queue, waiting), CancelOutcome::cancelled) << "a task waiting in its tenant's backlog";
+  EXPECT_EQ(admin.integer({"EXISTS", queue + ":tenant:a", queue + ":tenants:ready"}), 0);
   EXPECT_EQ(op.stats(queue).dlq_length, 3);
   EXPECT_EQ(op.tasks(queue, {.state = TaskState::dead}).tasks.size(), 3u);
   EXPECT_EQ(op.replay(queue, {.filter = {.task_type = "t"}}).done, 3);
