@@ -243,15 +243,19 @@ TaskPage Inspector::Impl::dead_tasks(const detail::QueueKeys& keys, const TaskQu
 }
 
 Inspector::Impl::BacklogPage Inspector::Impl::backlog_page(const detail::QueueKeys& keys,
-                                                          const std::optional<BacklogAt>& at, int first_level,
-                                                          int last_level, std::size_t count, std::size_t tenants,
-                                                          bool bytes) {
+                                                           const std::optional<BacklogAt>& at,
+                                                           int first_level, int last_level, std::size_t count,
+                                                           std::size_t tenants, bool bytes) {
   const std::string ready = detail::tenants_ready_key(keys.stream);
   const std::string waiting = detail::tenants_waiting_key(keys.stream);
   Argv argv = scripts.begin(detail::ScriptId::inspect_backlog, 2);
   argv.add(ready).add(waiting).add(keys.stream);
   if (at) {
-    argv.add(std::int64_t{at->set}).add(at->score).add(at->tenant).add(std::int64_t{at->level}).add(at->index);
+    argv.add(std::int64_t{at->set})
+        .add(at->score)
+        .add(at->tenant)
+        .add(std::int64_t{at->level})
+        .add(at->index);
   } else {
     argv.add(std::int64_t{1}).add("").add("").add(std::int64_t{first_level}).add(std::int64_t{0});
   }
@@ -278,7 +282,8 @@ Inspector::Impl::BacklogPage Inspector::Impl::backlog_page(const detail::QueueKe
     t.key = std::string(item[0].str());
     const std::int64_t level = item[1].as_int();
     t.level = level == 1 ? Priority::high : level == 3 ? Priority::low : Priority::normal;
-    for (std::size_t j = 3; j + 1 < item.size(); j += 2) t.fields.emplace_back(item[j].str(), item[j + 1].str());
+    for (std::size_t j = 3; j + 1 < item.size(); j += 2)
+      t.fields.emplace_back(item[j].str(), item[j + 1].str());
     t.id = std::string(t.task_id());
     out.tasks.push_back(std::move(b));
   }
@@ -304,8 +309,9 @@ TaskPage Inspector::Impl::backlog_tasks(const detail::QueueKeys& keys, const Tas
     BacklogAt a;
     std::int64_t set = 0, level = 0;
     const auto tenant = parts.size() == 6 ? from_hex(parts[5]) : std::nullopt;
-    bool ok = tenant && !tenant->empty() && parts[0] == "b" && number(parts[1], set) && (set == 1 || set == 2) &&
-              number(parts[2], level) && level >= 1 && level <= 4 && number(parts[3], a.index) && !parts[4].empty();
+    bool ok = tenant && !tenant->empty() && parts[0] == "b" && number(parts[1], set) &&
+              (set == 1 || set == 2) && number(parts[2], level) && level >= 1 && level <= 4 &&
+              number(parts[3], a.index) && !parts[4].empty();
     if (ok) {
       a.score = std::string(parts[4]);
       char* end = nullptr;
@@ -319,13 +325,14 @@ TaskPage Inspector::Impl::backlog_tasks(const detail::QueueKeys& keys, const Tas
     at = std::move(a);
   }
   const int first = q.level ? backlog_level(*q.level) : 1, last = q.level ? backlog_level(*q.level) : 3;
-  BacklogPage got = backlog_page(keys, at, first, last, q.count, std::max(q.count, kBacklogTenantsPerPage), false);
+  BacklogPage got =
+      backlog_page(keys, at, first, last, q.count, std::max(q.count, kBacklogTenantsPerPage), false);
   TaskPage page;
   for (Backlogged& b : got.tasks) page.tasks.push_back(std::move(b.info));
   if (got.next) {
     const BacklogAt& n = *got.next;
-    page.next_cursor = "b:" + std::to_string(n.set) + ":" + std::to_string(n.level) + ":" + std::to_string(n.index) +
-                       ":" + n.score + ":" + to_hex(n.tenant);
+    page.next_cursor = "b:" + std::to_string(n.set) + ":" + std::to_string(n.level) + ":" +
+                       std::to_string(n.index) + ":" + n.score + ":" + to_hex(n.tenant);
   }
   return page;
 }

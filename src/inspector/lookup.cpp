@@ -39,7 +39,7 @@ std::optional<Inspector::Impl::Delayed> Inspector::Impl::find_delayed(const deta
 }
 
 std::optional<Inspector::Impl::Backlogged> Inspector::Impl::find_backlog(const detail::QueueKeys& keys,
-                                                                          std::string_view task_id) {
+                                                                         std::string_view task_id) {
   std::optional<BacklogAt> at;
   for (;;) {
     BacklogPage got = backlog_page(keys, at, 1, 3, kScanPage, kScanPage, true);

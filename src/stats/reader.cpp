@@ -220,7 +220,8 @@ class StatsQuery {
     for (const detail::Reply& r : sets) {
       if (r.view().is_error() && r.view().error().starts_with("NOPERM")) return;  // (documented: unset)
     }
-    const std::int64_t tenants = count_of(sets[0].view().check(), "ZCARD") + count_of(sets[1].view().check(), "ZCARD");
+    const std::int64_t tenants =
+        count_of(sets[0].view().check(), "ZCARD") + count_of(sets[1].view().check(), "ZCARD");
     st.backlog_tenants = tenants;
     if (tenants == 0) st.backlog = 0;
     if (tenants == 0 || tenants > kMostBacklogTenants) return;

@@ -166,7 +166,9 @@ inline std::string tenant_defaults_key(std::string_view stream) {
 
 /// The sets of queue (or partition) `stream`'s tenants that have a backlog: those that may run
 /// now (by pass), and those that wait (by when to look again). See src/lua/lib/tenants.lua.
-inline std::string tenants_ready_key(std::string_view stream) { return std::string(stream) + ":tenants:ready"; }
+inline std::string tenants_ready_key(std::string_view stream) {
+  return std::string(stream) + ":tenants:ready";
+}
 inline std::string tenants_waiting_key(std::string_view stream) {
   return std::string(stream) + ":tenants:waiting";
 }

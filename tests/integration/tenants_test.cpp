@@ -524,7 +524,8 @@ TEST_F(TenantsTest, BacklogTasksAreListedPageByPageWithACursor) {
   EXPECT_EQ(parse_task_state("backlog"), TaskState::backlog);
 
   // One level only.
-  const TaskPage high = in.tasks(stream, {.state = TaskState::backlog, .level = Priority::high, .count = 1000});
+  const TaskPage high =
+      in.tasks(stream, {.state = TaskState::backlog, .level = Priority::high, .count = 1000});
   ASSERT_EQ(high.tasks.size(), 40U);
   EXPECT_TRUE(high.next_cursor.empty());
   for (const TaskInfo& t : high.tasks) EXPECT_EQ(t.level, Priority::high);
@@ -666,7 +667,10 @@ TEST_F(TenantsTest, CancellingATaskInItsTenantsBacklogRemovesIt) {
     // A worker's dispatch finds the tenant paused: it waits at +inf.
     RunningConsumer rc(options(), [&](Consumer& c) { c.on("work", [](const Task&) {}); });
     ASSERT_TRUE(wait_until(
-        [&] { return client.cmd({"ZSCORE", stream + ":tenants:waiting", "a"}).view().is_string(); }, 10s));
+        [&] {
+          return client.cmd({"ZSCORE", stream + ":tenants:waiting", "a"}).view().is_string();
+        },
+        10s));
   }
   EXPECT_EQ(in.cancel(stream, first), CancelOutcome::cancelled);
   EXPECT_EQ(client.integer({"EXISTS", stream + ":tenant:a"}), 0) << "its emptied backlog is gone";

@@ -30,7 +30,8 @@ using State = TaskRecord::State;
 std::map<std::string, TaskState> whereabouts(Inspector& in, const std::string& queue,
                                              std::set<std::string>& twice) {
   std::map<std::string, TaskState> where;
-  for (const TaskState s : {TaskState::pending, TaskState::queued, TaskState::delayed, TaskState::dead}) {
+  for (const TaskState s :
+       {TaskState::pending, TaskState::queued, TaskState::backlog, TaskState::delayed, TaskState::dead}) {
     TaskQuery q{.state = s, .count = 1000};
     for (;;) {
       const TaskPage page = in.tasks(queue, q);
@@ -47,7 +48,8 @@ std::map<std::string, TaskState> whereabouts(Inspector& in, const std::string& q
 }
 
 /// How many of `ids` have a record that disagrees with where the task is: pending (delivered)
-/// means queued, retrying or running; in a stream undelivered, queued or retrying; delayed,
+/// means queued, retrying or running; in a stream undelivered or in its tenant's backlog, queued
+/// or retrying; delayed,
 /// delayed or retrying; a dead letter, dead; nowhere, done. Prints each disagreement.
 int disagreements(Inspector& in, const std::string& queue, const std::vector<std::string>& ids) {
   std::set<std::string> twice;
@@ -195,6 +197,36 @@ TEST_F(TrackingChaos, RecordsAgreeWithWhereTasksAreWhileWorkersAreKilled) {
   int retried = 0;
   for (const std::string& id : ids) retried += in.record(stream, id)->attempts >= 2;
   EXPECT_EQ(retried, static_cast<int>(ids.size()));  // each failed once, then ran again
+}
+
+// The same with every task in one of 12 tenants of concurrency 2: the tasks wait in their
+// tenants' backlogs too, and hold their tenants' slots while workers die.
+TEST_F(TrackingChaos, RecordsAgreeWithWhereTenantsTasksAreWhileWorkersAreKilled) {
+  in.set_tenant_defaults(stream, {.concurrency = 2});
+  Producer producer = tracked_producer(1);
+  std::vector<TaskSpec> batch;
+  for (int i = 0; i < 1200; ++i) {
+    batch.push_back({"fail_once", R"({"ms":2})", {.tenant = "tenant-" + std::to_string(i % 12)}});
+  }
+  const auto ids = producer.enqueue_batch(batch);
+  {
+    std::vector<std::unique_ptr<WorkerProcess>> procs;
+    for (int i = 0; i < 3; ++i) {
+      procs.push_back(std::make_unique<WorkerProcess>(worker_args(
+          server, stream, "slot-" + std::to_string(i), {"backoff_base_ms=5", "backoff_cap_ms=50"})));
+    }
+    ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) >= 200; }, 30s));
+    for (auto& p : procs) p->kill9();
+  }
+  EXPECT_EQ(disagreements(in, stream, ids), 0);
+  run_chaos(server, client, stream, ids, 3, 8, 10, 150ms, {"backoff_base_ms=5", "backoff_cap_ms=50"});
+  EXPECT_EQ(disagreements(in, stream, ids), 0);
+  int retried = 0;
+  for (const std::string& id : ids) retried += in.record(stream, id)->attempts >= 2;
+  EXPECT_EQ(retried, static_cast<int>(ids.size()));
+  for (const char* pattern : {":tenant:*", ":tenants:slots:*", ":tenants:ready", ":tenants:waiting"}) {
+    EXPECT_EQ(client.cmd({"KEYS", stream + pattern}).view().size(), 0U) << pattern << " left";
+  }
 }
 
 /// `flows` chords of `children` "work" tasks (8 ms each) under a "gather" parent (the test

@@ -84,7 +84,8 @@ void add_tasks(CLI::App& app, Context& ctx) {
   auto a = std::make_shared<ListArgs>();
   auto* sub =
       add_queue_command(app, "tasks", "list tasks of a queue in one state, a page at a time", a->queue);
-  sub->add_option("--state", a->state, "queued, pending, delayed, dead or backlog (waiting in a tenant's backlog)")
+  sub->add_option("--state", a->state,
+                  "queued, pending, delayed, dead or backlog (waiting in a tenant's backlog)")
       ->check(CLI::IsMember({"queued", "pending", "delayed", "dead", "backlog"}))
       ->capture_default_str();
   sub->add_option("--level", a->level, "only this priority level (queued, pending, backlog)")
