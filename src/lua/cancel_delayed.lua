@@ -23,7 +23,7 @@ if ARGV[3] == 'backlog' then
   if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
   local fields = packed_strings(ARGV[1])
   if fields then
-    task_end(ARGV[2], fields, 1, nil, 'cancelled', 'cancelled')
+    task_end(ARGV[2], fields, 1, nil, 'cancelled', 'cancelled', {waited = true})
     tenant_emptied(ARGV[2], field_value(fields, 1, nil, TENANT_FIELD))
   end
   return 1
@@ -31,6 +31,6 @@ end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 local parts = delayed_parts(ARGV[1])
 if parts then
-  task_end(ARGV[2], parts, 4, nil, 'cancelled', 'cancelled')
+  task_end(ARGV[2], parts, 4, nil, 'cancelled', 'cancelled', {waited = true})
 end
 return 1

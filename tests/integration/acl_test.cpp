@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -305,6 +306,18 @@ TEST_F(AclRoles, TheOperatorReplaysPurgesPausesButCannotConsume) {
   EXPECT_EQ(op.replay(queue, {.filter = {.task_type = "t"}}).done, 3);
   EXPECT_TRUE(op.run_now(queue, later).has_value());
   EXPECT_EQ(op.cancel(queue, later), CancelOutcome::cancelled);
+  // A tenant that has work: a task run now and a dead letter replayed join its backlog (RPUSH).
+  p.enqueue("t", R"({})", {.tenant = "b"});
+  const std::string later_b = p.enqueue("t", R"({})", {.delay = 1h, .tenant = "b"});
+  EXPECT_EQ(op.run_now(queue, later_b), std::optional<std::string>("tenant:b"));
+  const std::string dead_b(admin
+                               .cmd({"XADD", queue + ":dlq", "*", "task_id", "db", "task_type", "t",
+                                     "payload", "{}", "created_at", "2026-12-01T00:00:00.000000",
+                                     "retry_count", "3", "reason", "max_retries", "streamq_tenant", "b"})
+                               .view()
+                               .str());
+  EXPECT_EQ(op.replay(queue, {.filter = {.ids = {dead_b}}}).done, 1);
+  EXPECT_EQ(admin.integer({"LLEN", queue + ":tenant:b"}), 3);
   const FlowIds flow =
       p.enqueue_flow(chord({{.task_type = "t", .payload = "{}"}}, {.task_type = "t", .payload = "{}"}));
   EXPECT_EQ(op.cancel(queue, flow.task_id), CancelOutcome::cancelled);

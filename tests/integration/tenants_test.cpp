@@ -25,6 +25,7 @@
 #include "at_once.hpp"
 #include "chaos.hpp"
 #include "consumer_fixture.hpp"
+#include "gate.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
 #include "wire/keys.hpp"
@@ -223,6 +224,40 @@ TEST_F(TenantsTest, AFlowsParentHoldsItsTenantsSlot) {
   EXPECT_EQ(overlapped, 0) << "the tenant's next task ran beside its flow's parent";
 }
 
+// A tenant at its concurrency limit whose last task just moved waits for nothing: it is neither
+// ready nor waiting (not listed, and its next task may go straight to the stream).
+TEST_F(TenantsTest, ATenantWhoseLastTaskMovedIsNotLeftWaiting) {
+  inspector().set_tenant(stream, "a", {.concurrency = 1});
+  Producer p = producer();
+  p.enqueue("held", "{}", {.tenant = "a"});
+  Gate gate;
+  RunningConsumer rc(options(),
+                     [&](Consumer& c) { c.on("held", [&](const Task& t) { gate.pass(t.entry_id()); }); });
+  const auto release = gate.opens_on_exit();
+  ASSERT_FALSE(gate.arrived().empty());
+  EXPECT_EQ(client.integer({"EXISTS", stream + ":tenants:waiting", stream + ":tenants:ready"}), 0);
+  EXPECT_TRUE(inspector().tenants(stream).empty());
+}
+
+// A cancel of a task waiting in its tenant's backlog leaves the slot of a running task of the
+// same id alone (task ids given by the caller may repeat): the waiting one held none.
+TEST_F(TenantsTest, CancellingABacklogTaskLeavesTheSlotOfARunningOneOfTheSameId) {
+  inspector().set_tenant(stream, "a", {.concurrency = 1});
+  Producer p = producer();
+  p.enqueue("held", "{}", {.task_id = "dup", .tenant = "a"});
+  Gate gate;
+  RunningConsumer rc(options(),
+                     [&](Consumer& c) { c.on("held", [&](const Task& t) { gate.pass(t.entry_id()); }); });
+  const auto release = gate.opens_on_exit();
+  ASSERT_FALSE(gate.arrived().empty());
+  p.enqueue("held", "{}", {.task_id = "dup", .tenant = "a"});
+  ASSERT_EQ(client.integer({"LLEN", stream + ":tenant:a"}), 1);
+  EXPECT_EQ(inspector().cancel(stream, "dup"), CancelOutcome::cancelled);
+  EXPECT_EQ(client.integer({"LLEN", stream + ":tenant:a"}), 0);
+  EXPECT_EQ(client.integer({"HEXISTS", stream + ":tenants:slots:a", "dup"}), 1)
+      << "the running task's slot was given back by the waiting one's cancel";
+}
+
 // A dead-lettered tenant's task replayed goes back to its tenant: it waits in the backlog while
 // its tenant is paused.
 TEST_F(TenantsTest, AReplayedTaskGoesBackToItsTenant) {
@@ -367,7 +402,6 @@ TEST_F(TenantsTest, ATenantsLimitHoldsWhileAKilledWorkersTaskIsTakenOver) {
       << ::testing::PrintToString(tenant_keys());
 }
 
-// In a partitioned queue a tenant lives in one partition (its name's), so its limits hold
 // A holder frozen (SIGSTOP) past its lease: another worker takes its task over, and the tenant's
 // next task waits until that run ended; the frozen holder, resumed, is stopped by its fence, and
 // its put-back changes nothing (a stale one).
@@ -429,6 +463,7 @@ TEST_F(TenantsTest, AHundredThousandTenantsWithATaskEachDrain) {
   EXPECT_TRUE(wait_until([&] { return tenant_keys().empty(); }, 10s)) << tenant_keys().size() << " keys left";
 }
 
+// In a partitioned queue a tenant lives in one partition (its name's), so its limits hold
 // across the queue; a consumer of the queue serves every partition's tenants.
 TEST_F(TenantsTest, APartitionedQueuesTenantLivesInOnePartition) {
   constexpr int kPartitions = 4;

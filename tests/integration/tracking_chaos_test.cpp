@@ -225,7 +225,12 @@ TEST_F(TrackingChaos, RecordsAgreeWithWhereTenantsTasksAreWhileWorkersAreKilled)
   for (const std::string& id : ids) retried += in.record(stream, id)->attempts >= 2;
   EXPECT_EQ(retried, static_cast<int>(ids.size()));
   for (const char* pattern : {":tenant:*", ":tenants:slots:*", ":tenants:ready", ":tenants:waiting"}) {
-    EXPECT_EQ(client.cmd({"KEYS", stream + pattern}).view().size(), 0U) << pattern << " left";
+    EXPECT_TRUE(wait_until(
+        [&] {
+          return client.cmd({"KEYS", stream + pattern}).view().size() == 0;
+        },
+        5s))
+        << pattern << " left";
   }
 }
 

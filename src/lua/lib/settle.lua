@@ -14,13 +14,15 @@
 --           (the record's result, not in the event), now (ms text; default the server's
 --           clock), start (the worker whose start is written with this end, in the same call),
 --           lock (its unique lock's key, when the caller knows it; else read from unique_key),
---           keep_lock (true: a final state that keeps the lock, a failed flow's parent)
+--           keep_lock (true: a final state that keeps the lock, a failed flow's parent),
+--           waited (true: the task ended where it waited, in the delayed set or its tenant's
+--           backlog, holding no slot: a running task of the same id keeps its own)
 -- Output: the record's key (nil: not tracked). Steps, in order:
 --   1. the record: the state and the pairs; with `start`, the start as record_start writes it;
 --      a final state sets finished_at (a record missing is made whole);
 --   2. the events: 'started' (with `start`), then `event`;
 --   3. a tenant's task gives its tenant's slot back (lib/tenants.lua), whatever the state: the
---      attempt, if one ran, has ended;
+--      attempt, if one ran, has ended (not when it `waited`);
 --   4. a final state releases the unique lock, while it holds this task's id;
 --   5. a first final state settles the flow's parent (lib/flows.lua)
 --   6. and the batch (lib/batches.lua): only the first final state counts, so a stale holder's
@@ -97,7 +99,7 @@ task_end = function(queue, fields, first, last, state, event, more)
   more = more or NOTHING
   local key, id, now, attempt, first_final, keep = end_record(queue, fields, first, last, state, more)
   if key then end_events(queue, id, now, attempt, event, more) end
-  tenant_released(queue, fields, first, last)
+  if not more.waited then tenant_released(queue, fields, first, last) end
   if not FINAL[state] then return key end
   end_unique(queue, fields, first, last, more)
   if not key then return nil end

@@ -190,7 +190,10 @@ local function tenant_turns(queue, t, pass, bound, most, now, lease, group, c)
     local wait = tenant_must_wait(queue, t, c, now, lease, group)
     if wait then
       redis.call('ZREM', ready, t)
-      redis.call('ZADD', queue .. ':tenants:waiting', wait, t)
+      -- (After a move in this run its backlog may be empty: then it waits for nothing.)
+      if moved == 0 or tenant_has_more(queue, t, level) then
+        redis.call('ZADD', queue .. ':tenants:waiting', wait, t)
+      end
       return moved, last
     end
     local from = tenant_move_one(queue, t, c, now, stamp, level)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // streamq enqueue: one task, or JSON lines from stdin (--stdin) in pipelined batches.
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -63,8 +64,12 @@ int enqueue_lines(const Context& g, Producer& producer, const EnqueueOptions& eo
       // The tasks of the batch before the refused one were written: count them in what is said.
       done += static_cast<std::int64_t>(e.accepted());
       line.finish();
-      // A full tenant's refusal names it (enqueue.lua): its own max_len is what to raise then.
-      const bool tenant_full = std::string_view(e.what()).find(" tenant ") != std::string_view::npos;
+      // The first task not written was refused: when it names a tenant, its tenant's own
+      // max_len is what to raise.
+      const auto& ids = e.batch_ids();
+      const auto refused =
+          static_cast<std::size_t>(std::find(ids.begin(), ids.end(), std::string()) - ids.begin());
+      const bool tenant_full = refused < batch.size() && !batch[refused].options.tenant.empty();
       const char* hint = !dynamic_cast<const QueueFullError*>(&e) ? ""
                          : tenant_full
                              ? " (a larger max_len of that tenant, `streamq tenants set`, lets more in)"
