@@ -369,10 +369,10 @@ CancelOutcome Inspector::Impl::cancel_one(const detail::QueueKeys& keys, const s
   // looked for (a retry with backoff, a due task forwarded, its tenant's turn): each place is
   // searched in the order a task moves through them, and once more before answering missing.
   const auto remove_waiting = [&](const std::string& key, const std::string& member, std::string_view kind) {
-    Argv argv = scripts.begin(detail::ScriptId::cancel_delayed, 1);
+    Argv argv = scripts.begin(detail::ScriptId::cancel_waiting, 1);
     argv.add(key).add(member).add(keys.stream).add(kind);
     connected();
-    const Reply r = scripts.call(detail::ScriptId::cancel_delayed, argv);
+    const Reply r = scripts.call(detail::ScriptId::cancel_waiting, argv);
     return r.view().check().integer() == 1;
   };
   for (int attempt = 0; attempt < 2; ++attempt) {

@@ -158,8 +158,8 @@ std::vector<QueueInfo> Inspector::queues() {
       argvs.push_back(Argv{"EXISTS", k.paused});
       argvs.push_back(Argv{"EXISTS", k.high});  // (a level's stream may exist empty: a worker made it)
       argvs.push_back(Argv{"EXISTS", k.low});
-      argvs.emplace_back(Argv{"ZCARD"}).add_copy(k.stream + ":tenants:ready");
-      argvs.emplace_back(Argv{"ZCARD"}).add_copy(k.stream + ":tenants:waiting");
+      argvs.emplace_back(Argv{"ZCARD"}).add_copy(detail::tenants_ready_key(k.stream));
+      argvs.emplace_back(Argv{"ZCARD"}).add_copy(detail::tenants_waiting_key(k.stream));
     }
     const auto r = impl_->connected().pipeline(argvs);
     for (std::size_t i = 0; i < n; ++i) {

@@ -166,7 +166,11 @@ void Inspector::resume_tenant(const std::string& queue, const std::string& tenan
   on_every_part(
       impl_->connected(), impl_->parts(queue), [&](const std::string& part, std::vector<Argv>& argvs) {
         argvs.emplace_back(Argv{"HDEL"}).add_copy(detail::tenant_config_key(part, tenant)).add("paused");
-        argvs.emplace_back(Argv{"ZADD"}).add_copy(part + ":tenants:waiting").add("XX").add("0").add(tenant);
+        argvs.emplace_back(Argv{"ZADD"})
+            .add_copy(detail::tenants_waiting_key(part))
+            .add("XX")
+            .add("0")
+            .add(tenant);
       });
 }
 
@@ -178,8 +182,8 @@ std::vector<TenantInfo> Inspector::tenants(const std::string& queue, std::size_t
   for (const std::string& part : impl_->parts(queue)) {
     const auto n = std::to_string(count - 1);
     std::vector<Argv> ranges;
-    ranges.emplace_back(Argv{"ZRANGE"}).add_copy(part + ":tenants:ready").add("0").add(n);
-    ranges.emplace_back(Argv{"ZRANGE"}).add_copy(part + ":tenants:waiting").add("0").add(n);
+    ranges.emplace_back(Argv{"ZRANGE"}).add_copy(detail::tenants_ready_key(part)).add("0").add(n);
+    ranges.emplace_back(Argv{"ZRANGE"}).add_copy(detail::tenants_waiting_key(part)).add("0").add(n);
     const auto lists = impl_->connected().pipeline(ranges);
     std::set<std::string> names;
     for (const Reply& r : lists) {
@@ -188,10 +192,9 @@ std::vector<TenantInfo> Inspector::tenants(const std::string& queue, std::size_t
     }
     std::vector<Argv> argvs;
     for (const std::string& t : names) {
-      const std::string backlog = part + ":tenant:" + t;
-      argvs.emplace_back(Argv{"LLEN"}).add_copy(backlog + ":p:high");
-      argvs.emplace_back(Argv{"LLEN"}).add_copy(backlog);
-      argvs.emplace_back(Argv{"LLEN"}).add_copy(backlog + ":p:low");
+      for (const Priority level : {Priority::high, Priority::normal, Priority::low}) {
+        argvs.emplace_back(Argv{"LLEN"}).add_copy(detail::tenant_backlog_key(part, t, level));
+      }
       argvs.emplace_back(Argv{"HLEN"}).add_copy(part + ":tenants:slots:" + t);
       argvs.emplace_back(Argv{"HGETALL"}).add_copy(detail::tenant_config_key(part, t));
     }

@@ -9,7 +9,7 @@
 --           level's list to start at
 -- ARGV[7], ARGV[8] = the first and last level listed (1 to 3), ARGV[9] = most tasks to return,
 -- ARGV[10] = most tenants to look at, ARGV[11] = '1' to return each element's bytes (what
---           cancel_delayed.lua takes), else ''
+--           cancel_waiting.lua takes), else ''
 -- Returns {where, task...}: `where` is {set, score, tenant, level, index}, where the next page
 -- starts (an empty array: this was the last page; a page cut by ARGV[10] may hold fewer tasks);
 -- a task is {key, level, bytes or '', field, value, ...}, or {key, level, bytes or '',

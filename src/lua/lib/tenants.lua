@@ -25,7 +25,7 @@
 --   tenant_max_len(queue, tenant): its max_len, nil for none; tenant_depth(queue, tenant): the
 --     tasks in its backlog.
 --   tenant_emptied(queue, tenant): a task left tenant `tenant`'s backlog other than by its turn
---     (cancel_delayed.lua): when none is left, the tenant leaves the ready and waiting sets, as
+--     (cancel_waiting.lua): when none is left, the tenant leaves the ready and waiting sets, as
 --     its turn would find (a paused tenant, waiting at '+inf', has no turn to find it).
 --   tenant_turns(queue, t, pass, bound, most, now, lease, group, settings): the turns of ready
 --     tenant `t`, its pass `pass`, while its pass stays below `bound` (the next ready tenant's)

@@ -1,4 +1,4 @@
--- cancel_delayed: remove one task that waits outside the queue's streams, in the delayed set or
+-- cancel_waiting: remove one task that waits outside the queue's streams, in the delayed set or
 -- in its tenant's backlog (Inspector::cancel).
 -- KEYS[1] = the delayed set, or a tenant's backlog (a list: q:tenant:<t>[:p:high|:p:low])
 -- ARGV[1] = the member (the element of the backlog), ARGV[2] = the queue's stream name (whose
