@@ -114,6 +114,30 @@ class ChaosTest : public ::testing::Test {
                      .partitions = partitions,
                      .retention = Retention{.done = std::chrono::minutes(10)}});
   }
+  /// Enqueues `tasks` (each failing once: a retry, through the backoff's delayed set, so they go
+  /// through every state while workers die); mid-run, once `done_before` are done, every worker
+  /// is killed at once (what is left is frozen where it is) and the records are checked; then the
+  /// chaos harness's kills until everything is done, and the check again.
+  void records_agree_while_workers_are_killed(const std::vector<TaskSpec>& tasks, std::int64_t done_before) {
+    Producer producer = tracked_producer(1);
+    const auto ids = producer.enqueue_batch(tasks);
+    const std::vector<std::string> backoff{"backoff_base_ms=5", "backoff_cap_ms=50"};
+    {
+      std::vector<std::unique_ptr<WorkerProcess>> procs;
+      for (int i = 0; i < 3; ++i) {
+        procs.push_back(std::make_unique<WorkerProcess>(
+            worker_args(server, stream, "slot-" + std::to_string(i), backoff)));
+      }
+      ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) >= done_before; }, 30s));
+      for (auto& p : procs) p->kill9();
+    }
+    EXPECT_EQ(disagreements(in, stream, ids), 0);
+    run_chaos(server, client, stream, ids, 3, 8, 10, 150ms, backoff);
+    EXPECT_EQ(disagreements(in, stream, ids), 0);
+    int retried = 0;
+    for (const std::string& id : ids) retried += in.record(stream, id)->attempts >= 2;
+    EXPECT_EQ(retried, static_cast<int>(ids.size()));  // each failed once, then ran again
+  }
 };
 class TrackingChaos : public ChaosTest {};
 class FlowChaos : public ChaosTest {};
@@ -175,55 +199,20 @@ TEST_F(TrackingChaos, AWorkerKilledMidTaskLeavesItRunningUntilAnotherReclaimsIt)
 }
 
 TEST_F(TrackingChaos, RecordsAgreeWithWhereTasksAreWhileWorkersAreKilled) {
-  Producer producer = tracked_producer(1);
-  // Each task fails once (a retry, through the backoff's delayed set), so they go through
-  // every state while workers die.
-  std::vector<TaskSpec> batch(1500, TaskSpec{"fail_once", R"({"ms":2})"});
-  const auto ids = producer.enqueue_batch(batch);
-  {
-    // Mid-run, every worker killed at once: what is left is frozen where it is.
-    std::vector<std::unique_ptr<WorkerProcess>> procs;
-    for (int i = 0; i < 3; ++i) {
-      procs.push_back(std::make_unique<WorkerProcess>(worker_args(
-          server, stream, "slot-" + std::to_string(i), {"backoff_base_ms=5", "backoff_cap_ms=50"})));
-    }
-    ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) >= 300; }, 30s));
-    for (auto& p : procs) p->kill9();
-  }
-  EXPECT_EQ(disagreements(in, stream, ids), 0);
-  // Then the chaos harness's kills until everything is done, and the check again.
-  run_chaos(server, client, stream, ids, 3, 8, 10, 150ms, {"backoff_base_ms=5", "backoff_cap_ms=50"});
-  EXPECT_EQ(disagreements(in, stream, ids), 0);
-  int retried = 0;
-  for (const std::string& id : ids) retried += in.record(stream, id)->attempts >= 2;
-  EXPECT_EQ(retried, static_cast<int>(ids.size()));  // each failed once, then ran again
+  records_agree_while_workers_are_killed(std::vector<TaskSpec>(1500, TaskSpec{"fail_once", R"({"ms":2})"}),
+                                         300);
 }
 
 // The same with every task in one of 12 tenants of concurrency 2: the tasks wait in their
-// tenants' backlogs too, and hold their tenants' slots while workers die.
+// tenants' backlogs too, and hold their tenants' slots while workers die; no tenant's key is
+// left.
 TEST_F(TrackingChaos, RecordsAgreeWithWhereTenantsTasksAreWhileWorkersAreKilled) {
   in.set_tenant_defaults(stream, {.concurrency = 2});
-  Producer producer = tracked_producer(1);
-  std::vector<TaskSpec> batch;
+  std::vector<TaskSpec> tasks;
   for (int i = 0; i < 1200; ++i) {
-    batch.push_back({"fail_once", R"({"ms":2})", {.tenant = "tenant-" + std::to_string(i % 12)}});
+    tasks.push_back({"fail_once", R"({"ms":2})", {.tenant = "tenant-" + std::to_string(i % 12)}});
   }
-  const auto ids = producer.enqueue_batch(batch);
-  {
-    std::vector<std::unique_ptr<WorkerProcess>> procs;
-    for (int i = 0; i < 3; ++i) {
-      procs.push_back(std::make_unique<WorkerProcess>(worker_args(
-          server, stream, "slot-" + std::to_string(i), {"backoff_base_ms=5", "backoff_cap_ms=50"})));
-    }
-    ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":done"}) >= 200; }, 30s));
-    for (auto& p : procs) p->kill9();
-  }
-  EXPECT_EQ(disagreements(in, stream, ids), 0);
-  run_chaos(server, client, stream, ids, 3, 8, 10, 150ms, {"backoff_base_ms=5", "backoff_cap_ms=50"});
-  EXPECT_EQ(disagreements(in, stream, ids), 0);
-  int retried = 0;
-  for (const std::string& id : ids) retried += in.record(stream, id)->attempts >= 2;
-  EXPECT_EQ(retried, static_cast<int>(ids.size()));
+  records_agree_while_workers_are_killed(tasks, 200);
   for (const char* pattern : {":tenant:*", ":tenants:slots:*", ":tenants:ready", ":tenants:waiting"}) {
     EXPECT_TRUE(wait_until(
         [&] {
