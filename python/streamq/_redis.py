@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: MIT
+"""The Redis side: a redis-py client for a URL, the scripts run by EVALSHA with an EVAL
+fallback, and redis-py's exceptions turned into streamq's."""
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional, Sequence
+
+import redis
+import redis.exceptions as rx
+
+from . import _lua
+from .errors import ConnectionError, ReplyError, TimeoutError
+
+# Redis 6.2 wraps an error raised inside a script; Redis 7 reports it as it is.
+_WRAPPED = re.compile(r"^(?:ERR )?Error running script \(call to f_[0-9a-f]+\): @\w+:\d+: (.*)$", re.S)
+
+
+def unwrap(message: str) -> str:
+    m = _WRAPPED.match(message)
+    return m.group(1) if m else message
+
+
+def connect(url: str, client_name: Optional[str], socket_timeout: Optional[float]) -> "redis.Redis[str]":
+    """A client for ``url`` (redis://, rediss://, unix://) answering text: Redis's bytes decoded
+    as UTF-8, any that are not kept as surrogates, so they round-trip unchanged."""
+    return redis.Redis.from_url(url, decode_responses=True, encoding_errors="surrogateescape",
+                                client_name=client_name, socket_timeout=socket_timeout,
+                                socket_connect_timeout=socket_timeout)
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """redis-py's exceptions as streamq's (ConnectionError, TimeoutError, ReplyError)."""
+    try:
+        yield
+    except rx.TimeoutError as e:
+        raise TimeoutError(str(e)) from e
+    except rx.ConnectionError as e:
+        raise ConnectionError(str(e)) from e
+    except rx.ResponseError as e:
+        raise ReplyError(unwrap(str(e))) from e
+
+
+def run_script(client: "redis.Redis[str]", name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    """Runs script ``name`` of src/lua: EVALSHA, then EVAL when the server does not have it.
+    Raises redis-py's exceptions (see ``translated``)."""
+    s = _lua.script(name)
+    try:
+        return client.evalsha(s.sha1, len(keys), *keys, *args)
+    except rx.NoScriptError:
+        return client.eval(s.source, len(keys), *keys, *args)

@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: MIT
+"""The wire format (docs/wire-format.md): field names, timestamps, ids, durations, payload
+checks and the keys of a queue, as src/wire/ writes them."""
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any, Union
+
+from .errors import ConfigError, PayloadError
+
+Duration = Union[int, float, timedelta]
+
+#: The fields of a task entry, in the seed's order, then the reserved ones (codec.cpp).
+TASK_FIELDS = ("task_id", "task_type", "payload", "created_at", "max_retries", "retry_count", "last_error")
+DEAD_LETTER_FIELDS = ("error", "failed_at", "original_id", "consumer", "reason")
+RESERVED_FIELDS = frozenset(TASK_FIELDS + DEAD_LETTER_FIELDS + (
+    "unique_key", "retention", "deadline", "retry_of_span", "flow_parent", "flow_on_failure", "flow_home",
+    "flow_children", "batch_id", "streamq_tenant"))
+TENANT_FIELD = "streamq_tenant"
+
+MAX_FIELDS = 1000  # kMaxFields: most fields an entry may have
+MAX_DURATION_MS = 24 * 365 * 10 * 3600 * 1000  # kMaxDuration: ten years
+MAX_TENANT_BYTES = 256
+
+
+def format_timestamp(t: datetime | None = None) -> str:
+    """``2026-11-29T18:00:00.123456``: UTC, microseconds, no zone (created_at)."""
+    t = datetime.now(timezone.utc) if t is None else t.astimezone(timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
+def new_task_id() -> str:
+    """A random UUID v4 in its 36-character text form."""
+    return str(uuid.uuid4())
+
+
+def duration_ms(value: Duration, name: str, least_ms: int = 0) -> int:
+    """A duration given as seconds (int or float) or a timedelta, in whole milliseconds (as C++
+    std::chrono::milliseconds). ConfigError when negative (below ``least_ms``) or over ten years."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
+        raise ConfigError(f"{name} must be seconds (int or float) or a timedelta, not {type(value).__name__}")
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if math.isnan(seconds):
+        raise ConfigError(f"{name} must be a number of seconds, not NaN")
+    if seconds * 1000 < least_ms:
+        raise ConfigError(f"{name} must be >= {least_ms} ms")
+    if seconds * 1000 > MAX_DURATION_MS:
+        raise ConfigError(f"{name} must be <= {MAX_DURATION_MS} ms")
+    ms = value // timedelta(milliseconds=1) if isinstance(value, timedelta) else int(seconds * 1000)
+    return ms
+
+
+def epoch_ms(when: datetime | int | float, name: str) -> int:
+    """A point in time (an aware datetime, a naive one read as UTC, or seconds since the Unix
+    epoch) in ms since the epoch, at least 1 (1 ms after the epoch stands for "already past")."""
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        ms = (when - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
+    elif isinstance(when, (int, float)) and not isinstance(when, bool):
+        ms = int(when * 1000)
+    else:
+        raise ConfigError(f"{name} must be a datetime or seconds since the Unix epoch")
+    return max(1, ms)
+
+
+def payload_text(payload: Any, max_bytes: int, max_depth: int) -> str:
+    """The payload's JSON text: a ``str`` or ``bytes`` is JSON text already (checked), anything
+    else is serialised compactly. PayloadError when too large, too deep or not JSON."""
+    if isinstance(payload, (bytes, bytearray)):
+        payload = payload.decode("utf-8")
+    if isinstance(payload, str):
+        text = payload
+        try:
+            value = json.loads(text, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            value = _INVALID
+    else:
+        try:
+            text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise PayloadError(f"payload is not JSON-serialisable: {e}") from None
+        value = payload
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise PayloadError(f"payload is {size} bytes, over the cap of {max_bytes}")
+    if value is not _INVALID and _depth(value, max_depth) > max_depth:
+        raise PayloadError(f"payload is nested deeper than {max_depth} levels")
+    if value is _INVALID:
+        raise PayloadError("payload is not valid JSON")
+    return text
+
+
+_INVALID = object()
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Containers nested along the deepest path (stops counting past ``limit``)."""
+    if isinstance(value, dict):
+        children: Any = value.values()
+    elif isinstance(value, (list, tuple)):
+        children = value
+    else:
+        return 0
+    deepest = 0
+    for child in children:
+        if deepest > limit:
+            break
+        deepest = max(deepest, _depth(child, limit))
+    return 1 + deepest
+
+
+def check_tenant(tenant: str) -> None:
+    raw = tenant.encode("utf-8", "surrogateescape")
+    if not raw or len(raw) > MAX_TENANT_BYTES or b"\0" in raw:
+        raise ConfigError(f"tenant must be 1 to {MAX_TENANT_BYTES} bytes, without NUL")
+
+
+class QueueKeys:
+    """The keys of a queue (src/wire/keys.hpp), each derived from its stream name."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.high = stream + ":p:high"
+        self.low = stream + ":p:low"
+        self.delayed = stream + ":delayed"
+        self.dlq = stream + ":dlq"
+        self.events = stream + ":events"
+        self.paused = stream + ":paused"
+        self.tenants_ready = stream + ":tenants:ready"
+        self.tenants_waiting = stream + ":tenants:waiting"
+
+    def task(self, task_id: str) -> str:
+        return self.stream + ":task:" + task_id
+
+    def unique_lock(self, key: str) -> str:
+        return self.stream + ":unique:" + key
+
+    def batch(self, batch_id: str) -> str:
+        return self.stream + ":batches:" + batch_id
+
+    def batch_refused(self, token: str) -> str:
+        return self.stream + ":batch:" + token + ":refused"
+
+    def level(self, priority: str) -> str:
+        return {"high": self.high, "normal": self.stream, "low": self.low}[priority]

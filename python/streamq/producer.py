@@ -1,0 +1,538 @@
+# SPDX-License-Identifier: MIT
+"""Producer: enqueues tasks on a streamq queue exactly as the C++ streamq::Producer does (the
+same enqueue script of src/lua, the same fields), and waits for tracked tasks."""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+import redis
+import redis.exceptions as rx
+
+from . import _lua, _redis, _wire
+from ._wire import Duration, QueueKeys
+from .errors import (BatchClosedError, ConfigError, DuplicateTaskError, QueueFullError, ReplyError,
+                     TaskFailedError, WaitTimeoutError)
+from .flows import FlowIds, FlowNode, TaskLike, flow_node, task_spec
+from .record import FINAL_STATES, TaskRecord, _ms_time
+
+PRIORITIES = {"high": 2, "normal": 1, "low": 3}  # the enqueue script's KEYS index of each level
+_FAILURE_TEXT = {"fail_parent": "fail", "ignore": "ignore", "remove": "remove"}
+_CHUNK = 64  # tasks per enqueue script call of a batch (as src/producer/batch.cpp)
+_MAX_FLOW_TASKS = 10000
+_MAX_FLOW_DEPTH = 64
+_NO_RECORD_GRACE = 1.0  # s a wait on an id without a record waits for it to appear
+_NO_RECORD = (" was found: it was not enqueued with a retention, its record expired, or it is another "
+              "queue's (wait_for_enqueue=True waits for a task enqueued later)")
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a tracked task's record is kept once it finished: ``done`` after it succeeded
+    (or was cancelled), ``dead`` after it was dead-lettered (None: as long as its dead letter).
+    Durations are seconds or timedeltas. Wherever a Retention is taken, a bare duration means
+    ``Retention(done=that)``."""
+
+    done: Duration = 0
+    dead: Optional[Duration] = None
+
+    def field(self) -> str:
+        """The task's ``retention`` field: ``"<done ms> <dead ms>"`` (dead -1: its dead letter's)."""
+        done = _wire.duration_ms(self.done, "retention.done")
+        dead = -1 if self.dead is None else _wire.duration_ms(self.dead, "retention.dead")
+        return f"{done} {dead}"
+
+
+RetentionLike = Union[Retention, int, float, timedelta]
+
+
+def _retention(value: Optional[RetentionLike]) -> Optional[Retention]:
+    if value is None or isinstance(value, Retention):
+        return value
+    return Retention(done=value)
+
+
+class _Prepared:
+    """A checked task and how the enqueue script is to write it (src/producer/prepare.hpp)."""
+
+    __slots__ = ("task_id", "fields", "dest", "at_ms", "delay_ms", "nonce", "lock_key", "lock_ms", "tracked",
+                 "tenant")
+
+    def __init__(self) -> None:
+        self.task_id = ""
+        self.fields: list[tuple[str, str]] = []
+        self.dest = 1
+        self.at_ms = 0
+        self.delay_ms = 0
+        self.nonce = ""
+        self.lock_key = ""
+        self.lock_ms = 0
+        self.tracked = False
+        self.tenant = ""
+
+    def strings(self) -> list[str]:
+        out: list[str] = []
+        for name, value in self.fields:
+            out.append(name)
+            out.append(value)
+        return out
+
+    def needs_script(self) -> bool:
+        return (self.dest != 1 or self.at_ms > 0 or self.delay_ms > 0 or bool(self.lock_key) or self.tracked
+                or bool(self.tenant))
+
+
+class Producer:
+    """Enqueues tasks on one queue (a Redis stream and the keys derived from its name).
+
+    ``url``: redis://[user:password@]host:port[/db], rediss:// or unix://. ``stream``: the queue.
+    ``max_len``: the backlog bound (every priority's stream plus the delayed set); a task that
+    would exceed it is refused with QueueFullError (``overflow="reject"``) or the oldest entries
+    are trimmed (``overflow="trim_oldest"``, the seed's way). ``retention``: track every task
+    (see Retention) unless its enqueue says otherwise.
+
+    Issues EVALSHA (the enqueue, watch and batch scripts of src/lua), XADD, XREAD, XREVRANGE.
+    A Producer may be shared by threads (redis-py's connection pool)."""
+
+    def __init__(self, url: str = "redis://127.0.0.1:6379", stream: str = "task_queue", max_len: int = 10000,
+                 retention: Optional[RetentionLike] = None, overflow: str = "reject",
+                 default_max_retries: int = 3, max_payload_bytes: int = 1 << 20, max_payload_depth: int = 64,
+                 client_name: Optional[str] = None, socket_timeout: Optional[float] = None) -> None:
+        if not stream:
+            raise ConfigError("stream must not be empty")
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= 0:
+            raise ConfigError("max_len must be > 0")
+        if overflow not in ("reject", "trim_oldest"):
+            raise ConfigError("overflow must be 'reject' or 'trim_oldest'")
+        if default_max_retries < 0:
+            raise ConfigError("default_max_retries must be >= 0")
+        if max_payload_bytes <= 0:
+            raise ConfigError("max_payload_bytes must be > 0")
+        if max_payload_depth < 1:
+            raise ConfigError("max_payload_depth must be >= 1")
+        self.stream = stream
+        self.max_len = max_len
+        self.overflow = overflow
+        self.default_max_retries = default_max_retries
+        self.max_payload_bytes = max_payload_bytes
+        self.max_payload_depth = max_payload_depth
+        self.retention = _retention(retention)
+        if self.retention is not None:
+            self.retention.field()  # checked now
+        self.keys = QueueKeys(stream)
+        self._client = _redis.connect(url, client_name, socket_timeout)
+
+    def close(self) -> None:
+        """Closes the connections."""
+        self._client.close()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------- enqueue
+
+    def enqueue(self, task_type: str, payload: Any = None, *, task_id: Optional[str] = None,
+                max_retries: Optional[int] = None, delay: Optional[Duration] = None,
+                run_at: Union[datetime, int, float, None] = None, priority: str = "normal",
+                unique_for: Optional[Duration] = None, unique_key: Optional[str] = None,
+                retention: Optional[RetentionLike] = None, deadline: Union[datetime, int, float, None] = None,
+                batch: Optional[str] = None, tenant: Optional[str] = None,
+                extra_fields: Optional[Mapping[str, str]] = None) -> str:
+        """Enqueues one task and returns its task id.
+
+        ``payload``: a JSON-serialisable value (dict, list, ...) or JSON text (``str``); None is
+        ``{}``. ``task_id``: the caller's id (default a new UUID v4). ``max_retries``: retries
+        after the first attempt (default the producer's). ``delay`` (seconds or timedelta) or
+        ``run_at`` (datetime, or seconds since the epoch): run no earlier, by the server's clock.
+        ``priority``: "high", "normal" or "low". ``unique_for``: refuse with DuplicateTaskError
+        while a task of the same ``unique_key`` (default the task id) enqueued within this window
+        has not finished. ``retention``: track the task (see Retention; ``wait`` needs it).
+        ``deadline``: when it must have finished. ``batch``: an open batch it joins
+        (``open_batch``). ``tenant``: the tenant whose backlog it waits in (docs/tenants.md).
+        ``extra_fields``: more fields, carried through retries and dead letters.
+
+        Raises QueueFullError, DuplicateTaskError, BatchClosedError (nothing written),
+        ConfigError, PayloadError, ConnectionError, ReplyError."""
+        p = self._prepare(task_type, payload, dict(
+            task_id=task_id, max_retries=max_retries, delay=delay, run_at=run_at, priority=priority,
+            unique_for=unique_for, unique_key=unique_key, retention=retention, deadline=deadline, batch=batch,
+            tenant=tenant, extra_fields=extra_fields), _wire.format_timestamp())
+        with _redis.translated():
+            if self.overflow == "trim_oldest" and not p.needs_script():
+                self._client.xadd(self.stream, dict(p.fields), maxlen=self.max_len, approximate=True)
+                return p.task_id
+            keys, args = self._enqueue_call([p], "", 0)
+            try:
+                _redis.run_script(self._client, "enqueue", keys, args)
+            except rx.ResponseError as e:
+                raise _refusal(_redis.unwrap(str(e)), 0, []) from e
+        return p.task_id
+
+    def enqueue_batch(self, tasks: Iterable[TaskLike]) -> list[str]:
+        """Enqueues tasks (each a TaskSpec, ``(type, payload)`` or ``(type, payload, {options})``
+        with enqueue's keyword options) in chunks of 64 per script call, pipelined, and returns
+        their ids in order. What is written is always a prefix of the batch: on a refusal the
+        exception's ``batch_ids`` has the written tasks' ids and ``""`` for the others."""
+        specs = [task_spec(t) for t in tasks]
+        created_at = _wire.format_timestamp()
+        prepared = [self._prepare(s.task_type, s.payload, s.options, created_at) for s in specs]
+        if not prepared:
+            return []
+        ids = [p.task_id for p in prepared]
+        with _redis.translated():
+            if self.overflow == "trim_oldest" and not any(p.needs_script() for p in prepared):
+                pipe = self._client.pipeline(transaction=False)
+                for p in prepared:
+                    pipe.xadd(self.stream, dict(p.fields), maxlen=self.max_len, approximate=True)
+                pipe.execute()
+                return ids
+            return self._write_chunks(prepared, ids)
+
+    def _write_chunks(self, prepared: list[_Prepared], ids: list[str]) -> list[str]:
+        chunks = [(i, min(i + _CHUNK, len(prepared))) for i in range(0, len(prepared), _CHUNK)]
+        # More than one chunk: a refusal mark of the batch's own, so that the chunks behind a
+        # refused one write nothing even if room appears (enqueue.lua): a prefix is written.
+        mark = self.keys.batch_refused(_wire.new_task_id()) if len(chunks) > 1 else ""
+        calls = [self._enqueue_call(prepared[a:b], mark, k + 1 if mark else 0) for k, (a, b) in enumerate(chunks)]
+        script = _lua.script("enqueue")
+        self._client.script_load(script.source)
+        pipe = self._client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(script.sha1, len(keys), *keys, *args)
+        replies = pipe.execute(raise_on_error=False)
+        written = [""] * len(ids)
+        refusal: Optional[tuple[str, int]] = None  # the server's message, the chunk's first index
+        stuck = False
+        for k, reply in enumerate(replies):
+            a, b = chunks[k]
+            not_run = isinstance(reply, rx.NoScriptError) or reply == -1
+            if not_run and not stuck:
+                # Not run (its script flushed, or the one before it was not): again, alone, in order.
+                try:
+                    reply = _redis.run_script(self._client, "enqueue", *calls[k])
+                except rx.ResponseError as e:
+                    reply = e
+            elif not_run:
+                continue
+            if isinstance(reply, rx.ResponseError):
+                if refusal is None:
+                    refusal = (_redis.unwrap(str(reply)), a)
+                stuck = True
+            elif isinstance(reply, Exception):
+                raise reply
+            elif reply == 0:
+                stuck = True
+            elif not stuck:
+                written[a:b] = ids[a:b]
+        if refusal is None and not stuck:
+            return ids
+        message, first = refusal if refusal is not None else ("ERR an earlier chunk was refused", 0)
+        accepted = sum(1 for i in written if i)
+        raise _refusal(message, first, written,
+                       f" (enqueue_batch wrote {accepted} of {len(ids)} tasks, the first {accepted}; "
+                       "nothing after the first refused one)")
+
+    # -------------------------------------------------------------------------------------- flows
+
+    def enqueue_flow(self, root: FlowNode) -> FlowIds:
+        """Enqueues a flow (``chain``, ``chord``, ``group``, or a FlowNode tree) in one script
+        call: every parent waits until its children finished, then runs reading their results.
+        Returns the ids in the flow's shape. Every task of a flow is tracked (the producer's
+        retention, else an hour once done). Raises as enqueue; nothing is written on a refusal."""
+        root = flow_node(root)
+        if self.overflow == "trim_oldest":
+            raise ConfigError("enqueue_flow needs overflow='reject': trim_oldest may drop a child unfinished, "
+                              "and its parent would wait forever")
+        flat: list[tuple[FlowNode, int]] = []  # pre-order, each with its parent's place (-1: root)
+        children: list[list[int]] = []
+        root_id = root.options.get("task_id") or _wire.new_task_id()
+
+        def flatten(node: FlowNode, parent: int, depth: int) -> None:
+            if depth >= _MAX_FLOW_DEPTH:
+                raise ConfigError(f"flow deeper than {_MAX_FLOW_DEPTH} levels")
+            if len(flat) >= _MAX_FLOW_TASKS:
+                raise ConfigError(f"flow of more than {_MAX_FLOW_TASKS} tasks")
+            if node.children and (node.options.get("delay") or node.options.get("run_at") is not None):
+                raise ConfigError(f'a flow\'s parent (task type "{node.task_type}") runs when its children '
+                                  "finished: it cannot have a delay or run_at")
+            if node.on_failure not in _FAILURE_TEXT:
+                raise ConfigError("on_failure must be 'fail_parent', 'ignore' or 'remove'")
+            place = len(flat)
+            flat.append((node, parent))
+            children.append([])
+            if parent >= 0:
+                children[parent].append(place)
+            for child in node.children:
+                flatten(child, place, depth + 1)
+
+        flatten(root, -1, 0)
+        created_at = _wire.format_timestamp()
+        prepared: list[_Prepared] = []
+        seen: set[str] = set()
+        for i, (node, parent) in enumerate(flat):
+            options = dict(node.options)
+            if not options.get("task_id"):
+                options["task_id"] = root_id if parent < 0 else _wire.new_task_id()
+            if options.get("retention") is None and self.retention is None:
+                options["retention"] = Retention(done=timedelta(hours=1))
+            flow = None
+            if parent >= 0:
+                flow = (prepared[parent].task_id, _FAILURE_TEXT[node.on_failure])
+            p = self._prepare(node.task_type, node.payload, options, created_at, flow)
+            if p.task_id in seen:
+                raise ConfigError(f'flow: task id "{p.task_id}" is given twice')
+            seen.add(p.task_id)
+            if children[i]:
+                p.dest = -p.dest  # waits for its children (enqueue.lua)
+            prepared.append(p)
+        with _redis.translated():
+            keys, args = self._enqueue_call(prepared, "", 0)
+            try:
+                _redis.run_script(self._client, "enqueue", keys, args)
+            except rx.ResponseError as e:
+                raise _refusal(_redis.unwrap(str(e)), 0, []) from e
+
+        def ids_of(place: int) -> FlowIds:
+            return FlowIds(prepared[place].task_id, [ids_of(c) for c in children[place]])
+
+        return ids_of(0)
+
+    # ------------------------------------------------------------------------------------ batches
+
+    def open_batch(self, batch_id: Optional[str] = None, parent: Optional[str] = None) -> str:
+        """Opens a batch (docs/workflows.md#batches) that tasks join with ``enqueue(..., batch=id)``
+        until ``close_batch``; returns its id (default a new UUID v4). ``parent``: an open batch it
+        is nested in. (Callbacks on_complete/on_success are not offered by this client yet: open
+        such a batch from C++.) Raises ConfigError for an id in use, BatchClosedError for a parent
+        that is not open."""
+        batch_id = batch_id or _wire.new_task_id()
+        with _redis.translated():
+            try:
+                _redis.run_script(self._client, "batch", [self.stream], ["open", batch_id, parent or "", 0, 0])
+            except rx.ResponseError as e:
+                message = _redis.unwrap(str(e))
+                if message.startswith("BATCHEXISTS"):
+                    raise ConfigError(message) from e
+                raise _refusal(message, 0, []) from e
+        return batch_id
+
+    def close_batch(self, batch_id: str) -> bool:
+        """Closes a batch: no task joins it any more. True when this call closed it, False when it
+        was closed already. BatchClosedError when there is no such batch."""
+        with _redis.translated():
+            try:
+                return _redis.run_script(self._client, "batch", [self.stream], ["close", batch_id]) == 1
+            except rx.ResponseError as e:
+                raise _refusal(_redis.unwrap(str(e)), 0, []) from e
+
+    # -------------------------------------------------------------------------------------- waits
+
+    def wait(self, task_id: str, timeout: Duration, wait_for_enqueue: bool = False) -> TaskRecord:
+        """Waits until tracked task ``task_id`` finished and returns its record (``.result`` is
+        what its handler returned). Raises TaskFailedError when it ended dead or cancelled, and
+        WaitTimeoutError when it did not finish within ``timeout`` (seconds or timedelta) or has
+        no record (not tracked, expired, another queue's) within about a second, unless
+        ``wait_for_enqueue``. Follows ``<stream>:events`` (XREAD BLOCK) and reads the record
+        with the watch script, which keeps a finished record a minute for a waiter."""
+        timeout_s = _wire.duration_ms(timeout, "timeout") / 1000.0
+        deadline = time.monotonic() + timeout_s
+        with _redis.translated():
+            newest = self._client.xrevrange(self.keys.events, "+", "-", count=1)
+            position = newest[0][0] if newest else "0-0"
+            record = self._watch(task_id)
+            missing_since = None if record is not None or wait_for_enqueue else time.monotonic()
+            while True:
+                if record is not None and record.finished:
+                    return _outcome(record)
+                now = time.monotonic()
+                if record is None and missing_since is not None and now - missing_since >= _NO_RECORD_GRACE:
+                    record = self._watch(task_id)
+                    if record is None:
+                        raise WaitTimeoutError("no record of task " + task_id + _NO_RECORD)
+                    continue
+                if now >= deadline:
+                    if record is not None:
+                        raise WaitTimeoutError(f"task {task_id} did not finish in time (it is {record.state})",
+                                               record)
+                    raise WaitTimeoutError(f"task {task_id} did not finish in time: no record of it" +
+                                           _NO_RECORD, None)
+                block = max(1, int(min(deadline - now, 1.0) * 1000))
+                answer = self._client.xread({self.keys.events: position}, count=1000, block=block)
+                ended: Optional[TaskRecord] = None
+                for _, entries in answer or []:
+                    for entry_id, fields in entries:
+                        position = entry_id
+                        if fields.get("task_id") == task_id and fields.get("event") in FINAL_STATES:
+                            ended = _ended_by(task_id, fields, self.stream)
+                record = self._watch(task_id)
+                if record is None and ended is not None:
+                    record = ended  # its record went with its end (retention 0)
+                if record is not None:
+                    missing_since = None
+                elif missing_since is None and not wait_for_enqueue:
+                    missing_since = time.monotonic()
+
+    def _watch(self, task_id: str) -> Optional[TaskRecord]:
+        reply = _redis.run_script(self._client, "watch", [self.keys.task(task_id)], [])
+        if not reply:
+            return None
+        fields = dict(zip(reply[0::2], reply[1::2]))
+        return TaskRecord.from_hash(task_id, fields, self.stream)
+
+    # ---------------------------------------------------------------------------------- internals
+
+    def _prepare(self, task_type: str, payload: Any, o: Mapping[str, Any], created_at: str,
+                 flow: Optional[tuple[str, str]] = None) -> _Prepared:
+        known = {"task_id", "max_retries", "delay", "run_at", "priority", "unique_for", "unique_key", "retention",
+                 "deadline", "batch", "tenant", "extra_fields"}
+        unknown = set(o) - known
+        if unknown:
+            raise ConfigError("unknown enqueue option(s): " + ", ".join(sorted(unknown)))
+        if not isinstance(task_type, str) or not task_type:
+            raise ConfigError("task_type must not be empty")
+        max_retries = o.get("max_retries")
+        if max_retries is None:
+            max_retries = self.default_max_retries
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigError("max_retries must be >= 0")
+        extra = dict(o.get("extra_fields") or {})
+        for name, value in extra.items():
+            if not isinstance(name, str) or not name or name in _wire.RESERVED_FIELDS:
+                raise ConfigError(f'extra field name "{name}" is empty or reserved')
+            if not isinstance(value, str):
+                raise ConfigError(f'extra field "{name}" must be a string')
+        delay_ms = _wire.duration_ms(o["delay"], "delay") if o.get("delay") is not None else 0
+        run_at = o.get("run_at")
+        if delay_ms > 0 and run_at is not None:
+            raise ConfigError("delay and run_at: set one of them, not both")
+        unique_for_ms = _wire.duration_ms(o["unique_for"], "unique_for") if o.get("unique_for") is not None else 0
+        unique_key = o.get("unique_key") or ""
+        if unique_key and unique_for_ms == 0:
+            raise ConfigError("unique_key needs unique_for > 0")
+        batch = o.get("batch") or ""
+        if batch and self.overflow == "trim_oldest":
+            raise ConfigError("a batch's task needs overflow='reject': trim_oldest may drop it unfinished")
+        tenant = o.get("tenant") or ""
+        if tenant:
+            _wire.check_tenant(tenant)
+        priority = o.get("priority") or "normal"
+        if priority not in PRIORITIES:
+            raise ConfigError("priority must be 'high', 'normal' or 'low'")
+        text = _wire.payload_text({} if payload is None else payload, self.max_payload_bytes,
+                                  self.max_payload_depth)
+        if len(extra) + 15 > _wire.MAX_FIELDS:
+            raise ConfigError(f"too many extra fields: {len(extra)} (at most {_wire.MAX_FIELDS - 15})")
+        p = _Prepared()
+        p.task_id = o.get("task_id") or _wire.new_task_id()
+        p.dest = PRIORITIES[priority]
+        if run_at is not None:
+            p.at_ms = _wire.epoch_ms(run_at, "run_at")
+        p.delay_ms = delay_ms
+        if p.at_ms > 0 or p.delay_ms > 0:
+            p.nonce = _wire.new_task_id()
+        fields = [("task_id", p.task_id), ("task_type", task_type), ("payload", text), ("created_at", created_at),
+                  ("max_retries", str(max_retries)), ("retry_count", "0")]
+        if unique_for_ms > 0:
+            key = unique_key or p.task_id
+            fields.append(("unique_key", key))
+            p.lock_key = self.keys.unique_lock(key)
+            p.lock_ms = unique_for_ms
+        retention = _retention(o.get("retention")) or self.retention
+        if retention is not None:
+            fields.append(("retention", retention.field()))
+        elif batch:
+            fields.append(("retention", Retention(done=timedelta(hours=1)).field()))  # a batch counts ends
+        p.tracked = retention is not None or bool(batch)
+        if o.get("deadline") is not None:
+            deadline_ms = _wire.epoch_ms(o["deadline"], "deadline")
+            if deadline_ms > time.time() * 1000 + _wire.MAX_DURATION_MS:
+                raise ConfigError("deadline must be at most ten years from now")
+            fields.append(("deadline", str(deadline_ms)))
+        if flow is not None:
+            fields.append(("flow_parent", flow[0]))
+            fields.append(("flow_on_failure", flow[1]))
+        if batch:
+            fields.append(("batch_id", batch))
+        if tenant:
+            fields.append((_wire.TENANT_FIELD, tenant))
+            p.tenant = tenant
+        fields.extend(extra.items())
+        p.fields = fields
+        return p
+
+    def _enqueue_call(self, tasks: Sequence[_Prepared], mark: str, position: int) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of one enqueue script call (its header in src/lua/enqueue.lua;
+        built as enqueue_call in src/producer/prepare.cpp)."""
+        k = self.keys
+        keys = [k.stream, k.high, k.low, k.delayed]
+        keys.extend(t.lock_key for t in tasks if t.lock_key)
+        if mark:
+            keys.append(mark)
+        plain = not any(t.needs_script() or t.dest < 0 for t in tasks)
+        args: list[Any] = ["reject" if self.overflow == "reject" else "trim", self.max_len,
+                           position if mark else 0, len(tasks), "plain" if plain else "full"]
+        lock_index = 4
+        for t in tasks:
+            strings = t.strings()
+            if not plain:
+                lock = 0
+                if t.lock_key:
+                    lock_index += 1
+                    lock = lock_index
+                args.extend((t.dest, t.at_ms, t.delay_ms, lock, t.lock_ms, t.nonce))
+            args.append(len(strings))
+            args.extend(strings)
+        return keys, args
+
+
+def _refusal(message: str, first: int, batch_ids: list[str], note: str = "") -> Exception:
+    """The exception for the enqueue script's refusal ``message`` (index ``first``: where its
+    chunk starts in a batch; ``note``: what a batch wrote)."""
+    if message.startswith("QUEUEFULL"):
+        return QueueFullError(message + note, batch_ids)
+    if message.startswith("BATCHCLOSED"):
+        return BatchClosedError(message + note, batch_ids)
+    if message.startswith("DUPLICATE "):
+        # DUPLICATE <index in the call> <length of the holder> <holder> holds <key>
+        try:
+            _, index, length, rest = message.split(" ", 3)
+            raw = rest.encode("utf-8", "surrogateescape")
+            holder = raw[:int(length)].decode("utf-8", "surrogateescape")
+            key = raw[int(length):].decode("utf-8", "surrogateescape")
+            key = key[len(" holds "):] if key.startswith(" holds ") else key
+            return DuplicateTaskError(
+                f"duplicate task: unique lock {key} is held by task {holder} (enqueued within its unique_for "
+                "window and not finished)" + note, holder, first + int(index), batch_ids)
+        except ValueError:
+            pass
+    return ReplyError(message + note)
+
+
+def _ended_by(task_id: str, fields: Mapping[str, str], queue: str) -> TaskRecord:
+    """What a final event says of its task, for a record that went with its end."""
+    r = TaskRecord(task_id=task_id, queue=queue, state=fields.get("event", "done"))
+    r.error = fields.get("error", "")
+    r.reason = fields.get("reason", "")
+    at = fields.get("at")
+    if at is not None and at.isdigit():
+        r.finished_at = _ms_time(at)
+    return r
+
+
+def _outcome(record: TaskRecord) -> TaskRecord:
+    if record.state == "done":
+        return record
+    if record.state == "cancelled":
+        raise TaskFailedError(f"task {record.task_id} ended cancelled: an operator cancelled it", record)
+    message = f"task {record.task_id} ended {record.state}"
+    if record.reason:
+        message += f" ({record.reason})"
+    if record.error:
+        message += f": {record.error}"
+    raise TaskFailedError(message, record)
