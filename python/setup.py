@@ -4,6 +4,7 @@
 package's streamq/lua/ folder. Metadata is in pyproject.toml."""
 import importlib.util
 import os
+import sys
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -16,6 +17,7 @@ def _lua_module():
     # streamq/_lua.py itself, loaded without importing the package (redis may not be there yet).
     spec = importlib.util.spec_from_file_location("_streamq_lua", os.path.join(HERE, "streamq", "_lua.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclass looks itself up there)
     spec.loader.exec_module(module)
     return module
 
