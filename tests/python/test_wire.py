@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: MIT
+"""A Python producer's task is a C++ producer's task: the same fields in the same order, in the
+same keys, for every option; both as docs/wire-format.md describes them. The C++ producer is
+the streamq command (`streamq enqueue`, which enqueues through streamq::Producer)."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from conftest import REPO
+from streamq import Inspector, Producer
+
+DOC = (REPO / "docs" / "wire-format.md").read_text(encoding="utf-8")
+UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def doc_fields() -> list[str]:
+    """The fields of the doc's first table (a task's), in order."""
+    table = DOC.split("| field | meaning |", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
+
+
+def doc_timestamp() -> re.Pattern[str]:
+    """created_at's form, from the doc's example (every digit a digit)."""
+    example = re.search(r"e\.g\. `(\d{4}-\d\d-\d\dT[\d:.]+)`", DOC).group(1)
+    return re.compile("^" + re.sub(r"\d", r"\\d", re.escape(example)) + "$")
+
+
+def unpacked(r: Any, command: str, key: str) -> list[str]:
+    """The first msgpack'd value of a list (a tenant's backlog) or sorted set (the delayed set),
+    unpacked by the server's own cmsgpack, as the scripts read it."""
+    read = "redis.call('LINDEX', KEYS[1], 0)" if command == "list" else "redis.call('ZRANGE', KEYS[1], 0, 0)[1]"
+    return [str(v) for v in r.eval(f"return cmsgpack.unpack({read})", 1, key)]
+
+
+def pairs(strings: list[str]) -> list[tuple[str, str]]:
+    return list(zip(strings[0::2], strings[1::2]))
+
+
+def only_entry(r: Any, key: str) -> list[tuple[str, str]]:
+    entries = r.xrange(key)
+    assert len(entries) == 1, f"{key}: {entries}"
+    return list(entries[0][1].items())
+
+
+def comparable(fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Fields with the values that differ between two tasks (id, time) left out."""
+    return [(k, "" if k in ("task_id", "created_at") else v) for k, v in fields]
+
+
+def test_a_plain_task_has_the_documented_fields_in_order(server: str, stream: str, r: Any, cli: Any) -> None:
+    assert doc_fields() == ["task_id", "task_type", "payload", "created_at", "max_retries", "retry_count"]
+    stamp = doc_timestamp()
+    with Producer(url=server, stream=stream) as p:
+        py_id = p.enqueue("send_email", {"to": "user@example.com", "order_id": 12345})
+    cxx_id = cli("enqueue", stream, "send_email", '{"to":"user@example.com","order_id":12345}').strip()
+    entries = r.xrange(stream)
+    assert [e[1]["task_id"] for e in entries] == [py_id, cxx_id]
+    for _, fields in entries:
+        assert list(fields) == doc_fields()
+        assert UUID4.match(fields["task_id"])
+        assert stamp.match(fields["created_at"]), fields["created_at"]
+        assert json.loads(fields["payload"]) == {"to": "user@example.com", "order_id": 12345}
+        assert (fields["max_retries"], fields["retry_count"]) == ("3", "0")
+    assert comparable(list(entries[0][1].items())) == comparable(list(entries[1][1].items()))
+    assert entries[0][1]["payload"] == entries[1][1]["payload"]
+
+
+@pytest.mark.parametrize("python, command_line", [
+    ({"priority": "high"}, ["--priority", "high"]),
+    ({"priority": "low"}, ["--priority", "low"]),
+    ({"retention": 60}, ["--retention-ms", "60000"]),
+    ({"retention": 60, "priority": "high"}, ["--retention-ms", "60000", "--priority", "high"]),
+    ({"task_id": "order-12345-confirmation"}, ["--task-id", "order-12345-confirmation"]),
+])
+def test_an_option_writes_the_fields_and_keys_of_the_cxx_producer(server: str, stream: str, r: Any, cli: Any,
+                                                                  python: dict[str, Any],
+                                                                  command_line: list[str]) -> None:
+    level = {"high": ":p:high", "low": ":p:low"}.get(python.get("priority", ""), "")
+    with Producer(url=server, stream=stream) as p:
+        p.enqueue("send_email", '{"to":"a"}', **python)
+    py = only_entry(r, stream + level)
+    r.delete(stream + level)
+    cli("enqueue", stream, "send_email", '{"to":"a"}', *command_line)
+    cxx = only_entry(r, stream + level)
+    assert comparable(py) == comparable(cxx)
+    if "task_id" in python:
+        assert dict(py)["task_id"] == dict(cxx)["task_id"] == python["task_id"]
+    if "retention" in python:
+        assert dict(py)["retention"] == "60000 -1"
+        record = Inspector(url=server, stream=stream).record(dict(py)["task_id"])
+        assert record is not None and record.state == "queued" and record.task_type == "send_email"
+
+
+def test_a_tenants_task_waits_in_its_backlog_as_the_cxx_producers_does(server: str, stream: str, r: Any,
+                                                                       cli: Any) -> None:
+    backlog = stream + ":tenant:acme:p:high"
+    assert "`<stream>:tenant:<tenant>…`" in DOC
+    with Producer(url=server, stream=stream) as p:
+        p.enqueue("send_email", '{"to":"a"}', tenant="acme", priority="high")
+    py = pairs(unpacked(r, "list", backlog))
+    r.delete(backlog)
+    cli("enqueue", stream, "send_email", '{"to":"a"}', "--tenant", "acme", "--priority", "high")
+    cxx = pairs(unpacked(r, "list", backlog))
+    assert comparable(py) == comparable(cxx)
+    assert ("streamq_tenant", "acme") in py
+    assert r.zscore(stream + ":tenants:ready", "acme") is not None
+
+
+def test_a_delayed_task_waits_in_the_delayed_set_as_the_cxx_producers_does(server: str, stream: str, r: Any,
+                                                                           cli: Any) -> None:
+    assert "`<stream>:delayed`" in DOC
+    with Producer(url=server, stream=stream) as p:
+        p.enqueue("send_email", '{"to":"a"}', delay=60)
+    py = unpacked(r, "zset", stream + ":delayed")
+    r.delete(stream + ":delayed")
+    cli("enqueue", stream, "send_email", '{"to":"a"}', "--delay-ms", "60000")
+    cxx = unpacked(r, "zset", stream + ":delayed")
+    # 'sq1', a nonce, the destination stream, then the task's strings (src/lua/lib/delayed.lua)
+    assert py[0] == cxx[0] == "sq1" and py[2] == cxx[2] == stream
+    assert UUID4.match(py[1]) and py[1] != cxx[1]
+    assert comparable(pairs(py[3:])) == comparable(pairs(cxx[3:]))
+
+
+def test_the_documented_keys_of_a_tracked_unique_task(server: str, stream: str, r: Any) -> None:
+    for documented in ("`<stream>:task:<task_id>`", "`<stream>:events`", "`<stream>:unique:<key>`"):
+        assert documented in DOC
+    with Producer(url=server, stream=stream) as p:
+        task_id = p.enqueue("send_email", {}, retention=60, unique_for=60, unique_key="order-1")
+    fields = dict(only_entry(r, stream))
+    assert fields["unique_key"] == "order-1" and fields["retention"] == "60000 -1"
+    assert r.get(stream + ":unique:order-1") == task_id
+    assert r.hget(stream + ":task:" + task_id, "state") == "queued"
+    assert r.xrange(stream + ":events")[-1][1]["task_id"] == task_id
+
+
+def test_a_cxx_producers_task_read_back_in_python(server: str, stream: str, cli: Any) -> None:
+    task_id = cli("enqueue", stream, "send_email", '{"to":"b"}', "--retention-ms", "60000",
+                  "--delay-ms", "60000").strip()
+    record = Inspector(url=server, stream=stream).record(task_id)
+    assert record is not None
+    assert (record.task_id, record.task_type, record.state) == (task_id, "send_email", "delayed")
+    assert record.enqueued_at is not None and record.due_at is not None
+    assert 59 <= (record.due_at - record.enqueued_at).total_seconds() <= 60
+    stats = Inspector(url=server, stream=stream).stats()
+    assert (stats.delayed, stats.length) == (1, 0)
