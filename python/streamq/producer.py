@@ -3,13 +3,13 @@
 same enqueue script of src/lua, the same fields), and waits for tracked tasks."""
 from __future__ import annotations
 
+import threading
 import time
-import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-import redis
 import redis.exceptions as rx
 
 from . import _lua, _redis, _wire
@@ -24,6 +24,7 @@ _FAILURE_TEXT = {"fail_parent": "fail", "ignore": "ignore", "remove": "remove"}
 _CHUNK = 64  # tasks per enqueue script call of a batch (as src/producer/batch.cpp)
 _MAX_FLOW_TASKS = 10000
 _MAX_FLOW_DEPTH = 64
+_REMEMBERED = 10000  # final events remembered (as the C++ waiter)
 _NO_RECORD_GRACE = 1.0  # s a wait on an id without a record waits for it to appear
 _NO_RECORD = (" was found: it was not enqueued with a retention, its record expired, or it is another "
               "queue's (wait_for_enqueue=True waits for a task enqueued later)")
@@ -124,6 +125,12 @@ class Producer:
             self.retention.field()  # checked now
         self.keys = QueueKeys(stream)
         self._client = _redis.connect(url, client_name, socket_timeout)
+        # The waits' memory, as the C++ waiter's thread keeps it: where the last wait stopped
+        # reading the events, and the last final events read (a record of Retention 0 goes with
+        # its task's end; a later wait on that task is answered from its event).
+        self._lock = threading.Lock()
+        self._position: Optional[str] = None
+        self._ended: OrderedDict[str, TaskRecord] = OrderedDict()
 
     def close(self) -> None:
         """Closes the connections."""
@@ -343,9 +350,15 @@ class Producer:
         timeout_s = _wire.duration_ms(timeout, "timeout") / 1000.0
         deadline = time.monotonic() + timeout_s
         with _redis.translated():
-            newest = self._client.xrevrange(self.keys.events, "+", "-", count=1)
-            position = newest[0][0] if newest else "0-0"
+            with self._lock:
+                position = self._position
+            if position is None:
+                newest = self._client.xrevrange(self.keys.events, "+", "-", count=1)
+                position = newest[0][0] if newest else "0-0"
             record = self._watch(task_id)
+            if record is None:
+                with self._lock:
+                    record = self._ended.get(task_id)
             missing_since = None if record is not None or wait_for_enqueue else time.monotonic()
             while True:
                 if record is not None and record.finished:
@@ -364,19 +377,33 @@ class Producer:
                                            _NO_RECORD, None)
                 block = max(1, int(min(deadline - now, 1.0) * 1000))
                 answer = self._client.xread({self.keys.events: position}, count=1000, block=block)
-                ended: Optional[TaskRecord] = None
                 for _, entries in answer or []:
                     for entry_id, fields in entries:
                         position = entry_id
-                        if fields.get("task_id") == task_id and fields.get("event") in FINAL_STATES:
-                            ended = _ended_by(task_id, fields, self.stream)
+                        if fields.get("event") in FINAL_STATES and "task_id" in fields:
+                            self._remember(_ended_by(fields["task_id"], fields, self.stream))
+                    self._advance(position)
                 record = self._watch(task_id)
-                if record is None and ended is not None:
-                    record = ended  # its record went with its end (retention 0)
+                if record is None:
+                    with self._lock:
+                        record = self._ended.get(task_id)  # its record went with its end (retention 0)
                 if record is not None:
                     missing_since = None
                 elif missing_since is None and not wait_for_enqueue:
                     missing_since = time.monotonic()
+
+    def _remember(self, ended: TaskRecord) -> None:
+        with self._lock:
+            self._ended[ended.task_id] = ended
+            self._ended.move_to_end(ended.task_id)
+            while len(self._ended) > _REMEMBERED:
+                self._ended.popitem(last=False)
+
+    def _advance(self, position: str) -> None:
+        """The next wait reads the events from here on (the furthest any wait read)."""
+        with self._lock:
+            if self._position is None or _entry_id(position) > _entry_id(self._position):
+                self._position = position
 
     def _watch(self, task_id: str) -> Optional[TaskRecord]:
         reply = _redis.run_script(self._client, "watch", [self.keys.task(task_id)], [])
@@ -523,6 +550,11 @@ def _ended_by(task_id: str, fields: Mapping[str, str], queue: str) -> TaskRecord
     if at is not None and at.isdigit():
         r.finished_at = _ms_time(at)
     return r
+
+
+def _entry_id(text: str) -> tuple[int, int]:
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _outcome(record: TaskRecord) -> TaskRecord:
