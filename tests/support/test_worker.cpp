@@ -36,6 +36,11 @@
 //              the Unix epoch, this machine's clock) and its stop reason, SREM, and throws
 //   polite     RPUSH <stream>:log "<consumer>/<task_id> start", run "ms" unless asked to stop, then
 //              RPUSH "... end" and return, or (asked to stop) RPUSH "... stopped" and throw
+//   describe   returns (Task::set_result) what it was given, as JSON: {"id", "type", "payload" (the
+//              text), "retry_count", "max_retries", "created_at_ms", "fields" (every field: an array
+//              of [name, value])}; throws on the first attempt when the payload says "fail_once"
+//   collect    a flow's parent: returns its children's results as JSON, an array of {"task_id",
+//              "state", "result", "error"} in order (the Python client's tests, tests/python)
 // Records go through the test's own Redis connection (one per handler thread).
 #include <unistd.h>
 
@@ -265,6 +270,30 @@ int main(int argc, char** argv) {
       throw std::runtime_error("stopped");
     }
     log("end");
+  });
+  consumer.on("describe", [](const streamq::Task& task) {
+    nlohmann::json fields = nlohmann::json::array();
+    for (const auto& [name, value] : task.fields()) fields.push_back({name, value});
+    if (task.json().is_object() && task.json().value("fail_once", false) && task.retry_count() == 0) {
+      throw std::runtime_error("failing once, as asked");
+    }
+    task.set_result(nlohmann::json{{"id", task.id()},
+                                   {"type", task.type()},
+                                   {"payload", task.payload()},
+                                   {"retry_count", task.retry_count()},
+                                   {"max_retries", task.max_retries()},
+                                   {"created_at_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                         task.created_at().time_since_epoch())
+                                                         .count()},
+                                   {"fields", fields}}
+                        .dump());
+  });
+  consumer.on("collect", [](const streamq::Task& task) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const streamq::ChildResult& c : task.children_results()) {
+      out.push_back({{"task_id", c.task_id}, {"state", c.state}, {"result", c.result}, {"error", c.error}});
+    }
+    task.set_result(out.dump());
   });
   consumer.on(
       "sleeper",
