@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,10 +40,16 @@ def test_expansion_equals_what_the_cxx_library_embeds() -> None:
 
 
 def test_pip_install_puts_the_expanded_scripts_in_the_package(tmp_path: Path) -> None:
-    # Offline: Debian's setuptools, no build isolation (which would fetch setuptools).
+    # Offline: Debian's setuptools, no build isolation (which would fetch setuptools). From a copy
+    # of python/ and src/lua in the same places (pip builds in the tree it is given: the source
+    # tree stays as it is).
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO / "python", tree / "python",
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    shutil.copytree(LUA, tree / "src" / "lua")
     target = tmp_path / "site"
     p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
-                        "--target", str(target), str(REPO / "python")], capture_output=True, text=True, timeout=300,
+                        "--target", str(target), str(tree / "python")], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1"))
     assert p.returncode == 0, p.stdout + p.stderr
     installed = target / "streamq" / "lua"
