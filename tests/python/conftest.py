@@ -5,7 +5,8 @@ Python producer's tasks (the build tree's streamq_test_worker, see tests/support
 
 Paths come from the environment (ctest sets them, tests/CMakeLists.txt), else the build tree
 beside the sources: STREAMQ_TEST_WORKER, STREAMQ_CLI (the streamq command, a C++ producer),
-STREAMQ_GENERATED_LUA (build/generated/lua_scripts.cpp), STREAMQ_REDIS_SERVER."""
+STREAMQ_EXAMPLE_WORKER (examples/worker.cpp), STREAMQ_GENERATED_LUA
+(build/generated/lua_scripts.cpp), STREAMQ_REDIS_SERVER."""
 from __future__ import annotations
 
 import os
