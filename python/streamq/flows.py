@@ -28,7 +28,7 @@ class TaskSpec:
 
 #: A task as given to enqueue_batch, chain, chord and group: a TaskSpec, ``(type, payload)`` or
 #: ``(type, payload, {options})``.
-TaskLike = Union[TaskSpec, tuple]
+TaskLike = Union[TaskSpec, tuple[Any, ...]]
 
 
 def task_spec(t: TaskLike) -> TaskSpec:

@@ -334,7 +334,7 @@ class Producer:
         was closed already. BatchClosedError when there is no such batch."""
         with _redis.translated():
             try:
-                return _redis.run_script(self._client, "batch", [self.stream], ["close", batch_id]) == 1
+                return bool(_redis.run_script(self._client, "batch", [self.stream], ["close", batch_id]) == 1)
             except rx.ResponseError as e:
                 raise _refusal(_redis.unwrap(str(e)), 0, []) from e
 
@@ -351,8 +351,11 @@ class Producer:
         deadline = time.monotonic() + timeout_s
         with _redis.translated():
             with self._lock:
-                position = self._position
-            if position is None:
+                remembered = self._position
+            position: str
+            if remembered is not None:
+                position = remembered
+            else:
                 newest = self._client.xrevrange(self.keys.events, "+", "-", count=1)
                 position = newest[0][0] if newest else "0-0"
             record = self._watch(task_id)
