@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from streamq import Inspector, Producer
+from streamq import Inspector, Producer, TaskFailedError
 
 DOC = (REPO / "docs" / "wire-format.md").read_text(encoding="utf-8")
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -147,3 +147,30 @@ def test_a_cxx_producers_task_read_back_in_python(server: str, stream: str, cli:
     assert 59 <= (record.due_at - record.enqueued_at).total_seconds() <= 60
     stats = Inspector(url=server, stream=stream).stats()
     assert (stats.delayed, stats.length) == (1, 0)
+
+
+def doc_dead_letter_fields() -> list[str]:
+    """The fields the doc's dead-letter table adds to a task's."""
+    table = DOC.split("## Extra fields and dead letters", 1)[1].split("| field | meaning |", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
+
+
+def test_a_python_tasks_dead_letter_and_retry_copy_as_the_doc_says(server: str, stream: str, r: Any,
+                                                                   worker: Any) -> None:
+    assert doc_dead_letter_fields() == ["error", "failed_at", "original_id", "consumer", "reason"]
+    with Producer(url=server, stream=stream, retention=60) as p:
+        task_id = p.enqueue("fail_once", {"ms": 0}, max_retries=0, extra_fields={"source": "checkout"})
+        worker()
+        with pytest.raises(TaskFailedError) as failed:
+            p.wait(task_id, timeout=20)
+    record = failed.value.record
+    assert record.state == "dead"
+    dead = r.xrange(stream + ":dlq")
+    assert len(dead) == 1
+    fields = dead[0][1]
+    assert list(fields)[:6] == doc_fields()
+    assert fields["task_id"] == task_id and fields["source"] == "checkout"
+    for name in doc_dead_letter_fields():
+        assert fields[name], name
+    assert doc_timestamp().match(fields["failed_at"])
+    assert fields["consumer"] == "py-worker-1" and fields["reason"] == record.reason
