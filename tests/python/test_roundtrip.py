@@ -288,3 +288,16 @@ def test_refusals_before_anything_is_sent(server: str, stream: str, r: Any) -> N
     assert r.xlen(stream) == 1
     with pytest.raises(ConfigError):
         Producer(url=server, stream=stream, max_len=0)
+
+
+def test_redis_errors_as_streamq_exceptions(server: str, stream: str, r: Any) -> None:
+    from conftest import free_port
+    from streamq import ConnectionError, ReplyError
+    with pytest.raises(ConnectionError):
+        Producer(url=f"redis://127.0.0.1:{free_port()}", stream=stream).enqueue("work", {})
+    r.hset(stream + ":unique:held-by-a-hash", "x", "1")
+    with Producer(url=server, stream=stream) as p:
+        with pytest.raises(ReplyError) as wrong:
+            p.enqueue("work", {}, unique_for=60, unique_key="held-by-a-hash")
+    assert wrong.value.prefix == "WRONGTYPE"
+    assert r.xlen(stream) == 0
