@@ -71,7 +71,10 @@ def payload_text(payload: Any, max_bytes: int, max_depth: int) -> str:
     """The payload's JSON text: a ``str`` or ``bytes`` is JSON text already (checked), anything
     else is serialised compactly. PayloadError when too large, too deep or not JSON."""
     if isinstance(payload, (bytes, bytearray)):
-        payload = payload.decode("utf-8")
+        try:
+            payload = bytes(payload).decode("utf-8")
+        except UnicodeDecodeError:
+            raise PayloadError("payload is not valid JSON (not UTF-8)") from None
     if isinstance(payload, str):
         text = payload
         try:
