@@ -277,16 +277,16 @@ int main(int argc, char** argv) {
     if (task.json().is_object() && task.json().value("fail_once", false) && task.retry_count() == 0) {
       throw std::runtime_error("failing once, as asked");
     }
-    task.set_result(nlohmann::json{{"id", task.id()},
-                                   {"type", task.type()},
-                                   {"payload", task.payload()},
-                                   {"retry_count", task.retry_count()},
-                                   {"max_retries", task.max_retries()},
-                                   {"created_at_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                         task.created_at().time_since_epoch())
-                                                         .count()},
-                                   {"fields", fields}}
-                        .dump());
+    const auto created_at_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(task.created_at().time_since_epoch()).count();
+    const nlohmann::json seen = {{"id", task.id()},
+                                 {"type", task.type()},
+                                 {"payload", task.payload()},
+                                 {"retry_count", task.retry_count()},
+                                 {"max_retries", task.max_retries()},
+                                 {"created_at_ms", created_at_ms},
+                                 {"fields", fields}};
+    task.set_result(seen.dump());
   });
   consumer.on("collect", [](const streamq::Task& task) {
     nlohmann::json out = nlohmann::json::array();
