@@ -89,3 +89,10 @@ def test_expansion_replaces_each_include_line_in_place(tmp_path: Path) -> None:
 def test_expansion_refuses_what_embed_lua_cmake_refuses(tmp_path: Path, files: dict[str, str], message: str) -> None:
     with pytest.raises(_lua.LuaIncludeError, match=message):
         _lua.expand(write(tmp_path, files), "s")
+
+
+def test_the_package_has_the_projects_version() -> None:
+    import streamq
+    cmake = re.search(r"project\(streamq VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
+    pyproject = re.search(r'^version = "([0-9.]+)"', (REPO / "python" / "pyproject.toml").read_text(), re.M).group(1)
+    assert streamq.__version__ == pyproject == cmake
