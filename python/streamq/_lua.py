@@ -3,7 +3,7 @@
 cmake/embed_lua.cmake expands them for the C++ library, so that both send the same bytes and
 the same SHA-1 to EVALSHA.
 
-An installed package holds the expanded scripts in ``streamq/lua/`` (written by setup.py's
+An installed package holds the expanded scripts in ``streamq/lua/`` (written by the build backend's
 build step from src/lua); run from the source tree (``PYTHONPATH=python``) it expands
 ``src/lua`` when first asked. Either way src/lua is the only copy anyone edits.
 """
@@ -59,7 +59,7 @@ def script_names(lua_dir: str | os.PathLike[str]) -> list[str]:
 
 def write_expanded(lua_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> list[str]:
     """Writes every script of ``lua_dir``, expanded, to ``out_dir/<name>.lua``; returns the names.
-    (setup.py's build step.)"""
+    (The build backend, python/streamq_build.py.)"""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     names = script_names(lua_dir)

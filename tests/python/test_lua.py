@@ -1,15 +1,11 @@
 # SPDX-License-Identifier: MIT
 """The Python package runs the C++ library's own scripts: src/lua expanded as
 cmake/embed_lua.cmake expands it, byte for byte and SHA-1 for SHA-1, both from the source tree
-and as `pip install ./python` installs them."""
+and as `pip install ./python` installs them (test_install.py)."""
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,34 +33,6 @@ def test_expansion_equals_what_the_cxx_library_embeds() -> None:
         assert mine.source == source, name
         assert mine.sha1 == sha, name
         assert hashlib.sha1(source.encode("utf-8")).hexdigest() == sha, name
-
-
-def test_pip_install_puts_the_expanded_scripts_in_the_package(tmp_path: Path) -> None:
-    # Offline: Debian's setuptools, no build isolation (which would fetch setuptools). From a copy
-    # of python/ and src/lua in the same places (pip builds in the tree it is given: the source
-    # tree stays as it is).
-    tree = tmp_path / "tree"
-    shutil.copytree(REPO / "python", tree / "python",
-                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    shutil.copytree(LUA, tree / "src" / "lua")
-    target = tmp_path / "site"
-    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
-                        "--target", str(target), str(tree / "python")], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1"))
-    assert p.returncode == 0, p.stdout + p.stderr
-    installed = target / "streamq" / "lua"
-    assert sorted(f.stem for f in installed.glob("*.lua")) == _lua.script_names(LUA)
-    for f in installed.glob("*.lua"):
-        assert f.read_text(encoding="utf-8") == _lua.expand(LUA, f.stem), f.name
-    # The installed package reads its own copy, not the source tree's.
-    probe = subprocess.run(
-        [sys.executable, "-c", "import streamq, streamq._lua as l; print(streamq.__file__); "
-         "print(l.script('enqueue').sha1)"],
-        capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(target)))
-    assert probe.returncode == 0, probe.stderr
-    where, sha = probe.stdout.split()
-    assert Path(where).is_relative_to(target)
-    assert sha == _lua.script("enqueue").sha1
 
 
 def write(folder: Path, files: dict[str, str]) -> Path:
