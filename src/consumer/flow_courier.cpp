@@ -7,6 +7,7 @@
 
 #include "log.hpp"
 #include "streamq/errors.hpp"
+#include "util/concat.hpp"
 #include "wire/codec.hpp"
 #include "wire/keys.hpp"
 
@@ -176,7 +177,7 @@ FlowCourier::Pass FlowCourier::pass(ScriptRunner& scripts) {
   // so ends for partitions that answer are not held up behind them); a short one ends the
   // round, and the next starts from the oldest entry again.
   out.read = static_cast<std::int64_t>(entries.size());
-  after_ = out.read >= kMostPerPass ? "(" + std::string(entries[entries.size() - 1][0].str()) : "-";
+  after_ = out.read >= kMostPerPass ? concat("(", entries[entries.size() - 1][0].str()) : "-";
   return out;
 }
 

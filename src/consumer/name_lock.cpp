@@ -11,6 +11,7 @@
 #include "options.hpp"
 #include "redis/error_code.hpp"
 #include "streamq/errors.hpp"
+#include "util/concat.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -29,8 +30,8 @@ std::string random_token() {
 
 /// The `key=` field of a CLIENT LIST line ("" when absent).
 std::string client_field(std::string_view line, std::string_view key) {
-  const std::string spaced = " " + std::string(line);
-  const std::string pattern = " " + std::string(key) + "=";
+  const std::string spaced = concat(" ", line);
+  const std::string pattern = concat(" ", key, "=");
   const std::size_t at = spaced.find(pattern);
   if (at == std::string::npos) return {};
   const std::size_t from = at + pattern.size();

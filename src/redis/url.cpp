@@ -238,13 +238,18 @@ std::string Endpoint::describe() const {
   if (is_unix()) return unix_path;
   if (is_sentinel()) {
     std::string out = "master " + master_name + " of sentinels ";
-    for (std::size_t i = 0; i < sentinels.size(); ++i) out += (i == 0 ? "" : ",") + sentinels[i].describe();
+    for (std::size_t i = 0; i < sentinels.size(); ++i) {
+      if (i > 0) out += ',';
+      out += sentinels[i].describe();
+    }
     return out;
   }
   if (is_cluster()) {
     std::string out = "cluster ";
-    for (std::size_t i = 0; i < cluster_nodes.size(); ++i)
-      out += (i == 0 ? "" : ",") + cluster_nodes[i].describe();
+    for (std::size_t i = 0; i < cluster_nodes.size(); ++i) {
+      if (i > 0) out += ',';
+      out += cluster_nodes[i].describe();
+    }
     return out;
   }
   return HostPort{host, port}.describe();

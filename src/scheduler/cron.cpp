@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "streamq/errors.hpp"
+#include "util/concat.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -185,10 +186,10 @@ class Parser {
     for (std::size_t k = 0; k < field.name_count; ++k) {
       if (field.names[k] == name) return field.name_base + static_cast<int>(k);
     }
-    if (field.name_count == 0) fail(field, offset, "\"" + std::string(text) + "\" is not a number");
-    fail(field, offset,
-         "\"" + std::string(text) + "\" is not a number or a name (" + std::string(field.names[0]) + ", " +
-             std::string(field.names[1]) + ", ...)");
+    if (field.name_count == 0) fail(field, offset, concat("\"", text, "\" is not a number"));
+    fail(
+        field, offset,
+        concat("\"", text, "\" is not a number or a name (", field.names[0], ", ", field.names[1], ", ...)"));
   }
 
   static std::optional<int> number(std::string_view text) {

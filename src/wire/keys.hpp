@@ -11,6 +11,7 @@
 
 #include "streamq/common.hpp"
 #include "streamq/errors.hpp"
+#include "util/concat.hpp"
 
 namespace streamq::detail {
 
@@ -113,7 +114,7 @@ inline std::string rate_key(std::string_view stream, std::string_view task_type)
 /// The semaphore of a concurrency limit (ConcurrencyLimit): of the whole queue (`task_type`
 /// empty) or of one task type.
 inline std::string running_key(std::string_view stream, std::string_view task_type = {}) {
-  return std::string(stream) + ":running" + (task_type.empty() ? "" : ":" + std::string(task_type));
+  return concat(stream, ":running", task_type.empty() ? "" : ":", task_type);
 }
 
 /// An operator's request to stop running entry `id` of `level_stream` (src/lua/cancel.lua).
@@ -209,12 +210,12 @@ inline void check_partitions(int partitions, std::string_view stream) {
 /// (with every key derived from it) sits in a slot of its own on Redis Cluster.
 inline std::string partition_stream(std::string_view stream, int partitions, int i) {
   if (partitions <= 1) return std::string(stream);
-  return "{" + partition_base(stream) + ":" + std::to_string(i) + "}";
+  return concat("{", partition_base(stream), ":", std::to_string(i), "}");
 }
 
 /// Whether `stream` is one of the partitions of queue `queue` (`{<base>:<i>}`, any i).
 inline bool is_partition_of(std::string_view queue, std::string_view stream) {
-  const std::string prefix = "{" + partition_base(queue) + ":";
+  const std::string prefix = concat("{", partition_base(queue), ":");
   if (stream.size() <= prefix.size() + 1 || !stream.starts_with(prefix) || !stream.ends_with('}'))
     return false;
   const std::string_view index = stream.substr(prefix.size(), stream.size() - prefix.size() - 1);
