@@ -33,7 +33,12 @@ int events(const Context& g, const std::string& queue, const std::string& from, 
         std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
       } else {
         std::string line = e.id + " " + e.event + " " + cell(e.task_id, 64);
-        for (const auto& [k, v] : e.fields) line += " " + cell(k, 40) + "=" + cell(v, 80);
+        for (const auto& [k, v] : e.fields) {
+          line += ' ';
+          line += cell(k, 40);
+          line += '=';
+          line += cell(v, 80);
+        }
         std::cout << line << std::endl;
       }
       if (count > 0 && ++printed >= count) return ok;
