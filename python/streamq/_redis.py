@@ -51,3 +51,12 @@ def run_script(client: "redis.Redis[str]", name: str, keys: Sequence[str], args:
         return client.evalsha(s.sha1, len(keys), *keys, *args)
     except rx.NoScriptError:
         return client.eval(s.source, len(keys), *keys, *args)
+
+
+def xinfo_groups_or_none(client: "redis.Redis[str]", stream: str) -> Optional[list[dict[str, Any]]]:
+    """XINFO GROUPS of ``stream``, or None when the stream does not exist."""
+    try:
+        groups: list[dict[str, Any]] = client.xinfo_groups(stream)
+        return groups
+    except rx.ResponseError:  # no such key
+        return None

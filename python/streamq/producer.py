@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import redis.exceptions as rx
 
-from . import _lua, _redis, _wire
+from . import _lua, _partitions, _redis, _wire
 from ._wire import Duration, QueueKeys
 from .errors import (BatchClosedError, ConfigError, DuplicateTaskError, QueueFullError, ReplyError,
                      TaskFailedError, WaitTimeoutError)
@@ -60,7 +60,7 @@ class _Prepared:
     """A checked task and how the enqueue script is to write it (src/producer/prepare.hpp)."""
 
     __slots__ = ("task_id", "fields", "dest", "at_ms", "delay_ms", "nonce", "lock_key", "lock_ms", "tracked",
-                 "tenant")
+                 "tenant", "partition")
 
     def __init__(self) -> None:
         self.task_id = ""
@@ -73,6 +73,7 @@ class _Prepared:
         self.lock_ms = 0
         self.tracked = False
         self.tenant = ""
+        self.partition = 0
 
     def strings(self) -> list[str]:
         out: list[str] = []
@@ -93,7 +94,10 @@ class Producer:
     ``max_len``: the backlog bound (every priority's stream plus the delayed set); a task that
     would exceed it is refused with QueueFullError (``overflow="reject"``) or the oldest entries
     are trimmed (``overflow="trim_oldest"``, the seed's way). ``retention``: track every task
-    (see Retention) unless its enqueue says otherwise.
+    (see Retention) unless its enqueue says otherwise. ``partitions``: the queue's partitions
+    (ProducerOptions::partitions): more than 1 writes to the streams ``{<stream>:<i>}``, each task
+    to the partition the C++ Producer would pick (its tenant's, batch's, partition key's or unique
+    key's, else the next in turn); ``max_len`` bounds each partition.
 
     Issues EVALSHA (the enqueue, watch and batch scripts of src/lua), XADD, XREAD, XREVRANGE.
     A Producer may be shared by threads (redis-py's connection pool)."""
@@ -101,9 +105,11 @@ class Producer:
     def __init__(self, url: str = "redis://127.0.0.1:6379", stream: str = "task_queue", max_len: int = 10000,
                  retention: Optional[RetentionLike] = None, overflow: str = "reject",
                  default_max_retries: int = 3, max_payload_bytes: int = 1 << 20, max_payload_depth: int = 64,
-                 client_name: Optional[str] = None, socket_timeout: Optional[float] = None) -> None:
+                 client_name: Optional[str] = None, socket_timeout: Optional[float] = None,
+                 partitions: int = 1) -> None:
         if not stream:
             raise ConfigError("stream must not be empty")
+        _partitions.check_partitions(partitions, stream)
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= 0:
             raise ConfigError("max_len must be > 0")
         if overflow not in ("reject", "trim_oldest"):
@@ -123,13 +129,15 @@ class Producer:
         self.retention = _retention(retention)
         if self.retention is not None:
             self.retention.field()  # checked now
-        self.keys = QueueKeys(stream)
+        self.partitions = partitions
+        self._parts = [QueueKeys(_partitions.partition_stream(stream, partitions, i)) for i in range(partitions)]
+        self._partitioner = _partitions.Partitioner(partitions)
         self._client = _redis.connect(url, client_name, socket_timeout)
         # The waits' memory, as the C++ waiter's thread keeps it: where the last wait stopped
         # reading the events, and the last final events read (a record of Retention 0 goes with
         # its task's end; a later wait on that task is answered from its event).
         self._lock = threading.Lock()
-        self._position: Optional[str] = None
+        self._position: Optional[dict[str, str]] = None  # per events stream (one per partition)
         self._ended: OrderedDict[str, TaskRecord] = OrderedDict()
 
     def close(self) -> None:
@@ -150,7 +158,7 @@ class Producer:
                 unique_for: Optional[Duration] = None, unique_key: Optional[str] = None,
                 retention: Optional[RetentionLike] = None, deadline: Union[datetime, int, float, None] = None,
                 batch: Optional[str] = None, tenant: Optional[str] = None,
-                extra_fields: Optional[Mapping[str, str]] = None) -> str:
+                extra_fields: Optional[Mapping[str, str]] = None, partition_key: Optional[str] = None) -> str:
         """Enqueues one task and returns its task id.
 
         ``payload``: a JSON-serialisable value (dict, list, ...) or JSON text (``str``); None is
@@ -162,17 +170,20 @@ class Producer:
         has not finished. ``retention``: track the task (see Retention; ``wait`` needs it).
         ``deadline``: when it must have finished. ``batch``: an open batch it joins
         (``open_batch``). ``tenant``: the tenant whose backlog it waits in (docs/tenants.md).
-        ``extra_fields``: more fields, carried through retries and dead letters.
+        ``extra_fields``: more fields, carried through retries and dead letters. ``partition_key``
+        (a partitioned queue): tasks of one key go to one partition (CRC16 of the key); unset, the
+        unique key's (with unique_for), else the next partition in turn.
 
         Raises QueueFullError, DuplicateTaskError, BatchClosedError (nothing written),
         ConfigError, PayloadError, ConnectionError, ReplyError."""
         p = self._prepare(task_type, payload, dict(
             task_id=task_id, max_retries=max_retries, delay=delay, run_at=run_at, priority=priority,
             unique_for=unique_for, unique_key=unique_key, retention=retention, deadline=deadline, batch=batch,
-            tenant=tenant, extra_fields=extra_fields), _wire.format_timestamp())
+            tenant=tenant, extra_fields=extra_fields, partition_key=partition_key), _wire.format_timestamp())
         with _redis.translated():
             if self.overflow == "trim_oldest" and not p.needs_script():
-                self._client.xadd(self.stream, dict(p.fields), maxlen=self.max_len, approximate=True)
+                self._client.xadd(self._parts[p.partition].stream, dict(p.fields), maxlen=self.max_len,
+                                  approximate=True)
                 return p.task_id
             keys, args = self._enqueue_call([p], "", 0)
             try:
@@ -196,17 +207,38 @@ class Producer:
             if self.overflow == "trim_oldest" and not any(p.needs_script() for p in prepared):
                 pipe = self._client.pipeline(transaction=False)
                 for p in prepared:
-                    pipe.xadd(self.stream, dict(p.fields), maxlen=self.max_len, approximate=True)
+                    pipe.xadd(self._parts[p.partition].stream, dict(p.fields), maxlen=self.max_len,
+                              approximate=True)
                 pipe.execute()
                 return ids
             return self._write_chunks(prepared, ids)
 
-    def _write_chunks(self, prepared: list[_Prepared], ids: list[str]) -> list[str]:
-        chunks = [(i, min(i + _CHUNK, len(prepared))) for i in range(0, len(prepared), _CHUNK)]
-        # More than one chunk: a refusal mark of the batch's own, so that the chunks behind a
-        # refused one write nothing even if room appears (enqueue.lua): a prefix is written.
-        mark = self.keys.batch_refused(_wire.new_task_id()) if len(chunks) > 1 else ""
-        calls = [self._enqueue_call(prepared[a:b], mark, k + 1 if mark else 0) for k, (a, b) in enumerate(chunks)]
+    def _write_chunks(self, given: list[_Prepared], given_ids: list[str]) -> list[str]:
+        # The tasks of each partition together, in batch order (src/producer/batch.cpp), then
+        # chunks of at most 64 tasks of one partition.
+        order = sorted(range(len(given)), key=lambda i: given[i].partition)
+        prepared = [given[i] for i in order]
+        ids = [given_ids[i] for i in order]
+        chunks: list[tuple[int, int]] = []
+        for a in range(len(prepared)):
+            if a == 0 or prepared[a].partition != prepared[a - 1].partition or a - chunks[-1][0] == _CHUNK:
+                chunks.append((a, a + 1))
+            else:
+                chunks[-1] = (chunks[-1][0], a + 1)
+        # A partition with more than one chunk: a refusal mark of the batch's own there, so that
+        # its chunks behind a refused one write nothing even if room appears (enqueue.lua): what
+        # is written of each partition's tasks is a prefix of them.
+        token = _wire.new_task_id()
+        per_partition: dict[int, int] = {}
+        for a, b in chunks:
+            per_partition[prepared[a].partition] = per_partition.get(prepared[a].partition, 0) + b - a
+        marks = {part: self._parts[part].batch_refused(token) for part, n in per_partition.items() if n > _CHUNK}
+        places: dict[int, int] = {}
+        calls = []
+        for a, b in chunks:
+            part = prepared[a].partition
+            places[part] = places.get(part, 0) + 1
+            calls.append(self._enqueue_call(prepared[a:b], marks.get(part, ""), places[part]))
         script = _lua.script("enqueue")
         self._client.script_load(script.source)
         pipe = self._client.pipeline(transaction=False)
@@ -215,9 +247,10 @@ class Producer:
         replies = pipe.execute(raise_on_error=False)
         written = [""] * len(ids)
         refusal: Optional[tuple[str, int]] = None  # the server's message, the chunk's first index
-        stuck = False
+        stuck_in: set[int] = set()  # partitions with a chunk left unwritten
         for k, reply in enumerate(replies):
             a, b = chunks[k]
+            stuck = prepared[a].partition in stuck_in
             not_run = isinstance(reply, rx.NoScriptError) or reply == -1
             if not_run and not stuck:
                 # Not run (its script flushed, or the one before it was not): again, alone, in order.
@@ -230,18 +263,22 @@ class Producer:
             if isinstance(reply, rx.ResponseError):
                 if refusal is None:
                     refusal = (_redis.unwrap(str(reply)), a)
-                stuck = True
+                stuck_in.add(prepared[a].partition)
             elif isinstance(reply, Exception):
                 raise reply
             elif reply == 0:
-                stuck = True
+                stuck_in.add(prepared[a].partition)
             elif not stuck:
                 written[a:b] = ids[a:b]
-        if refusal is None and not stuck:
-            return ids
+        if refusal is None and not stuck_in:
+            return given_ids
         message, first = refusal if refusal is not None else ("ERR an earlier chunk was refused", 0)
+        in_order = [""] * len(given_ids)
+        for place, task in enumerate(order):
+            in_order[task] = written[place]
+        written = in_order
         accepted = sum(1 for i in written if i)
-        raise _refusal(message, first, written,
+        raise _refusal(message, first, written, order=order, note=
                        f" (enqueue_batch wrote {accepted} of {len(ids)} tasks, the first {accepted}; "
                        "nothing after the first refused one)")
 
@@ -253,6 +290,9 @@ class Producer:
         Returns the ids in the flow's shape. Every task of a flow is tracked (the producer's
         retention, else an hour once done). Raises as enqueue; nothing is written on a refusal."""
         root = flow_node(root)
+        if self.partitions > 1:
+            raise ConfigError("enqueue_flow on a partitioned queue is not offered by this client (the C++ Producer "
+                              "places a flow's children across partitions): enqueue the flow from C++")
         if self.overflow == "trim_oldest":
             raise ConfigError("enqueue_flow needs overflow='reject': trim_oldest may drop a child unfinished, "
                               "and its parent would wait forever")
@@ -318,10 +358,13 @@ class Producer:
         is nested in. (Callbacks on_complete/on_success are not offered by this client yet: open
         such a batch from C++.) Raises ConfigError for an id in use, BatchClosedError for a parent
         that is not open."""
+        if parent and self.partitions > 1:
+            raise ConfigError("nested batches (parent) need a queue of one partition")
         batch_id = batch_id or _wire.new_task_id()
+        home = self._parts[self._partitioner.of(batch=batch_id)].stream
         with _redis.translated():
             try:
-                _redis.run_script(self._client, "batch", [self.stream], ["open", batch_id, parent or "", 0, 0])
+                _redis.run_script(self._client, "batch", [home], ["open", batch_id, parent or "", 0, 0])
             except rx.ResponseError as e:
                 message = _redis.unwrap(str(e))
                 if message.startswith("BATCHEXISTS"):
@@ -332,9 +375,10 @@ class Producer:
     def close_batch(self, batch_id: str) -> bool:
         """Closes a batch: no task joins it any more. True when this call closed it, False when it
         was closed already. BatchClosedError when there is no such batch."""
+        home = self._parts[self._partitioner.of(batch=batch_id)].stream
         with _redis.translated():
             try:
-                return bool(_redis.run_script(self._client, "batch", [self.stream], ["close", batch_id]) == 1)
+                return bool(_redis.run_script(self._client, "batch", [home], ["close", batch_id]) == 1)
             except rx.ResponseError as e:
                 raise _refusal(_redis.unwrap(str(e)), 0, []) from e
 
@@ -352,12 +396,14 @@ class Producer:
         with _redis.translated():
             with self._lock:
                 remembered = self._position
-            position: str
+            position: dict[str, str]
             if remembered is not None:
-                position = remembered
+                position = dict(remembered)
             else:
-                newest = self._client.xrevrange(self.keys.events, "+", "-", count=1)
-                position = newest[0][0] if newest else "0-0"
+                position = {}
+                for k in self._parts:
+                    newest = self._client.xrevrange(k.events, "+", "-", count=1)
+                    position[k.events] = newest[0][0] if newest else "0-0"
             record = self._watch(task_id)
             if record is None:
                 with self._lock:
@@ -379,13 +425,14 @@ class Producer:
                     raise WaitTimeoutError(f"task {task_id} did not finish in time: no record of it" +
                                            _NO_RECORD, None)
                 block = max(1, int(min(deadline - now, 1.0) * 1000))
-                answer = self._client.xread({self.keys.events: position}, count=1000, block=block)
-                for _, entries in answer or []:
+                answer = self._client.xread(dict(position), count=1000, block=block)
+                for events, entries in answer or []:
                     for entry_id, fields in entries:
-                        position = entry_id
+                        position[events] = entry_id
                         if fields.get("event") in FINAL_STATES and "task_id" in fields:
-                            self._remember(_ended_by(fields["task_id"], fields, self.stream))
-                    self._advance(position)
+                            queue = events[:-len(":events")]
+                            self._remember(_ended_by(fields["task_id"], fields, queue))
+                self._advance(position)
                 record = self._watch(task_id)
                 if record is None:
                     with self._lock:
@@ -402,25 +449,31 @@ class Producer:
             while len(self._ended) > _REMEMBERED:
                 self._ended.popitem(last=False)
 
-    def _advance(self, position: str) -> None:
+    def _advance(self, position: Mapping[str, str]) -> None:
         """The next wait reads the events from here on (the furthest any wait read)."""
         with self._lock:
-            if self._position is None or _entry_id(position) > _entry_id(self._position):
-                self._position = position
+            if self._position is None:
+                self._position = dict(position)
+                return
+            for events, at in position.items():
+                if _entry_id(at) > _entry_id(self._position.get(events, "0-0")):
+                    self._position[events] = at
 
     def _watch(self, task_id: str) -> Optional[TaskRecord]:
-        reply = _redis.run_script(self._client, "watch", [self.keys.task(task_id)], [])
-        if not reply:
-            return None
-        fields = dict(zip(reply[0::2], reply[1::2]))
-        return TaskRecord.from_hash(task_id, fields, self.stream)
+        """The task's record, from whichever partition has it (the watch script of each)."""
+        for k in self._parts:
+            reply = _redis.run_script(self._client, "watch", [k.task(task_id)], [])
+            if reply:
+                fields = dict(zip(reply[0::2], reply[1::2]))
+                return TaskRecord.from_hash(task_id, fields, k.stream)
+        return None
 
     # ---------------------------------------------------------------------------------- internals
 
     def _prepare(self, task_type: str, payload: Any, o: Mapping[str, Any], created_at: str,
                  flow: Optional[tuple[str, str]] = None) -> _Prepared:
         known = {"task_id", "max_retries", "delay", "run_at", "priority", "unique_for", "unique_key", "retention",
-                 "deadline", "batch", "tenant", "extra_fields"}
+                 "deadline", "batch", "tenant", "extra_fields", "partition_key"}
         unknown = set(o) - known
         if unknown:
             raise ConfigError("unknown enqueue option(s): " + ", ".join(sorted(unknown)))
@@ -448,9 +501,18 @@ class Producer:
         batch = o.get("batch") or ""
         if batch and self.overflow == "trim_oldest":
             raise ConfigError("a batch's task needs overflow='reject': trim_oldest may drop it unfinished")
+        if batch and unique_for_ms > 0 and self.partitions > 1:
+            raise ConfigError("a batch's task cannot be unique in a partitioned queue (its lock would be in the "
+                              "batch's partition, not the unique key's)")
         tenant = o.get("tenant") or ""
         if tenant:
             _wire.check_tenant(tenant)
+            if self.partitions > 1 and (unique_for_ms > 0 or batch):
+                raise ConfigError("a tenant's task in a partitioned queue cannot be unique or join a batch (it goes "
+                                  "to its tenant's partition, where the lock or the batch may not be)")
+        partition_key = o.get("partition_key") or ""
+        if not isinstance(partition_key, str):
+            raise ConfigError("partition_key must be a string")
         priority = o.get("priority") or "normal"
         if priority not in PRIORITIES:
             raise ConfigError("priority must be 'high', 'normal' or 'low'")
@@ -468,10 +530,11 @@ class Producer:
             p.nonce = _wire.new_task_id()
         fields = [("task_id", p.task_id), ("task_type", task_type), ("payload", text), ("created_at", created_at),
                   ("max_retries", str(max_retries)), ("retry_count", "0")]
+        key = (unique_key or p.task_id) if unique_for_ms > 0 else ""
+        p.partition = self._partitioner.of(tenant, batch, partition_key, key)
         if unique_for_ms > 0:
-            key = unique_key or p.task_id
             fields.append(("unique_key", key))
-            p.lock_key = self.keys.unique_lock(key)
+            p.lock_key = self._parts[p.partition].unique_lock(key)
             p.lock_ms = unique_for_ms
         retention = _retention(o.get("retention")) or self.retention
         if retention is not None:
@@ -498,8 +561,8 @@ class Producer:
 
     def _enqueue_call(self, tasks: Sequence[_Prepared], mark: str, position: int) -> tuple[list[str], list[Any]]:
         """The keys and arguments of one enqueue script call (its header in src/lua/enqueue.lua;
-        built as enqueue_call in src/producer/prepare.cpp)."""
-        k = self.keys
+        built as enqueue_call in src/producer/prepare.cpp); the tasks are of one partition."""
+        k = self._parts[tasks[0].partition]
         keys = [k.stream, k.high, k.low, k.delayed]
         keys.extend(t.lock_key for t in tasks if t.lock_key)
         if mark:
@@ -521,9 +584,11 @@ class Producer:
         return keys, args
 
 
-def _refusal(message: str, first: int, batch_ids: list[str], note: str = "") -> Exception:
+def _refusal(message: str, first: int, batch_ids: list[str], note: str = "",
+             order: Optional[Sequence[int]] = None) -> Exception:
     """The exception for the enqueue script's refusal ``message`` (index ``first``: where its
-    chunk starts in a batch; ``note``: what a batch wrote)."""
+    chunk starts in a batch, or in ``order``, the batch's tasks grouped by partition, when
+    given; ``note``: what a batch wrote)."""
     if message.startswith("QUEUEFULL"):
         return QueueFullError(message + note, batch_ids)
     if message.startswith("BATCHCLOSED"):
@@ -538,10 +603,14 @@ def _refusal(message: str, first: int, batch_ids: list[str], note: str = "") -> 
             key = key[len(" holds "):] if key.startswith(" holds ") else key
             return DuplicateTaskError(
                 f"duplicate task: unique lock {key} is held by task {holder} (enqueued within its unique_for "
-                "window and not finished)" + note, holder, first + int(index), batch_ids)
+                "window and not finished)" + note, holder, _place(first + int(index), order), batch_ids)
         except ValueError:
             pass
     return ReplyError(message + note)
+
+
+def _place(index: int, order: Optional[Sequence[int]]) -> int:
+    return order[index] if order is not None else index
 
 
 def _ended_by(task_id: str, fields: Mapping[str, str], queue: str) -> TaskRecord:
