@@ -9,6 +9,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any, Union
 
+from ._json_check import JsonCheck, check_json
 from .errors import ConfigError, PayloadError
 
 Duration = Union[int, float, timedelta]
@@ -68,56 +69,37 @@ def epoch_ms(when: datetime | int | float, name: str) -> int:
 
 
 def payload_text(payload: Any, max_bytes: int, max_depth: int) -> str:
-    """The payload's JSON text: a ``str`` or ``bytes`` is JSON text already (checked), anything
-    else is serialised compactly. PayloadError when too large, too deep or not JSON."""
+    """The payload's JSON text: a ``str`` or ``bytes`` is JSON text already, anything else is
+    serialised compactly. Checked as the C++ producer checks it (src/wire/codec.cpp,
+    payload_problem: the size cap, then ``_json_check``): PayloadError when too large, not JSON
+    the C++ side accepts, or too deep."""
+    raw = _payload_bytes(payload)
+    if len(raw) > max_bytes:
+        raise PayloadError(f"payload is {len(raw)} bytes, over the cap of {max_bytes}")
+    verdict = check_json(raw, max_depth)
+    if verdict is JsonCheck.TOO_DEEP:
+        raise PayloadError(f"payload is nested deeper than {max_depth} levels")
+    if verdict is JsonCheck.INVALID:
+        raise PayloadError("payload is not valid JSON")
+    return raw.decode("utf-8")
+
+
+def _payload_bytes(payload: Any) -> bytes:
+    """The bytes that would be sent: JSON text as given (a ``str`` as redis-py encodes it, a
+    character it cannot encode, such as a lone surrogate, refused), or a value serialised."""
     if isinstance(payload, (bytes, bytearray)):
-        try:
-            payload = bytes(payload).decode("utf-8")
-        except UnicodeDecodeError:
-            raise PayloadError("payload is not valid JSON (not UTF-8)") from None
+        return bytes(payload)
     if isinstance(payload, str):
         text = payload
-        try:
-            value = json.loads(text, parse_constant=_no_constant)
-        except (ValueError, RecursionError):
-            value = _INVALID
     else:
         try:
             text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as e:
             raise PayloadError(f"payload is not JSON-serialisable: {e}") from None
-        value = payload
-    size = len(text.encode("utf-8"))
-    if size > max_bytes:
-        raise PayloadError(f"payload is {size} bytes, over the cap of {max_bytes}")
-    if value is not _INVALID and _depth(value, max_depth) > max_depth:
-        raise PayloadError(f"payload is nested deeper than {max_depth} levels")
-    if value is _INVALID:
-        raise PayloadError("payload is not valid JSON")
-    return text
-
-
-_INVALID = object()
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _depth(value: Any, limit: int) -> int:
-    """Containers nested along the deepest path (stops counting past ``limit``)."""
-    if isinstance(value, dict):
-        children: Any = value.values()
-    elif isinstance(value, (list, tuple)):
-        children = value
-    else:
-        return 0
-    deepest = 0
-    for child in children:
-        if deepest > limit:
-            break
-        deepest = max(deepest, _depth(child, limit))
-    return 1 + deepest
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise PayloadError("payload is not valid JSON (a lone surrogate is not UTF-8)") from None
 
 
 def check_tenant(tenant: str) -> None:
