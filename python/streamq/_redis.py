@@ -60,3 +60,8 @@ def xinfo_groups_or_none(client: "redis.Redis[str]", stream: str) -> Optional[li
         return groups
     except rx.ResponseError:  # no such key
         return None
+
+
+def server_message(error: rx.ResponseError) -> str:
+    """The server's message of an error reply (a Redis 6.2 script error unwrapped)."""
+    return unwrap(str(error))

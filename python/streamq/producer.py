@@ -8,11 +8,12 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, NoReturn, Optional, Sequence, Union
 
 import redis.exceptions as rx
 
 from . import _lua, _partitions, _redis, _wire
+from ._batch_outcome import failed_batch_message, partial_batch_message
 from ._wire import Duration, QueueKeys
 from .errors import (BatchClosedError, ConfigError, DuplicateTaskError, QueueFullError, ReplyError,
                      TaskFailedError, WaitTimeoutError)
@@ -205,29 +206,67 @@ class Producer:
         ids = [p.task_id for p in prepared]
         with _redis.translated():
             if self.overflow == "trim_oldest" and not any(p.needs_script() for p in prepared):
-                pipe = self._client.pipeline(transaction=False)
-                for p in prepared:
-                    pipe.xadd(self._parts[p.partition].stream, dict(p.fields), maxlen=self.max_len,
-                              approximate=True)
-                pipe.execute()
-                return ids
+                return self._write_by_xadd(prepared, ids)
             return self._write_chunks(prepared, ids)
 
+    def _write_by_xadd(self, prepared: list[_Prepared], ids: list[str]) -> list[str]:
+        """overflow="trim_oldest" without the script: one XADD MAXLEN ~ each, pipelined; a task
+        whose XADD failed is not written (C++ finish_batch, unscripted)."""
+        pipe = self._client.pipeline(transaction=False)
+        for p in prepared:
+            pipe.xadd(self._parts[p.partition].stream, dict(p.fields), maxlen=self.max_len, approximate=True)
+        replies = pipe.execute(raise_on_error=False)
+        written = ["" if isinstance(reply, Exception) else task_id for reply, task_id in zip(replies, ids)]
+        errors = [reply for reply in replies if isinstance(reply, Exception)]
+        if not errors:
+            return ids
+        if not isinstance(errors[0], rx.ResponseError):
+            raise errors[0]
+        raise ReplyError(failed_batch_message(_redis.server_message(errors[0]), written))
+
     def _write_chunks(self, given: list[_Prepared], given_ids: list[str]) -> list[str]:
-        # The tasks of each partition together, in batch order (src/producer/batch.cpp), then
-        # chunks of at most 64 tasks of one partition.
+        """The enqueue script in chunks (C++ build_batch and finish_batch): the tasks of each
+        partition together, in batch order, in chunks of at most 64 of one partition; what is
+        written of each partition's tasks is a prefix of them."""
         order = sorted(range(len(given)), key=lambda i: given[i].partition)
         prepared = [given[i] for i in order]
-        ids = [given_ids[i] for i in order]
+        chunks = self._chunks(prepared)
+        calls = self._chunk_calls(prepared, chunks)
+        replies = self._run_chunks(calls)
+        # A chunk not run (NOSCRIPT, or -1: behind one not run) goes again on its own, in order,
+        # unless an earlier chunk of its partition stays unwritten: then it is left.
+        stuck_in: set[int] = set()  # partitions with a chunk left unwritten
+        left = [False] * len(chunks)
+        for k, reply in enumerate(replies):
+            part = prepared[chunks[k][0]].partition
+            not_run = isinstance(reply, rx.NoScriptError) or reply == -1
+            if not_run and part in stuck_in:
+                left[k] = True
+                continue
+            if not_run:
+                replies[k] = reply = self._run_alone(calls[k])
+            if isinstance(reply, Exception) or not isinstance(reply, int) or reply <= 0:
+                stuck_in.add(part)
+        if not stuck_in:
+            return given_ids
+        return self._refuse_batch(prepared, order, chunks, replies, left, given_ids)
+
+    @staticmethod
+    def _chunks(prepared: list[_Prepared]) -> list[tuple[int, int]]:
+        """[first, last) of each chunk: at most 64 tasks, all of one partition."""
         chunks: list[tuple[int, int]] = []
         for a in range(len(prepared)):
             if a == 0 or prepared[a].partition != prepared[a - 1].partition or a - chunks[-1][0] == _CHUNK:
                 chunks.append((a, a + 1))
             else:
                 chunks[-1] = (chunks[-1][0], a + 1)
-        # A partition with more than one chunk: a refusal mark of the batch's own there, so that
-        # its chunks behind a refused one write nothing even if room appears (enqueue.lua): what
-        # is written of each partition's tasks is a prefix of them.
+        return chunks
+
+    def _chunk_calls(self, prepared: list[_Prepared],
+                     chunks: list[tuple[int, int]]) -> list[tuple[list[str], list[Any]]]:
+        """Each chunk's script call. A partition with more than one chunk has a refusal mark of the
+        batch's own there, so that its chunks behind a refused one write nothing even if room
+        appears (enqueue.lua); each chunk says its place among its partition's chunks."""
         token = _wire.new_task_id()
         per_partition: dict[int, int] = {}
         for a, b in chunks:
@@ -239,48 +278,56 @@ class Producer:
             part = prepared[a].partition
             places[part] = places.get(part, 0) + 1
             calls.append(self._enqueue_call(prepared[a:b], marks.get(part, ""), places[part]))
+        return calls
+
+    def _run_chunks(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """EVALSHA of every chunk, pipelined; each reply, or the error it answered."""
         script = _lua.script("enqueue")
-        self._client.script_load(script.source)
         pipe = self._client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.evalsha(script.sha1, len(keys), *keys, *args)
-        replies = pipe.execute(raise_on_error=False)
-        written = [""] * len(ids)
-        refusal: Optional[tuple[str, int]] = None  # the server's message, the chunk's first index
-        stuck_in: set[int] = set()  # partitions with a chunk left unwritten
-        for k, reply in enumerate(replies):
-            a, b = chunks[k]
-            stuck = prepared[a].partition in stuck_in
-            not_run = isinstance(reply, rx.NoScriptError) or reply == -1
-            if not_run and not stuck:
-                # Not run (its script flushed, or the one before it was not): again, alone, in order.
-                try:
-                    reply = _redis.run_script(self._client, "enqueue", *calls[k])
-                except rx.ResponseError as e:
-                    reply = e
-            elif not_run:
-                continue
-            if isinstance(reply, rx.ResponseError):
-                if refusal is None:
-                    refusal = (_redis.unwrap(str(reply)), a)
-                stuck_in.add(prepared[a].partition)
-            elif isinstance(reply, Exception):
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        return replies
+
+    def _run_alone(self, call: tuple[list[str], list[Any]]) -> Any:
+        try:
+            return _redis.run_script(self._client, "enqueue", *call)
+        except rx.ResponseError as e:
+            return e
+
+    def _refuse_batch(self, prepared: list[_Prepared], order: list[int], chunks: list[tuple[int, int]],
+                      replies: list[Any], left: list[bool], given_ids: list[str]) -> NoReturn:
+        """Raises what a batch with unwritten chunks raises (C++ finish_batch): the first refusal
+        (QUEUEFULL, DUPLICATE), else the first other error, with what was written."""
+        ids = list(given_ids)
+        server_message = ""
+        refusal: Optional[Exception] = None
+        failure = ""
+        for k, (a, b) in enumerate(chunks):
+            reply = replies[k]
+            message = _redis.server_message(reply) if isinstance(reply, rx.ResponseError) else ""
+            refused = not left[k] and (message.startswith("QUEUEFULL") or message.startswith("DUPLICATE "))
+            if refused and refusal is None:
+                refusal = _refusal(message, a, [], order=order)
+                server_message = str(refusal) if isinstance(refusal, DuplicateTaskError) else message
+            elif not left[k] and message and not refused and not failure:
+                failure = message
+            elif not left[k] and isinstance(reply, Exception) and not isinstance(reply, rx.ResponseError):
                 raise reply
-            elif reply == 0:
-                stuck_in.add(prepared[a].partition)
-            elif not stuck:
-                written[a:b] = ids[a:b]
-        if refusal is None and not stuck_in:
-            return given_ids
-        message, first = refusal if refusal is not None else ("ERR an earlier chunk was refused", 0)
-        in_order = [""] * len(given_ids)
-        for place, task in enumerate(order):
-            in_order[task] = written[place]
-        written = in_order
-        accepted = sum(1 for i in written if i)
-        raise _refusal(message, first, written, order=order, note=
-                       f" (enqueue_batch wrote {accepted} of {len(ids)} tasks, the first {accepted}; "
-                       "nothing after the first refused one)")
+            if left[k] or refused or message or not isinstance(reply, int) or reply <= 0:
+                for place in range(a, b):
+                    ids[order[place]] = ""
+        if isinstance(refusal, DuplicateTaskError):
+            raise DuplicateTaskError(partial_batch_message("duplicate task", ids, server_message),
+                                     refusal.existing_task_id, refusal.index, ids)
+        if refusal is not None:
+            raise QueueFullError(partial_batch_message("queue full", ids, server_message), ids)
+        if not failure:
+            failure = ("ERR a chunk of the batch was not run and the ones behind it were not written (the batch's "
+                       "mark expired or was evicted)")
+        if failure.startswith("BATCHCLOSED"):
+            raise BatchClosedError(partial_batch_message("batch closed", ids, failure), ids)
+        raise ReplyError(failed_batch_message(failure, ids))
 
     # -------------------------------------------------------------------------------------- flows
 
@@ -584,15 +631,14 @@ class Producer:
         return keys, args
 
 
-def _refusal(message: str, first: int, batch_ids: list[str], note: str = "",
-             order: Optional[Sequence[int]] = None) -> Exception:
+def _refusal(message: str, first: int, batch_ids: list[str], order: Optional[Sequence[int]] = None) -> Exception:
     """The exception for the enqueue script's refusal ``message`` (index ``first``: where its
     chunk starts in a batch, or in ``order``, the batch's tasks grouped by partition, when
-    given; ``note``: what a batch wrote)."""
+    given)."""
     if message.startswith("QUEUEFULL"):
-        return QueueFullError(message + note, batch_ids)
+        return QueueFullError(message, batch_ids)
     if message.startswith("BATCHCLOSED"):
-        return BatchClosedError(message + note, batch_ids)
+        return BatchClosedError(message, batch_ids)
     if message.startswith("DUPLICATE "):
         # DUPLICATE <index in the call> <length of the holder> <holder> holds <key>
         try:
@@ -603,10 +649,10 @@ def _refusal(message: str, first: int, batch_ids: list[str], note: str = "",
             key = key[len(" holds "):] if key.startswith(" holds ") else key
             return DuplicateTaskError(
                 f"duplicate task: unique lock {key} is held by task {holder} (enqueued within its unique_for "
-                "window and not finished)" + note, holder, _place(first + int(index), order), batch_ids)
+                "window and not finished)", holder, _place(first + int(index), order), batch_ids)
         except ValueError:
             pass
-    return ReplyError(message + note)
+    return ReplyError(message)
 
 
 def _place(index: int, order: Optional[Sequence[int]]) -> int:
