@@ -11,7 +11,7 @@ import redis
 import redis.exceptions as rx
 
 from . import _lua
-from .errors import ConnectionError, ReplyError, TimeoutError
+from .errors import ConfigError, ConnectionError, ReplyError, TimeoutError
 
 # Redis 6.2 wraps an error raised inside a script; Redis 7 reports it as it is.
 _WRAPPED = re.compile(r"^(?:ERR )?Error running script \(call to f_[0-9a-f]+\): @\w+:\d+: (.*)$", re.S)
@@ -22,12 +22,21 @@ def unwrap(message: str) -> str:
     return m.group(1) if m else message
 
 
-def connect(url: str, client_name: Optional[str], socket_timeout: Optional[float]) -> "redis.Redis[str]":
+def connect(url: str, client_name: Optional[str], socket_timeout: float, connect_timeout: float) -> "redis.Redis[str]":
     """A client for ``url`` (redis://, rediss://, unix://) answering text: Redis's bytes decoded
-    as UTF-8, any that are not kept as surrogates, so they round-trip unchanged."""
+    as UTF-8, any that are not kept as surrogates, so they round-trip unchanged. Connects within
+    ``connect_timeout`` and waits ``socket_timeout`` at most for an answer (seconds, as C++
+    ConnectionOptions::connect_timeout and socket_timeout)."""
     return redis.Redis.from_url(url, decode_responses=True, encoding_errors="surrogateescape",
                                 client_name=client_name, socket_timeout=socket_timeout,
-                                socket_connect_timeout=socket_timeout)
+                                socket_connect_timeout=connect_timeout)
+
+
+def check_timeouts(socket_timeout: float, connect_timeout: float) -> None:
+    """ConfigError unless both are a positive number of seconds."""
+    for name, value in (("socket_timeout", socket_timeout), ("connect_timeout", connect_timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigError(f"{name} must be a positive number of seconds")
 
 
 @contextmanager

@@ -63,13 +63,14 @@ class Inspector:
     ZCARD, EXISTS and XRANGE only."""
 
     def __init__(self, url: str = "redis://127.0.0.1:6379", stream: str = "task_queue",
-                 client_name: Optional[str] = None, socket_timeout: Optional[float] = None,
+                 client_name: Optional[str] = None, socket_timeout: float = 5.0, connect_timeout: float = 2.0,
                  partitions: int = 1) -> None:
         _partitions.check_partitions(partitions, stream)
+        _redis.check_timeouts(socket_timeout, connect_timeout)
         self.stream = stream
         self.partitions = partitions
         self._parts = [QueueKeys(_partitions.partition_stream(stream, partitions, i)) for i in range(partitions)]
-        self._client = _redis.connect(url, client_name, socket_timeout)
+        self._client = _redis.connect(url, client_name, socket_timeout, connect_timeout)
 
     def close(self) -> None:
         self._client.close()

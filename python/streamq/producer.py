@@ -3,9 +3,7 @@
 same enqueue script of src/lua, the same fields), and waits for tracked tasks."""
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, NoReturn, Optional, Sequence, Union
@@ -18,17 +16,15 @@ from ._wire import Duration, QueueKeys
 from .errors import (BatchClosedError, ConfigError, DuplicateTaskError, QueueFullError, ReplyError,
                      TaskFailedError, WaitTimeoutError)
 from .flows import FlowIds, FlowNode, TaskLike, flow_node, task_spec
-from .record import FINAL_STATES, TaskRecord, _ms_time
+from ._held import HeldConnection
+from ._waiting import Memory, Wait
+from .record import TaskRecord
 
 PRIORITIES = {"high": 2, "normal": 1, "low": 3}  # the enqueue script's KEYS index of each level
 _FAILURE_TEXT = {"fail_parent": "fail", "ignore": "ignore", "remove": "remove"}
 _CHUNK = 64  # tasks per enqueue script call of a batch (as src/producer/batch.cpp)
 _MAX_FLOW_TASKS = 10000
 _MAX_FLOW_DEPTH = 64
-_REMEMBERED = 10000  # final events remembered (as the C++ waiter)
-_NO_RECORD_GRACE = 1.0  # s a wait on an id without a record waits for it to appear
-_NO_RECORD = (" was found: it was not enqueued with a retention, its record expired, or it is another "
-              "queue's (wait_for_enqueue=True waits for a task enqueued later)")
 
 
 @dataclass(frozen=True)
@@ -106,7 +102,7 @@ class Producer:
     def __init__(self, url: str = "redis://127.0.0.1:6379", stream: str = "task_queue", max_len: int = 10000,
                  retention: Optional[RetentionLike] = None, overflow: str = "reject",
                  default_max_retries: int = 3, max_payload_bytes: int = 1 << 20, max_payload_depth: int = 64,
-                 client_name: Optional[str] = None, socket_timeout: Optional[float] = None,
+                 client_name: Optional[str] = None, socket_timeout: float = 5.0, connect_timeout: float = 2.0,
                  partitions: int = 1) -> None:
         if not stream:
             raise ConfigError("stream must not be empty")
@@ -121,6 +117,7 @@ class Producer:
             raise ConfigError("max_payload_bytes must be > 0")
         if max_payload_depth < 1:
             raise ConfigError("max_payload_depth must be >= 1")
+        _redis.check_timeouts(socket_timeout, connect_timeout)
         self.stream = stream
         self.max_len = max_len
         self.overflow = overflow
@@ -133,13 +130,10 @@ class Producer:
         self.partitions = partitions
         self._parts = [QueueKeys(_partitions.partition_stream(stream, partitions, i)) for i in range(partitions)]
         self._partitioner = _partitions.Partitioner(partitions)
-        self._client = _redis.connect(url, client_name, socket_timeout)
-        # The waits' memory, as the C++ waiter's thread keeps it: where the last wait stopped
-        # reading the events, and the last final events read (a record of Retention 0 goes with
-        # its task's end; a later wait on that task is answered from its event).
-        self._lock = threading.Lock()
-        self._position: Optional[dict[str, str]] = None  # per events stream (one per partition)
-        self._ended: OrderedDict[str, TaskRecord] = OrderedDict()
+        self.socket_timeout = socket_timeout
+        self.connect_timeout = connect_timeout
+        self._client = _redis.connect(url, client_name, socket_timeout, connect_timeout)
+        self._waits = Memory()
 
     def close(self) -> None:
         """Closes the connections."""
@@ -437,83 +431,17 @@ class Producer:
         WaitTimeoutError when it did not finish within ``timeout`` (seconds or timedelta) or has
         no record (not tracked, expired, another queue's) within about a second, unless
         ``wait_for_enqueue``. Follows ``<stream>:events`` (XREAD BLOCK) and reads the record
-        with the watch script, which keeps a finished record a minute for a waiter."""
-        timeout_s = _wire.duration_ms(timeout, "timeout") / 1000.0
-        deadline = time.monotonic() + timeout_s
+        with the watch script, which keeps a finished record a minute for a waiter.
+
+        Ends by ``timeout`` whatever Redis does: it holds a pooled connection of its own for the
+        wait, bounds every command by what is left of the timeout, and tries a connection that
+        failed again until then (the WaitTimeoutError then says why)."""
+        deadline = time.monotonic() + _wire.duration_ms(timeout, "timeout") / 1000.0
         with _redis.translated():
-            with self._lock:
-                remembered = self._position
-            position: dict[str, str]
-            if remembered is not None:
-                position = dict(remembered)
-            else:
-                position = {}
-                for k in self._parts:
-                    newest = self._client.xrevrange(k.events, "+", "-", count=1)
-                    position[k.events] = newest[0][0] if newest else "0-0"
-            record = self._watch(task_id)
-            if record is None:
-                with self._lock:
-                    record = self._ended.get(task_id)
-            missing_since = None if record is not None or wait_for_enqueue else time.monotonic()
-            while True:
-                if record is not None and record.finished:
-                    return _outcome(record)
-                now = time.monotonic()
-                if record is None and missing_since is not None and now - missing_since >= _NO_RECORD_GRACE:
-                    record = self._watch(task_id)
-                    if record is None:
-                        raise WaitTimeoutError("no record of task " + task_id + _NO_RECORD)
-                    continue
-                if now >= deadline:
-                    if record is not None:
-                        raise WaitTimeoutError(f"task {task_id} did not finish in time (it is {record.state})",
-                                               record)
-                    raise WaitTimeoutError(f"task {task_id} did not finish in time: no record of it" +
-                                           _NO_RECORD, None)
-                block = max(1, int(min(deadline - now, 1.0) * 1000))
-                answer = self._client.xread(dict(position), count=1000, block=block)
-                for events, entries in answer or []:
-                    for entry_id, fields in entries:
-                        position[events] = entry_id
-                        if fields.get("event") in FINAL_STATES and "task_id" in fields:
-                            queue = events[:-len(":events")]
-                            self._remember(_ended_by(fields["task_id"], fields, queue))
-                self._advance(position)
-                record = self._watch(task_id)
-                if record is None:
-                    with self._lock:
-                        record = self._ended.get(task_id)  # its record went with its end (retention 0)
-                if record is not None:
-                    missing_since = None
-                elif missing_since is None and not wait_for_enqueue:
-                    missing_since = time.monotonic()
-
-    def _remember(self, ended: TaskRecord) -> None:
-        with self._lock:
-            self._ended[ended.task_id] = ended
-            self._ended.move_to_end(ended.task_id)
-            while len(self._ended) > _REMEMBERED:
-                self._ended.popitem(last=False)
-
-    def _advance(self, position: Mapping[str, str]) -> None:
-        """The next wait reads the events from here on (the furthest any wait read)."""
-        with self._lock:
-            if self._position is None:
-                self._position = dict(position)
-                return
-            for events, at in position.items():
-                if _entry_id(at) > _entry_id(self._position.get(events, "0-0")):
-                    self._position[events] = at
-
-    def _watch(self, task_id: str) -> Optional[TaskRecord]:
-        """The task's record, from whichever partition has it (the watch script of each)."""
-        for k in self._parts:
-            reply = _redis.run_script(self._client, "watch", [k.task(task_id)], [])
-            if reply:
-                fields = dict(zip(reply[0::2], reply[1::2]))
-                return TaskRecord.from_hash(task_id, fields, k.stream)
-        return None
+            with HeldConnection(self._client, self.socket_timeout, self.connect_timeout) as held:
+                record = Wait(held, self._parts, self._waits, task_id, deadline, self.socket_timeout,
+                              wait_for_enqueue).run()
+        return _outcome(record)
 
     # ---------------------------------------------------------------------------------- internals
 
@@ -657,22 +585,6 @@ def _refusal(message: str, first: int, batch_ids: list[str], order: Optional[Seq
 
 def _place(index: int, order: Optional[Sequence[int]]) -> int:
     return order[index] if order is not None else index
-
-
-def _ended_by(task_id: str, fields: Mapping[str, str], queue: str) -> TaskRecord:
-    """What a final event says of its task, for a record that went with its end."""
-    r = TaskRecord(task_id=task_id, queue=queue, state=fields.get("event", "done"))
-    r.error = fields.get("error", "")
-    r.reason = fields.get("reason", "")
-    at = fields.get("at")
-    if at is not None and at.isdigit():
-        r.finished_at = _ms_time(at)
-    return r
-
-
-def _entry_id(text: str) -> tuple[int, int]:
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _outcome(record: TaskRecord) -> TaskRecord:
