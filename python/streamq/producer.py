@@ -184,7 +184,7 @@ class Producer:
             try:
                 _redis.run_script(self._client, "enqueue", keys, args)
             except rx.ResponseError as e:
-                raise _refusal(_redis.unwrap(str(e)), 0, []) from e
+                raise _refusal(_redis.server_message(e), 0, []) from e
         return p.task_id
 
     def enqueue_batch(self, tasks: Iterable[TaskLike]) -> list[str]:
@@ -384,7 +384,7 @@ class Producer:
             try:
                 _redis.run_script(self._client, "enqueue", keys, args)
             except rx.ResponseError as e:
-                raise _refusal(_redis.unwrap(str(e)), 0, []) from e
+                raise _refusal(_redis.server_message(e), 0, []) from e
 
         def ids_of(place: int) -> FlowIds:
             return FlowIds(prepared[place].task_id, [ids_of(c) for c in children[place]])
@@ -407,7 +407,7 @@ class Producer:
             try:
                 _redis.run_script(self._client, "batch", [home], ["open", batch_id, parent or "", 0, 0])
             except rx.ResponseError as e:
-                message = _redis.unwrap(str(e))
+                message = _redis.server_message(e)
                 if message.startswith("BATCHEXISTS"):
                     raise ConfigError(message) from e
                 raise _refusal(message, 0, []) from e
@@ -421,7 +421,7 @@ class Producer:
             try:
                 return bool(_redis.run_script(self._client, "batch", [home], ["close", batch_id]) == 1)
             except rx.ResponseError as e:
-                raise _refusal(_redis.unwrap(str(e)), 0, []) from e
+                raise _refusal(_redis.server_message(e), 0, []) from e
 
     # -------------------------------------------------------------------------------------- waits
 
