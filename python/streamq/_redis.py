@@ -78,8 +78,10 @@ def xinfo_groups_or_none(client: "redis.Redis[str]", stream: str) -> Optional[li
     try:
         groups: list[dict[str, Any]] = client.xinfo_groups(stream)
         return groups
-    except rx.ResponseError:  # no such key
-        return None
+    except rx.ResponseError as e:
+        if "no such key" in server_message(e):  # ERR no such key; any other error is one
+            return None
+        raise
 
 
 def server_message(error: rx.ResponseError) -> str:

@@ -40,7 +40,10 @@ def new_task_id() -> str:
 
 def duration_ms(value: Duration, name: str, least_ms: int = 0) -> int:
     """A duration given as seconds (int or float) or a timedelta, in whole milliseconds (as C++
-    std::chrono::milliseconds). ConfigError when negative (below ``least_ms``) or over ten years."""
+    std::chrono::milliseconds): seconds rounded to the nearest millisecond (1.005 is 1005 ms, the
+    value a C++ caller writes, though 1.005 * 1000 is 1004.999...), a timedelta's microseconds
+    cut to whole milliseconds as duration_cast does. ConfigError when negative (below
+    ``least_ms``) or over ten years."""
     if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
         raise ConfigError(f"{name} must be seconds (int or float) or a timedelta, not {type(value).__name__}")
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
@@ -50,19 +53,22 @@ def duration_ms(value: Duration, name: str, least_ms: int = 0) -> int:
         raise ConfigError(f"{name} must be >= {least_ms} ms")
     if seconds * 1000 > MAX_DURATION_MS:
         raise ConfigError(f"{name} must be <= {MAX_DURATION_MS} ms")
-    ms = value // timedelta(milliseconds=1) if isinstance(value, timedelta) else int(seconds * 1000)
-    return ms
+    if isinstance(value, timedelta):
+        return value // timedelta(milliseconds=1)
+    return round(seconds * 1000)
 
 
 def epoch_ms(when: datetime | int | float, name: str) -> int:
-    """A point in time (an aware datetime, a naive one read as UTC, or seconds since the Unix
-    epoch) in ms since the epoch, at least 1 (1 ms after the epoch stands for "already past")."""
+    """A point in time (an aware datetime, or seconds since the Unix epoch, rounded to the nearest
+    millisecond) in ms since the epoch, at least 1 (1 ms after the epoch stands for "already
+    past"). A naive datetime is a ConfigError: which zone it means is not known."""
     if isinstance(when, datetime):
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ConfigError(f"{name} must be a datetime with a time zone (e.g. datetime.now(timezone.utc)), "
+                              "not a naive one")
         ms = (when - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
     elif isinstance(when, (int, float)) and not isinstance(when, bool):
-        ms = int(when * 1000)
+        ms = round(when * 1000)
     else:
         raise ConfigError(f"{name} must be a datetime or seconds since the Unix epoch")
     return max(1, ms)
@@ -133,6 +139,10 @@ class QueueKeys:
 
     def batch_refused(self, token: str) -> str:
         return self.stream + ":batch:" + token + ":refused"
+
+    def tenant_backlog(self, tenant: str, priority: str) -> str:
+        """Tenant ``tenant``'s backlog of a level (a list), the suffixes of the level streams'."""
+        return self.stream + ":tenant:" + tenant + {"high": ":p:high", "normal": "", "low": ":p:low"}[priority]
 
     def level(self, priority: str) -> str:
         return {"high": self.high, "normal": self.stream, "low": self.low}[priority]

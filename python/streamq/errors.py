@@ -72,8 +72,9 @@ class BatchClosedError(EnqueueRefusedError):
 
 class DuplicateTaskError(EnqueueRefusedError):
     """A task with ``unique_for`` was refused: a task with the same unique key was enqueued within
-    its window and has not finished. ``existing_task_id`` holds the key; ``index`` is the refused
-    task's place in its batch (0 for a single enqueue)."""
+    its window and has not finished. ``existing_task_id`` is the id of the task that holds the
+    unique key's lock; ``index`` is the refused task's place in its batch (0 for a single
+    enqueue)."""
 
     def __init__(self, message: str, existing_task_id: str, index: int = 0,
                  batch_ids: Sequence[str] = ()) -> None:

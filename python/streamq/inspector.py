@@ -11,6 +11,8 @@ from . import _partitions, _redis
 from ._wire import QueueKeys
 from .record import TaskRecord
 
+_MOST_BACKLOG_TENANTS = 1000  # per partition, whose backlogs stats() adds up (as C++ StatsReader)
+
 
 @dataclass
 class LevelStats:
@@ -42,6 +44,10 @@ class QueueStats:
     dlq_length: int = 0
     #: ZCARD of ``<stream>:delayed``.
     delayed: int = 0
+    #: Tasks waiting in the backlogs of the queue's tenants, every level (the LLEN of each backlog
+    #: of the tenants with one), not in ``length``; as C++ QueueStats::backlog, None when a
+    #: partition has more than 1,000 such tenants (three LLEN each would be too many).
+    backlog: Optional[int] = 0
     #: Tenants with a backlog (ZCARD of ``:tenants:ready`` and ``:tenants:waiting``).
     backlog_tenants: int = 0
     #: Whether the queue is paused (``<stream>:paused`` exists; partitioned: on every partition).
@@ -121,12 +127,29 @@ class Inspector:
                     self._add_level(ls, k.level(level))
                 s.dlq_length += self._client.xlen(k.dlq)
                 s.delayed += self._client.zcard(k.delayed)
-                s.backlog_tenants += self._client.zcard(k.tenants_ready) + self._client.zcard(k.tenants_waiting)
+                tenants, backlog = self._backlog(k)
+                s.backlog_tenants += tenants
+                s.backlog = None if s.backlog is None or backlog is None else s.backlog + backlog
                 s.paused = s.paused and bool(self._client.exists(k.paused))
         s.levels = list(levels.values())
         s.length = sum(ls.length for ls in s.levels)
         s.pending_total = sum(ls.pending for ls in s.levels)
         return s
+
+    def _backlog(self, k: QueueKeys) -> tuple[int, Optional[int]]:
+        """The tenants with a backlog in one partition, and their tasks (None beyond 1,000 tenants),
+        as C++ StatsReader reads them."""
+        names: list[str] = []
+        for tenants_set in (k.tenants_ready, k.tenants_waiting):
+            names.extend(self._client.zrange(tenants_set, 0, _MOST_BACKLOG_TENANTS - 1))
+        tenants = self._client.zcard(k.tenants_ready) + self._client.zcard(k.tenants_waiting)
+        if tenants > _MOST_BACKLOG_TENANTS:
+            return tenants, None
+        pipe = self._client.pipeline(transaction=False)
+        for name in names:
+            for level in ("high", "normal", "low"):
+                pipe.llen(k.tenant_backlog(name, level))
+        return tenants, sum(pipe.execute())
 
     def _add_level(self, into: LevelStats, stream: str) -> None:
         """Adds one level stream's numbers (XINFO GROUPS, XLEN) to ``into``."""

@@ -415,7 +415,10 @@ class Producer:
 
     def close_batch(self, batch_id: str) -> bool:
         """Closes a batch: no task joins it any more. True when this call closed it, False when it
-        was closed already. BatchClosedError when there is no such batch."""
+        was closed already. BatchClosedError when there is no such batch; ConfigError for an
+        empty id."""
+        if not batch_id:
+            raise ConfigError("batch_id must not be empty")
         home = self._parts[self._partitioner.of(batch=batch_id)].stream
         with _redis.translated():
             try:

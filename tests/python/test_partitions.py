@@ -101,7 +101,7 @@ def test_the_inspector_sums_the_partitions(server: str, stream: str) -> None:
         p.enqueue("work", {}, delay=60)
         p.enqueue("work", {}, tenant="acme")
     stats = Inspector(url=server, stream=stream, partitions=4).stats()
-    assert (stats.length, stats.delayed, stats.backlog_tenants, stats.paused) == (8, 1, 1, False)
+    assert (stats.length, stats.delayed, stats.backlog, stats.backlog_tenants, stats.paused) == (8, 1, 1, 1, False)
     assert stats.partitions == 4
     assert len(Inspector(url=server, stream=stream, partitions=4).entries()) == 8
 
