@@ -9,6 +9,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any, Union
 
+from ._json_check import JsonCheck, check_json
 from .errors import ConfigError, PayloadError
 
 Duration = Union[int, float, timedelta]
@@ -39,7 +40,10 @@ def new_task_id() -> str:
 
 def duration_ms(value: Duration, name: str, least_ms: int = 0) -> int:
     """A duration given as seconds (int or float) or a timedelta, in whole milliseconds (as C++
-    std::chrono::milliseconds). ConfigError when negative (below ``least_ms``) or over ten years."""
+    std::chrono::milliseconds): seconds rounded to the nearest millisecond (1.005 is 1005 ms, the
+    value a C++ caller writes, though 1.005 * 1000 is 1004.999...), a timedelta's microseconds
+    cut to whole milliseconds as duration_cast does. ConfigError when negative (below
+    ``least_ms``) or over ten years."""
     if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
         raise ConfigError(f"{name} must be seconds (int or float) or a timedelta, not {type(value).__name__}")
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
@@ -49,75 +53,59 @@ def duration_ms(value: Duration, name: str, least_ms: int = 0) -> int:
         raise ConfigError(f"{name} must be >= {least_ms} ms")
     if seconds * 1000 > MAX_DURATION_MS:
         raise ConfigError(f"{name} must be <= {MAX_DURATION_MS} ms")
-    ms = value // timedelta(milliseconds=1) if isinstance(value, timedelta) else int(seconds * 1000)
-    return ms
+    if isinstance(value, timedelta):
+        return value // timedelta(milliseconds=1)
+    return round(seconds * 1000)
 
 
 def epoch_ms(when: datetime | int | float, name: str) -> int:
-    """A point in time (an aware datetime, a naive one read as UTC, or seconds since the Unix
-    epoch) in ms since the epoch, at least 1 (1 ms after the epoch stands for "already past")."""
+    """A point in time (an aware datetime, or seconds since the Unix epoch, rounded to the nearest
+    millisecond) in ms since the epoch, at least 1 (1 ms after the epoch stands for "already
+    past"). A naive datetime is a ConfigError: which zone it means is not known."""
     if isinstance(when, datetime):
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ConfigError(f"{name} must be a datetime with a time zone (e.g. datetime.now(timezone.utc)), "
+                              "not a naive one")
         ms = (when - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
     elif isinstance(when, (int, float)) and not isinstance(when, bool):
-        ms = int(when * 1000)
+        ms = round(when * 1000)
     else:
         raise ConfigError(f"{name} must be a datetime or seconds since the Unix epoch")
     return max(1, ms)
 
 
 def payload_text(payload: Any, max_bytes: int, max_depth: int) -> str:
-    """The payload's JSON text: a ``str`` or ``bytes`` is JSON text already (checked), anything
-    else is serialised compactly. PayloadError when too large, too deep or not JSON."""
+    """The payload's JSON text: a ``str`` or ``bytes`` is JSON text already, anything else is
+    serialised compactly. Checked as the C++ producer checks it (src/wire/codec.cpp,
+    payload_problem: the size cap, then ``_json_check``): PayloadError when too large, not JSON
+    the C++ side accepts, or too deep."""
+    raw = _payload_bytes(payload)
+    if len(raw) > max_bytes:
+        raise PayloadError(f"payload is {len(raw)} bytes, over the cap of {max_bytes}")
+    verdict = check_json(raw, max_depth)
+    if verdict is JsonCheck.TOO_DEEP:
+        raise PayloadError(f"payload is nested deeper than {max_depth} levels")
+    if verdict is JsonCheck.INVALID:
+        raise PayloadError("payload is not valid JSON")
+    return raw.decode("utf-8")
+
+
+def _payload_bytes(payload: Any) -> bytes:
+    """The bytes that would be sent: JSON text as given (a ``str`` as redis-py encodes it, a
+    character it cannot encode, such as a lone surrogate, refused), or a value serialised."""
     if isinstance(payload, (bytes, bytearray)):
-        try:
-            payload = bytes(payload).decode("utf-8")
-        except UnicodeDecodeError:
-            raise PayloadError("payload is not valid JSON (not UTF-8)") from None
+        return bytes(payload)
     if isinstance(payload, str):
         text = payload
-        try:
-            value = json.loads(text, parse_constant=_no_constant)
-        except (ValueError, RecursionError):
-            value = _INVALID
     else:
         try:
             text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as e:
             raise PayloadError(f"payload is not JSON-serialisable: {e}") from None
-        value = payload
-    size = len(text.encode("utf-8"))
-    if size > max_bytes:
-        raise PayloadError(f"payload is {size} bytes, over the cap of {max_bytes}")
-    if value is not _INVALID and _depth(value, max_depth) > max_depth:
-        raise PayloadError(f"payload is nested deeper than {max_depth} levels")
-    if value is _INVALID:
-        raise PayloadError("payload is not valid JSON")
-    return text
-
-
-_INVALID = object()
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _depth(value: Any, limit: int) -> int:
-    """Containers nested along the deepest path (stops counting past ``limit``)."""
-    if isinstance(value, dict):
-        children: Any = value.values()
-    elif isinstance(value, (list, tuple)):
-        children = value
-    else:
-        return 0
-    deepest = 0
-    for child in children:
-        if deepest > limit:
-            break
-        deepest = max(deepest, _depth(child, limit))
-    return 1 + deepest
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise PayloadError("payload is not valid JSON (a lone surrogate is not UTF-8)") from None
 
 
 def check_tenant(tenant: str) -> None:
@@ -151,6 +139,10 @@ class QueueKeys:
 
     def batch_refused(self, token: str) -> str:
         return self.stream + ":batch:" + token + ":refused"
+
+    def tenant_backlog(self, tenant: str, priority: str) -> str:
+        """Tenant ``tenant``'s backlog of a level (a list), the suffixes of the level streams'."""
+        return self.stream + ":tenant:" + tenant + {"high": ":p:high", "normal": "", "low": ":p:low"}[priority]
 
     def level(self, priority: str) -> str:
         return {"high": self.high, "normal": self.stream, "low": self.low}[priority]

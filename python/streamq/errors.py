@@ -3,6 +3,7 @@
 and record.hpp). Every one is a :class:`Error`."""
 from __future__ import annotations
 
+import builtins
 from typing import TYPE_CHECKING, Optional, Sequence
 
 if TYPE_CHECKING:
@@ -13,18 +14,21 @@ class Error(Exception):
     """Root of every exception streamq raises."""
 
 
-class ConnectionError(Error):  # noqa: A001 (the C++ name)
+class ConnectionError(Error, builtins.ConnectionError):  # noqa: A001 (the C++ name)
     """The connection to Redis failed (refused, reset, closed, unreachable). The outcome of a
-    write that was in flight is unknown: a retried enqueue should reuse its task id."""
+    write that was in flight is unknown: a retried enqueue should reuse its task id. Also a
+    Python ``ConnectionError``."""
 
 
-class TimeoutError(ConnectionError):  # noqa: A001
-    """A command got no answer within the socket timeout."""
+class TimeoutError(ConnectionError, builtins.TimeoutError):  # noqa: A001
+    """A command got no answer within the socket timeout. Also a Python ``TimeoutError``."""
 
 
 class ReplyError(Error):
-    """Redis answered with an error reply. ``prefix`` is its code, the first word of the
-    message ("NOGROUP", "WRONGTYPE", "OOM", "NOPERM", "ERR", ...)."""
+    """Redis answered with an error reply: the message is the server's, code and all (a Redis
+    6.2 script error unwrapped, as the C++ library does). ``prefix`` is its code, the first word
+    ("NOGROUP", "WRONGTYPE", "OOM", "NOPERM", "NOSCRIPT", "ERR", ...), as C++
+    ReplyError::prefix()."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -68,8 +72,9 @@ class BatchClosedError(EnqueueRefusedError):
 
 class DuplicateTaskError(EnqueueRefusedError):
     """A task with ``unique_for`` was refused: a task with the same unique key was enqueued within
-    its window and has not finished. ``existing_task_id`` holds the key; ``index`` is the refused
-    task's place in its batch (0 for a single enqueue)."""
+    its window and has not finished. ``existing_task_id`` is the id of the task that holds the
+    unique key's lock; ``index`` is the refused task's place in its batch (0 for a single
+    enqueue)."""
 
     def __init__(self, message: str, existing_task_id: str, index: int = 0,
                  batch_ids: Sequence[str] = ()) -> None:

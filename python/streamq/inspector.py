@@ -7,16 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-import redis.exceptions as rx
-
-from . import _redis
+from . import _partitions, _redis
 from ._wire import QueueKeys
 from .record import TaskRecord
+
+_MOST_BACKLOG_TENANTS = 1000  # per partition, whose backlogs stats() adds up (as C++ StatsReader)
 
 
 @dataclass
 class LevelStats:
-    """One priority level's stream: ``<stream>:p:high``, ``<stream>``, ``<stream>:p:low``."""
+    """One priority level's stream: ``<stream>:p:high``, ``<stream>``, ``<stream>:p:low`` (of a
+    partitioned queue: summed over its partitions, ``stream`` the first partition's)."""
 
     level: str
     stream: str
@@ -29,9 +30,12 @@ class LevelStats:
 
 @dataclass
 class QueueStats:
-    """A snapshot of a queue (its numbers mean what the C++ QueueStats' do)."""
+    """A snapshot of a queue (its numbers mean what the C++ QueueStats' do; of a partitioned
+    queue, the sum over its partitions, as StatsReader with StatsOptions::partitions)."""
 
     stream: str
+    #: The partitions read.
+    partitions: int = 1
     #: Unfinished entries of every priority level (streamq deletes finished ones).
     length: int = 0
     #: Delivered, unacknowledged entries of every level and group.
@@ -40,9 +44,13 @@ class QueueStats:
     dlq_length: int = 0
     #: ZCARD of ``<stream>:delayed``.
     delayed: int = 0
+    #: Tasks waiting in the backlogs of the queue's tenants, every level (the LLEN of each backlog
+    #: of the tenants with one), not in ``length``; as C++ QueueStats::backlog, None when a
+    #: partition has more than 1,000 such tenants (three LLEN each would be too many).
+    backlog: Optional[int] = 0
     #: Tenants with a backlog (ZCARD of ``:tenants:ready`` and ``:tenants:waiting``).
     backlog_tenants: int = 0
-    #: Whether the queue is paused (``<stream>:paused`` exists).
+    #: Whether the queue is paused (``<stream>:paused`` exists; partitioned: on every partition).
     paused: bool = False
     levels: list[LevelStats] = field(default_factory=list)
 
@@ -56,14 +64,19 @@ class Entry:
 
 
 class Inspector:
-    """Read-only views of queue ``stream`` at ``url``. Issues HGETALL, XLEN, XINFO GROUPS, ZCARD,
-    EXISTS and XRANGE only."""
+    """Read-only views of queue ``stream`` at ``url``; ``partitions``: the queue's partitions
+    (as its producers say, ProducerOptions::partitions). Issues HGETALL, XLEN, XINFO GROUPS,
+    ZCARD, EXISTS and XRANGE only."""
 
     def __init__(self, url: str = "redis://127.0.0.1:6379", stream: str = "task_queue",
-                 client_name: Optional[str] = None, socket_timeout: Optional[float] = None) -> None:
+                 client_name: Optional[str] = None, socket_timeout: float = 5.0, connect_timeout: float = 2.0,
+                 partitions: int = 1) -> None:
+        _partitions.check_partitions(partitions, stream)
+        _redis.check_timeouts(socket_timeout, connect_timeout)
         self.stream = stream
-        self.keys = QueueKeys(stream)
-        self._client = _redis.connect(url, client_name, socket_timeout)
+        self.partitions = partitions
+        self._parts = [QueueKeys(_partitions.partition_stream(stream, partitions, i)) for i in range(partitions)]
+        self._client = _redis.connect(url, client_name, socket_timeout, connect_timeout)
 
     def close(self) -> None:
         self._client.close()
@@ -76,42 +89,73 @@ class Inspector:
 
     def record(self, task_id: str) -> Optional[TaskRecord]:
         """The record of tracked task ``task_id``, or None when there is none (not tracked,
-        expired, or another queue's)."""
+        expired, or another queue's). HGETALL on each partition until one has it."""
         with _redis.translated():
-            fields = self._client.hgetall(self.keys.task(task_id))
-        return TaskRecord.from_hash(task_id, fields, self.stream) if fields else None
+            for k in self._parts:
+                fields = self._client.hgetall(k.task(task_id))
+                if fields:
+                    return TaskRecord.from_hash(task_id, fields, k.stream)
+        return None
 
     def batch(self, batch_id: str) -> Optional[dict[str, str]]:
-        """A batch's hash (state, total, done, dead, ...), or None when there is no such batch."""
+        """A batch's hash (state, total, done, dead, ...), or None when there is no such batch
+        (in a partitioned queue, its batch id's partition's)."""
+        home = self._parts[_partitions.Partitioner(self.partitions).of(batch=batch_id)]
         with _redis.translated():
-            fields = self._client.hgetall(self.keys.batch(batch_id))
+            fields = self._client.hgetall(home.batch(batch_id))
         return fields or None
 
     def entries(self, priority: str = "normal", count: int = 100) -> list[Entry]:
-        """The first ``count`` entries of a level's stream, oldest first (tasks not finished)."""
+        """The first ``count`` entries of a level's stream, oldest first (tasks not finished);
+        of a partitioned queue, the partitions' one after another (at most ``count`` in all)."""
+        out: list[Entry] = []
         with _redis.translated():
-            return [Entry(i, f) for i, f in self._client.xrange(self.keys.level(priority), count=count)]
+            for k in self._parts:
+                if len(out) >= count:
+                    break
+                out.extend(Entry(i, f) for i, f in self._client.xrange(k.level(priority), count=count - len(out)))
+        return out
 
     def stats(self) -> QueueStats:
         """The queue's numbers now."""
-        s = QueueStats(stream=self.stream)
+        s = QueueStats(stream=self.stream, partitions=self.partitions, paused=True)
+        levels = {level: LevelStats(level=level, stream=self._parts[0].level(level))
+                  for level in ("high", "normal", "low")}
         with _redis.translated():
-            for level in ("high", "normal", "low"):
-                ls = LevelStats(level=level, stream=self.keys.level(level))
-                try:
-                    groups = self._client.xinfo_groups(ls.stream)
-                    ls.exists = True
-                except rx.ResponseError:  # no such key
-                    groups = []
-                if ls.exists:
-                    ls.length = self._client.xlen(ls.stream)
-                    ls.pending = sum(int(g.get("pending", 0)) for g in groups)
-                s.levels.append(ls)
-                s.length += ls.length
-                s.pending_total += ls.pending
-            s.dlq_length = self._client.xlen(self.keys.dlq)
-            s.delayed = self._client.zcard(self.keys.delayed)
-            s.backlog_tenants = (self._client.zcard(self.keys.tenants_ready) +
-                                 self._client.zcard(self.keys.tenants_waiting))
-            s.paused = bool(self._client.exists(self.keys.paused))
+            for k in self._parts:
+                for level, ls in levels.items():
+                    self._add_level(ls, k.level(level))
+                s.dlq_length += self._client.xlen(k.dlq)
+                s.delayed += self._client.zcard(k.delayed)
+                tenants, backlog = self._backlog(k)
+                s.backlog_tenants += tenants
+                s.backlog = None if s.backlog is None or backlog is None else s.backlog + backlog
+                s.paused = s.paused and bool(self._client.exists(k.paused))
+        s.levels = list(levels.values())
+        s.length = sum(ls.length for ls in s.levels)
+        s.pending_total = sum(ls.pending for ls in s.levels)
         return s
+
+    def _backlog(self, k: QueueKeys) -> tuple[int, Optional[int]]:
+        """The tenants with a backlog in one partition, and their tasks (None beyond 1,000 tenants),
+        as C++ StatsReader reads them."""
+        names: list[str] = []
+        for tenants_set in (k.tenants_ready, k.tenants_waiting):
+            names.extend(self._client.zrange(tenants_set, 0, _MOST_BACKLOG_TENANTS - 1))
+        tenants = self._client.zcard(k.tenants_ready) + self._client.zcard(k.tenants_waiting)
+        if tenants > _MOST_BACKLOG_TENANTS:
+            return tenants, None
+        pipe = self._client.pipeline(transaction=False)
+        for name in names:
+            for level in ("high", "normal", "low"):
+                pipe.llen(k.tenant_backlog(name, level))
+        return tenants, sum(pipe.execute())
+
+    def _add_level(self, into: LevelStats, stream: str) -> None:
+        """Adds one level stream's numbers (XINFO GROUPS, XLEN) to ``into``."""
+        groups = _redis.xinfo_groups_or_none(self._client, stream)
+        if groups is None:
+            return
+        into.exists = True
+        into.length += self._client.xlen(stream)
+        into.pending += sum(int(g.get("pending", 0)) for g in groups)

@@ -3,31 +3,28 @@
 same enqueue script of src/lua, the same fields), and waits for tracked tasks."""
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, NoReturn, Optional, Sequence, Union
 
 import redis.exceptions as rx
 
-from . import _lua, _redis, _wire
+from . import _lua, _partitions, _redis, _wire
+from ._batch_outcome import failed_batch_message, partial_batch_message
 from ._wire import Duration, QueueKeys
 from .errors import (BatchClosedError, ConfigError, DuplicateTaskError, QueueFullError, ReplyError,
                      TaskFailedError, WaitTimeoutError)
 from .flows import FlowIds, FlowNode, TaskLike, flow_node, task_spec
-from .record import FINAL_STATES, TaskRecord, _ms_time
+from ._held import HeldConnection
+from ._waiting import Memory, Wait
+from .record import TaskRecord
 
 PRIORITIES = {"high": 2, "normal": 1, "low": 3}  # the enqueue script's KEYS index of each level
 _FAILURE_TEXT = {"fail_parent": "fail", "ignore": "ignore", "remove": "remove"}
 _CHUNK = 64  # tasks per enqueue script call of a batch (as src/producer/batch.cpp)
 _MAX_FLOW_TASKS = 10000
 _MAX_FLOW_DEPTH = 64
-_REMEMBERED = 10000  # final events remembered (as the C++ waiter)
-_NO_RECORD_GRACE = 1.0  # s a wait on an id without a record waits for it to appear
-_NO_RECORD = (" was found: it was not enqueued with a retention, its record expired, or it is another "
-              "queue's (wait_for_enqueue=True waits for a task enqueued later)")
 
 
 @dataclass(frozen=True)
@@ -60,7 +57,7 @@ class _Prepared:
     """A checked task and how the enqueue script is to write it (src/producer/prepare.hpp)."""
 
     __slots__ = ("task_id", "fields", "dest", "at_ms", "delay_ms", "nonce", "lock_key", "lock_ms", "tracked",
-                 "tenant")
+                 "tenant", "partition")
 
     def __init__(self) -> None:
         self.task_id = ""
@@ -73,6 +70,7 @@ class _Prepared:
         self.lock_ms = 0
         self.tracked = False
         self.tenant = ""
+        self.partition = 0
 
     def strings(self) -> list[str]:
         out: list[str] = []
@@ -93,7 +91,10 @@ class Producer:
     ``max_len``: the backlog bound (every priority's stream plus the delayed set); a task that
     would exceed it is refused with QueueFullError (``overflow="reject"``) or the oldest entries
     are trimmed (``overflow="trim_oldest"``, the seed's way). ``retention``: track every task
-    (see Retention) unless its enqueue says otherwise.
+    (see Retention) unless its enqueue says otherwise. ``partitions``: the queue's partitions
+    (ProducerOptions::partitions): more than 1 writes to the streams ``{<stream>:<i>}``, each task
+    to the partition the C++ Producer would pick (its tenant's, batch's, partition key's or unique
+    key's, else the next in turn); ``max_len`` bounds each partition.
 
     Issues EVALSHA (the enqueue, watch and batch scripts of src/lua), XADD, XREAD, XREVRANGE.
     A Producer may be shared by threads (redis-py's connection pool)."""
@@ -101,9 +102,11 @@ class Producer:
     def __init__(self, url: str = "redis://127.0.0.1:6379", stream: str = "task_queue", max_len: int = 10000,
                  retention: Optional[RetentionLike] = None, overflow: str = "reject",
                  default_max_retries: int = 3, max_payload_bytes: int = 1 << 20, max_payload_depth: int = 64,
-                 client_name: Optional[str] = None, socket_timeout: Optional[float] = None) -> None:
+                 client_name: Optional[str] = None, socket_timeout: float = 5.0, connect_timeout: float = 2.0,
+                 partitions: int = 1) -> None:
         if not stream:
             raise ConfigError("stream must not be empty")
+        _partitions.check_partitions(partitions, stream)
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= 0:
             raise ConfigError("max_len must be > 0")
         if overflow not in ("reject", "trim_oldest"):
@@ -114,6 +117,7 @@ class Producer:
             raise ConfigError("max_payload_bytes must be > 0")
         if max_payload_depth < 1:
             raise ConfigError("max_payload_depth must be >= 1")
+        _redis.check_timeouts(socket_timeout, connect_timeout)
         self.stream = stream
         self.max_len = max_len
         self.overflow = overflow
@@ -123,14 +127,13 @@ class Producer:
         self.retention = _retention(retention)
         if self.retention is not None:
             self.retention.field()  # checked now
-        self.keys = QueueKeys(stream)
-        self._client = _redis.connect(url, client_name, socket_timeout)
-        # The waits' memory, as the C++ waiter's thread keeps it: where the last wait stopped
-        # reading the events, and the last final events read (a record of Retention 0 goes with
-        # its task's end; a later wait on that task is answered from its event).
-        self._lock = threading.Lock()
-        self._position: Optional[str] = None
-        self._ended: OrderedDict[str, TaskRecord] = OrderedDict()
+        self.partitions = partitions
+        self._parts = [QueueKeys(_partitions.partition_stream(stream, partitions, i)) for i in range(partitions)]
+        self._partitioner = _partitions.Partitioner(partitions)
+        self.socket_timeout = socket_timeout
+        self.connect_timeout = connect_timeout
+        self._client = _redis.connect(url, client_name, socket_timeout, connect_timeout)
+        self._waits = Memory()
 
     def close(self) -> None:
         """Closes the connections."""
@@ -150,7 +153,7 @@ class Producer:
                 unique_for: Optional[Duration] = None, unique_key: Optional[str] = None,
                 retention: Optional[RetentionLike] = None, deadline: Union[datetime, int, float, None] = None,
                 batch: Optional[str] = None, tenant: Optional[str] = None,
-                extra_fields: Optional[Mapping[str, str]] = None) -> str:
+                extra_fields: Optional[Mapping[str, str]] = None, partition_key: Optional[str] = None) -> str:
         """Enqueues one task and returns its task id.
 
         ``payload``: a JSON-serialisable value (dict, list, ...) or JSON text (``str``); None is
@@ -162,23 +165,26 @@ class Producer:
         has not finished. ``retention``: track the task (see Retention; ``wait`` needs it).
         ``deadline``: when it must have finished. ``batch``: an open batch it joins
         (``open_batch``). ``tenant``: the tenant whose backlog it waits in (docs/tenants.md).
-        ``extra_fields``: more fields, carried through retries and dead letters.
+        ``extra_fields``: more fields, carried through retries and dead letters. ``partition_key``
+        (a partitioned queue): tasks of one key go to one partition (CRC16 of the key); unset, the
+        unique key's (with unique_for), else the next partition in turn.
 
         Raises QueueFullError, DuplicateTaskError, BatchClosedError (nothing written),
         ConfigError, PayloadError, ConnectionError, ReplyError."""
         p = self._prepare(task_type, payload, dict(
             task_id=task_id, max_retries=max_retries, delay=delay, run_at=run_at, priority=priority,
             unique_for=unique_for, unique_key=unique_key, retention=retention, deadline=deadline, batch=batch,
-            tenant=tenant, extra_fields=extra_fields), _wire.format_timestamp())
+            tenant=tenant, extra_fields=extra_fields, partition_key=partition_key), _wire.format_timestamp())
         with _redis.translated():
             if self.overflow == "trim_oldest" and not p.needs_script():
-                self._client.xadd(self.stream, dict(p.fields), maxlen=self.max_len, approximate=True)
+                self._client.xadd(self._parts[p.partition].stream, dict(p.fields), maxlen=self.max_len,
+                                  approximate=True)
                 return p.task_id
             keys, args = self._enqueue_call([p], "", 0)
             try:
                 _redis.run_script(self._client, "enqueue", keys, args)
             except rx.ResponseError as e:
-                raise _refusal(_redis.unwrap(str(e)), 0, []) from e
+                raise _refusal(_redis.server_message(e), 0, []) from e
         return p.task_id
 
     def enqueue_batch(self, tasks: Iterable[TaskLike]) -> list[str]:
@@ -194,56 +200,128 @@ class Producer:
         ids = [p.task_id for p in prepared]
         with _redis.translated():
             if self.overflow == "trim_oldest" and not any(p.needs_script() for p in prepared):
-                pipe = self._client.pipeline(transaction=False)
-                for p in prepared:
-                    pipe.xadd(self.stream, dict(p.fields), maxlen=self.max_len, approximate=True)
-                pipe.execute()
-                return ids
+                return self._write_by_xadd(prepared, ids)
             return self._write_chunks(prepared, ids)
 
-    def _write_chunks(self, prepared: list[_Prepared], ids: list[str]) -> list[str]:
-        chunks = [(i, min(i + _CHUNK, len(prepared))) for i in range(0, len(prepared), _CHUNK)]
-        # More than one chunk: a refusal mark of the batch's own, so that the chunks behind a
-        # refused one write nothing even if room appears (enqueue.lua): a prefix is written.
-        mark = self.keys.batch_refused(_wire.new_task_id()) if len(chunks) > 1 else ""
-        calls = [self._enqueue_call(prepared[a:b], mark, k + 1 if mark else 0) for k, (a, b) in enumerate(chunks)]
+    def _write_by_xadd(self, prepared: list[_Prepared], ids: list[str]) -> list[str]:
+        """overflow="trim_oldest" without the script: one XADD MAXLEN ~ each, pipelined; a task
+        whose XADD failed is not written (C++ finish_batch, unscripted)."""
+        pipe = self._client.pipeline(transaction=False)
+        for p in prepared:
+            pipe.xadd(self._parts[p.partition].stream, dict(p.fields), maxlen=self.max_len, approximate=True)
+        replies = pipe.execute(raise_on_error=False)
+        written = ["" if isinstance(reply, Exception) else task_id for reply, task_id in zip(replies, ids)]
+        errors = [reply for reply in replies if isinstance(reply, Exception)]
+        if not errors:
+            return ids
+        if not isinstance(errors[0], rx.ResponseError):
+            raise errors[0]
+        raise ReplyError(failed_batch_message(_redis.server_message(errors[0]), written))
+
+    def _write_chunks(self, given: list[_Prepared], given_ids: list[str]) -> list[str]:
+        """The enqueue script in chunks (C++ build_batch and finish_batch): the tasks of each
+        partition together, in batch order, in chunks of at most 64 of one partition; what is
+        written of each partition's tasks is a prefix of them."""
+        order = sorted(range(len(given)), key=lambda i: given[i].partition)
+        prepared = [given[i] for i in order]
+        chunks = self._chunks(prepared)
+        calls = self._chunk_calls(prepared, chunks)
+        replies = self._run_chunks(calls)
+        # A chunk not run (NOSCRIPT, or -1: behind one not run) goes again on its own, in order,
+        # unless an earlier chunk of its partition stays unwritten: then it is left.
+        stuck_in: set[int] = set()  # partitions with a chunk left unwritten
+        left = [False] * len(chunks)
+        for k, reply in enumerate(replies):
+            part = prepared[chunks[k][0]].partition
+            not_run = isinstance(reply, rx.NoScriptError) or reply == -1
+            if not_run and part in stuck_in:
+                left[k] = True
+                continue
+            if not_run:
+                replies[k] = reply = self._run_alone(calls[k])
+            if isinstance(reply, Exception) or not isinstance(reply, int) or reply <= 0:
+                stuck_in.add(part)
+        if not stuck_in:
+            return given_ids
+        return self._refuse_batch(prepared, order, chunks, replies, left, given_ids)
+
+    @staticmethod
+    def _chunks(prepared: list[_Prepared]) -> list[tuple[int, int]]:
+        """[first, last) of each chunk: at most 64 tasks, all of one partition."""
+        chunks: list[tuple[int, int]] = []
+        for a in range(len(prepared)):
+            if a == 0 or prepared[a].partition != prepared[a - 1].partition or a - chunks[-1][0] == _CHUNK:
+                chunks.append((a, a + 1))
+            else:
+                chunks[-1] = (chunks[-1][0], a + 1)
+        return chunks
+
+    def _chunk_calls(self, prepared: list[_Prepared],
+                     chunks: list[tuple[int, int]]) -> list[tuple[list[str], list[Any]]]:
+        """Each chunk's script call. A partition with more than one chunk has a refusal mark of the
+        batch's own there, so that its chunks behind a refused one write nothing even if room
+        appears (enqueue.lua); each chunk says its place among its partition's chunks."""
+        token = _wire.new_task_id()
+        per_partition: dict[int, int] = {}
+        for a, b in chunks:
+            per_partition[prepared[a].partition] = per_partition.get(prepared[a].partition, 0) + b - a
+        marks = {part: self._parts[part].batch_refused(token) for part, n in per_partition.items() if n > _CHUNK}
+        places: dict[int, int] = {}
+        calls = []
+        for a, b in chunks:
+            part = prepared[a].partition
+            places[part] = places.get(part, 0) + 1
+            calls.append(self._enqueue_call(prepared[a:b], marks.get(part, ""), places[part]))
+        return calls
+
+    def _run_chunks(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """EVALSHA of every chunk, pipelined; each reply, or the error it answered."""
         script = _lua.script("enqueue")
-        self._client.script_load(script.source)
         pipe = self._client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.evalsha(script.sha1, len(keys), *keys, *args)
-        replies = pipe.execute(raise_on_error=False)
-        written = [""] * len(ids)
-        refusal: Optional[tuple[str, int]] = None  # the server's message, the chunk's first index
-        stuck = False
-        for k, reply in enumerate(replies):
-            a, b = chunks[k]
-            not_run = isinstance(reply, rx.NoScriptError) or reply == -1
-            if not_run and not stuck:
-                # Not run (its script flushed, or the one before it was not): again, alone, in order.
-                try:
-                    reply = _redis.run_script(self._client, "enqueue", *calls[k])
-                except rx.ResponseError as e:
-                    reply = e
-            elif not_run:
-                continue
-            if isinstance(reply, rx.ResponseError):
-                if refusal is None:
-                    refusal = (_redis.unwrap(str(reply)), a)
-                stuck = True
-            elif isinstance(reply, Exception):
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        return replies
+
+    def _run_alone(self, call: tuple[list[str], list[Any]]) -> Any:
+        try:
+            return _redis.run_script(self._client, "enqueue", *call)
+        except rx.ResponseError as e:
+            return e
+
+    def _refuse_batch(self, prepared: list[_Prepared], order: list[int], chunks: list[tuple[int, int]],
+                      replies: list[Any], left: list[bool], given_ids: list[str]) -> NoReturn:
+        """Raises what a batch with unwritten chunks raises (C++ finish_batch): the first refusal
+        (QUEUEFULL, DUPLICATE), else the first other error, with what was written."""
+        ids = list(given_ids)
+        server_message = ""
+        refusal: Optional[Exception] = None
+        failure = ""
+        for k, (a, b) in enumerate(chunks):
+            reply = replies[k]
+            message = _redis.server_message(reply) if isinstance(reply, rx.ResponseError) else ""
+            refused = not left[k] and (message.startswith("QUEUEFULL") or message.startswith("DUPLICATE "))
+            if refused and refusal is None:
+                refusal = _refusal(message, a, [], order=order)
+                server_message = str(refusal) if isinstance(refusal, DuplicateTaskError) else message
+            elif not left[k] and message and not refused and not failure:
+                failure = message
+            elif not left[k] and isinstance(reply, Exception) and not isinstance(reply, rx.ResponseError):
                 raise reply
-            elif reply == 0:
-                stuck = True
-            elif not stuck:
-                written[a:b] = ids[a:b]
-        if refusal is None and not stuck:
-            return ids
-        message, first = refusal if refusal is not None else ("ERR an earlier chunk was refused", 0)
-        accepted = sum(1 for i in written if i)
-        raise _refusal(message, first, written,
-                       f" (enqueue_batch wrote {accepted} of {len(ids)} tasks, the first {accepted}; "
-                       "nothing after the first refused one)")
+            if left[k] or refused or message or not isinstance(reply, int) or reply <= 0:
+                for place in range(a, b):
+                    ids[order[place]] = ""
+        if isinstance(refusal, DuplicateTaskError):
+            raise DuplicateTaskError(partial_batch_message("duplicate task", ids, server_message),
+                                     refusal.existing_task_id, refusal.index, ids)
+        if refusal is not None:
+            raise QueueFullError(partial_batch_message("queue full", ids, server_message), ids)
+        if not failure:
+            failure = ("ERR a chunk of the batch was not run and the ones behind it were not written (the batch's "
+                       "mark expired or was evicted)")
+        if failure.startswith("BATCHCLOSED"):
+            raise BatchClosedError(partial_batch_message("batch closed", ids, failure), ids)
+        raise ReplyError(failed_batch_message(failure, ids))
 
     # -------------------------------------------------------------------------------------- flows
 
@@ -253,6 +331,9 @@ class Producer:
         Returns the ids in the flow's shape. Every task of a flow is tracked (the producer's
         retention, else an hour once done). Raises as enqueue; nothing is written on a refusal."""
         root = flow_node(root)
+        if self.partitions > 1:
+            raise ConfigError("enqueue_flow on a partitioned queue is not offered by this client (the C++ Producer "
+                              "places a flow's children across partitions): enqueue the flow from C++")
         if self.overflow == "trim_oldest":
             raise ConfigError("enqueue_flow needs overflow='reject': trim_oldest may drop a child unfinished, "
                               "and its parent would wait forever")
@@ -303,7 +384,7 @@ class Producer:
             try:
                 _redis.run_script(self._client, "enqueue", keys, args)
             except rx.ResponseError as e:
-                raise _refusal(_redis.unwrap(str(e)), 0, []) from e
+                raise _refusal(_redis.server_message(e), 0, []) from e
 
         def ids_of(place: int) -> FlowIds:
             return FlowIds(prepared[place].task_id, [ids_of(c) for c in children[place]])
@@ -318,12 +399,15 @@ class Producer:
         is nested in. (Callbacks on_complete/on_success are not offered by this client yet: open
         such a batch from C++.) Raises ConfigError for an id in use, BatchClosedError for a parent
         that is not open."""
+        if parent and self.partitions > 1:
+            raise ConfigError("nested batches (parent) need a queue of one partition")
         batch_id = batch_id or _wire.new_task_id()
+        home = self._parts[self._partitioner.of(batch=batch_id)].stream
         with _redis.translated():
             try:
-                _redis.run_script(self._client, "batch", [self.stream], ["open", batch_id, parent or "", 0, 0])
+                _redis.run_script(self._client, "batch", [home], ["open", batch_id, parent or "", 0, 0])
             except rx.ResponseError as e:
-                message = _redis.unwrap(str(e))
+                message = _redis.server_message(e)
                 if message.startswith("BATCHEXISTS"):
                     raise ConfigError(message) from e
                 raise _refusal(message, 0, []) from e
@@ -331,12 +415,16 @@ class Producer:
 
     def close_batch(self, batch_id: str) -> bool:
         """Closes a batch: no task joins it any more. True when this call closed it, False when it
-        was closed already. BatchClosedError when there is no such batch."""
+        was closed already. BatchClosedError when there is no such batch; ConfigError for an
+        empty id."""
+        if not batch_id:
+            raise ConfigError("batch_id must not be empty")
+        home = self._parts[self._partitioner.of(batch=batch_id)].stream
         with _redis.translated():
             try:
-                return bool(_redis.run_script(self._client, "batch", [self.stream], ["close", batch_id]) == 1)
+                return bool(_redis.run_script(self._client, "batch", [home], ["close", batch_id]) == 1)
             except rx.ResponseError as e:
-                raise _refusal(_redis.unwrap(str(e)), 0, []) from e
+                raise _refusal(_redis.server_message(e), 0, []) from e
 
     # -------------------------------------------------------------------------------------- waits
 
@@ -346,81 +434,24 @@ class Producer:
         WaitTimeoutError when it did not finish within ``timeout`` (seconds or timedelta) or has
         no record (not tracked, expired, another queue's) within about a second, unless
         ``wait_for_enqueue``. Follows ``<stream>:events`` (XREAD BLOCK) and reads the record
-        with the watch script, which keeps a finished record a minute for a waiter."""
-        timeout_s = _wire.duration_ms(timeout, "timeout") / 1000.0
-        deadline = time.monotonic() + timeout_s
+        with the watch script, which keeps a finished record a minute for a waiter.
+
+        Ends by ``timeout`` whatever Redis does: it holds a pooled connection of its own for the
+        wait, bounds every command by what is left of the timeout, and tries a connection that
+        failed again until then (the WaitTimeoutError then says why)."""
+        deadline = time.monotonic() + _wire.duration_ms(timeout, "timeout") / 1000.0
         with _redis.translated():
-            with self._lock:
-                remembered = self._position
-            position: str
-            if remembered is not None:
-                position = remembered
-            else:
-                newest = self._client.xrevrange(self.keys.events, "+", "-", count=1)
-                position = newest[0][0] if newest else "0-0"
-            record = self._watch(task_id)
-            if record is None:
-                with self._lock:
-                    record = self._ended.get(task_id)
-            missing_since = None if record is not None or wait_for_enqueue else time.monotonic()
-            while True:
-                if record is not None and record.finished:
-                    return _outcome(record)
-                now = time.monotonic()
-                if record is None and missing_since is not None and now - missing_since >= _NO_RECORD_GRACE:
-                    record = self._watch(task_id)
-                    if record is None:
-                        raise WaitTimeoutError("no record of task " + task_id + _NO_RECORD)
-                    continue
-                if now >= deadline:
-                    if record is not None:
-                        raise WaitTimeoutError(f"task {task_id} did not finish in time (it is {record.state})",
-                                               record)
-                    raise WaitTimeoutError(f"task {task_id} did not finish in time: no record of it" +
-                                           _NO_RECORD, None)
-                block = max(1, int(min(deadline - now, 1.0) * 1000))
-                answer = self._client.xread({self.keys.events: position}, count=1000, block=block)
-                for _, entries in answer or []:
-                    for entry_id, fields in entries:
-                        position = entry_id
-                        if fields.get("event") in FINAL_STATES and "task_id" in fields:
-                            self._remember(_ended_by(fields["task_id"], fields, self.stream))
-                    self._advance(position)
-                record = self._watch(task_id)
-                if record is None:
-                    with self._lock:
-                        record = self._ended.get(task_id)  # its record went with its end (retention 0)
-                if record is not None:
-                    missing_since = None
-                elif missing_since is None and not wait_for_enqueue:
-                    missing_since = time.monotonic()
-
-    def _remember(self, ended: TaskRecord) -> None:
-        with self._lock:
-            self._ended[ended.task_id] = ended
-            self._ended.move_to_end(ended.task_id)
-            while len(self._ended) > _REMEMBERED:
-                self._ended.popitem(last=False)
-
-    def _advance(self, position: str) -> None:
-        """The next wait reads the events from here on (the furthest any wait read)."""
-        with self._lock:
-            if self._position is None or _entry_id(position) > _entry_id(self._position):
-                self._position = position
-
-    def _watch(self, task_id: str) -> Optional[TaskRecord]:
-        reply = _redis.run_script(self._client, "watch", [self.keys.task(task_id)], [])
-        if not reply:
-            return None
-        fields = dict(zip(reply[0::2], reply[1::2]))
-        return TaskRecord.from_hash(task_id, fields, self.stream)
+            with HeldConnection(self._client, self.socket_timeout, self.connect_timeout) as held:
+                record = Wait(held, self._parts, self._waits, task_id, deadline, self.socket_timeout,
+                              wait_for_enqueue).run()
+        return _outcome(record)
 
     # ---------------------------------------------------------------------------------- internals
 
     def _prepare(self, task_type: str, payload: Any, o: Mapping[str, Any], created_at: str,
                  flow: Optional[tuple[str, str]] = None) -> _Prepared:
         known = {"task_id", "max_retries", "delay", "run_at", "priority", "unique_for", "unique_key", "retention",
-                 "deadline", "batch", "tenant", "extra_fields"}
+                 "deadline", "batch", "tenant", "extra_fields", "partition_key"}
         unknown = set(o) - known
         if unknown:
             raise ConfigError("unknown enqueue option(s): " + ", ".join(sorted(unknown)))
@@ -448,9 +479,18 @@ class Producer:
         batch = o.get("batch") or ""
         if batch and self.overflow == "trim_oldest":
             raise ConfigError("a batch's task needs overflow='reject': trim_oldest may drop it unfinished")
+        if batch and unique_for_ms > 0 and self.partitions > 1:
+            raise ConfigError("a batch's task cannot be unique in a partitioned queue (its lock would be in the "
+                              "batch's partition, not the unique key's)")
         tenant = o.get("tenant") or ""
         if tenant:
             _wire.check_tenant(tenant)
+            if self.partitions > 1 and (unique_for_ms > 0 or batch):
+                raise ConfigError("a tenant's task in a partitioned queue cannot be unique or join a batch (it goes "
+                                  "to its tenant's partition, where the lock or the batch may not be)")
+        partition_key = o.get("partition_key") or ""
+        if not isinstance(partition_key, str):
+            raise ConfigError("partition_key must be a string")
         priority = o.get("priority") or "normal"
         if priority not in PRIORITIES:
             raise ConfigError("priority must be 'high', 'normal' or 'low'")
@@ -468,10 +508,11 @@ class Producer:
             p.nonce = _wire.new_task_id()
         fields = [("task_id", p.task_id), ("task_type", task_type), ("payload", text), ("created_at", created_at),
                   ("max_retries", str(max_retries)), ("retry_count", "0")]
+        key = (unique_key or p.task_id) if unique_for_ms > 0 else ""
+        p.partition = self._partitioner.of(tenant, batch, partition_key, key)
         if unique_for_ms > 0:
-            key = unique_key or p.task_id
             fields.append(("unique_key", key))
-            p.lock_key = self.keys.unique_lock(key)
+            p.lock_key = self._parts[p.partition].unique_lock(key)
             p.lock_ms = unique_for_ms
         retention = _retention(o.get("retention")) or self.retention
         if retention is not None:
@@ -498,8 +539,8 @@ class Producer:
 
     def _enqueue_call(self, tasks: Sequence[_Prepared], mark: str, position: int) -> tuple[list[str], list[Any]]:
         """The keys and arguments of one enqueue script call (its header in src/lua/enqueue.lua;
-        built as enqueue_call in src/producer/prepare.cpp)."""
-        k = self.keys
+        built as enqueue_call in src/producer/prepare.cpp); the tasks are of one partition."""
+        k = self._parts[tasks[0].partition]
         keys = [k.stream, k.high, k.low, k.delayed]
         keys.extend(t.lock_key for t in tasks if t.lock_key)
         if mark:
@@ -521,13 +562,14 @@ class Producer:
         return keys, args
 
 
-def _refusal(message: str, first: int, batch_ids: list[str], note: str = "") -> Exception:
+def _refusal(message: str, first: int, batch_ids: list[str], order: Optional[Sequence[int]] = None) -> Exception:
     """The exception for the enqueue script's refusal ``message`` (index ``first``: where its
-    chunk starts in a batch; ``note``: what a batch wrote)."""
+    chunk starts in a batch, or in ``order``, the batch's tasks grouped by partition, when
+    given)."""
     if message.startswith("QUEUEFULL"):
-        return QueueFullError(message + note, batch_ids)
+        return QueueFullError(message, batch_ids)
     if message.startswith("BATCHCLOSED"):
-        return BatchClosedError(message + note, batch_ids)
+        return BatchClosedError(message, batch_ids)
     if message.startswith("DUPLICATE "):
         # DUPLICATE <index in the call> <length of the holder> <holder> holds <key>
         try:
@@ -538,26 +580,14 @@ def _refusal(message: str, first: int, batch_ids: list[str], note: str = "") -> 
             key = key[len(" holds "):] if key.startswith(" holds ") else key
             return DuplicateTaskError(
                 f"duplicate task: unique lock {key} is held by task {holder} (enqueued within its unique_for "
-                "window and not finished)" + note, holder, first + int(index), batch_ids)
+                "window and not finished)", holder, _place(first + int(index), order), batch_ids)
         except ValueError:
             pass
-    return ReplyError(message + note)
+    return ReplyError(message)
 
 
-def _ended_by(task_id: str, fields: Mapping[str, str], queue: str) -> TaskRecord:
-    """What a final event says of its task, for a record that went with its end."""
-    r = TaskRecord(task_id=task_id, queue=queue, state=fields.get("event", "done"))
-    r.error = fields.get("error", "")
-    r.reason = fields.get("reason", "")
-    at = fields.get("at")
-    if at is not None and at.isdigit():
-        r.finished_at = _ms_time(at)
-    return r
-
-
-def _entry_id(text: str) -> tuple[int, int]:
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
+def _place(index: int, order: Optional[Sequence[int]]) -> int:
+    return order[index] if order is not None else index
 
 
 def _outcome(record: TaskRecord) -> TaskRecord:

@@ -4,6 +4,7 @@ runs against the C++ example worker (examples/worker.cpp)."""
 from __future__ import annotations
 
 import ast
+import builtins
 import os
 import re
 import subprocess
@@ -19,6 +20,45 @@ def test_every_python_block_parses() -> None:
     assert len(BLOCKS) >= 6
     for block in BLOCKS:
         ast.parse(block)
+
+
+def undefined_names(source: str) -> set[str]:
+    """The names a block reads that nothing in it binds (imports, assignments, loop and with
+    targets, definitions, parameters) and that are not built-ins: what would be a NameError."""
+    tree = ast.parse(source)
+    bound: set[str] = set()
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return read - bound - set(dir(builtins))
+
+
+def test_the_name_check_finds_an_undefined_name() -> None:
+    assert undefined_names("from x import a\nb = a(c)\nfor d in b: print(d, e)") == {"c", "e"}
+
+
+def test_every_python_block_is_self_contained() -> None:
+    for block in BLOCKS:
+        assert undefined_names(block) == set(), block
+
+
+def test_the_blocks_that_do_not_wait_for_a_worker_run(server: str) -> None:
+    # (In a database of their own: the first example's worker reads task_queue of database 0.)
+    for block in BLOCKS[1:]:
+        if ".wait(" in block:
+            continue  # its tasks' handlers are the reader's: checked above by name only
+        run = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, STREAMQ_URL=server + "/1", PYTHONPATH=str(REPO / "python")))
+        assert run.returncode == 0, block + run.stdout + run.stderr
 
 
 def test_the_first_example_runs_against_the_cxx_example_worker(server: str) -> None:

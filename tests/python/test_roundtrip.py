@@ -29,6 +29,26 @@ def described(p: Producer, task_id: str) -> dict[str, Any]:
     return seen
 
 
+def waiting_in(r: Any, stream: str, task_id: str) -> str:
+    """The key where task ``task_id`` waits, unrun: a level's stream, the delayed set, or a
+    tenant's backlog."""
+    places = [key for key in (stream, stream + ":p:high", stream + ":p:low")
+              if any(f["task_id"] == task_id for _, f in r.xrange(key))]
+    if r.zcard(stream + ":delayed"):
+        places.append(stream + ":delayed")
+    places.extend(r.keys(stream + ":tenant:*"))
+    assert len(places) == 1, places
+    return str(places[0])
+
+
+def expected_place(stream: str, options: dict[str, Any]) -> str:
+    if "delay" in options:
+        return stream + ":delayed"
+    if "tenant" in options:
+        return stream + ":tenant:" + options["tenant"]
+    return stream + {"high": ":p:high", "low": ":p:low"}.get(options.get("priority", ""), "")
+
+
 @pytest.mark.parametrize("options, fields", [
     ({}, {}),
     ({"task_id": "py-order-1"}, {"task_id": "py-order-1"}),
@@ -44,12 +64,13 @@ def described(p: Producer, task_id: str) -> dict[str, Any]:
      {"source": "checkout"}),
     ({"retention": Retention(done=120, dead=timedelta(hours=1))}, {"retention": "120000 3600000"}),
 ])
-def test_an_option_round_trips_through_a_cxx_worker(server: str, stream: str, worker: Worker,
+def test_an_option_round_trips_through_a_cxx_worker(server: str, stream: str, worker: Worker, r: Any,
                                                     options: dict[str, Any], fields: dict[str, str]) -> None:
-    worker()
     payload = {"to": "user@example.com", "template": "order_confirmation", "order_id": 12345, "note": "é"}
     with Producer(url=server, stream=stream, retention=60) as p:
         task_id = p.enqueue("describe", payload, **options)
+        assert waiting_in(r, stream, task_id) == expected_place(stream, options)
+        worker()
         seen = described(p, task_id)
     assert seen["id"] == task_id and seen["type"] == "describe"
     assert json.loads(seen["payload"]) == payload
@@ -275,17 +296,19 @@ def test_refusals_before_anything_is_sent(server: str, stream: str, r: Any) -> N
             p.enqueue("work", [[[[1]]]])
         p.enqueue("work", [[[1]]])
         for bad in ({"delay": -1}, {"delay": 1, "run_at": time.time()}, {"priority": "urgent"},
-                    {"unique_key": "k"}, {"max_retries": -1}, {"tenant": ""}, {"tenant": "x" * 257},
+                    {"unique_key": "k"}, {"max_retries": -1}, {"tenant": "x" * 257}, {"tenant": "a\0b"},
                     {"extra_fields": {"task_id": "x"}}, {"retention": -5}):
-            if bad == {"tenant": ""}:
-                continue  # empty: no tenant, as EnqueueOptions::tenant's default
             with pytest.raises(ConfigError):
                 p.enqueue("work", {}, **bad)
         with pytest.raises(ConfigError, match="cannot have a delay"):
             p.enqueue_flow(chord([("work", {})], ("gather", {}, {"delay": 5})))
         with pytest.raises(ConfigError, match="given twice"):
             p.enqueue_flow(chord([("work", {}, {"task_id": "a"}), ("work", {}, {"task_id": "a"})], ("gather", {})))
-    assert r.xlen(stream) == 1
+        # An empty tenant is no tenant, as EnqueueOptions::tenant's default (not a refusal).
+        no_tenant = p.enqueue("work", {}, tenant="")
+    assert [f for _, f in r.xrange(stream)][-1]["task_id"] == no_tenant
+    assert "streamq_tenant" not in [f for _, f in r.xrange(stream)][-1]
+    assert r.xlen(stream) == 2
     with pytest.raises(ConfigError):
         Producer(url=server, stream=stream, max_len=0)
 

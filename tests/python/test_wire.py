@@ -29,6 +29,18 @@ def doc_timestamp() -> re.Pattern[str]:
     return re.compile("^" + re.sub(r"\d", r"\\d", re.escape(example)) + "$")
 
 
+def doc_key(start: str, **values: str) -> str:
+    """The doc's key that starts with ``start`` (e.g. ``<stream>:tenant:``), its placeholders
+    (``<stream>``, ``<tenant>``, ...) filled in with ``values``; a trailing "…" (more suffixes) cut."""
+    found = re.search("`(" + re.escape(start) + "[^`]*)`", DOC)
+    assert found, f"the doc names no key {start}..."
+    key = found.group(1).rstrip("…")
+    for name, value in values.items():
+        key = key.replace(f"<{name}>", value)
+    assert "<" not in key and "…" not in key, key
+    return key
+
+
 def unpacked(r: Any, command: str, key: str) -> list[str]:
     """The first msgpack'd value of a list (a tenant's backlog) or sorted set (the delayed set),
     unpacked by the server's own cmsgpack, as the scripts read it."""
@@ -97,8 +109,8 @@ def test_an_option_writes_the_fields_and_keys_of_the_cxx_producer(server: str, s
 
 def test_a_tenants_task_waits_in_its_backlog_as_the_cxx_producers_does(server: str, stream: str, r: Any,
                                                                        cli: Any) -> None:
-    backlog = stream + ":tenant:acme:p:high"
-    assert "`<stream>:tenant:<tenant>…`" in DOC
+    backlog = doc_key("<stream>:tenant:", stream=stream, tenant="acme") + doc_key("<stream>:p:high", stream="")
+    assert backlog == stream + ":tenant:acme:p:high"  # (what the doc says, spelled out)
     with Producer(url=server, stream=stream) as p:
         p.enqueue("send_email", '{"to":"a"}', tenant="acme", priority="high")
     py = pairs(unpacked(r, "list", backlog))
@@ -112,13 +124,13 @@ def test_a_tenants_task_waits_in_its_backlog_as_the_cxx_producers_does(server: s
 
 def test_a_delayed_task_waits_in_the_delayed_set_as_the_cxx_producers_does(server: str, stream: str, r: Any,
                                                                            cli: Any) -> None:
-    assert "`<stream>:delayed`" in DOC
+    delayed = doc_key("<stream>:delayed", stream=stream)
     with Producer(url=server, stream=stream) as p:
         p.enqueue("send_email", '{"to":"a"}', delay=60)
-    py = unpacked(r, "zset", stream + ":delayed")
-    r.delete(stream + ":delayed")
+    py = unpacked(r, "zset", delayed)
+    r.delete(delayed)
     cli("enqueue", stream, "send_email", '{"to":"a"}', "--delay-ms", "60000")
-    cxx = unpacked(r, "zset", stream + ":delayed")
+    cxx = unpacked(r, "zset", delayed)
     # 'sq1', a nonce, the destination stream, then the task's strings (src/lua/lib/delayed.lua)
     assert py[0] == cxx[0] == "sq1" and py[2] == cxx[2] == stream
     assert UUID4.match(py[1]) and py[1] != cxx[1]
@@ -126,15 +138,13 @@ def test_a_delayed_task_waits_in_the_delayed_set_as_the_cxx_producers_does(serve
 
 
 def test_the_documented_keys_of_a_tracked_unique_task(server: str, stream: str, r: Any) -> None:
-    for documented in ("`<stream>:task:<task_id>`", "`<stream>:events`", "`<stream>:unique:<key>`"):
-        assert documented in DOC
     with Producer(url=server, stream=stream) as p:
         task_id = p.enqueue("send_email", {}, retention=60, unique_for=60, unique_key="order-1")
     fields = dict(only_entry(r, stream))
     assert fields["unique_key"] == "order-1" and fields["retention"] == "60000 -1"
-    assert r.get(stream + ":unique:order-1") == task_id
-    assert r.hget(stream + ":task:" + task_id, "state") == "queued"
-    assert r.xrange(stream + ":events")[-1][1]["task_id"] == task_id
+    assert r.get(doc_key("<stream>:unique:", stream=stream, key="order-1")) == task_id
+    assert r.hget(doc_key("<stream>:task:", stream=stream, task_id=task_id), "state") == "queued"
+    assert r.xrange(doc_key("<stream>:events", stream=stream))[-1][1]["task_id"] == task_id
 
 
 def test_a_cxx_producers_task_read_back_in_python(server: str, stream: str, cli: Any) -> None:
@@ -174,3 +184,34 @@ def test_a_python_tasks_dead_letter_and_retry_copy_as_the_doc_says(server: str, 
         assert fields[name], name
     assert doc_timestamp().match(fields["failed_at"])
     assert fields["consumer"] == "py-worker-1" and fields["reason"] == record.reason
+
+
+def doc_reserved_fields() -> set[str]:
+    """The field names the doc reserves: the task table's, the optional ones of the paragraph
+    that ends "These names are reserved." (less the option and the application field it
+    mentions, `unique_for` and `tenant`), a retry copy's `last_error`, the dead-letter table's."""
+    paragraph = DOC.split("| `retry_count` |", 1)[1].split("These names are reserved.", 1)[0].split("\n\n", 1)[1]
+    mentioned = set(re.findall(r"`([a-z_]+)`", paragraph))
+    assert {"unique_for", "tenant"} <= mentioned
+    retry_copy = re.search(r"A retry copy also carries\s+`([a-z_]+)`", DOC).group(1)
+    return set(doc_fields()) | (mentioned - {"unique_for", "tenant"}) | {retry_copy} | set(doc_dead_letter_fields())
+
+
+def cxx_reserved_fields() -> set[str]:
+    """The names src/wire/codec.cpp's is_reserved_field reserves (task_fields, dead_letter_fields
+    and the field:: names it lists), resolved through the field:: constants of the headers."""
+    constants = dict(re.findall(r'inline constexpr std::string_view (\w+) = "([^"]+)";',
+                                (REPO / "include" / "streamq" / "task.hpp").read_text()))
+    header = (REPO / "src" / "wire" / "codec.hpp").read_text()
+    source = (REPO / "src" / "wire" / "codec.cpp").read_text()
+    parts = [re.search(r"task_fields\[\] = \{(.*?)\};", header, re.S).group(1),
+             re.search(r"dead_letter_fields\[\] = \{(.*?)\};", header, re.S).group(1),
+             re.search(r"bool is_reserved_field\(.*?\n\}", source, re.S).group(0)]
+    names = re.findall(r"field::(\w+)", " ".join(parts))
+    assert len(names) > 15 and all(n in constants for n in names), [n for n in names if n not in constants]
+    return {constants[n] for n in names}
+
+
+def test_the_reserved_field_names_are_the_docs_and_the_cxx_librarys() -> None:
+    from streamq import _wire
+    assert set(_wire.RESERVED_FIELDS) == doc_reserved_fields() == cxx_reserved_fields()
