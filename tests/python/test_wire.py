@@ -1,17 +1,20 @@
 # SPDX-License-Identifier: MIT
 """A Python producer's task is a C++ producer's task: the same fields in the same order, in the
 same keys, for every option; both as docs/wire-format.md describes them. The C++ producer is
-the streamq command (`streamq enqueue`, which enqueues through streamq::Producer)."""
+the streamq command (`streamq enqueue`, which enqueues through streamq::Producer) and, for the
+options the command does not offer, streamq_test_worker's enqueue-json."""
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+import subprocess
+from datetime import datetime, timezone
+from typing import Any, Callable
 
 import pytest
 
-from conftest import REPO
-from streamq import Inspector, Producer, TaskFailedError
+from conftest import BUILD, REPO, build_file
+from streamq import Inspector, Producer, Retention, TaskFailedError
 
 DOC = (REPO / "docs" / "wire-format.md").read_text(encoding="utf-8")
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -215,3 +218,81 @@ def cxx_reserved_fields() -> set[str]:
 def test_the_reserved_field_names_are_the_docs_and_the_cxx_librarys() -> None:
     from streamq import _wire
     assert set(_wire.RESERVED_FIELDS) == doc_reserved_fields() == cxx_reserved_fields()
+
+
+@pytest.fixture
+def cxx_enqueue(server: str) -> Callable[[str, dict[str, Any]], str]:
+    """Enqueues one task through the C++ Producer (streamq_test_worker's enqueue-json: the
+    options a JSON object gives, as EnqueueOptions); returns its id."""
+    binary = build_file("STREAMQ_TEST_WORKER", BUILD / "tests" / "streamq_test_worker")
+
+    def run(queue: str, options: dict[str, Any]) -> str:
+        p = subprocess.run([str(binary), server, queue, "enqueue-json", json.dumps(options)], capture_output=True,
+                           text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout.strip()
+    return run
+
+
+DEADLINE = datetime(2031, 3, 4, 5, 6, 7, 890000, tzinfo=timezone.utc)
+RUN_AT = datetime(2030, 1, 2, 3, 4, 5, 600000, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("python, cxx, where", [
+    ({"max_retries": 7}, {"max_retries": 7}, "stream"),
+    ({"max_retries": 0, "extra_fields": {"source": "checkout", "region": "eu"}},
+     {"max_retries": 0, "extra_fields": [["source", "checkout"], ["region", "eu"]]}, "stream"),
+    ({"deadline": DEADLINE}, {"deadline_ms": int(DEADLINE.timestamp() * 1000)}, "stream"),
+    ({"unique_for": 60, "unique_key": "order-1"}, {"unique_for_ms": 60000, "unique_key": "order-1"}, "stream"),
+    ({"unique_for": 60}, {"unique_for_ms": 60000}, "stream"),
+    ({"retention": Retention(done=60, dead=120)}, {"retention": {"done_ms": 60000, "dead_ms": 120000}}, "stream"),
+    ({"retention": Retention(done=0)}, {"retention": {"done_ms": 0}}, "stream"),
+    ({"batch": "b-1"}, {"batch": "b-1"}, "stream"),
+    ({"priority": "low", "max_retries": 1, "extra_fields": {"x": "1"}},
+     {"priority": "low", "max_retries": 1, "extra_fields": [["x", "1"]]}, "stream:p:low"),
+    ({"run_at": RUN_AT}, {"run_at_ms": int(RUN_AT.timestamp() * 1000)}, "delayed"),
+    ({"delay": 3600, "priority": "high", "deadline": DEADLINE},
+     {"delay_ms": 3600000, "priority": "high", "deadline_ms": int(DEADLINE.timestamp() * 1000)}, "delayed"),
+    ({"tenant": "acme", "max_retries": 2, "retention": 60},
+     {"tenant": "acme", "max_retries": 2, "retention": {"done_ms": 60000}}, "backlog"),
+])
+def test_every_option_writes_what_the_cxx_producer_writes(server: str, stream: str, r: Any, cxx_enqueue: Any,
+                                                          python: dict[str, Any], cxx: dict[str, Any],
+                                                          where: str) -> None:
+    # The same task through each producer, each into a queue of its own: the same fields, in the
+    # same order, with the same values (less the task id and the time), in the same place.
+    queues = {"py": stream + "-py", "cxx": stream + "-cxx"}
+    payload = '{"to":"a"}'
+    with Producer(url=server, stream=queues["py"]) as p:
+        if "batch" in python:
+            p.open_batch(python["batch"])
+            with Producer(url=server, stream=queues["cxx"]) as other:
+                other.open_batch(cxx["batch"])
+        p.enqueue("send_email", payload, **python)
+    cxx_enqueue(queues["cxx"], dict(cxx, type="send_email", payload=payload))
+
+    def written(queue: str) -> list[tuple[str, str]]:
+        if where.startswith("stream"):
+            fields = only_entry(r, queue + where.removeprefix("stream"))
+        elif where == "delayed":
+            member = unpacked(r, "zset", doc_key("<stream>:delayed", stream=queue))
+            assert member[2] == queue + {"high": ":p:high"}.get(python.get("priority", ""), "")
+            fields = pairs(member[3:])
+        else:
+            fields = pairs(unpacked(r, "list", doc_key("<stream>:tenant:", stream=queue, tenant="acme")))
+        # A value that is the task's own id (a unique task's key when none was given) as such.
+        task_id = dict(fields)["task_id"]
+        return [(k, "<task id>" if v == task_id and k != "task_id" else v) for k, v in fields]
+    py, other = written(queues["py"]), written(queues["cxx"])
+    assert comparable(py) == comparable(other)
+    if where == "delayed":  # the time is the member's score
+        due = [float(r.eval("return redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]", 1,
+                            doc_key("<stream>:delayed", stream=q))) for q in queues.values()]
+        if "run_at" in python:
+            assert due == [RUN_AT.timestamp() * 1000] * 2
+        else:
+            assert abs(due[0] - due[1]) < 60_000 and due[0] > (datetime.now(timezone.utc).timestamp() + 3000) * 1000
+        return
+    plain = [("task_id", ""), ("task_type", "send_email"), ("payload", payload), ("created_at", ""),
+             ("max_retries", "3"), ("retry_count", "0")]
+    assert comparable(py) != plain  # (the option is written)

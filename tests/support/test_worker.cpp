@@ -5,8 +5,11 @@
 //        streamq_test_worker <url> <stream> enqueue <type> <payload> [delay_ms]
 //   (the second form enqueues one task, prints its id and exits: a producer in a process of its
 //   own, e.g. under faketime)
+//        streamq_test_worker <url> <stream> enqueue-json <options as JSON>
+//   (one task enqueued with the options the JSON object gives, see enqueue_described; prints
+//   its id)
 //        streamq_test_worker <url> <stream> produce <tasks-per-second> <seconds>
-//   (the third enqueues "mark" tasks numbered 0, 1, ... at that steady rate, retrying a refused
+//   (the fourth enqueues "mark" tasks numbered 0, 1, ... at that steady rate, retrying a refused
 //   or failed enqueue, until SIGTERM or the time is up; prints "produced <count>": the soak's
 //   producer)
 //   partitions (a partitioned queue: concurrency must be at least this), concurrency, prefetch, min_idle_ms,
@@ -57,6 +60,7 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include <streamq/streamq.hpp>
 
 #include "redis/connection.hpp"
@@ -141,6 +145,43 @@ int produce(const std::string& stream, long rate, long seconds) {
 
 }  // namespace
 
+// The options of one task, from a JSON object (the Python client's tests compare what the C++
+// Producer writes with what the Python one writes): "type", "payload" (JSON text), and any of
+// "task_id", "max_retries", "extra_fields" ([[name, value], ...]), "delay_ms", "run_at_ms" and
+// "deadline_ms" (Unix ms), "priority" ("high", "normal", "low"), "unique_for_ms",
+// "unique_key", "partition_key", "retention" ({"done_ms", "dead_ms"}), "batch", "tenant".
+int enqueue_described(const std::string& stream, const std::string& description) {
+  using std::chrono::milliseconds;
+  const auto d = nlohmann::json::parse(description);
+  const auto at = [](std::int64_t ms) { return std::chrono::system_clock::time_point(milliseconds(ms)); };
+  streamq::EnqueueOptions eo;
+  eo.task_id = d.value("task_id", "");
+  if (d.contains("max_retries")) eo.max_retries = d["max_retries"].get<int>();
+  for (const auto& pair : d.value("extra_fields", nlohmann::json::array()))
+    eo.extra_fields.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
+  eo.delay = milliseconds(d.value("delay_ms", 0));
+  if (d.contains("run_at_ms")) eo.run_at = at(d["run_at_ms"].get<std::int64_t>());
+  if (d.contains("deadline_ms")) eo.deadline = at(d["deadline_ms"].get<std::int64_t>());
+  const std::string priority = d.value("priority", "normal");
+  eo.priority = priority == "high"  ? streamq::Priority::high
+                : priority == "low" ? streamq::Priority::low
+                                    : streamq::Priority::normal;
+  eo.unique_for = milliseconds(d.value("unique_for_ms", 0));
+  eo.unique_key = d.value("unique_key", "");
+  eo.partition_key = d.value("partition_key", "");
+  if (d.contains("retention")) {
+    streamq::Retention r{.done = milliseconds(d["retention"].value("done_ms", 0))};
+    if (d["retention"].contains("dead_ms")) r.dead = milliseconds(d["retention"]["dead_ms"].get<std::int64_t>());
+    eo.retention = r;
+  }
+  eo.batch = d.value("batch", "");
+  eo.tenant = d.value("tenant", "");
+  streamq::Producer producer({.connection = {.url = g_url}, .stream = stream});
+  std::cout << producer.enqueue(d.at("type").get<std::string>(), d.at("payload").get<std::string>(), eo)
+            << std::endl;
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 4) {
     std::cerr << "usage: streamq_test_worker <url> <stream> <consumer> [key=value ...]\n";
@@ -154,6 +195,13 @@ int main(int argc, char** argv) {
       return 2;
     }
     return produce(stream, std::stol(argv[4]), std::stol(argv[5]));
+  }
+  if (std::string(argv[3]) == "enqueue-json") {
+    if (argc != 5) {
+      std::cerr << "usage: streamq_test_worker <url> <stream> enqueue-json <options as JSON>\n";
+      return 2;
+    }
+    return enqueue_described(stream, argv[4]);
   }
   if (std::string(argv[3]) == "enqueue") {
     streamq::Producer producer({.connection = {.url = g_url}, .stream = stream});
