@@ -13,8 +13,7 @@ import redis.exceptions as rx
 from . import _lua, _partitions, _redis, _wire
 from ._batch_outcome import failed_batch_message, partial_batch_message
 from ._wire import Duration, QueueKeys
-from .errors import (BatchClosedError, ConfigError, DuplicateTaskError, QueueFullError, ReplyError,
-                     TaskFailedError, WaitTimeoutError)
+from .errors import BatchClosedError, ConfigError, DuplicateTaskError, QueueFullError, ReplyError, TaskFailedError
 from .flows import FlowIds, FlowNode, TaskLike, flow_node, task_spec
 from ._held import HeldConnection
 from ._waiting import Memory, Wait

@@ -171,7 +171,8 @@ int enqueue_described(const std::string& stream, const std::string& description)
   eo.partition_key = d.value("partition_key", "");
   if (d.contains("retention")) {
     streamq::Retention r{.done = milliseconds(d["retention"].value("done_ms", 0))};
-    if (d["retention"].contains("dead_ms")) r.dead = milliseconds(d["retention"]["dead_ms"].get<std::int64_t>());
+    if (d["retention"].contains("dead_ms"))
+      r.dead = milliseconds(d["retention"]["dead_ms"].get<std::int64_t>());
     eo.retention = r;
   }
   eo.batch = d.value("batch", "");
