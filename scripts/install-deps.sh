@@ -18,6 +18,7 @@ if [[ ${1:-} == --test ]]; then
   packages+=(clang libclang-rt-14-dev)  # tests/fuzz: libFuzzer and clang's sanitizers (the fuzz stage)
   packages+=(libssl-dev openssl)       # the hiredis 1.4 stage: hiredis_ssl, and the TLS tests' certificates
   packages+=(faketime)                  # Reliability.ClientClocksAnHourOffChangeNoTiming: libfaketime
+  packages+=(dpkg-dev file)             # the packages stage: cpack -G DEB's dpkg-shlibdeps (which needs file)
   packages+=(python3-prometheus-client python3-yaml)  # tests/cli: Prometheus' text parser, ops/*.yml
   packages+=(chromium chromium-driver python3-selenium)  # tests/cli/dashboard_test.py: a headless browser
   packages+=(python3-pytest python3-mypy python3-setuptools python3-pip)  # tests/python: the Python client, pip install ./python

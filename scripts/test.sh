@@ -16,6 +16,10 @@
 #   tsan      the same under ThreadSanitizer
 #   fuzz      the libFuzzer targets of tests/fuzz built with clang++ (ASan, UBSan), each run for
 #             20 s from its seed corpus (scripts/fuzz.sh runs them longer)
+#   packages  the Debian packages (cpack -G DEB of a Release build with the shared library and its
+#             static twin, in build-packages): their metadata and files checked, unpacked into a
+#             throwaway root, and a program built against it with find_package and pkg-config,
+#             shared and static, run against a private server (tests/package/debs.sh)
 #   hiredis14 hiredis 1.4.1 (with hiredis_ssl) built from the vendored sources into
 #             build-matrix/prefix, a warnings-as-errors build with TLS (STREAMQ_TLS=ON) of the
 #             library and tests against it (the TLS tests run here)
@@ -43,7 +47,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # (tests/tsan.supp: one report that is ThreadSanitizer not seeing libstdc++'s own synchronisation.)
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
 
-all_stages="werror clang tidy asan tsan fuzz hiredis14 redis62 valkey8"
+all_stages="werror clang tidy asan tsan fuzz packages hiredis14 redis62 valkey8"
 stages=" ${STREAMQ_STAGES:-$all_stages} "
 for s in $stages; do
   [[ " $all_stages " == *" $s "* ]] || { echo "test.sh: unknown stage \"$s\" (stages: $all_stages)" >&2; exit 2; }
@@ -195,6 +199,12 @@ if wanted fuzz; then
     -DSTREAMQ_BUILD_EXAMPLES=OFF -DSTREAMQ_BUILD_TOOLS=OFF -DSTREAMQ_INSTALL=OFF -DSTREAMQ_WERROR=ON
   cmake --build build-fuzz -j2
   ctest --test-dir build-fuzz --output-on-failure --no-tests=error -j2 -L fuzz
+  end
+fi
+
+if wanted packages; then
+  begin "packages" build-packages
+  bash tests/package/debs.sh build-packages
   end
 fi
 

@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "streamq/export.hpp"
+
 namespace streamq {
 
 /// TLS settings of a `rediss://` connection (see ConnectionOptions::url). Each text setting
@@ -18,7 +20,7 @@ namespace streamq {
 /// different values is a ConfigError. Setting any of them with a URL that is not `rediss://`
 /// is a ConfigError too. Files are read when the Producer, Consumer, ... is constructed:
 /// one that cannot be read is a ConfigError naming the field.
-struct TlsOptions {
+struct STREAMQ_EXPORT TlsOptions {
   /// PEM file with the certificates of the CAs that may sign the server's certificate.
   /// With ca_dir also empty, the system's default CAs (/etc/ssl/certs) are used.
   std::string ca_file{};
@@ -37,7 +39,7 @@ struct TlsOptions {
 };
 
 /// Where and how to reach Redis. Shared by Producer, Consumer and StatsReader.
-struct ConnectionOptions {
+struct STREAMQ_EXPORT ConnectionOptions {
   /// `redis://[user[:password]@]host[:port][/db]` or `unix:///path/to/redis.sock[?db=N]`
   /// (unix URLs also take `user=` and `password=` query parameters). User and password may
   /// be percent-encoded. Default port 6379, default db 0.
@@ -99,7 +101,7 @@ enum class Overflow {
 /// makes a task tracked: it gets a record `<stream>:task:<task_id>` and its changes of state
 /// are events of `<stream>:events` (see TaskRecord, Producer::wait). An untracked task costs
 /// nothing of this.
-struct Retention {
+struct STREAMQ_EXPORT Retention {
   /// After the task succeeded (or was cancelled). 0 = the record goes at once (the 'done'
   /// event still says the task is done, but its result is not kept: Producer::wait needs more).
   std::chrono::milliseconds done{0};
@@ -112,7 +114,7 @@ struct Retention {
 /// bound, and the defaults of the tasks written (SchedulerOptions::queue; ProducerOptions has the
 /// same fields, documented there). Validated by the class that takes them (ConfigError names the
 /// field).
-struct QueueOptions {
+struct STREAMQ_EXPORT QueueOptions {
   ConnectionOptions connection{};
   /// The queue's stream (ProducerOptions::stream).
   std::string stream = "task_queue";

@@ -17,6 +17,7 @@
 
 #include "streamq/consumer_options.hpp"
 #include "streamq/errors.hpp"
+#include "streamq/export.hpp"
 #include "streamq/middleware.hpp"
 #include "streamq/task.hpp"
 
@@ -56,7 +57,7 @@ T payload_as(const Task& task) {
 ///
 /// Thread safety: register handlers before run(); run() once; stop() and metrics() from any
 /// thread. Handlers run concurrently on `concurrency` threads. Movable (not while running).
-class Consumer {
+class STREAMQ_EXPORT Consumer {
  public:
   using Handler = std::function<void(const Task&)>;
 
@@ -213,7 +214,7 @@ class Consumer {
   ConsumerMetrics metrics() const noexcept;
 
  private:
-  struct Impl;
+  struct STREAMQ_NO_EXPORT Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "streamq/common.hpp"
+#include "streamq/export.hpp"
 #include "streamq/middleware.hpp"
 
 namespace streamq {
@@ -25,7 +26,7 @@ class Tracer;  // streamq/tracing.hpp
 /// retry together), or exactly min(cap, base * factor^n) with jitter off. The retry copy
 /// waits in `<stream>:delayed` and is forwarded when due. base = 0 retries at once (the
 /// copy goes straight to the stream, as before backoff existed).
-struct RetryBackoff {
+struct STREAMQ_EXPORT RetryBackoff {
   std::chrono::milliseconds base{1000};
   std::chrono::milliseconds cap{std::chrono::minutes(10)};
   /// >= 1.
@@ -38,7 +39,7 @@ struct RetryBackoff {
 /// any window of `per`. A task over the limit is not run, not failed and not counted as an
 /// attempt: it goes back to the delayed set, due when the window has room again.
 /// limit = 0: no limit.
-struct RateLimit {
+struct STREAMQ_EXPORT RateLimit {
   std::int64_t limit = 0;
   std::chrono::milliseconds per{1000};
 };
@@ -51,7 +52,7 @@ struct RateLimit {
 /// from the handler's start to its return and renewed with the entry's lease; the slot of a
 /// worker that died frees itself after claim_min_idle, and so does the slot of a task given up
 /// on (see HandlerOptions::timeout: its thread may still run). limit = 0: no limit.
-struct ConcurrencyLimit {
+struct STREAMQ_EXPORT ConcurrencyLimit {
   int limit = 0;
 };
 
@@ -82,7 +83,7 @@ enum class HandlerExecutor {
 /// with setrlimit in the child before each task of the type and set back after it (soft limits:
 /// the hard ones stay the worker's, so a handler could raise them again). 0 = the worker's own
 /// limits.
-struct ProcessLimits {
+struct STREAMQ_EXPORT ProcessLimits {
   /// RLIMIT_AS: the child's address space, bytes, counting what it inherits of the worker's
   /// (its heap at the fork server's fork; not the worker's later threads). An allocation past it
   /// fails (std::bad_alloc: a failure of the attempt). Not usable under AddressSanitizer or
@@ -99,7 +100,7 @@ struct ProcessLimits {
 };
 
 /// Per task type options for Consumer::on.
-struct HandlerOptions {
+struct STREAMQ_EXPORT HandlerOptions {
   /// Overrides ConsumerOptions::retry_backoff for this type.
   std::optional<RetryBackoff> retry_backoff{};
   RateLimit rate{};
@@ -135,7 +136,7 @@ struct HandlerOptions {
 };
 
 /// Consumer configuration. Validated by the Consumer constructor (ConfigError names the field).
-struct ConsumerOptions {
+struct STREAMQ_EXPORT ConsumerOptions {
   ConnectionOptions connection{};
   std::string stream = "task_queue";
   /// Consumer group; created at id 0 with MKSTREAM if missing, so tasks enqueued before the
@@ -250,7 +251,7 @@ struct ConsumerOptions {
 };
 
 /// Counters since the Consumer was built. All reads are relaxed snapshots.
-struct ConsumerMetrics {
+struct STREAMQ_EXPORT ConsumerMetrics {
   /// Handler returned, and the entry's XACK + XDEL was written.
   std::uint64_t done = 0;
   /// Retry copies written (at once or into the delayed set).

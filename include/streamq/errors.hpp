@@ -9,10 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "streamq/export.hpp"
+
 namespace streamq {
 
 /// Root of every exception streamq throws.
-class Error : public std::runtime_error {
+class STREAMQ_EXPORT Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -21,13 +23,13 @@ class Error : public std::runtime_error {
 /// connect timeout. The connection is dropped and rebuilt (with backoff) on the next call.
 /// The outcome of a write that was in flight is unknown: a retried enqueue should reuse its
 /// task id.
-class ConnectionError : public Error {
+class STREAMQ_EXPORT ConnectionError : public Error {
  public:
   using Error::Error;
 };
 
 /// A command got no answer within the socket timeout. Same consequences as ConnectionError.
-class TimeoutError : public ConnectionError {
+class STREAMQ_EXPORT TimeoutError : public ConnectionError {
  public:
   using ConnectionError::ConnectionError;
 };
@@ -38,7 +40,7 @@ class TimeoutError : public ConnectionError {
 /// wraps it ("ERR Error running script (call to f_...): @user_script:3: WRONGTYPE ..."), and
 /// prefix() is the wrapped code ("WRONGTYPE"); what() is the server's text unchanged.
 /// The connection stays usable.
-class ReplyError : public Error {
+class STREAMQ_EXPORT ReplyError : public Error {
  public:
   /// what() is the server's message; an error raised inside a script, which Redis 6.2 wraps
   /// (`ERR Error running script (call to f_<sha>): @user_script:<line>: <error>`), is
@@ -53,7 +55,7 @@ class ReplyError : public Error {
 };
 
 /// An option or URL is invalid. The message names the field.
-class ConfigError : public Error {
+class STREAMQ_EXPORT ConfigError : public Error {
  public:
   using Error::Error;
 };
@@ -63,7 +65,7 @@ class ConfigError : public Error {
 /// each task that was written, an empty string for each refused one. The written tasks are
 /// always the first accepted() of the batch (of each partition's tasks, with
 /// ProducerOptions::partitions > 1), and what() says which indices were refused.
-class EnqueueRefusedError : public Error {
+class STREAMQ_EXPORT EnqueueRefusedError : public Error {
  public:
   explicit EnqueueRefusedError(const std::string& what, std::vector<std::string> batch_ids = {})
       : Error(what), batch_ids_(std::move(batch_ids)) {}
@@ -82,7 +84,7 @@ class EnqueueRefusedError : public Error {
 
 /// The queue's unfinished backlog (the task streams of every priority plus the delayed set)
 /// reached ProducerOptions::max_len and the overflow policy is Overflow::reject.
-class QueueFullError : public EnqueueRefusedError {
+class STREAMQ_EXPORT QueueFullError : public EnqueueRefusedError {
  public:
   using EnqueueRefusedError::EnqueueRefusedError;
 };
@@ -90,7 +92,7 @@ class QueueFullError : public EnqueueRefusedError {
 /// A task of a batch (EnqueueOptions::batch) was refused: its batch is closed (or was never
 /// opened, or its counts expired). From enqueue_batch, batch_ids() is as for QueueFullError.
 /// Also thrown by Producer::open_batch for a parent batch that is not open.
-class BatchClosedError : public EnqueueRefusedError {
+class STREAMQ_EXPORT BatchClosedError : public EnqueueRefusedError {
  public:
   using EnqueueRefusedError::EnqueueRefusedError;
 };
@@ -100,7 +102,7 @@ class BatchClosedError : public EnqueueRefusedError {
 /// existing_task_id() is the task id holding the key; from enqueue_batch, index() is the
 /// refused task's index in the batch (0 for a single enqueue), and batch_ids() is as for
 /// QueueFullError.
-class DuplicateTaskError : public EnqueueRefusedError {
+class STREAMQ_EXPORT DuplicateTaskError : public EnqueueRefusedError {
  public:
   DuplicateTaskError(const std::string& what, std::string existing_task_id, std::size_t index = 0,
                      std::vector<std::string> batch_ids = {})
@@ -122,7 +124,7 @@ class DuplicateTaskError : public EnqueueRefusedError {
 /// run (a slow replica usually catches up): the copy is recognisable by its task_id, so a
 /// handler can skip it. (With EnqueueOptions::unique_for the copy is refused as a duplicate,
 /// which confirms nothing.)
-class ReplicationError : public Error {
+class STREAMQ_EXPORT ReplicationError : public Error {
  public:
   ReplicationError(const std::string& what, std::vector<std::string> task_ids, std::int64_t acknowledged,
                    int required)
@@ -141,21 +143,21 @@ class ReplicationError : public Error {
 
 /// A payload was refused before anything was sent: larger than the size cap, not JSON, or
 /// nested deeper than the depth cap.
-class PayloadError : public Error {
+class STREAMQ_EXPORT PayloadError : public Error {
  public:
   using Error::Error;
 };
 
 /// Producer::enqueue: a producer middleware returned without calling next(), so nothing was
 /// written (see Producer::use).
-class MiddlewareError : public Error {
+class STREAMQ_EXPORT MiddlewareError : public Error {
  public:
   using Error::Error;
 };
 
 /// Thrown by a handler to say "do not retry": the task goes to the dead-letter stream at
 /// once, with this message as its error.
-class PermanentError : public Error {
+class STREAMQ_EXPORT PermanentError : public Error {
  public:
   using Error::Error;
 };
@@ -171,7 +173,7 @@ class PermanentError : public Error {
 ///     if (r.status == 429) throw streamq::RetryAfter(std::chrono::seconds(r.retry_after_s), "rate limited");
 ///   });
 /// @endcode
-class RetryAfter : public Error {
+class STREAMQ_EXPORT RetryAfter : public Error {
  public:
   RetryAfter(std::chrono::milliseconds delay, const std::string& what)
       : Error(what), delay_(delay < std::chrono::milliseconds(0) ? std::chrono::milliseconds(0) : delay) {}
@@ -185,7 +187,7 @@ class RetryAfter : public Error {
 /// nlohmann from_json threw). The task goes to the dead-letter stream at once with reason
 /// `bad_payload` and this message (the conversion error) as its error: retrying cannot fix
 /// it. A handler may throw it too, for a payload it finds unusable.
-class BadPayloadError : public PermanentError {
+class STREAMQ_EXPORT BadPayloadError : public PermanentError {
  public:
   using PermanentError::PermanentError;
 };

@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "streamq/common.hpp"
+#include "streamq/export.hpp"
 #include "streamq/record.hpp"
 #include "streamq/stats.hpp"
 #include "streamq/task.hpp"
 
 namespace streamq {
 
-struct InspectorOptions {
+struct STREAMQ_EXPORT InspectorOptions {
   ConnectionOptions connection{};
   /// The consumer group whose pending entries are reported and whose deliveries cancel()
   /// respects (the Consumer's default group).
@@ -35,16 +36,16 @@ enum class TaskState {
   backlog,
 };
 /// "queued", "pending", "delayed", "dead" or "backlog".
-std::string_view to_string(TaskState s) noexcept;
+STREAMQ_EXPORT std::string_view to_string(TaskState s) noexcept;
 /// The inverse of to_string(); nullopt for anything else.
-std::optional<TaskState> parse_task_state(std::string_view s) noexcept;
+STREAMQ_EXPORT std::optional<TaskState> parse_task_state(std::string_view s) noexcept;
 /// "high", "normal" or "low".
-std::string_view to_string(Priority p) noexcept;
-std::optional<Priority> parse_priority(std::string_view s) noexcept;
+STREAMQ_EXPORT std::string_view to_string(Priority p) noexcept;
+STREAMQ_EXPORT std::optional<Priority> parse_priority(std::string_view s) noexcept;
 
 /// A queue found on the server: a stream with streamq's shape and the keys derived from it, or
 /// a partitioned queue (ProducerOptions::partitions): every `{<name>:<i>}` stream as one queue.
-struct QueueInfo {
+struct STREAMQ_EXPORT QueueInfo {
   /// The queue's name: its normal-priority stream (ConsumerOptions::stream); for a partitioned
   /// queue the partitions' name without braces and index (`orders` for `{orders:0}`, …), or the
   /// name of a queue of one stream that has the same partitions (`{orders}`, see `partitions`).
@@ -65,7 +66,7 @@ struct QueueInfo {
 };
 
 /// One task as an operator sees it.
-struct TaskInfo {
+struct STREAMQ_EXPORT TaskInfo {
   TaskState state = TaskState::queued;
   /// The level of the stream it is in (queued, pending), or the one it goes to when due
   /// (delayed), or of its backlog's list (backlog). Dead letters do not record their level:
@@ -126,13 +127,13 @@ struct TaskInfo {
 };
 
 /// A page of tasks; pass `next_cursor` back for the next page. Empty: this was the last.
-struct TaskPage {
+struct STREAMQ_EXPORT TaskPage {
   std::vector<TaskInfo> tasks;
   std::string next_cursor;
 };
 
 /// Which tasks to list.
-struct TaskQuery {
+struct STREAMQ_EXPORT TaskQuery {
   TaskState state = TaskState::queued;
   /// Only this level (queued, pending, backlog); unset = every level, most important first.
   std::optional<Priority> level{};
@@ -143,7 +144,7 @@ struct TaskQuery {
 };
 
 /// Which dead letters replay() and delete_dead() act on. Every set criterion must match.
-struct DeadLetterFilter {
+struct STREAMQ_EXPORT DeadLetterFilter {
   /// These dead-letter entry ids only (at most 10,000); empty = every dead letter.
   std::vector<std::string> ids{};
   /// Only tasks of this type; empty = any.
@@ -153,7 +154,7 @@ struct DeadLetterFilter {
 };
 
 /// How far a bulk action got, reported between its batches.
-struct Progress {
+struct STREAMQ_EXPORT Progress {
   std::int64_t done = 0;     ///< tasks acted on so far
   std::int64_t scanned = 0;  ///< entries looked at so far
   std::int64_t total = 0;    ///< entries there were to look at when it started
@@ -163,7 +164,7 @@ struct Progress {
 using ProgressCallback = std::function<bool(const Progress&)>;
 
 /// A batch's state and counts (Inspector::batch).
-struct BatchInfo {
+struct STREAMQ_EXPORT BatchInfo {
   std::string batch_id{};
   /// "open" (tasks may join), "closed" (members still running) or "fired" (its callbacks were
   /// enqueued).
@@ -179,7 +180,7 @@ struct BatchInfo {
 };
 
 /// A task of a flow and the tasks below it (Inspector::flow).
-struct FlowTree {
+struct STREAMQ_EXPORT FlowTree {
   std::string task_id{};
   /// Its record; unset when it is gone (its retention passed).
   std::optional<TaskRecord> record{};
@@ -189,14 +190,14 @@ struct FlowTree {
   std::string queue{};
 };
 
-struct ReplayOptions {
+struct STREAMQ_EXPORT ReplayOptions {
   DeadLetterFilter filter{};
   /// The level whose stream the tasks go back to (dead letters do not record theirs).
   Priority priority = Priority::normal;
   ProgressCallback progress{};
 };
 
-struct ActionResult {
+struct STREAMQ_EXPORT ActionResult {
   /// Tasks replayed, deleted, ...
   std::int64_t done = 0;
   /// Matching entries left alone: gone meanwhile (another operator, a worker), or not tasks
@@ -215,7 +216,7 @@ enum class CancelOutcome {
 };
 
 /// One finding of Inspector::doctor().
-struct Finding {
+struct STREAMQ_EXPORT Finding {
   enum class Severity {
     ok,       ///< as it should be
     info,     ///< worth knowing (a feature the server lacks, a check that could not run)
@@ -230,7 +231,7 @@ struct Finding {
   std::string message;
 };
 /// "ok", "info", "warning" or "danger".
-std::string_view to_string(Finding::Severity s) noexcept;
+STREAMQ_EXPORT std::string_view to_string(Finding::Severity s) noexcept;
 
 /// Reads and manages queues for operators: the library API behind the `streamq` command,
 /// its exporter and its dashboard. Every action is atomic on the server (one script or one
@@ -257,7 +258,7 @@ std::string_view to_string(Finding::Severity s) noexcept;
 /// (Inspector::set_tenant) win over every tenant's default (Inspector::set_tenant_defaults). In
 /// a call that sets them, a field left unset is left as it was; read back (TenantInfo), an unset
 /// field was set nowhere (the built-in default applies: weight 1, no limits).
-struct TenantSettings {
+struct STREAMQ_EXPORT TenantSettings {
   /// Its share of the turns: a tenant of weight 3 is served three tasks to one of weight 1.
   /// Greater than 0, at most 1,000,000.
   std::optional<double> weight{};
@@ -272,7 +273,7 @@ struct TenantSettings {
 };
 
 /// A tenant that has work (Inspector::tenants).
-struct TenantInfo {
+struct STREAMQ_EXPORT TenantInfo {
   std::string tenant;
   std::string partition;     ///< the stream of the partition it lives in (the queue's own stream if one)
   std::int64_t backlog = 0;  ///< its tasks waiting in its backlog (every priority level)
@@ -283,7 +284,7 @@ struct TenantInfo {
   TenantSettings settings{};
 };
 
-class Inspector {
+class STREAMQ_EXPORT Inspector {
  public:
   /// Validates the options (ConfigError); connects lazily.
   explicit Inspector(InspectorOptions options = {});
@@ -433,7 +434,7 @@ class Inspector {
   std::int64_t server_time_ms();
 
  private:
-  struct Impl;
+  struct STREAMQ_NO_EXPORT Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -4,6 +4,8 @@
 #include <functional>
 #include <string_view>
 
+#include "streamq/export.hpp"
+
 namespace streamq {
 
 /// Severity of a library log line.
@@ -16,13 +18,13 @@ using LogHandler = std::function<void(LogLevel level, std::string_view message)>
 
 /// Replace the process-wide log handler. An empty function restores the default, which writes
 /// "streamq <level>: <message>" lines to stderr. Thread-safe.
-void set_log_handler(LogHandler handler);
+STREAMQ_EXPORT void set_log_handler(LogHandler handler);
 
 /// Lines below this level are not formatted nor delivered. Default: LogLevel::info.
 /// Thread-safe.
-void set_log_level(LogLevel level);
+STREAMQ_EXPORT void set_log_level(LogLevel level);
 
 /// Text name of a level: "debug", "info", "warning", "error".
-std::string_view to_string(LogLevel level) noexcept;
+STREAMQ_EXPORT std::string_view to_string(LogLevel level) noexcept;
 
 }  // namespace streamq

@@ -5,6 +5,7 @@
 
 #include <functional>
 
+#include "streamq/export.hpp"
 #include "streamq/task.hpp"
 
 namespace streamq {
@@ -15,7 +16,7 @@ namespace streamq {
 /// the rest: the handler does not run (the attempt ends as the middleware ends: returning
 /// completes the task, throwing fails it), or nothing is enqueued (Producer::enqueue then
 /// throws MiddlewareError).
-class Next {
+class STREAMQ_EXPORT Next {
  public:
   using Call = void (*)(const void* context);
   Next(Call call, const void* context) noexcept : call_(call), context_(context) {}

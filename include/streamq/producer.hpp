@@ -19,6 +19,7 @@
 
 #include "streamq/common.hpp"
 #include "streamq/errors.hpp"
+#include "streamq/export.hpp"
 #include "streamq/middleware.hpp"
 #include "streamq/record.hpp"
 
@@ -27,7 +28,7 @@ namespace streamq {
 class Tracer;  // streamq/tracing.hpp
 
 /// Producer configuration. Validated by the Producer constructor (ConfigError names the field).
-struct ProducerOptions {
+struct STREAMQ_EXPORT ProducerOptions {
   ConnectionOptions connection{};
   /// Stream key. Every other key of the queue is derived from it (`<stream>:dlq`, ...), so a
   /// name like `{orders}` keeps the whole queue in one Redis Cluster slot.
@@ -66,14 +67,14 @@ struct ProducerOptions {
 };
 
 /// Options of Producer::wait and wait_async.
-struct WaitOptions {
+struct STREAMQ_EXPORT WaitOptions {
   /// A task without a record yet may be enqueued later (by another producer): wait for it until
   /// the timeout, instead of failing within about a second with "no record".
   bool wait_for_enqueue = false;
 };
 
 /// Per-task options for Producer::enqueue and enqueue_batch.
-struct EnqueueOptions {
+struct STREAMQ_EXPORT EnqueueOptions {
   /// Caller-given task id; empty = a new UUID v4. An id is not checked for uniqueness: a
   /// retried enqueue with the same id adds a second task unless unique_for is set (the task id
   /// is then the default unique key).
@@ -146,7 +147,7 @@ struct EnqueueOptions {
 /// One enqueue as a producer middleware sees it: what is about to be written, changeable before
 /// next() (e.g. an extra field carrying an auth context or a trace context), and the task's id
 /// once next() returned.
-struct EnqueueCall {
+struct STREAMQ_EXPORT EnqueueCall {
   std::string task_type;
   std::string payload;  ///< JSON text
   EnqueueOptions options;
@@ -184,7 +185,7 @@ inline constexpr bool is_json_text_v =
 /// @endcode
 ///
 /// Thread safety: a value type; const access from any thread.
-class Payload {
+class STREAMQ_EXPORT Payload {
  public:
   /// Empty text: not JSON, so enqueue refuses it with PayloadError.
   Payload() = default;
@@ -244,7 +245,7 @@ class Payload {
 /// here: give it as nlohmann::json::array({...}).)
 ///
 /// Thread safety: a value type.
-class AsyncPayload {
+class STREAMQ_EXPORT AsyncPayload {
  public:
   /// One member of a braced object: its key, and its value as nlohmann::json builds it.
   class Member {
@@ -289,7 +290,7 @@ class AsyncPayload {
 };
 
 /// One task of a batch for Producer::enqueue_batch.
-struct TaskSpec {
+struct STREAMQ_EXPORT TaskSpec {
   std::string task_type{};
   /// JSON text, a JSON value, a braced list or a typed value (see Payload).
   Payload payload{};
@@ -313,7 +314,7 @@ enum class ChildFailure {
 
 /// Another queue a flow's task goes to (FlowNode::queue): its stream, as its own producers and
 /// consumers name it (ProducerOptions::stream), and its partitions (ProducerOptions::partitions).
-struct FlowQueue {
+struct STREAMQ_EXPORT FlowQueue {
   std::string stream{};
   int partitions = 1;
 };
@@ -321,7 +322,7 @@ struct FlowQueue {
 /// One task of a flow (Producer::enqueue_flow), with the children it waits for. A node with
 /// children is a parent: it runs once every child finished (each of those once all of its own
 /// did), and reads their results (Task::children_results).
-struct FlowNode {
+struct STREAMQ_EXPORT FlowNode {
   std::string task_type{};
   /// JSON text, a JSON value, a braced list or a typed value (see Payload).
   Payload payload{};
@@ -340,7 +341,7 @@ struct FlowNode {
 };
 
 /// The task ids of a flow, in the shape of its FlowNode tree (Producer::enqueue_flow).
-struct FlowIds {
+struct STREAMQ_EXPORT FlowIds {
   std::string task_id{};
   std::vector<FlowIds> children{};
 };
@@ -348,12 +349,12 @@ struct FlowIds {
 /// A chain: each task of `tasks` runs after the one before it finished, and reads its result
 /// (`task.children_results()[0]`). The flow's root is the last task. A failure fails the tasks
 /// after it (ChildFailure::fail_parent). @throws ConfigError for an empty list.
-FlowNode chain(std::vector<TaskSpec> tasks);
+STREAMQ_EXPORT FlowNode chain(std::vector<TaskSpec> tasks);
 /// A chord: the `header` tasks run (in parallel), then `callback` runs with their results, in
 /// the header's order. `on_failure` applies to every header task. @throws ConfigError for an
 /// empty header.
-FlowNode chord(std::vector<TaskSpec> header, TaskSpec callback,
-               ChildFailure on_failure = ChildFailure::fail_parent);
+STREAMQ_EXPORT FlowNode chord(std::vector<TaskSpec> header, TaskSpec callback,
+                              ChildFailure on_failure = ChildFailure::fail_parent);
 /// The task type of a group's root (group()).
 inline constexpr std::string_view group_task_type = "streamq:group";
 /// A group: `tasks` run (in parallel) and are awaited together by the root's id, with no task
@@ -363,16 +364,17 @@ inline constexpr std::string_view group_task_type = "streamq:group";
 /// ChildFailure::fail_parent. Producer::wait on the root's id waits for the group. Its id is
 /// the root's `options.task_id` (set it on the returned node), else a new one. A group may be a
 /// child in a flow. @throws ConfigError for an empty list.
-FlowNode group(std::vector<TaskSpec> tasks, ChildFailure on_failure = ChildFailure::fail_parent);
+STREAMQ_EXPORT FlowNode group(std::vector<TaskSpec> tasks,
+                              ChildFailure on_failure = ChildFailure::fail_parent);
 /// What a finished group's tasks ended with, in the order given (a group's record: its type
 /// "streamq:group"; empty while it waits, or when it ended dead). @throws ConfigError for a
 /// record of another type; std::runtime_error for a result not written by streamq.
-std::vector<ChildResult> group_results(const TaskRecord& group);
+STREAMQ_EXPORT std::vector<ChildResult> group_results(const TaskRecord& group);
 
 /// A batch of tasks (Producer::open_batch): a set that grows while it is open, from any
 /// producer (EnqueueOptions::batch), whose callbacks are enqueued as tasks once it is closed and
 /// every member finished. See docs/workflows.md.
-struct BatchOptions {
+struct STREAMQ_EXPORT BatchOptions {
   /// The batch's id; empty = a new UUID v4. An id in use (open, or fired within a day) is
   /// refused with ConfigError.
   std::string batch_id{};
@@ -430,7 +432,7 @@ using CloseBatchHandler = std::function<void(std::exception_ptr error, bool clos
 /// Producer's destructor answers the asynchronous calls still queued (their completions run)
 /// before it returns; a completion must not destroy its own Producer (std::terminate, with a
 /// message).
-class Producer {
+class STREAMQ_EXPORT Producer {
  public:
   /// Validates the options (ConfigError names the bad field). Connects lazily, on the first
   /// enqueue, so a Producer can be built while Redis is still starting.
@@ -636,7 +638,7 @@ class Producer {
   const ProducerOptions& options() const noexcept;
 
  private:
-  struct Impl;
+  struct STREAMQ_NO_EXPORT Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -16,11 +16,12 @@
 
 #include "streamq/common.hpp"
 #include "streamq/errors.hpp"
+#include "streamq/export.hpp"
 
 namespace streamq {
 
 /// The state record of a tracked task (Producer::wait, Inspector::record).
-struct TaskRecord {
+struct STREAMQ_EXPORT TaskRecord {
   enum class State {
     queued,     ///< in its stream, not started yet
     delayed,    ///< in the delayed set, waiting for its due time
@@ -80,12 +81,12 @@ struct TaskRecord {
 };
 
 /// "queued", "delayed", "running", "retrying", "done", "dead", "cancelled" or "waiting".
-std::string_view to_string(TaskRecord::State s) noexcept;
-std::optional<TaskRecord::State> parse_record_state(std::string_view s) noexcept;
+STREAMQ_EXPORT std::string_view to_string(TaskRecord::State s) noexcept;
+STREAMQ_EXPORT std::optional<TaskRecord::State> parse_record_state(std::string_view s) noexcept;
 
 /// One entry of a queue's events stream (`<stream>:events`, about the last 10,000 changes of
 /// its tracked tasks).
-struct QueueEvent {
+struct STREAMQ_EXPORT QueueEvent {
   /// The entry's id; pass it back to read on after it.
   std::string id;
   /// enqueued, started, progress, retry, handed_back, done, dead, cancelled, released (a flow's
@@ -103,7 +104,7 @@ struct QueueEvent {
 
 /// Producer::wait: the task ended dead or cancelled. what() says which, with its last error;
 /// record() is its record.
-class TaskFailedError : public Error {
+class STREAMQ_EXPORT TaskFailedError : public Error {
  public:
   TaskFailedError(const std::string& what, TaskRecord record) : Error(what), record_(std::move(record)) {}
   const TaskRecord& record() const noexcept { return record_; }
@@ -115,7 +116,7 @@ class TaskFailedError : public Error {
 /// Producer::wait: the task did not finish within the time given, or no record of it was found
 /// (it was not enqueued with a Retention, its record expired, or it is another queue's).
 /// record() is its record as last read, when there is one.
-class WaitTimeoutError : public Error {
+class STREAMQ_EXPORT WaitTimeoutError : public Error {
  public:
   WaitTimeoutError(const std::string& what, std::optional<TaskRecord> record)
       : Error(what), record_(std::move(record)) {}

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "streamq/common.hpp"
+#include "streamq/export.hpp"
 #include "streamq/producer.hpp"
 
 namespace streamq {
@@ -27,7 +28,7 @@ namespace streamq {
 /// @endcode
 ///
 /// Thread safety: immutable once built; const calls from any thread.
-class Schedule {
+class STREAMQ_EXPORT Schedule {
  public:
   using TimePoint = std::chrono::system_clock::time_point;
 
@@ -58,7 +59,7 @@ class Schedule {
   const std::string& description() const noexcept;
 
  private:
-  struct Rule;  // defined in the library
+  struct STREAMQ_NO_EXPORT Rule;  // defined in the library
   explicit Schedule(std::shared_ptr<const Rule> rule) : rule_(std::move(rule)) {}
   std::shared_ptr<const Rule> rule_;
 };
@@ -74,7 +75,7 @@ enum class MissedTicks {
 };
 
 /// Per-schedule task options.
-struct ScheduledTaskOptions {
+struct STREAMQ_EXPORT ScheduledTaskOptions {
   /// Retries allowed after the first attempt; unset = SchedulerOptions::queue.default_max_retries.
   std::optional<int> max_retries{};
   /// Extra fields written after the standard ones (as EnqueueOptions::extra_fields). Names
@@ -83,7 +84,7 @@ struct ScheduledTaskOptions {
 };
 
 /// Scheduler configuration. Validated by the Scheduler constructor (ConfigError names the field).
-struct SchedulerOptions {
+struct STREAMQ_EXPORT SchedulerOptions {
   /// The queue the ticks are enqueued on. Each schedule's record is `<stream>:sched:<name>`
   /// (with partitions > 1, `<partition's stream>:sched:<name>`, beside the schedule's tasks:
   /// all the ticks of one schedule go to one partition, CRC16 of its name mod partitions).
@@ -114,7 +115,7 @@ struct SchedulerOptions {
 };
 
 /// Counters since construction. Each instance counts the ticks it handled itself.
-struct SchedulerMetrics {
+struct STREAMQ_EXPORT SchedulerMetrics {
   /// Ticks this instance enqueued (on time or missed and then enqueued once).
   std::uint64_t enqueued = 0;
   /// Ticks another instance (or an earlier run) had already handled.
@@ -154,7 +155,7 @@ struct SchedulerMetrics {
 ///
 /// Thread safety: add() before run()/start(), from one thread; stop() and metrics() from any
 /// thread. Movable (not while running), not copyable.
-class Scheduler {
+class STREAMQ_EXPORT Scheduler {
  public:
   /// Validates the options (ConfigError names the field). Does not connect.
   explicit Scheduler(SchedulerOptions options = {});
@@ -194,7 +195,7 @@ class Scheduler {
   const SchedulerOptions& options() const noexcept;
 
  private:
-  struct Impl;
+  struct STREAMQ_NO_EXPORT Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "streamq/common.hpp"
+#include "streamq/export.hpp"
 
 namespace streamq {
 
 /// StatsReader configuration.
-struct StatsOptions {
+struct STREAMQ_EXPORT StatsOptions {
   ConnectionOptions connection{};
   std::string stream = "task_queue";
   /// Report only this consumer group; empty = every group of the stream.
@@ -23,7 +24,7 @@ struct StatsOptions {
 };
 
 /// One consumer of a group, from XINFO CONSUMERS.
-struct ConsumerInfo {
+struct STREAMQ_EXPORT ConsumerInfo {
   std::string name;
   /// Entries delivered to this consumer and not yet acknowledged.
   std::int64_t pending = 0;
@@ -32,7 +33,7 @@ struct ConsumerInfo {
 };
 
 /// One consumer group, from XINFO GROUPS, XINFO CONSUMERS and XPENDING.
-struct GroupInfo {
+struct STREAMQ_EXPORT GroupInfo {
   std::string name;
   /// Delivered, not yet acknowledged entries (the group's PEL).
   std::int64_t pending = 0;
@@ -47,7 +48,7 @@ struct GroupInfo {
 
 /// One priority level of a queue: its own stream (`<stream>:p:high`, `<stream>`,
 /// `<stream>:p:low`).
-struct LevelStats {
+struct STREAMQ_EXPORT LevelStats {
   Priority priority = Priority::normal;
   /// "high", "normal" or "low" (the `level` label).
   std::string level;
@@ -75,7 +76,7 @@ struct LevelStats {
 // writes for the struct (copy, move, construction), which are reported at its own line.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-struct QueueStats {
+struct STREAMQ_EXPORT QueueStats {
   /// The stream; with StatsOptions::partitions > 1 the queue's name, every number below the
   /// sum over its partitions (ages and the oldest pending idle time the largest, due times the
   /// soonest, a consumer's idle time the smallest, a group's or consumer's counts summed by
@@ -148,13 +149,13 @@ struct QueueStats {
 /// The Prometheus text exposition of several queues (what QueueStats::to_prometheus writes
 /// for one): each metric family once, with a sample per queue, so the text parses as one
 /// scrape (the exporter's /metrics).
-std::string to_prometheus(const std::vector<QueueStats>& queues);
+STREAMQ_EXPORT std::string to_prometheus(const std::vector<QueueStats>& queues);
 
 /// Reads queue health without changing anything (and without creating any key).
 ///
 /// Thread safety: calls may overlap from any number of threads; they take turns on its one
 /// connection. Movable, not copyable; moving it must not overlap a call.
-class StatsReader {
+class STREAMQ_EXPORT StatsReader {
  public:
   /// Validates the options; connects lazily.
   explicit StatsReader(StatsOptions options = {});
@@ -175,7 +176,7 @@ class StatsReader {
   QueueStats read();
 
  private:
-  struct Impl;
+  struct STREAMQ_NO_EXPORT Impl;
   std::unique_ptr<Impl> impl_;
 };
 

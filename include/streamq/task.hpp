@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "streamq/export.hpp"
+
 namespace streamq {
 
 /// Names of the wire-format fields (compatible with the seed's Python queue).
@@ -70,7 +72,7 @@ inline constexpr std::string_view reason = "reason";
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
 /// How one child of a flow ended, as its parent reads it (Task::children_results).
-struct ChildResult {
+struct STREAMQ_EXPORT ChildResult {
   std::string task_id;
   /// "done", or "dead" / "cancelled" for a child whose failure the parent ignores
   /// (ChildFailure::ignore).
@@ -100,7 +102,7 @@ struct TaskFactory;  // builds a Task from a stream entry (src/wire/codec.cpp)
 ///
 /// Thread safety: a Task is immutable once built (json() parses once, safely from any thread);
 /// the handler gets a const reference that is valid until it returns.
-class Task {
+class STREAMQ_EXPORT Task {
  public:
   Task() = default;
   /// The task id (`task_id`): stays the same across retries.

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "streamq/export.hpp"
 #include "streamq/producer.hpp"
 #include "streamq/task.hpp"
 
@@ -16,17 +17,17 @@ namespace streamq {
 
 /// A W3C trace context (https://www.w3.org/TR/trace-context/): `traceparent`
 /// ("00-<32 hex trace id>-<16 hex span id>-<2 hex flags>") and `tracestate` (may be empty).
-struct SpanContext {
+struct STREAMQ_EXPORT SpanContext {
   std::string traceparent;
   std::string tracestate;
 };
 
 /// Whether `traceparent` is a well-formed version-00 traceparent (lower-case hex, trace id and
 /// span id not all zero). A task's field that is not is ignored.
-bool valid_traceparent(std::string_view traceparent) noexcept;
+STREAMQ_EXPORT bool valid_traceparent(std::string_view traceparent) noexcept;
 
 /// The span of one attempt, started by Tracer::start_attempt and ended once its fate is known.
-class Span {
+class STREAMQ_EXPORT Span {
  public:
   virtual ~Span() = default;
   /// This span's context: a retry of this attempt carries it (field `retry_of_span`), and the
@@ -41,7 +42,7 @@ class Span {
 /// Connects streamq to a tracing library (OpenTelemetry, or any other): streamq carries the
 /// context, the tracer makes the spans. Set ProducerOptions::tracer and ConsumerOptions::tracer
 /// to the same kind of tracer. Called from several threads at once: it must be thread-safe.
-class Tracer {
+class STREAMQ_EXPORT Tracer {
  public:
   virtual ~Tracer() = default;
   /// Producer: the context of the span that enqueues (the caller's current span), written into
