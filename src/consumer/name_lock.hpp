@@ -27,8 +27,10 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "duties.hpp"
+#include "wire/name_holder.hpp"
 
 namespace streamq::detail {
 
@@ -70,8 +72,6 @@ class NameLock final : public Duty {
     unknown,    // the ACL user cannot tell (unknown_why_ says why); not taken
     contended,  // other processes took and dropped it while this one tried
   };
-  /// Whether a holder's connection is there.
-  enum class Liveness { live, gone, unknown };
 
   /// Runs the name script with this connection's client id; nullopt when done.
   std::optional<Holder> call(ScriptRunner& scripts, const char* mode, const std::string& found = {});
@@ -88,10 +88,17 @@ class NameLock final : public Duty {
   std::string who() const;
   /// Marks the name lost (`why` is what run() throws) and stops the consumer.
   void lose(std::string why);
-  /// Whether client `id` is connected and could be the one that wrote the name
-  /// `since_written` ms ago (CLIENT LIST ID); sets live_client_ when it is, unknown_why_ when
-  /// this user may not look.
-  Liveness holder_liveness(Connection& conn, const std::string& id, std::int64_t since_written);
+  /// Whether each holder's process is still there (wire/name_holder.hpp), by the server's time
+  /// `now_ms` of the values: every holder looked at at once, and a holder found live below the
+  /// lowest one gone looked at again (all at once) until it has been live kLiveChecks times.
+  /// Sets unknown_why_ when this user may not look.
+  std::vector<HolderLook> look_until_sure(Connection& conn, const std::vector<NameHolder>& holders,
+                                          std::int64_t now_ms);
+  /// For claim_free_slot: the names "<host>-<n>" worth trying, lowest first: those no live
+  /// process holds below the lowest free one, then every one from it on, found in one pass (the
+  /// values in one pipeline, their holders looked at at once). nullopt when which are free
+  /// cannot be told (unknown_why_ says why).
+  std::optional<std::vector<std::string>> free_slots(Connection& conn, const std::string& host);
 
   Shared& s_;
   const bool chosen_here_;         // the consumer was given no name: claim() chooses one

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import unittest
 import urllib.request
@@ -179,6 +180,29 @@ class CliTest(RedisTestCase):
                          [("kid1", q, "done", "root"), ("kid2", q, "dead", "root"), ("kid3", other, "queued", "root")])
         self.assertEqual(tree["children"][2]["record"]["parent_queue"], q)
         self.assertEqual(self.cli("flow", q, "nobody", check=False).returncode, 3)
+
+    def test_the_holder_of_a_task_whose_worker_was_killed_is_gone(self):
+        # A worker's name lock as it stays after kill -9: its key, renewed a moment ago, names the
+        # client id of a connection the server has closed.
+        self.cli("enqueue", self.q, "work", "--task-id", "held-1")
+        self.r.xgroup_create(self.q, "workers", id="0")
+        self.r.xreadgroup("workers", "w1", {self.q: ">"}, count=1)
+        with socket.create_connection(("127.0.0.1", self.port)) as gone:
+            gone.sendall(b"CLIENT ID\r\n")
+            gone_id = int(gone.recv(64).strip()[1:])
+        wait_for(lambda: str(gone_id) not in [c["id"] for c in self.r.client_list()], what="the close")
+        seconds, micros = self.r.time()
+        key = "%s:live:%d:workers:w1" % (self.q, len("workers"))
+        self.r.set(key, "%d token %d" % (gone_id, seconds * 1000 + micros // 1000), px=60000)
+        table = self.cli("task", self.q, "held-1").stdout
+        self.assertRegex(table, r"holder +gone", table)
+        self.assertNotIn("renewing its lease", table)
+        holder = json.loads(self.cli("task", self.q, "held-1", "--format", "json").stdout)["holder"]
+        self.assertEqual((holder["gone"], holder["renewing"]), (True, False))
+        # A live holder (this test's own connection) renews its lease.
+        self.r.set(key, "%d token %d" % (self.r.client_id(), seconds * 1000 + micros // 1000), px=60000)
+        holder = json.loads(self.cli("task", self.q, "held-1", "--format", "json").stdout)["holder"]
+        self.assertEqual((holder["gone"], holder["renewing"]), (False, True))
 
     def test_a_partitioned_queue_is_one_queue(self):
         parts = ["{%s:%d}" % (self.q, i) for i in range(3)]
