@@ -181,6 +181,35 @@ class CliTest(RedisTestCase):
         self.assertEqual(tree["children"][2]["record"]["parent_queue"], q)
         self.assertEqual(self.cli("flow", q, "nobody", check=False).returncode, 3)
 
+    def test_a_flows_child_shows_its_parent(self):
+        self.r.hset(self.q + ":task:root", mapping={"state": "waiting", "type": "report", "attempts": "0",
+                                                    "flow_children": "4:kid1"})
+        self.r.hset(self.q + ":task:kid1", mapping={"state": "queued", "type": "leaf", "flow_parent": "root"})
+        lines = self.cli("flow", self.q, "kid1").stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["parent:", "root"], lines)
+        self.assertEqual(lines[1].split(), ["kid1", "leaf", "queued"], lines)
+        self.assertNotIn("parent", self.cli("flow", self.q, "root").stdout, "a root has none")
+
+    def test_tables_say_times_in_iso_8601_and_deliveries_in_words_that_fit(self):
+        self.cli("enqueue", self.q, "later", "--delay-ms", "3600000", "--task-id", "later-1")
+        delayed = self.cli("delayed", "list", self.q).stdout
+        self.assertRegex(delayed, r"due \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+        self.assertNotRegex(delayed, r"\b1\d{12}\b", "epoch milliseconds")
+        # The due time in the listing is the one `streamq task` shows.
+        due = re.search(r"due (\S+)", delayed).group(1)
+        self.assertRegex(self.cli("task", self.q, "later-1").stdout, r"due_at +" + re.escape(due))
+        self.cli("enqueue", self.q, "work", "--task-id", "held-1")
+        self.r.xgroup_create(self.q, "workers", id="0")
+        # (A name as a consumer given none takes: its host's, and a number.)
+        worker = "ip-10-0-12-34.internal-3"
+        self.r.xreadgroup("workers", worker, {self.q: ">"}, count=1)
+        pending = self.cli("tasks", self.q, "--state", "pending").stdout
+        self.assertRegex(pending, r"1 delivery, idle \d+(\.\d)? m?s, " + re.escape(worker), pending)
+        self.assertNotIn("\u2026", pending, "a cell was cut")
+        self.r.xclaim(self.q, "workers", worker, 0, [self.r.xrange(self.q)[0][0]])
+        pending = self.cli("tasks", self.q, "--state", "pending").stdout
+        self.assertRegex(pending, r"2 deliveries, idle \d+(\.\d)? m?s, " + re.escape(worker), pending)
+
     def test_the_holder_of_a_task_whose_worker_was_killed_is_gone(self):
         # A worker's name lock as it stays after kill -9: its key, renewed a moment ago, names the
         # client id of a connection the server has closed.
