@@ -180,6 +180,10 @@ struct BatchInfo {
   std::int64_t pending() const noexcept { return total - done - failed; }
   /// The batch this one is nested in, if any.
   std::string parent_batch{};
+
+  /// A JSON object: batch_id, state, total, done, failed, pending and parent_batch ("" when
+  /// none).
+  std::string to_json() const;
 };
 
 /// A task of a flow and the tasks below it (Inspector::flow).

@@ -97,7 +97,7 @@ class CliTest(RedisTestCase):
         self.assertEqual(self.cli("cancel", q, queued, "--yes", check=False).returncode, 3)
         self.assertEqual(self.cli("--help").returncode, 0)
         for sub in ("queues", "stats", "tasks", "task", "dlq", "delayed", "enqueue", "pause", "resume",
-                    "tenants", "consumers", "doctor", "exporter", "cancel", "events", "flow"):
+                    "tenants", "consumers", "doctor", "exporter", "cancel", "events", "flow", "batch"):
             self.assertIn("--help", self.cli(sub, "--help").stdout, sub)
 
     def test_destructive_commands_need_a_terminal_or_yes(self):
@@ -189,6 +189,20 @@ class CliTest(RedisTestCase):
         self.assertEqual(lines[0].split(), ["parent:", "root"], lines)
         self.assertEqual(lines[1].split(), ["kid1", "leaf", "queued"], lines)
         self.assertNotIn("parent", self.cli("flow", self.q, "root").stdout, "a root has none")
+
+    def test_a_batch_shows_its_state_and_counts(self):
+        # A batch's hash as Producer::open_batch and the scripts write it: nested in another.
+        self.r.hset(self.q + ":batches:nightly", mapping={"state": "closed", "total": "5", "done": "3",
+                                                          "failed": "1", "parent": "weekly"})
+        rows = [line.split(None, 1) for line in self.cli("batch", self.q, "nightly").stdout.splitlines()]
+        self.assertEqual(rows, [["FIELD", "VALUE"], ["batch_id", "nightly"], ["state", "closed"], ["total", "5"],
+                                ["done", "3"], ["failed", "1"], ["pending", "1"], ["parent_batch", "weekly"]])
+        self.assertEqual(json.loads(self.cli("batch", self.q, "nightly", "--format", "json").stdout),
+                         {"batch_id": "nightly", "state": "closed", "total": 5, "done": 3, "failed": 1,
+                          "pending": 1, "parent_batch": "weekly"})
+        missing = self.cli("batch", self.q, "nothing", check=False)
+        self.assertEqual(missing.returncode, 3)
+        self.assertIn("no batch nothing", missing.stderr)
 
     def test_tables_say_times_in_iso_8601_and_deliveries_in_words_that_fit(self):
         self.cli("enqueue", self.q, "later", "--delay-ms", "3600000", "--task-id", "later-1")
