@@ -17,7 +17,10 @@
 // - A user whose ACL does not reach the key, or may not run CLIENT LIST (set up before this
 //   existed), runs without the check, with a warning that says what to grant.
 // - A consumer given no name takes the lowest "<host>-<n>" whose key no live client holds, so
-//   a worker restarted after a crash replays its own pending entries at once. When which names
+//   a worker restarted after a crash replays its own pending entries at once. It reads the
+//   names in one pass and looks at their holders together (free_slots), so the Nth worker of a
+//   host starts as soon as the second. Whether a holder is live is wire/name_holder.hpp's one
+//   check, which the Inspector makes too. When which names
 //   are free cannot be told (the ACL, as above), it keeps its unique name (unique_consumer_name).
 // A duty of partition 0's duty runner (during shutdown too). Talks to: Redis only.
 #pragma once
