@@ -99,9 +99,13 @@ struct STREAMQ_EXPORT TaskInfo {
     std::int64_t silent_ms = 0;
     /// Its claim_min_idle (the lease), as the name lock's time to live tells.
     std::int64_t lease_ms = 0;
-    /// Its heartbeats come: silent for less than a third of its lease (a heartbeat is at most
-    /// that). False: it is frozen, cut off or dead (a `running` record of the task says what it
-    /// last wrote, not that it runs).
+    /// Its process is gone: the connection that renews its name is closed (the process died
+    /// or was killed), the check a consumer restarted under that name makes to take it over at
+    /// once (one `CLIENT LIST ID`; a user the ACL refuses it leaves this false).
+    bool gone = false;
+    /// Its heartbeats come: not gone, and silent for less than a third of its lease (a heartbeat
+    /// is at most that). False: it is gone, frozen or cut off (a `running` record of the task
+    /// says what it last wrote, not that it runs).
     bool renewing = false;
     /// When another consumer may take the entry over, if the holder does not renew its lease:
     /// its lease less the entry's idle time (0: now).
@@ -120,8 +124,8 @@ struct STREAMQ_EXPORT TaskInfo {
   std::string_view task_type() const noexcept { return field("task_type"); }
   std::string_view payload() const noexcept { return field("payload"); }
   /// A JSON object: state, level, key, id, fields (an object), and consumer, idle_ms,
-  /// deliveries and holder (pending: an object with silent_ms, lease_ms, renewing and
-  /// reclaim_in_ms, or null when unknown) or due_ms (delayed), partition when it is set, and
+  /// deliveries and holder (pending: an object with silent_ms, lease_ms, gone, renewing
+  /// and reclaim_in_ms, or null when unknown) or due_ms (delayed), partition when it is set, and
   /// record when there is one. Bytes that are not UTF-8 are replaced (U+FFFD).
   std::string to_json() const;
 };
@@ -177,6 +181,10 @@ struct STREAMQ_EXPORT BatchInfo {
   std::int64_t pending() const noexcept { return total - done - failed; }
   /// The batch this one is nested in, if any.
   std::string parent_batch{};
+
+  /// A JSON object: batch_id, state, total, done, failed, pending and parent_batch ("" when
+  /// none).
+  std::string to_json() const;
 };
 
 /// A task of a flow and the tasks below it (Inspector::flow).
@@ -326,7 +334,9 @@ class STREAMQ_EXPORT Inspector {
   /// stream: ids of different streams can be equal, and the first found is returned) or by task_id (anything
   /// that is not an entry id: every key of the queue is scanned in pages of 1,000, O(queue size) round trips
   /// but bounded memory: the level streams, the dead-letter stream, the delayed set, then the
-  /// tenants' backlogs, a page being 1,000 tasks or 1,000 tenants, as tasks() lists them).
+  /// tenants' backlogs, a page being 1,000 tasks or 1,000 tenants, as tasks() lists them). A
+  /// pending task's holder (TaskInfo::holder) costs a pipeline of GET, PTTL and TIME, and a
+  /// `CLIENT LIST ID`.
   std::optional<TaskInfo> task(const std::string& queue, const std::string& id);
   /// The record of tracked task `task_id` (EnqueueOptions::retention): its state, attempts,
   /// times, worker, error, result and progress; nullopt when there is none (not tracked, or

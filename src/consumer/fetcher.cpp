@@ -97,12 +97,20 @@ bool Fetcher::pause(const std::stop_token& stop, Millis delay) {
 }
 
 void Fetcher::replay_own(const std::stop_token& stop) {
-  // Every level, the most important first.
+  // Every level, the most important first; one line for them all once they are delivered.
+  std::size_t replayed = 0;
+  std::string streams;
+  const auto say = [&] {
+    if (replayed == 0) return;
+    log(LogLevel::info, "replaying " + std::to_string(replayed) + " pending entries of consumer " +
+                            s_.consumer_name + " (" + streams + ")");
+  };
   for (std::uint16_t level = 0; level < s_.stream_count() && !stop.stop_requested(); ++level) {
     std::string cursor = "0-0";
+    bool level_named = false;  // in `streams`
     while (!stop.stop_requested()) {
       // Within the prefetch, like any read: a long own pending list is replayed as room frees.
-      if (!s_.inflight.wait_for_room(stop)) return;
+      if (!s_.inflight.wait_for_room(stop)) return say();
       PendingBatch batch;
       try {
         batch = fetch_pending(s_, scripts_, level, PendingMode::own, cursor, read_batch_);
@@ -117,13 +125,15 @@ void Fetcher::replay_own(const std::stop_token& stop) {
       }
       if (const std::size_t n = s_.inflight.deliver(batch.works); n > 0) {
         Metrics::add(s_.metrics.replayed, n);
-        log(LogLevel::info, "replaying " + std::to_string(n) + " pending entries of consumer " +
-                                s_.consumer_name + " on " + s_.keys(level).stream);
+        if (!level_named) streams += (replayed == 0 ? "" : ", ") + s_.keys(level).stream;
+        level_named = true;
+        replayed += n;
       }
       if (batch.cursor == "0-0") break;
       cursor = std::move(batch.cursor);
     }
   }
+  say();
   if (stop.stop_requested()) return;
   if (!replayed_once_.exchange(true)) on_first_replay_();
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "name_lock.hpp"
 
-#include <charconv>
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -11,7 +11,6 @@
 #include "options.hpp"
 #include "redis/error_code.hpp"
 #include "streamq/errors.hpp"
-#include "util/concat.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -26,16 +25,6 @@ std::string random_token() {
   char text[33];
   std::snprintf(text, sizeof text, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
   return text;
-}
-
-/// The `key=` field of a CLIENT LIST line ("" when absent).
-std::string client_field(std::string_view line, std::string_view key) {
-  const std::string spaced = concat(" ", line);
-  const std::string pattern = concat(" ", key, "=");
-  const std::size_t at = spaced.find(pattern);
-  if (at == std::string::npos) return {};
-  const std::size_t from = at + pattern.size();
-  return spaced.substr(from, spaced.find_first_of(" \r\n", from) - from);
 }
 
 }  // namespace
@@ -113,22 +102,25 @@ void NameLock::claim_free_slot(Connection& conn) {
     return;
   }
   const std::string host = host_name();
-  for (int n = 1; n <= kMostSlots; ++n) {
-    rename(host + "-" + std::to_string(n));
+  const auto unknown = [&] {
+    rename(unique_name_);
+    log(LogLevel::warning, "consumer_name left empty, and which of " + host +
+                               "-<n> are free cannot be told (" + unknown_why_ + "): running as \"" +
+                               unique_name_ +
+                               "\", so a restart waits claim_min_idle for this worker's tasks; grant the "
+                               "consumer's ACL user ~" +
+                               s_.keys().stream + ":live:* and +client|list, or set consumer_name");
+    try_claim(conn);
+  };
+  const std::optional<std::vector<std::string>> names = free_slots(conn, host);
+  if (!names) return unknown();
+  for (const std::string& name : *names) {
+    rename(name);
     switch (try_take(conn, true)) {
       case Take::taken: return;
-      case Take::in_use:
+      case Take::in_use:  // (another process took it since the pass)
       case Take::contended: continue;
-      case Take::unknown:
-        rename(unique_name_);
-        log(LogLevel::warning, "consumer_name left empty, and which of " + host +
-                                   "-<n> are free cannot be told (" + unknown_why_ + "): running as \"" +
-                                   unique_name_ +
-                                   "\", so a restart waits claim_min_idle for this worker's tasks; grant the "
-                                   "consumer's ACL user ~" +
-                                   s_.keys().stream + ":live:* and +client|list, or set consumer_name");
-        try_claim(conn);
-        return;
+      case Take::unknown: return unknown();
     }
   }
   rename(unique_name_);
@@ -136,6 +128,53 @@ void NameLock::claim_free_slot(Connection& conn) {
                              std::to_string(kMostSlots) + " are all held by live processes: running as \"" +
                              unique_name_ + "\"");
   try_claim(conn);
+}
+
+std::optional<std::vector<std::string>> NameLock::free_slots(Connection& conn, const std::string& host) {
+  std::vector<std::string> keys;  // the argvs' strings
+  std::vector<Argv> argvs;
+  keys.reserve(kMostSlots);
+  for (int n = 1; n <= kMostSlots; ++n) {
+    keys.push_back(live_key(s_.keys().stream, s_.opt.group, host + "-" + std::to_string(n)));
+    argvs.push_back(Argv{"GET", keys.back()});
+  }
+  argvs.push_back(Argv{"TIME"});
+  const std::vector<Reply> replies = conn.pipeline(argvs);
+  const ReplyView time = replies.back().view().check();
+  const std::int64_t now_ms = time[0].as_int() * 1000 + time[1].as_int() / 1000;
+  // The names held up to the lowest one nobody holds: the candidates below it.
+  std::vector<int> held;
+  std::vector<NameHolder> holders;
+  int first_free = kMostSlots;
+  for (int i = 0; i < kMostSlots; ++i) {
+    const ReplyView v = replies[static_cast<std::size_t>(i)].view();
+    if (v.is_error()) {
+      if (error_code(v.error()) != "NOPERM") v.check();
+      unknown_why_ = std::string(v.error());
+      return std::nullopt;
+    }
+    if (v.is_nil()) {
+      first_free = i;
+      break;
+    }
+    // (A value streamq did not write holds nothing: the name is a candidate.)
+    if (std::optional<NameHolder> h = parse_name_holder(v.str())) {
+      held.push_back(i);
+      holders.push_back(std::move(*h));
+    }
+  }
+  const std::vector<HolderLook> looks = look_until_sure(conn, holders, now_ms);
+  std::vector<bool> live(kMostSlots, false);
+  for (std::size_t k = 0; k < looks.size(); ++k) {
+    if (looks[k].state == HolderLook::State::unknown) return std::nullopt;
+    live[static_cast<std::size_t>(held[k])] = looks[k].state == HolderLook::State::live;
+  }
+  std::vector<std::string> names;
+  for (int i = 0; i < kMostSlots; ++i) {
+    if (i >= first_free || !live[static_cast<std::size_t>(i)])
+      names.push_back(host + "-" + std::to_string(i + 1));
+  }
+  return names;
 }
 
 NameLock::Take NameLock::try_take(Connection& conn, bool must_know) {
@@ -153,21 +192,20 @@ NameLock::Take NameLock::try_take(Connection& conn, bool must_know) {
       held_ = true;
       return Take::taken;
     }
-    // "<client id> <token> <ms written>"
-    const std::string id = holder->value.substr(0, holder->value.find(' '));
-    std::int64_t written = 0;
-    const std::string_view tail = std::string_view(holder->value).substr(holder->value.rfind(' ') + 1);
-    std::from_chars(tail.data(), tail.data() + tail.size(), written);
-    switch (holder_liveness(conn, id, holder->now_ms - written)) {
-      case Liveness::live: return Take::in_use;
-      case Liveness::unknown:
+    // (A value streamq did not write holds nothing: taken over as a gone holder's.)
+    const std::optional<NameHolder> parsed = parse_name_holder(holder->value);
+    const std::string id = parsed ? parsed->client_id : holder->value.substr(0, holder->value.find(' '));
+    switch (parsed ? look_until_sure(conn, {*parsed}, holder->now_ms).front().state
+                   : HolderLook::State::gone) {
+      case HolderLook::State::live: return Take::in_use;
+      case HolderLook::State::unknown:
         if (must_know) return Take::unknown;
         log(LogLevel::warning,
             who() + " is held by client " + id + ", which this user may not look up (" + unknown_why_ +
                 "): taking the name without knowing whether that process still runs; grant "
                 "the consumer's ACL user +client|list");
         break;
-      case Liveness::gone: break;
+      case HolderLook::State::gone: break;
     }
     // Its process crashed or was killed (the server closed its connection): a restart takes
     // the name at once, if nobody else took it meanwhile.
@@ -180,32 +218,31 @@ NameLock::Take NameLock::try_take(Connection& conn, bool must_know) {
   return Take::contended;
 }
 
-NameLock::Liveness NameLock::holder_liveness(Connection& conn, const std::string& id,
-                                             std::int64_t since_written) {
+std::vector<HolderLook> NameLock::look_until_sure(Connection& conn, const std::vector<NameHolder>& holders,
+                                                  std::int64_t now_ms) {
+  std::vector<HolderLook> looks = look_at_holders(conn, holders, now_ms, &unknown_why_);
   // A process killed a moment ago may still be listed: the server sees its connection close in
   // the same event loop turn as this one's command, maybe after it. A live holder is still
-  // there after kLiveChecks looks.
-  for (int look = 0; look < kLiveChecks; ++look) {
-    if (look > 0) std::this_thread::sleep_for(kLiveCheckPause);
-    const Reply listed = conn.command(Argv{"CLIENT", "LIST", "ID", id});
-    const ReplyView v = listed.view();
-    if (v.is_error()) {
-      if (error_code(v.error()) != "NOPERM") v.check();
-      unknown_why_ = std::string(v.error());
-      return Liveness::unknown;
-    }
-    const std::string line = v.is_string() ? std::string(v.str()) : std::string();
-    if (line.find("id=") == std::string::npos) return Liveness::gone;
-    // Client ids start again from 1 when Redis restarts: a client connected after the
-    // holder's last write is not the holder (the holder was connected when it wrote).
-    std::int64_t age_s = 0;
-    const std::string age = client_field(line, "age");
-    std::from_chars(age.data(), age.data() + age.size(), age_s);
-    if (age_s * 1000 + 1000 < since_written) return Liveness::gone;
-    live_client_ =
-        "client " + id + " from " + client_field(line, "addr") + ", named " + client_field(line, "name");
+  // there after kLiveChecks looks. Only the holders below the lowest one gone matter (a consumer
+  // given no name takes the lowest free name), and they are looked at again all at once.
+  for (int look = 1; look < kLiveChecks; ++look) {
+    const auto live_below =
+        std::find_if(looks.begin(), looks.end(),
+                     [](const HolderLook& l) { return l.state != HolderLook::State::live; }) -
+        looks.begin();
+    if (live_below == 0) break;
+    std::this_thread::sleep_for(kLiveCheckPause);
+    const std::vector<NameHolder> again(holders.begin(), holders.begin() + live_below);
+    const std::vector<HolderLook> next = look_at_holders(conn, again, now_ms, &unknown_why_);
+    std::copy(next.begin(), next.end(), looks.begin());
   }
-  return Liveness::live;
+  for (const HolderLook& l : looks) {
+    if (l.state == HolderLook::State::live) {
+      live_client_ = l.client;
+      break;
+    }
+  }
+  return looks;
 }
 
 void NameLock::tick(ScriptRunner& scripts, Clock::time_point now) {

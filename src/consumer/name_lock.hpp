@@ -17,7 +17,10 @@
 // - A user whose ACL does not reach the key, or may not run CLIENT LIST (set up before this
 //   existed), runs without the check, with a warning that says what to grant.
 // - A consumer given no name takes the lowest "<host>-<n>" whose key no live client holds, so
-//   a worker restarted after a crash replays its own pending entries at once. When which names
+//   a worker restarted after a crash replays its own pending entries at once. It reads the
+//   names in one pass and looks at their holders together (free_slots), so the Nth worker of a
+//   host starts as soon as the second. Whether a holder is live is wire/name_holder.hpp's one
+//   check, which the Inspector makes too. When which names
 //   are free cannot be told (the ACL, as above), it keeps its unique name (unique_consumer_name).
 // A duty of partition 0's duty runner (during shutdown too). Talks to: Redis only.
 #pragma once
@@ -27,8 +30,10 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "duties.hpp"
+#include "wire/name_holder.hpp"
 
 namespace streamq::detail {
 
@@ -70,8 +75,6 @@ class NameLock final : public Duty {
     unknown,    // the ACL user cannot tell (unknown_why_ says why); not taken
     contended,  // other processes took and dropped it while this one tried
   };
-  /// Whether a holder's connection is there.
-  enum class Liveness { live, gone, unknown };
 
   /// Runs the name script with this connection's client id; nullopt when done.
   std::optional<Holder> call(ScriptRunner& scripts, const char* mode, const std::string& found = {});
@@ -88,10 +91,17 @@ class NameLock final : public Duty {
   std::string who() const;
   /// Marks the name lost (`why` is what run() throws) and stops the consumer.
   void lose(std::string why);
-  /// Whether client `id` is connected and could be the one that wrote the name
-  /// `since_written` ms ago (CLIENT LIST ID); sets live_client_ when it is, unknown_why_ when
-  /// this user may not look.
-  Liveness holder_liveness(Connection& conn, const std::string& id, std::int64_t since_written);
+  /// Whether each holder's process is still there (wire/name_holder.hpp), by the server's time
+  /// `now_ms` of the values: every holder looked at at once, and a holder found live below the
+  /// lowest one gone looked at again (all at once) until it has been live kLiveChecks times.
+  /// Sets unknown_why_ when this user may not look.
+  std::vector<HolderLook> look_until_sure(Connection& conn, const std::vector<NameHolder>& holders,
+                                          std::int64_t now_ms);
+  /// For claim_free_slot: the names "<host>-<n>" worth trying, lowest first: those no live
+  /// process holds below the lowest free one, then every one from it on, found in one pass (the
+  /// values in one pipeline, their holders looked at at once). nullopt when which are free
+  /// cannot be told (unknown_why_ says why).
+  std::optional<std::vector<std::string>> free_slots(Connection& conn, const std::string& host);
 
   Shared& s_;
   const bool chosen_here_;         // the consumer was given no name: claim() chooses one

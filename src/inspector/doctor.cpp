@@ -123,6 +123,7 @@ std::vector<RoleCheck> role_checks(const std::string& q, const std::string& grou
         {"HINCRBY", detail::batch_key(q, "x"), "done", "1"},
         {"EVALSHA", "0000000000000000000000000000000000000000", "1", q + ":dlq"},
         {"SCAN", "0"},
+        {"CLIENT", "LIST", "ID", "1"},
         {"TIME"}}},
   };
 }

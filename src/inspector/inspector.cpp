@@ -69,6 +69,7 @@ std::string TaskInfo::to_json() const {
     j["deliveries"] = deliveries;
     j["holder"] = holder ? nlohmann::ordered_json{{"silent_ms", holder->silent_ms},
                                                   {"lease_ms", holder->lease_ms},
+                                                  {"gone", holder->gone},
                                                   {"renewing", holder->renewing},
                                                   {"reclaim_in_ms", holder->reclaim_in_ms}}
                          : nlohmann::ordered_json(nullptr);

@@ -2,12 +2,12 @@
 // The Inspector finding one task by entry id or task_id: in the level streams, the dead-letter
 // stream, then the delayed set and the tenants' backlogs.
 #include <algorithm>
-#include <charconv>
 
 #include "inspector_impl.hpp"
 #include "inspector_util.hpp"
 #include "streamq/errors.hpp"
 #include "wire/keys.hpp"
+#include "wire/name_holder.hpp"
 
 namespace streamq {
 
@@ -119,18 +119,16 @@ void Inspector::Impl::add_holder(const std::string& queue, TaskInfo& t) {
   const detail::ReplyView value = r[0].view(), ttl = r[1].view(), time = r[2].view().check();
   if (!value.is_string() || !ttl.is_integer() || ttl.integer() < 0)
     return;  // no name lock (or not streamq's)
-  const std::string text(value.str());
-  const std::size_t last_space = text.rfind(' ');
-  std::int64_t renewed = 0;
-  if (last_space == std::string::npos ||
-      std::from_chars(text.data() + last_space + 1, text.data() + text.size(), renewed).ec != std::errc()) {
-    return;
-  }
+  const std::optional<detail::NameHolder> holder = detail::parse_name_holder(value.str());
+  if (!holder) return;
   const std::int64_t now = time[0].as_int() * 1000 + time[1].as_int() / 1000;
+  // (The keys' server is the one the last command went to.)
+  const detail::HolderLook look = detail::look_at_holders(connected(), {*holder}, now).front();
   TaskInfo::Holder h;
-  h.silent_ms = std::max<std::int64_t>(0, now - renewed);
+  h.silent_ms = std::max<std::int64_t>(0, now - holder->written_ms);
   h.lease_ms = ttl.integer() + h.silent_ms;
-  h.renewing = h.silent_ms * 3 < h.lease_ms;
+  h.gone = look.state == detail::HolderLook::State::gone;
+  h.renewing = !h.gone && h.silent_ms * 3 < h.lease_ms;
   h.reclaim_in_ms = std::max<std::int64_t>(0, h.lease_ms - t.idle_ms);
   t.holder = h;
 }

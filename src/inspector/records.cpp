@@ -3,6 +3,8 @@
 #include <charconv>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "inspector_impl.hpp"
 #include "inspector_util.hpp"
 #include "streamq/errors.hpp"
@@ -67,6 +69,17 @@ std::optional<FlowTree> Inspector::flow(const std::string& queue, const std::str
     level = std::move(next);
   }
   return root;
+}
+
+std::string BatchInfo::to_json() const {
+  const nlohmann::ordered_json j = {{"batch_id", batch_id},
+                                    {"state", state},
+                                    {"total", total},
+                                    {"done", done},
+                                    {"failed", failed},
+                                    {"pending", pending()},
+                                    {"parent_batch", parent_batch}};
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::optional<BatchInfo> Inspector::batch(const std::string& queue, const std::string& batch_id) {

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import unittest
 import urllib.request
@@ -96,7 +97,7 @@ class CliTest(RedisTestCase):
         self.assertEqual(self.cli("cancel", q, queued, "--yes", check=False).returncode, 3)
         self.assertEqual(self.cli("--help").returncode, 0)
         for sub in ("queues", "stats", "tasks", "task", "dlq", "delayed", "enqueue", "pause", "resume",
-                    "tenants", "consumers", "doctor", "exporter", "cancel", "events", "flow"):
+                    "tenants", "consumers", "doctor", "exporter", "cancel", "events", "flow", "batch"):
             self.assertIn("--help", self.cli(sub, "--help").stdout, sub)
 
     def test_destructive_commands_need_a_terminal_or_yes(self):
@@ -179,6 +180,72 @@ class CliTest(RedisTestCase):
                          [("kid1", q, "done", "root"), ("kid2", q, "dead", "root"), ("kid3", other, "queued", "root")])
         self.assertEqual(tree["children"][2]["record"]["parent_queue"], q)
         self.assertEqual(self.cli("flow", q, "nobody", check=False).returncode, 3)
+
+    def test_a_flows_child_shows_its_parent(self):
+        self.r.hset(self.q + ":task:root", mapping={"state": "waiting", "type": "report", "attempts": "0",
+                                                    "flow_children": "4:kid1"})
+        self.r.hset(self.q + ":task:kid1", mapping={"state": "queued", "type": "leaf", "flow_parent": "root"})
+        lines = self.cli("flow", self.q, "kid1").stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["parent:", "root"], lines)
+        self.assertEqual(lines[1].split(), ["kid1", "leaf", "queued"], lines)
+        self.assertNotIn("parent", self.cli("flow", self.q, "root").stdout, "a root has none")
+
+    def test_a_batch_shows_its_state_and_counts(self):
+        # A batch's hash as Producer::open_batch and the scripts write it: nested in another.
+        self.r.hset(self.q + ":batches:nightly", mapping={"state": "closed", "total": "5", "done": "3",
+                                                          "failed": "1", "parent": "weekly"})
+        rows = [line.split(None, 1) for line in self.cli("batch", self.q, "nightly").stdout.splitlines()]
+        self.assertEqual(rows, [["FIELD", "VALUE"], ["batch_id", "nightly"], ["state", "closed"], ["total", "5"],
+                                ["done", "3"], ["failed", "1"], ["pending", "1"], ["parent_batch", "weekly"]])
+        self.assertEqual(json.loads(self.cli("batch", self.q, "nightly", "--format", "json").stdout),
+                         {"batch_id": "nightly", "state": "closed", "total": 5, "done": 3, "failed": 1,
+                          "pending": 1, "parent_batch": "weekly"})
+        missing = self.cli("batch", self.q, "nothing", check=False)
+        self.assertEqual(missing.returncode, 3)
+        self.assertIn("no batch nothing", missing.stderr)
+
+    def test_tables_say_times_in_iso_8601_and_deliveries_in_words_that_fit(self):
+        self.cli("enqueue", self.q, "later", "--delay-ms", "3600000", "--task-id", "later-1")
+        delayed = self.cli("delayed", "list", self.q).stdout
+        self.assertRegex(delayed, r"due \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+        self.assertNotRegex(delayed, r"\b1\d{12}\b", "epoch milliseconds")
+        # The due time in the listing is the one `streamq task` shows.
+        due = re.search(r"due (\S+)", delayed).group(1)
+        self.assertRegex(self.cli("task", self.q, "later-1").stdout, r"due_at +" + re.escape(due))
+        self.cli("enqueue", self.q, "work", "--task-id", "held-1")
+        self.r.xgroup_create(self.q, "workers", id="0")
+        # (A name as a consumer given none takes: its host's, and a number.)
+        worker = "ip-10-0-12-34.internal-3"
+        self.r.xreadgroup("workers", worker, {self.q: ">"}, count=1)
+        pending = self.cli("tasks", self.q, "--state", "pending").stdout
+        self.assertRegex(pending, r"1 delivery, idle \d+(\.\d)? m?s, " + re.escape(worker), pending)
+        self.assertNotIn("\u2026", pending, "a cell was cut")
+        self.r.xclaim(self.q, "workers", worker, 0, [self.r.xrange(self.q)[0][0]])
+        pending = self.cli("tasks", self.q, "--state", "pending").stdout
+        self.assertRegex(pending, r"2 deliveries, idle \d+(\.\d)? m?s, " + re.escape(worker), pending)
+
+    def test_the_holder_of_a_task_whose_worker_was_killed_is_gone(self):
+        # A worker's name lock as it stays after kill -9: its key, renewed a moment ago, names the
+        # client id of a connection the server has closed.
+        self.cli("enqueue", self.q, "work", "--task-id", "held-1")
+        self.r.xgroup_create(self.q, "workers", id="0")
+        self.r.xreadgroup("workers", "w1", {self.q: ">"}, count=1)
+        with socket.create_connection(("127.0.0.1", self.port)) as gone:
+            gone.sendall(b"CLIENT ID\r\n")
+            gone_id = int(gone.recv(64).strip()[1:])
+        wait_for(lambda: str(gone_id) not in [c["id"] for c in self.r.client_list()], what="the close")
+        seconds, micros = self.r.time()
+        key = "%s:live:%d:workers:w1" % (self.q, len("workers"))
+        self.r.set(key, "%d token %d" % (gone_id, seconds * 1000 + micros // 1000), px=60000)
+        table = self.cli("task", self.q, "held-1").stdout
+        self.assertRegex(table, r"holder +gone", table)
+        self.assertNotIn("renewing its lease", table)
+        holder = json.loads(self.cli("task", self.q, "held-1", "--format", "json").stdout)["holder"]
+        self.assertEqual((holder["gone"], holder["renewing"]), (True, False))
+        # A live holder (this test's own connection) renews its lease.
+        self.r.set(key, "%d token %d" % (self.r.client_id(), seconds * 1000 + micros // 1000), px=60000)
+        holder = json.loads(self.cli("task", self.q, "held-1", "--format", "json").stdout)["holder"]
+        self.assertEqual((holder["gone"], holder["renewing"]), (False, True))
 
     def test_a_partitioned_queue_is_one_queue(self):
         parts = ["{%s:%d}" % (self.q, i) for i in range(3)]

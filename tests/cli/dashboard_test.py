@@ -10,6 +10,7 @@ import os
 import subprocess
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from selenium import webdriver
@@ -254,6 +255,31 @@ class DashboardTest(RedisTestCase):
             self.assertIn(message, json.loads(text)["error"])
         self.assertEqual(self.r.hget(q + ":tenants:config:acme", "paused"), None)
 
+    def test_the_api_shows_a_task_and_a_batch(self):
+        q = "web-api"
+        base = self.start_dashboard()
+        self.cli("enqueue", q, "resize", '{"image":1}', "--task-id", "t-1", "--retention-ms", "60000")
+        self.r.hset(q + ":batches:nightly", mapping={"state": "closed", "total": "5", "done": "3", "failed": "1"})
+
+        def get(path):
+            status, _, text = http(base + path)
+            return status, json.loads(text)
+        status, body = get("/api/batch?name=%s&id=nightly" % q)
+        self.assertEqual(status, 200)
+        self.assertEqual(body, {"batch": {"batch_id": "nightly", "state": "closed", "total": 5, "done": 3,
+                                          "failed": 1, "pending": 1, "parent_batch": ""}})
+        self.assertEqual(get("/api/batch?name=%s&id=nothing" % q), (200, {"batch": None}))
+        status, body = get("/api/task?name=%s&id=t-1" % q)
+        self.assertEqual(status, 200)
+        self.assertEqual((body["task"]["state"], body["task"]["fields"]["task_id"]), ("queued", "t-1"))
+        self.assertEqual(body["record"]["state"], "queued")
+        self.assertNotIn("flow", body)
+        self.assertEqual(get("/api/task?name=%s&id=nothing" % q), (200, {"task": None, "record": None}))
+        for path in ("/api/task?name=" + q, "/api/batch?id=nightly"):
+            status, body = get(path)
+            self.assertEqual(status, 400, path)
+            self.assertIn("missing parameter", body["error"])
+
     def test_a_token_of_its_own_by_default(self):
         # Without --token or --no-auth a dashboard makes up a token and prints it once, in the
         # URL that logs in: another local process cannot use it without reading that.
@@ -465,6 +491,30 @@ class DashboardTest(RedisTestCase):
 
         screenshot = os.environ.get("STREAMQ_SCREENSHOT") or os.path.join(self.dir, "dashboard.png")
         driver.save_screenshot(screenshot)
+
+        # Addresses that open a task, a flow or a batch, and the detail view shown in the address.
+        page = base + "/queue?" + urllib.parse.urlencode({"name": q})
+        self.r.hset(q + ":batches:nightly", mapping={"state": "closed", "total": "5", "done": "3", "failed": "1"})
+        driver.get(page + "&batch=nightly")
+        wait.until(lambda d: text("detail-title") == "batch nightly")
+        self.assertEqual(text("detail-flow"), "closed · 5 members: 3 done, 1 failed, 1 pending")
+        driver.get(page + "&flow=kid2")
+        wait.until(lambda d: text("detail-title") == "kid2")
+        self.assertIn("Parent: flow-root album · waiting", text("detail-flow"))
+        driver.get(page + "&task=later-1")
+        wait.until(lambda d: text("detail-title") == "later-1")
+        self.assertEqual(json.loads(text("detail"))["state"], "delayed")
+        wait.until(lambda d: len(ids("pending")) == 1)
+        click("pending", "button.link")
+        wait.until(lambda d: text("detail-title") == pending_entry["message_id"].decode())
+        self.assertEqual(json.loads(text("detail"))["consumer"], "w1")
+        self.assertIn("task=" + urllib.parse.quote(pending_entry["message_id"].decode()), driver.current_url)
+        driver.find_element(By.ID, "batch-id").send_keys("nightly")
+        driver.find_element(By.CSS_SELECTOR, "#batch-lookup button[type=submit]").click()
+        wait.until(lambda d: text("detail-title") == "batch nightly")
+        self.assertTrue(driver.current_url.endswith("&batch=nightly"), driver.current_url)
+        driver.find_element(By.ID, "detail-close").click()
+        self.assertEqual(driver.current_url, page)
 
         # Run a delayed task now.
         click("delayed", "td.row-actions button", row=0)

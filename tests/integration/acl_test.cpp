@@ -26,6 +26,7 @@
 #include "log_capture.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
+#include "wire/keys.hpp"
 
 namespace streamq::test {
 namespace {
@@ -322,6 +323,28 @@ TEST_F(AclRoles, TheOperatorReplaysPurgesPausesButCannotConsume) {
       p.enqueue_flow(chord({{.task_type = "t", .payload = "{}"}}, {.task_type = "t", .payload = "{}"}));
   EXPECT_EQ(op.cancel(queue, flow.task_id), CancelOutcome::cancelled);
   EXPECT_EQ(op.record(queue, flow.children[0].task_id)->state, TaskRecord::State::cancelled);
+  // A task whose worker is gone (its name held by a connection the server closed) says so.
+  admin.cmd({"XGROUP", "CREATE", queue, "workers", "$", "MKSTREAM"});
+  admin.cmd({"XGROUP", "SETID", queue, "workers", "$"}).view().check();
+  const std::string held = p.enqueue("t", R"({})");
+  admin.cmd({"XREADGROUP", "GROUP", "workers", "w1", "COUNT", "1", "STREAMS", queue, ">"});
+  std::int64_t gone_id = 0;
+  {
+    Client gone(server.url());
+    gone_id = gone.integer({"CLIENT", "ID"});
+  }
+  const std::string listed = "id=" + std::to_string(gone_id) + " ";
+  ASSERT_TRUE(wait_until([&] {
+    return admin.cmd({"CLIENT", "LIST"}).view().str().find(listed) == std::string::npos;
+  }));
+  const detail::ReplyView now = admin.cmd({"TIME"}).view();
+  const std::int64_t now_ms =
+      std::stoll(std::string(now[0].str())) * 1000 + std::stoll(std::string(now[1].str())) / 1000;
+  admin.cmd({"SET", detail::live_key(queue, "workers", "w1"),
+             std::to_string(gone_id) + " token " + std::to_string(now_ms), "PX", "60000"});
+  const std::optional<TaskInfo> t = op.task(queue, held);
+  ASSERT_TRUE(t && t->holder);
+  EXPECT_TRUE(t->holder->gone) << t->to_json();
   op.pause(queue);
   EXPECT_TRUE(op.paused(queue));
   op.resume(queue);

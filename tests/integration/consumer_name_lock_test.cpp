@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -228,6 +229,42 @@ TEST(ConsumerName, ConsumersGivenNoNameTakeTheLowestFreeNameOfTheirHost) {
     ASSERT_EQ(r.view().size(), 1u) << "partition " << i;
     EXPECT_EQ(r.view()[0][1].str(), this_host() + "-1") << "partition " << i;
   }
+}
+
+/// How many CLIENT LIST commands the server ran since its last CONFIG RESETSTAT, or nullopt on a
+/// server that counts CLIENT's subcommands together (before Redis 7).
+std::optional<std::int64_t> client_list_calls(Client& client) {
+  const std::string info(client.cmd({"INFO", "commandstats"}).view().str());
+  if (info.find("cmdstat_client|") == std::string::npos) return std::nullopt;
+  const std::string stat = "cmdstat_client|list:calls=";
+  const std::size_t at = info.find(stat);
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + stat.size()));
+}
+
+// The eighth consumer given no name, with seven live ones of its host holding the names below
+// its own, finds its name in one pass over them: it looks at the holders all at once (a few
+// CLIENT LISTs, the looks of one liveness check), not one holder after another (three looks,
+// 200 ms, for each: the 32nd worker of a host took six seconds to start).
+TEST(ConsumerName, TheEighthConsumerGivenNoNameLooksAtTheNamesBelowItsOwnAtOnce) {
+  RedisServer server;
+  Client client(server.url());
+  ConsumerOptions o{.connection = {.url = server.url()}, .stream = unique_key(), .stop_on_signals = false};
+  const auto noop = [](Consumer& c) { c.on("work", [](const Task&) {}); };
+  const auto named = [](RunningConsumer& c) {
+    EXPECT_TRUE(wait_until([&] { return !c.consumer().name().empty() || c.finished(); }));
+    return c.consumer().name();
+  };
+  std::vector<std::unique_ptr<RunningConsumer>> earlier;
+  for (int n = 1; n <= 7; ++n) {
+    earlier.push_back(std::make_unique<RunningConsumer>(o, noop));
+    ASSERT_EQ(named(*earlier.back()), this_host() + "-" + std::to_string(n));
+  }
+  client.cmd({"CONFIG", "RESETSTAT"}).view().check();
+  RunningConsumer eighth(o, noop);
+  ASSERT_EQ(named(eighth), this_host() + "-8");
+  const std::optional<std::int64_t> lists = client_list_calls(client);
+  if (!lists) GTEST_SKIP() << "this server does not count CLIENT LIST apart from CLIENT's other subcommands";
+  EXPECT_LE(*lists, 3) << "CLIENT LIST once per holder below its name, not once per look";
 }
 
 // A holder stopped (SIGSTOP) for longer than claim_min_idle cannot renew its name: it expires,

@@ -16,6 +16,7 @@
 
 #include "consumer_fixture.hpp"
 #include "gate.hpp"
+#include "log_capture.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
 
@@ -324,6 +325,28 @@ TEST_F(PriorityTest, ReplaysItsOwnHighEntriesOnRestart) {
   ASSERT_TRUE(wait_until([&] { return runs == 1 && xlen(high) == 0; }));
   rc.stop();
   EXPECT_EQ(rc.consumer().metrics().replayed, 1u);
+}
+
+// A restart with pending entries on two levels says once how many it replays, not once per
+// level (an operator read "replaying 2 pending entries" twice and counted 2).
+TEST_F(PriorityTest, ARestartLogsOnceHowManyOfItsOwnEntriesItReplays) {
+  auto p = producer();
+  for (int i = 0; i < 2; ++i) p.enqueue("work", "{}", {.priority = Priority::high});
+  for (int i = 0; i < 2; ++i) p.enqueue("work", "{}");
+  for (const std::string& level : {high, stream}) {
+    client.cmd({"XGROUP", "CREATE", level, "workers", "0", "MKSTREAM"});
+    client.cmd({"XREADGROUP", "GROUP", "workers", "slot-1", "COUNT", "2", "STREAMS", level, ">"});
+  }
+  LogCapture logs(LogLevel::info);
+  std::atomic<int> runs{0};
+  auto o = options();
+  o.consumer_name = "slot-1";
+  RunningConsumer rc(o, [&](Consumer& c) { c.on("work", [&](const Task&) { ++runs; }); });
+  ASSERT_TRUE(wait_until([&] { return runs == 4; }));
+  rc.stop();
+  EXPECT_EQ(rc.consumer().metrics().replayed, 4u);
+  EXPECT_EQ(logs.count(LogLevel::info, "replaying"), 1u);
+  EXPECT_EQ(logs.count(LogLevel::info, "replaying 4 pending entries of consumer slot-1"), 1u);
 }
 
 TEST_F(PriorityTest, StatsReportEveryLevel) {

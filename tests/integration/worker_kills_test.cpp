@@ -176,9 +176,10 @@ TEST(Reliability, ARestartedWorkerResumesItsOwnWorkWithItsFullConcurrency) {
   again.signal_and_wait(SIGTERM);
 }
 
-// After kill -9 the status tells the truth: Inspector::task of the task the dead worker held says
-// that its holder no longer renews its lease and when the entry will be reclaimed.
-TEST(Reliability, TheStatusOfATaskWhoseWorkerWasKilledSaysItsHolderIsSilent) {
+// A frozen worker (SIGSTOP: its connection stays open) is not gone, but the status tells the
+// truth: Inspector::task of the task it holds says, once it has been silent for a third of its
+// lease, that its holder no longer renews its lease and when the entry will be reclaimed.
+TEST(Reliability, TheStatusOfATaskWhoseWorkerIsFrozenSaysItsHolderIsSilent) {
   RedisServer server;
   Client client(server.url());
   const std::string stream = unique_key();
@@ -194,7 +195,7 @@ TEST(Reliability, TheStatusOfATaskWhoseWorkerWasKilledSaysItsHolderIsSilent) {
   EXPECT_TRUE(t->holder->renewing);
   EXPECT_GT(t->holder->lease_ms, 5000);
   EXPECT_LE(t->holder->lease_ms, 6001);  // (from whole milliseconds: one may come of the rounding)
-  worker.kill9();
+  worker.signal(SIGSTOP);
   ASSERT_TRUE(wait_until(
       [&] {
         t = in.task(stream, id);
@@ -202,11 +203,44 @@ TEST(Reliability, TheStatusOfATaskWhoseWorkerWasKilledSaysItsHolderIsSilent) {
       },
       10s));
   EXPECT_GE(t->holder->silent_ms, 2000);
+  EXPECT_FALSE(t->holder->gone) << "its connection is open";
   // Its entry's lease was renewed with its name (one heartbeat apart at most): reclaimed about
   // a lease after the holder went silent.
   EXPECT_GT(t->holder->reclaim_in_ms, 0);
   EXPECT_LT(t->holder->reclaim_in_ms, t->holder->lease_ms - t->holder->silent_ms + 1000);
   EXPECT_NE(t->to_json().find("\"renewing\":false"), std::string::npos) << t->to_json();
+}
+
+// A worker killed with -9 is gone the moment its connection closes: Inspector::task says so at
+// once (its name's holder is no longer connected, the check a restarted worker makes to take
+// its name over), not only once the holder has been silent for a third of its lease (20 s here).
+TEST(Reliability, TheStatusOfATaskWhoseWorkerWasKilledSaysAtOnceThatItsHolderIsGone) {
+  RedisServer server;
+  Client client(server.url());
+  const std::string stream = unique_key();
+  Producer producer({.connection = {.url = server.url()}, .stream = stream});
+  const std::string id = producer.enqueue("hang", R"({"ms":600000})");
+  WorkerProcess worker(
+      {STREAMQ_TEST_WORKER, server.url(), stream, "w0", "min_idle_ms=60000", "heartbeat_ms=300"});
+  ASSERT_TRUE(wait_until([&] { return client.integer({"HLEN", stream + ":started"}) == 1; }, 20s));
+  Inspector in({.connection = {.url = server.url()}});
+  std::optional<TaskInfo> t = in.task(stream, id);
+  ASSERT_TRUE(t && t->holder);
+  EXPECT_TRUE(t->holder->renewing);
+  EXPECT_FALSE(t->holder->gone);
+  worker.kill9();
+  // (The server closes the killed process's connection within moments; its lease would make it
+  // silent only after 20 s.)
+  ASSERT_TRUE(wait_until(
+      [&] {
+        t = in.task(stream, id);
+        return t && t->holder && t->holder->gone;
+      },
+      3s))
+      << (t ? t->to_json() : std::string("no task"));
+  EXPECT_FALSE(t->holder->renewing);
+  EXPECT_LT(t->holder->silent_ms, 20000);
+  EXPECT_NE(t->to_json().find("\"gone\":true"), std::string::npos) << t->to_json();
 }
 
 TEST(Reliability, WorkerKilledAfterItsRunningEntryWasDeletedLeavesTheCopyItRead) {

@@ -20,6 +20,7 @@ void add_cancel(CLI::App& app, Context& ctx);        // cancel.cpp
 void add_enqueue(CLI::App& app, Context& ctx);       // enqueue.cpp
 void add_events(CLI::App& app, Context& ctx);        // events.cpp
 void add_flow(CLI::App& app, Context& ctx);          // flow.cpp
+void add_batch(CLI::App& app, Context& ctx);         // batch.cpp
 void add_pause_resume(CLI::App& app, Context& ctx);  // pause.cpp: pause, resume
 void add_tenants(CLI::App& app, Context& ctx);       // tenants.cpp: tenants list, set, clear, ...
 void add_consumers(CLI::App& app, Context& ctx);     // consumers.cpp

@@ -46,9 +46,17 @@ int flow(const Context& g, const std::string& queue, const std::string& id) {
   }
   if (g.json()) {
     print_json(tree_json(*tree));
-  } else {
-    print_tree(*tree, "", "");
+    return ok;
   }
+  // A task below a flow's root: the line above it names its parent (`streamq flow` of that one
+  // shows more of the flow).
+  if (tree->record && !tree->record->parent.empty()) {
+    std::string line = "parent: " + cell(tree->record->parent, 64);
+    if (!tree->record->parent_queue.empty() && tree->record->parent_queue != tree->queue)
+      line += "  [queue " + cell(tree->record->parent_queue, 64) + "]";
+    std::cout << line << "\n";
+  }
+  print_tree(*tree, "", "");
   return ok;
 }
 

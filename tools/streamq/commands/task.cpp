@@ -67,13 +67,22 @@ int task(const Context& g, const std::string& queue, const std::string& id) {
     if (!t->holder) {
       table.add({"holder", "gone (no name lock): the next reclaim pass of any consumer takes it"});
     } else {
-      table.add({"holder", t->holder->renewing
-                               ? "renewing its lease"
-                               : "silent for " + ms_text(t->holder->silent_ms) +
-                                     ": frozen, cut off or dead (its record may still say running)"});
-      table.add({"reclaim in", t->holder->reclaim_in_ms == 0 ? std::string("now, at the next reclaim pass")
-                                                             : ms_text(t->holder->reclaim_in_ms) +
-                                                                   " unless the holder renews its lease"});
+      const TaskInfo::Holder& h = *t->holder;
+      if (h.gone) {
+        table.add({"holder",
+                   "gone: its connection is closed (the process died or was killed; its record may "
+                   "still say running)"});
+      } else if (h.renewing) {
+        table.add({"holder", "renewing its lease"});
+      } else {
+        table.add({"holder", "silent for " + ms_text(h.silent_ms) +
+                                 ": frozen or cut off (its record may still say running)"});
+      }
+      const std::string when =
+          h.reclaim_in_ms == 0 ? std::string("now, at the next reclaim pass") : ms_text(h.reclaim_in_ms);
+      table.add({"reclaim in", h.gone ? when + " (a worker restarted under its name takes it back at once)"
+                               : h.reclaim_in_ms == 0 ? when
+                                                      : when + " unless the holder renews its lease"});
     }
   }
   if (t->state == TaskState::delayed) table.add({"due_at", utc_text(t->due_ms)});

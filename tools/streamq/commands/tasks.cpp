@@ -27,10 +27,11 @@ void print_tasks(const Context& g, const std::vector<TaskInfo>& tasks, const std
     std::string detail;
     switch (task.state) {
       case TaskState::pending:
-        detail = task.consumer + ", idle " + ms_text(task.idle_ms) + ", " + std::to_string(task.deliveries) +
-                 " deliveries";
+        // (The consumer last: a long name is what the cell's width cuts.)
+        detail = std::to_string(task.deliveries) + (task.deliveries == 1 ? " delivery" : " deliveries") +
+                 ", idle " + ms_text(task.idle_ms) + ", " + task.consumer;
         break;
-      case TaskState::delayed: detail = "due " + std::to_string(task.due_ms); break;
+      case TaskState::delayed: detail = "due " + utc_text(task.due_ms); break;
       case TaskState::dead:
         detail = std::string(task.field("reason")) + ": " + std::string(task.field("error"));
         break;
@@ -40,7 +41,7 @@ void print_tasks(const Context& g, const std::vector<TaskInfo>& tasks, const std
     // In a partitioned queue an id is written with its partition, as the commands that act take it.
     const std::string id = task.partition.empty() ? task.id : task.partition + "/" + task.id;
     t.add({std::string(to_string(task.state)), std::string(to_string(task.level)), cell(id),
-           cell(task.task_id(), 36), cell(task.task_type(), 24), cell(detail, 40), cell(task.payload(), 40)});
+           cell(task.task_id(), 36), cell(task.task_type(), 24), cell(detail, 60), cell(task.payload(), 40)});
   }
   std::cout << t.str();
   if (!next_cursor.empty()) std::cerr << "more: --cursor '" << next_cursor << "'\n";

@@ -196,6 +196,21 @@ void add_api(httplib::Server& server, const Api& api) {
     if (r && (!r->parent.empty() || !r->children.empty())) out["flow"] = flow_of(in, name, *r);
     return out;
   });
+  read(server, api, "/api/task", [](Inspector& in, const httplib::Request& req) {
+    const std::string name = required_param(req, "name");
+    const std::string id = required_param(req, "id");
+    const auto t = in.task(name, id);
+    // A tracked task's record also once it finished and left every stream (by its task id).
+    const auto r = t ? t->record : in.record(name, id);
+    json out{{"task", t ? json::parse(t->to_json()) : json(nullptr)},
+             {"record", r ? json::parse(r->to_json()) : json(nullptr)}};
+    if (r && (!r->parent.empty() || !r->children.empty())) out["flow"] = flow_of(in, name, *r);
+    return out;
+  });
+  read(server, api, "/api/batch", [](Inspector& in, const httplib::Request& req) {
+    const auto b = in.batch(required_param(req, "name"), required_param(req, "id"));
+    return json{{"batch", b ? json::parse(b->to_json()) : json(nullptr)}};
+  });
   read(server, api, "/api/tasks", [](Inspector& in, const httplib::Request& req) {
     const std::string name = required_param(req, "name");
     const auto state = parse_task_state(required_param(req, "state"));

@@ -29,9 +29,10 @@ struct Api {
   double sample_interval;  ///< seconds, as --sample-interval gave it
 };
 
-/// Registers GET /api/queues, /api/queue, /api/record, /api/tasks, /api/tenants and the actions
-/// POST /api/replay, /api/delete, /api/run_now, /api/cancel, /api/pause, /api/resume,
-/// /api/tenant/pause, /api/tenant/resume.
+/// Registers GET /api/queues, /api/queue, /api/record, /api/task, /api/batch, /api/tasks,
+/// /api/tenants and the actions POST /api/replay, /api/delete, /api/run_now, /api/cancel,
+/// /api/pause, /api/resume, /api/tenant/pause, /api/tenant/resume (each with its parameters and
+/// answer in docs/cli-and-dashboard.md, "The dashboard's JSON API").
 void add_api(httplib::Server& server, const Api& api);
 
 /// Cache-Control: no-store (the pages and every API answer).

@@ -103,7 +103,11 @@ async function loadIndex() {
 
 // ---- one queue
 
-const queue = new URLSearchParams(location.search).get('name') || '';
+// The page's address: /queue?name=<queue>, and with task=<id>, flow=<id> or batch=<id> the detail
+// view it opens (each detail view shown puts its own there, so the address bar can be shared).
+const pageParams = new URLSearchParams(location.search);
+const queue = pageParams.get('name') || '';
+const detailKinds = ['task', 'flow', 'batch'];
 const tables = [];
 const charts = {};
 
@@ -259,10 +263,19 @@ async function act(action, body, question) {
   return done;
 }
 
-function showDetail(title, value, flow) {
+/** Puts `kind`=`id` (a detail view) in the page's address, or none when `kind` is null. */
+function showInAddress(kind, id) {
+  const params = new URLSearchParams({name: queue});
+  if (kind) params.set(kind, id);
+  history.replaceState(null, '', `${location.pathname}?${params}`);
+}
+
+/** The detail view: `value` as JSON, a flow's neighbours; `kind` and `id` go in the address. */
+function showDetail(title, value, flow, kind, id) {
   setText('detail-title', title);
   setText('detail', JSON.stringify(value, null, 2));
   showFlow(flow);
+  showInAddress(kind, id);
   const box = document.getElementById('detail-box');
   box.hidden = false;
   box.scrollIntoView();
@@ -300,27 +313,51 @@ function showFlow(flow) {
   }
 }
 
-/** A task's entry, and the record of a tracked one (its state, attempts, progress, result). */
-async function showTask(task) {
-  const f = task.fields || {};
-  if (!f.retention || !f.task_id) return showDetail(task.id, task);
+/**
+ * A task by entry id (`<partition>/<id>` in a partitioned queue) or task id: where it is, what its
+ * holder is doing, and the record of a tracked one (also once it finished and left the queue).
+ * `listed`: the task as a table listed it, shown when it has left the queue since.
+ */
+async function showTask(id, listed) {
   try {
-    const r = await get(`/api/record?name=${encodeURIComponent(queue)}&id=${encodeURIComponent(f.task_id)}`);
-    showDetail(task.id, Object.assign({}, task, {record: r.record}), r.flow);
+    const r = await get(`/api/task?name=${encodeURIComponent(queue)}&id=${encodeURIComponent(id)}`);
+    if (r.task) return showDetail(id, r.task, r.flow, 'task', id);
+    if (r.record) return showDetail(id, r.record, r.flow, 'task', id);
+    if (listed) return showDetail(id, Object.assign({}, listed, {note: 'no longer in the queue'}), null, 'task', id);
+    notice(`no task ${id} in ${queue}`, true);
   } catch (e) {
-    showDetail(task.id, Object.assign({}, task, {record_error: e.message}));
+    notice(`look up: ${e.message}`, true);
   }
 }
 
 /**
  * The record of a tracked task by its task id (also once it finished and left the queue), in this
- * page's queue or in `inQueue` (a flow's task in another queue or partition).
+ * page's queue or in `inQueue` (a flow's task in another queue or partition), with its flow's
+ * parent and children.
  */
 async function showRecord(id, inQueue) {
   try {
     const r = await get(`/api/record?name=${encodeURIComponent(inQueue || queue)}&id=${encodeURIComponent(id)}`);
     if (!r.record) return notice(`no record of task ${id} (not tracked, or its retention passed)`, true);
-    showDetail(id, r.record, r.flow);
+    // (A task of another queue is not this page's: its address names none.)
+    showDetail(id, r.record, r.flow, inQueue && inQueue !== queue ? null : 'flow', id);
+  } catch (e) {
+    notice(`look up: ${e.message}`, true);
+  }
+}
+
+/** A batch (Producer::open_batch): its state and counts. */
+async function showBatch(id) {
+  try {
+    const r = await get(`/api/batch?name=${encodeURIComponent(queue)}&id=${encodeURIComponent(id)}`);
+    if (!r.batch) return notice(`no batch ${id} in ${queue} (never opened, or fired more than a day ago)`, true);
+    const b = r.batch;
+    showDetail(`batch ${id}`, b, null, 'batch', id);
+    const summary = `${b.state} · ${b.total} members: ${b.done} done, ${b.failed} failed, ${b.pending} pending` +
+      (b.parent_batch ? ` · in batch ${b.parent_batch}` : '');
+    const node = document.getElementById('detail-flow');
+    node.replaceChildren(el('p', {className: 'batch-summary', textContent: summary}));
+    node.hidden = false;
   } catch (e) {
     notice(`look up: ${e.message}`, true);
   }
@@ -330,6 +367,12 @@ async function lookUp(event) {
   event.preventDefault();
   const id = document.getElementById('lookup-id').value.trim();
   if (id) await showRecord(id);
+}
+
+async function lookUpBatch(event) {
+  event.preventDefault();
+  const id = document.getElementById('batch-id').value.trim();
+  if (id) await showBatch(id);
 }
 
 // State -> its own columns: [heading, value of a task].
@@ -355,7 +398,7 @@ function taskRow(table, task) {
     box.onchange = () => (box.checked ? table.selected.add(ref) : table.selected.delete(ref));
     cells.push(el('td', {}, box));
   }
-  const open = button(task.id, () => showTask(task), 'link');
+  const open = button(task.id, () => showTask(ref, task), 'link');
   open.dataset.entry = task.id;
   cells.push(
     el('td', {}, open),
@@ -430,8 +473,12 @@ function startQueue() {
   document.getElementById('resume').onclick = () => act('resume', {});
   document.getElementById('replay-all').onclick = () =>
     act('replay', {all: true}, `Replay all ${document.getElementById('stat-dead').textContent} dead letters of ${queue}?`);
-  document.getElementById('detail-close').onclick = () => { document.getElementById('detail-box').hidden = true; };
+  document.getElementById('detail-close').onclick = () => {
+    document.getElementById('detail-box').hidden = true;
+    showInAddress(null);
+  };
   document.getElementById('lookup').onsubmit = lookUp;
+  document.getElementById('batch-lookup').onsubmit = lookUpBatch;
   for (const section of document.querySelectorAll('section.tasks')) tables.push(taskTable(section));
   const dead = tables.find((t) => t.state === 'dead');
   const selected = () => [...dead.selected];
@@ -446,6 +493,9 @@ function startQueue() {
   };
   document.querySelector('.replay-selected').onclick = onSelected('replay', 'Replay');
   document.querySelector('.delete-selected').onclick = onSelected('delete', 'Delete');
+  // An address that names a task, a flow or a batch opens it.
+  const opened = detailKinds.find((kind) => pageParams.get(kind));
+  if (opened) ({task: showTask, flow: showRecord, batch: showBatch})[opened](pageParams.get(opened));
   refreshAll();
   setInterval(loadQueue, 2000);
   setInterval(() => {
