@@ -18,9 +18,9 @@
 #             20 s from its seed corpus (scripts/fuzz.sh runs them longer)
 #   packages  the Debian packages (cpack -G DEB of a Release build, warnings as errors, with the
 #             shared library and its static twin, in build-packages): their metadata and files
-#             checked, unpacked into a
-#             throwaway root, and a program built against it with find_package and pkg-config,
-#             shared and static, run against a private server (tests/package/debs.sh)
+#             checked, unpacked into a throwaway root, and a program built against it with
+#             find_package and pkg-config, shared and static, run against a private server
+#             (tests/package/debs.sh)
 #   hiredis14 hiredis 1.4.1 (with hiredis_ssl) built from the vendored sources into
 #             build-matrix/prefix, a warnings-as-errors build with TLS (STREAMQ_TLS=ON) of the
 #             library and tests against it (the TLS tests run here)
