@@ -21,7 +21,7 @@ if [[ ${1:-} == --test ]]; then
   packages+=(dpkg-dev file)             # the packages stage: cpack -G DEB's dpkg-shlibdeps (which needs file)
   packages+=(python3-prometheus-client python3-yaml)  # tests/cli: Prometheus' text parser, ops/*.yml
   packages+=(chromium chromium-driver python3-selenium)  # tests/cli/dashboard_test.py: a headless browser
-  packages+=(python3-pytest python3-mypy python3-setuptools python3-pip)  # tests/python: the Python client, pip install ./python
+  packages+=(python3-pytest python3-mypy python3-pip python3-venv)  # tests/python: the Python client, pip install ./python in a venv
 fi
 
 missing=()
