@@ -23,9 +23,7 @@ done
 # each step may fail without skipping the next).
 cleanup() {
   if ((${#busy_pids[@]} > 0)); then kill "${busy_pids[@]}" 2>/dev/null || true; fi
-  kill "$redis_pid" 2>/dev/null || true
-  wait "$redis_pid" 2>/dev/null || true
-  rm -rf "$redis_dir"
+  private_redis_stop
 }
 trap cleanup EXIT
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }

@@ -24,8 +24,8 @@ cmake --build build-demo -j"$(nproc)" --target streamq-producer streamq-stats st
 bin=build-demo/examples
 
 step "Private redis-server"
-redis_dir=$(mktemp -d)
-redis_pid=
+# shellcheck source=scripts/private_redis.sh
+source scripts/private_redis.sh
 dashboard_pid=
 cleanup() {
   local status=$?
@@ -34,29 +34,11 @@ cleanup() {
     kill "$dashboard_pid" 2>/dev/null || true
     wait "$dashboard_pid" 2>/dev/null || true
   fi
-  if [[ -n $redis_pid ]]; then
-    kill "$redis_pid" 2>/dev/null || true
-    wait "$redis_pid" 2>/dev/null || true
-  fi
-  rm -rf "$redis_dir"
+  private_redis_stop
   exit "$status"
 }
 trap cleanup EXIT
-
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$redis_dir" \
-  --daemonize no --logfile "$redis_dir/redis.log" &
-redis_pid=$!
-deadline=$((SECONDS + 10))
-until [[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]]; do
-  if ! kill -0 "$redis_pid" 2>/dev/null || ((SECONDS >= deadline)); then
-    echo "demo: redis-server on port $port did not answer PING; its log:" >&2
-    cat "$redis_dir/redis.log" >&2 || true
-    exit 1
-  fi
-  sleep 0.1
-done
-url="redis://127.0.0.1:$port"
+private_redis_start
 stream=demo_tasks
 echo "redis-server pid $redis_pid listening on $url"
 

@@ -25,14 +25,11 @@ fail() {
 }
 
 work=$(mktemp -d)
-redis_pid=
+# shellcheck source=scripts/private_redis.sh
+source scripts/private_redis.sh
 cleanup() {
   local status=$?
-  # Only the server this script started, by its pid.
-  if [[ -n $redis_pid ]]; then
-    kill "$redis_pid" 2>/dev/null || true
-    wait "$redis_pid" 2>/dev/null || true
-  fi
+  private_redis_stop  # only the server this script started, by its pid
   rm -rf "$work"
   exit "$status"
 }
@@ -136,19 +133,7 @@ g++ -std=c++20 -O1 "${cflags[@]}" tests/package/main.cpp -Wl,-Bstatic "${static_
   -o "$work/app-pkgconfig-static"
 
 echo "--- run against a private redis-server"
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
-  --daemonize no --logfile "$work/redis.log" &
-redis_pid=$!
-deadline=$((SECONDS + 10))
-until [[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]]; do
-  if ! kill -0 "$redis_pid" 2>/dev/null || ((SECONDS >= deadline)); then
-    cat "$work/redis.log" >&2 || true
-    fail "redis-server on port $port did not answer PING"
-  fi
-  sleep 0.1
-done
-url=redis://127.0.0.1:$port
+private_redis_start || fail "no private redis-server"
 redis-cli -p "$port" SET debs_string_key x >/dev/null
 
 # The shared programs must load the unpacked libstreamq (the CMake one through the RPATH CMake
