@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "name_holder.hpp"
 
-#include <algorithm>
 #include <charconv>
 #include <map>
 
@@ -32,8 +31,11 @@ std::optional<NameHolder> parse_name_holder(std::string_view value) {
   if (first == std::string_view::npos || first == 0 || last == first) return std::nullopt;
   NameHolder h;
   h.client_id = std::string(value.substr(0, first));
-  if (!std::all_of(h.client_id.begin(), h.client_id.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return std::nullopt;
+  // A client id is 1 to 2^63 - 1 (what CLIENT LIST ID accepts): anything else would make the one
+  // CLIENT LIST that looks at every holder at once an error ("Invalid client ID") for all of them.
+  std::int64_t id = 0;
+  const auto [end, ec] = std::from_chars(h.client_id.data(), h.client_id.data() + h.client_id.size(), id);
+  if (ec != std::errc() || end != h.client_id.data() + h.client_id.size() || id < 1) return std::nullopt;
   h.token = std::string(value.substr(first + 1, last - first - 1));
   const std::string_view written = value.substr(last + 1);
   if (std::from_chars(written.data(), written.data() + written.size(), h.written_ms).ec != std::errc())

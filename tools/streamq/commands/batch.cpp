@@ -26,7 +26,7 @@ int batch(const Context& g, const std::string& queue, const std::string& id) {
   }
   Table table({"FIELD", "VALUE"});
   table.add({"batch_id", cell(b->batch_id, 200)});
-  table.add({"state", b->state});
+  table.add({"state", cell(b->state, 40)});
   table.add({"total", std::to_string(b->total)});
   table.add({"done", std::to_string(b->done)});
   table.add({"failed", std::to_string(b->failed)});
