@@ -38,8 +38,8 @@ std::optional<NameHolder> parse_name_holder(std::string_view value) {
   if (ec != std::errc() || end != h.client_id.data() + h.client_id.size() || id < 1) return std::nullopt;
   h.token = std::string(value.substr(first + 1, last - first - 1));
   const std::string_view written = value.substr(last + 1);
-  if (std::from_chars(written.data(), written.data() + written.size(), h.written_ms).ec != std::errc())
-    return std::nullopt;
+  const auto parsed = std::from_chars(written.data(), written.data() + written.size(), h.written_ms);
+  if (parsed.ec != std::errc() || parsed.ptr != written.data() + written.size()) return std::nullopt;
   return h;
 }
 
