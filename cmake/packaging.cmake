@@ -8,7 +8,8 @@
 #                            of libstreamq-dev of the same version
 # Their library dependencies come from dpkg-shlibdeps (dpkg-dev); the -dev package also depends
 # on what building against it needs: Debian's hiredis of the major version streamq was built
-# with, and nlohmann-json3-dev (and libssl-dev in a TLS build).
+# with, nlohmann-json3-dev and libhowardhinnant-date-dev (and libssl-dev in a TLS build). The
+# time-zone database comes with libdate-tz3 (which depends on tzdata).
 set(STREAMQ_PACKAGE_MAINTAINER "The streamq authors <maintainers@users.noreply.a-seed-945b9d7f.example>"
   CACHE STRING "The Maintainer of the Debian packages (cpack -G DEB)")
 
@@ -39,7 +40,7 @@ set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 string(REGEX MATCH "^[0-9]+" _streamq_hiredis_major "${hiredis_VERSION}")
 math(EXPR _streamq_hiredis_next "${_streamq_hiredis_major} + 1")
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "libhiredis-dev (>= ${hiredis_VERSION}), libhiredis-dev (<< ${_streamq_hiredis_next}), nlohmann-json3-dev (>= 3.9)")
+  "libhiredis-dev (>= ${hiredis_VERSION}), libhiredis-dev (<< ${_streamq_hiredis_next}), nlohmann-json3-dev (>= 3.9), libhowardhinnant-date-dev")
 if(STREAMQ_HAS_TLS)
   string(APPEND CPACK_DEBIAN_DEV_PACKAGE_DEPENDS ", libssl-dev")
 endif()

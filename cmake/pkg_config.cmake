@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 # streamq.pc, installed to <libdir>/pkgconfig beside the CMake package: `pkg-config --cflags
 # --libs streamq` for a shared libstreamq, with --static for the static one (it adds hiredis,
-# and hiredis_ssl and OpenSSL in a TLS build: Requires.private). nlohmann_json is public (the
-# headers include it), so it is in Requires. hiredis must be of the major version streamq was
-# built with (0.14 and 1.x differ in their ABI): Requires.private bounds it.
+# and hiredis_ssl and OpenSSL in a TLS build: Requires.private; and date-tz, which has no .pc:
+# Libs.private). nlohmann_json is public (the headers include it), so it is in Requires.
+# hiredis must be of the major version streamq was built with (0.14 and 1.x differ in their
+# ABI): Requires.private bounds it.
 string(REGEX MATCH "^[0-9]+" _streamq_hiredis_major "${hiredis_VERSION}")
 math(EXPR _streamq_hiredis_next "${_streamq_hiredis_major} + 1")
 if(_streamq_hiredis_major EQUAL 0)

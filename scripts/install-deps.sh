@@ -9,6 +9,7 @@ set -euo pipefail
 # Usage: install-deps.sh [--test]   (--test adds what only the test command needs)
 packages=(cmake g++ make pkg-config libhiredis-dev nlohmann-json3-dev libgtest-dev
           redis-server redis-tools python3 python3-redis
+          libhowardhinnant-date-dev tzdata                 # named time zones (Schedule::cron)
           libasio-dev                                      # the asio component (streamq::asio)
           libcli11-dev libcpp-httplib-dev libjs-chart.js)  # the streamq command (tools/)
 if [[ ${1:-} == --test ]]; then

@@ -24,6 +24,7 @@ namespace streamq {
 /// @code
 ///   auto every_five_minutes = streamq::Schedule::cron("*/5 * * * *");
 ///   auto weekdays_at_nine_cet = streamq::Schedule::cron("0 9 * * mon-fri", std::chrono::hours(1));
+///   auto weekdays_at_nine_in_berlin = streamq::Schedule::cron("0 9 * * mon-fri", "Europe/Berlin");
 ///   auto every_half_minute = streamq::Schedule::every(std::chrono::seconds(30));
 /// @endcode
 ///
@@ -45,17 +46,31 @@ class STREAMQ_EXPORT Schedule {
   static Schedule cron(std::string_view expression,
                        std::chrono::minutes utc_offset = std::chrono::minutes(0));
 
+  /// The cron expression (as above) read in the named time zone of the system's time-zone
+  /// database (an IANA name: `Europe/Berlin`, `America/New_York`; Debian's tzdata, read through
+  /// the date-tz library), following its daylight-saving changes. When the clock springs
+  /// forward, a time it skips runs once, at the first instant after the skip (`30 2 * * *` on
+  /// Berlin's spring-forward day runs at 03:00); when it falls back, a time it repeats runs
+  /// once, at its first occurrence. An expression whose minute or hour field starts with `*`
+  /// (`0 * * * *`, `*/15 * * * *`) follows elapsed time instead, as in Vixie cron: skipped
+  /// times do not tick and repeated ones tick in both passes (hourly: 23 ticks on a 23-hour
+  /// day, 25 on a 25-hour day). No instant ticks twice. The zone is looked up here, once.
+  /// @throws ConfigError as above for the expression; naming `time_zone` when the database has
+  ///   no such zone (or the system has no time-zone database).
+  static Schedule cron(std::string_view expression, std::string_view time_zone);
+
   /// A tick every `interval` (whole milliseconds, at least 1 ms), aligned to the Unix epoch
   /// (every(30s) ticks at :00 and :30 of each minute), so every instance computes the same
-  /// ticks. @throws ConfigError when `interval` is below 1 ms.
+  /// ticks. Intervals are absolute: no time zone or daylight-saving change moves them.
+  /// @throws ConfigError when `interval` is below 1 ms.
   static Schedule every(std::chrono::milliseconds interval);
 
   /// The first tick strictly after `t`; TimePoint::max() when there is none.
   TimePoint next_after(TimePoint t) const;
   /// The last tick at or before `t`; TimePoint::min() when there is none.
   TimePoint latest_at_or_before(TimePoint t) const;
-  /// The expression as given (`*/5 * * * *`, with ` UTC+01:00` appended for an offset), or
-  /// `every 30000ms`.
+  /// The expression as given (`*/5 * * * *`, with ` UTC+01:00` appended for an offset or
+  /// ` Europe/Berlin` for a time zone), or `every 30000ms`.
   const std::string& description() const noexcept;
 
  private:

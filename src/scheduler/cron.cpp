@@ -103,6 +103,8 @@ class Parser {
     for (int v = 1; v <= 31; ++v) spec.days_of_month[v] = bits[2][v];
     for (int v = 1; v <= 12; ++v) spec.months[v] = bits[3][v];
     for (int v = 0; v < 7; ++v) spec.days_of_week[v] = bits[4][v] || (v == 0 && bits[4][7]);
+    spec.minute_star = fields[0].first.front() == '*';
+    spec.hour_star = fields[1].first.front() == '*';
     spec.dom_star = fields[2].first.front() == '*';
     spec.dow_star = fields[4].first.front() == '*';
     return spec;

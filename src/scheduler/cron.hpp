@@ -21,6 +21,11 @@ struct CronSpec {
   /// OR rule applies only when both are restricted).
   bool dom_star = true;
   bool dow_star = true;
+  /// The minute or the hour field starts with `*` (`*/15 * * * *`, `0 * * * *`): in a named
+  /// time zone the expression follows elapsed time across daylight-saving changes rather than
+  /// wall-clock times (scheduler/zoned_cron.hpp).
+  bool minute_star = true;
+  bool hour_star = true;
   /// Fixed offset from UTC at which the fields are read (east positive).
   std::chrono::minutes utc_offset{0};
 };

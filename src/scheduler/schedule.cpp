@@ -3,8 +3,10 @@
 #include <variant>
 
 #include "scheduler/cron.hpp"
+#include "scheduler/zoned_cron.hpp"
 #include "streamq/errors.hpp"
 #include "streamq/scheduler.hpp"
+#include "util/concat.hpp"
 #include "util/durations.hpp"
 
 namespace streamq {
@@ -12,7 +14,7 @@ namespace streamq {
 using std::chrono::milliseconds;
 
 struct Schedule::Rule {
-  std::variant<detail::CronSpec, milliseconds> rule;
+  std::variant<detail::CronSpec, detail::ZonedCron, milliseconds> rule;
   std::string description;
 };
 
@@ -44,6 +46,13 @@ Schedule Schedule::cron(std::string_view expression, std::chrono::minutes utc_of
       Rule{detail::parse_cron(expression, utc_offset), std::string(expression) + offset_text(utc_offset)}));
 }
 
+Schedule Schedule::cron(std::string_view expression, std::string_view time_zone) {
+  const detail::CronSpec spec = detail::parse_cron(expression);
+  const detail::TimeZone zone(time_zone);
+  return Schedule(std::make_shared<const Rule>(
+      Rule{detail::ZonedCron{spec, zone}, detail::concat(expression, " ", time_zone)}));
+}
+
 Schedule Schedule::every(milliseconds interval) {
   detail::check_duration(interval, milliseconds(1), "interval");
   return Schedule(
@@ -53,6 +62,9 @@ Schedule Schedule::every(milliseconds interval) {
 Schedule::TimePoint Schedule::next_after(TimePoint t) const {
   if (const auto* spec = std::get_if<detail::CronSpec>(&rule_->rule))
     return detail::cron_next_after(*spec, t);
+  if (const auto* zoned = std::get_if<detail::ZonedCron>(&rule_->rule)) {
+    return detail::zoned_cron_next_after(*zoned, t);
+  }
   const milliseconds interval = std::get<milliseconds>(rule_->rule);
   const auto ms = std::chrono::floor<milliseconds>(t.time_since_epoch());
   return TimePoint(floor_to(ms, interval) + interval);
@@ -61,6 +73,9 @@ Schedule::TimePoint Schedule::next_after(TimePoint t) const {
 Schedule::TimePoint Schedule::latest_at_or_before(TimePoint t) const {
   if (const auto* spec = std::get_if<detail::CronSpec>(&rule_->rule)) {
     return detail::cron_latest_at_or_before(*spec, t);
+  }
+  if (const auto* zoned = std::get_if<detail::ZonedCron>(&rule_->rule)) {
+    return detail::zoned_cron_latest_at_or_before(*zoned, t);
   }
   const milliseconds interval = std::get<milliseconds>(rule_->rule);
   const auto ms = std::chrono::floor<milliseconds>(t.time_since_epoch());

@@ -311,5 +311,72 @@ TEST_F(SchedulerTest, StopIsPromptEvenWithALongWait) {
   EXPECT_EQ(record("yearly", "tick"), ms(at(2026, 1, 1)));
 }
 
+/// The ids of the tasks of schedule `name`, in stream order.
+std::vector<std::string> ids_of(const std::vector<std::string>& ids, const std::string& name) {
+  std::vector<std::string> out;
+  for (const std::string& id : ids) {
+    if (id.rfind(name + "@", 0) == 0) out.push_back(id);
+  }
+  return out;
+}
+
+// Europe/Berlin through both nights of 2026 when its clock changes, the fake clock moved 5
+// minutes at a time: the tasks enqueued are the ticks docs/scheduling.md#time-zones promises.
+// A 5-minute interval schedule ("pulse", absolute: it ignores the zone) ticks at every step,
+// so its task shows that the Scheduler has handled the step (the zoned schedules come first
+// in each wake-up).
+TEST_F(SchedulerTest, BerlinTimeAcrossBothDaylightSavingChanges) {
+  struct Night {
+    const char* name;
+    TimePoint from;  // 2 s after a whole 5 minutes (UTC)
+    TimePoint to;
+    std::vector<std::string> hourly;
+    std::vector<std::string> half_past_two;
+  };
+  const Night nights[] = {
+      // 00:00 CET to 04:30 CEST: 02:00 does not exist; 02:30 runs at 03:00 CEST.
+      {"spring",
+       at(2026, 3, 28, 23, 0, 2),
+       at(2026, 3, 29, 2, 30),
+       {"2026-03-28T23:00:00Z", "2026-03-29T00:00:00Z", "2026-03-29T01:00:00Z", "2026-03-29T02:00:00Z"},
+       {"2026-03-29T01:00:00Z"}},
+      // 00:00 CEST to 03:30 CET: 02:00 comes twice (hourly: both); 02:30 once, in summer time.
+      {"fall",
+       at(2026, 10, 24, 22, 0, 2),
+       at(2026, 10, 25, 2, 30),
+       {"2026-10-24T22:00:00Z", "2026-10-24T23:00:00Z", "2026-10-25T00:00:00Z", "2026-10-25T01:00:00Z",
+        "2026-10-25T02:00:00Z"},
+       {"2026-10-25T00:30:00Z"}},
+  };
+  for (const Night& night : nights) {
+    SCOPED_TRACE(night.name);
+    const std::string suffix = std::string("-") + night.name;
+    clock.set(night.from);
+    Scheduler s(options());
+    s.add("hourly" + suffix, Schedule::cron("0 * * * *", "Europe/Berlin"), "report", "{}");
+    s.add("half-past-two" + suffix, Schedule::cron("30 2 * * *", "Europe/Berlin"), "report", "{}");
+    s.add("pulse" + suffix, Schedule::every(minutes(5)), "pulse", "{}");
+    s.start();
+    std::vector<std::string> pulses;
+    for (TimePoint now = night.from; now <= night.to; now += minutes(5)) {
+      clock.set(now);
+      pulses.push_back("pulse" + suffix + "@" + detail::format_tick(now - seconds(2)));
+      ASSERT_TRUE(wait_until([&] { return ids_of(task_ids(), "pulse" + suffix) == pulses; }))
+          << "at " << detail::format_tick(now);
+    }
+    s.stop();
+    std::vector<std::string> hourly;
+    for (const std::string& tick : night.hourly) hourly.push_back("hourly" + suffix + "@" + tick);
+    EXPECT_EQ(ids_of(task_ids(), "hourly" + suffix), hourly);
+    std::vector<std::string> half_past_two;
+    for (const std::string& tick : night.half_past_two)
+      half_past_two.push_back("half-past-two" + suffix + "@" + tick);
+    EXPECT_EQ(ids_of(task_ids(), "half-past-two" + suffix), half_past_two);
+    EXPECT_EQ(s.metrics().errors, 0u);
+    // The first start found 02:30 of the day before long past: recorded, not enqueued.
+    EXPECT_EQ(s.metrics().skipped, 1u);
+  }
+}
+
 }  // namespace
 }  // namespace streamq::test

@@ -118,18 +118,19 @@ elseif(MODE STREQUAL "hiredis_mismatch")
   return()
 elseif(MODE STREQUAL "link_mismatch")
   # Past the package config (a hand-written link line): a streamq built against hiredis 1.x
-  # must not link with 0.14's library at all.
+  # must not link with 0.14's library at all. The line has everything else libstreamq.a needs
+  # (date-tz included), so what is left undefined is hiredis'.
   file(GLOB_RECURSE archive "${PREFIX}/*/libstreamq.a")
   if(NOT archive)
     message(FATAL_ERROR "no libstreamq.a under ${PREFIX} (the link check needs a static streamq)")
   endif()
   file(WRITE "${OUT_DIR}-src/CMakeLists.txt"
     "cmake_minimum_required(VERSION 3.21)\nproject(streamq_link_mismatch LANGUAGES CXX)\n"
-    "find_package(nlohmann_json REQUIRED)\nfind_package(Threads REQUIRED)\n"
+    "find_package(nlohmann_json REQUIRED)\nfind_package(Threads REQUIRED)\nfind_package(date 3 CONFIG REQUIRED)\n"
     "add_executable(app \"${SOURCE_DIR}/main.cpp\")\nset_target_properties(app PROPERTIES CXX_STANDARD 20)\n"
     "target_include_directories(app PRIVATE \"${PREFIX}/include\")\n"
     "target_link_libraries(app PRIVATE \"${archive}\" \"${OTHER_HIREDIS}\" "
-    "nlohmann_json::nlohmann_json Threads::Threads)\n")
+    "nlohmann_json::nlohmann_json Threads::Threads date::date-tz)\n")
   run("configuring the link-mismatch project" "${CMAKE_COMMAND}" -S "${OUT_DIR}-src" -B "${OUT_DIR}" ${flags})
   run_refused("linking with ${OTHER_HIREDIS}" "undefined reference"
     "${CMAKE_COMMAND}" --build "${OUT_DIR}")

@@ -75,10 +75,12 @@ dpkg-deb -I "$tools"
   fail "sections: $(field "$dev" Section), $(field "$tools" Section)"
 [[ -n $(field "$dev" Maintainer) ]] || fail "$dev has no Maintainer"
 # The -dev package: Debian's hiredis 0.14 (the build's; the library loads it, a static link and
-# the CMake package need its -dev), nlohmann_json, and what dpkg-shlibdeps found.
+# the CMake package need its -dev), nlohmann_json, date-tz (the same: libdate-tz3 from
+# dpkg-shlibdeps, the -dev by name), and what else dpkg-shlibdeps found.
 expect_in "$dev Depends" "$(field "$dev" Depends)" \
   '(^|, )libhiredis0\.14 ' '(^|, )libhiredis-dev \(>= 0\.14' 'libhiredis-dev \(<< 1\)' \
-  '(^|, )nlohmann-json3-dev \(>= 3\.9\)' '(^|, )libstdc\+\+6 ' '(^|, )libc6 '
+  '(^|, )nlohmann-json3-dev \(>= 3\.9\)' '(^|, )libdate-tz3 ' '(^|, )libhowardhinnant-date-dev(,|$)' \
+  '(^|, )libstdc\+\+6 ' '(^|, )libc6 '
 # The command: the -dev package of its version (its libstreamq.so) and the C++ runtime.
 expect_in "$tools Depends" "$(field "$tools" Depends)" \
   "(^|, )libstreamq-dev \\(= $version\\)" '(^|, )libstdc\+\+6 ' '(^|, )libc6 '
@@ -128,8 +130,12 @@ read -ra libs <<<"$("${pc[@]}" --libs streamq)"
 read -ra static_libs <<<"$("${pc[@]}" --static --libs streamq)"
 g++ -std=c++20 -O1 "${cflags[@]}" tests/package/main.cpp "${libs[@]}" -o "$work/app-pkgconfig-shared"
 # -Bstatic: from the same folders, the archives (libstreamq.a and, through Requires.private,
-# libhiredis.a), so the link needs every library --static names.
-g++ -std=c++20 -O1 "${cflags[@]}" tests/package/main.cpp -Wl,-Bstatic "${static_libs[@]}" -Wl,-Bdynamic \
+# libhiredis.a), so the link needs every library --static names; but -ldate-tz (Libs.private)
+# after -Bdynamic: Debian ships libdate-tz shared only.
+[[ " ${static_libs[*]} " == *" -ldate-tz "* ]] || fail "pkg-config --static --libs streamq has no -ldate-tz"
+archives=()
+for lib_flag in "${static_libs[@]}"; do [[ $lib_flag == -ldate-tz ]] || archives+=("$lib_flag"); done
+g++ -std=c++20 -O1 "${cflags[@]}" tests/package/main.cpp -Wl,-Bstatic "${archives[@]}" -Wl,-Bdynamic -ldate-tz \
   -o "$work/app-pkgconfig-static"
 
 echo "--- run against a private redis-server"
