@@ -491,10 +491,10 @@ class STREAMQ_EXPORT Producer {
   /// ProducerOptions::min_replicas_acked, a second one: `WAIT`.
   /// @throws PayloadError (too large, not JSON, too deep; nothing sent), QueueFullError,
   ///   DuplicateTaskError (unique_for), ConfigError (bad task type, id, extra field, delay,
-  ///   unique key or debounce; a debounce key whose waiting task has another type), ReplyError (e.g. WRONGTYPE, OOM, NOPERM), ConnectionError / TimeoutError
-  ///   (the outcome is unknown: retry with the same task id, and unique_for if a second copy
-  ///   must not be added), ReplicationError (written, but fewer replicas than
-  ///   min_replicas_acked have it).
+  ///   unique key or debounce; a debounce key whose waiting task has another type), ReplyError (e.g.
+  ///   WRONGTYPE, OOM, NOPERM), ConnectionError / TimeoutError (the outcome is unknown: retry with the same
+  ///   task id, and unique_for if a second copy must not be added), ReplicationError (written, but fewer
+  ///   replicas than min_replicas_acked have it).
   std::string enqueue(std::string_view task_type, std::string_view payload_json,
                       const EnqueueOptions& options = {});
 

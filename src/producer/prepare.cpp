@@ -55,7 +55,8 @@ void Producer::Impl::check_debounce(const EnqueueOptions& eo) {
     throw ConfigError("debounce.mode must be DebounceMode::keep_first or DebounceMode::replace_latest");
   }
   // The task waits out the window from the call (plus its delay): an absolute time has no window.
-  if (eo.run_at) throw ConfigError("debounce and run_at: a debounced task runs a window after its call (use delay)");
+  if (eo.run_at)
+    throw ConfigError("debounce and run_at: a debounced task runs a window after its call (use delay)");
   // A duplicate of a unique task is refused, a debounced call is absorbed: one call cannot be both.
   if (eo.unique_for.count() > 0) throw ConfigError("debounce and unique_for: set one of them, not both");
   // The key's state lives in the key's partition: another partition key would split a burst.

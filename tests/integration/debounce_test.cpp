@@ -319,7 +319,8 @@ TEST_F(DebounceTest, TheDebounceKeyPicksThePartition) {
   for (int i = 0; i < kPartitions; ++i) {
     const std::string part = detail::partition_stream(stream, kPartitions, i);
     EXPECT_EQ(client.integer({"ZCARD", part + ":delayed"}), i == home ? 1 : 0) << "partition " << i;
-    EXPECT_EQ(client.integer({"EXISTS", part + ":debounce:invoice-12"}), i == home ? 1 : 0) << "partition " << i;
+    EXPECT_EQ(client.integer({"EXISTS", part + ":debounce:invoice-12"}), i == home ? 1 : 0)
+        << "partition " << i;
   }
 }
 
@@ -403,8 +404,9 @@ TEST_F(DebounceTest, WhatCannotBeDebouncedIsRefusedBeforeAnythingIsSent) {
         p.enqueue_flow(root);
       },
       "enqueue_flow");
-  refused([&] { p.open_batch({.on_complete = TaskSpec{.task_type = "t", .payload = "{}", .options = base()}}); },
-          "open_batch");
+  refused(
+      [&] { p.open_batch({.on_complete = TaskSpec{.task_type = "t", .payload = "{}", .options = base()}}); },
+      "open_batch");
   EXPECT_EQ(client.integer({"DBSIZE"}), 0) << "a refused call wrote something";
 }
 
