@@ -172,10 +172,12 @@ struct STREAMQ_EXPORT EnqueueOptions {
   std::string tenant{};
   /// Collapse a burst of enqueues under one key into one run (see Debounce): enqueue returns the
   /// id of the task that will run, which is this call's (task_id, or a new UUID) only when the
-  /// call starts a cycle. The task's start is `window` plus `delay` from the call that started
-  /// the cycle (keep_first) or from the last call (replace_latest). A replacement takes only the
-  /// call's payload (the task type must be the waiting task's, else ConfigError); the task keeps
-  /// its id and every other option of the call that started the cycle. @throws ConfigError
+  /// call starts a cycle (enqueue_async's completion gets it too; its middleware, which runs
+  /// before the write, sees this call's own id). The task's start is `window` plus `delay` from
+  /// the call that started the cycle (keep_first) or from the last call (replace_latest). A
+  /// replacement takes only the call's payload (the task type must be the waiting task's, else
+  /// ConfigError); the task keeps its id and every other option of the call that started the
+  /// cycle. @throws ConfigError
   /// (enqueue) for an empty key, a window <= 0, or together with run_at, unique_for,
   /// partition_key, batch, or a tenant in a partitioned queue; and from enqueue_batch,
   /// enqueue_flow and open_batch's callbacks, which cannot say which task a dropped call became.

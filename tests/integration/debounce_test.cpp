@@ -5,9 +5,9 @@
 // a new cycle; the key picks the partition; a delay adds to the window; the state survives a
 // restart; and what cannot be debounced is refused before anything is sent.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <latch>
 #include <map>
 #include <mutex>
