@@ -20,14 +20,14 @@ Worker = Callable[..., Any]
 def test_a_replace_latest_burst_runs_once_with_its_last_payload_through_a_cxx_worker(
         server: str, stream: str, worker: Worker, r: Any) -> None:
     with Producer(url=server, stream=stream, retention=60) as p:
-        burst = Debounce("doc-7", 0.5, "replace_latest")
+        burst = Debounce("doc-7", 2, "replace_latest")
         ids = {p.enqueue("describe", {"version": n}, debounce=burst) for n in range(20)}
         assert len(ids) == 1, ids
         (task_id,) = ids
         assert r.zcard(stream + ":delayed") == 1
         assert r.hget(stream + ":debounce:doc-7", "id") == task_id
         # keep_first under the same key: dropped, the waiting task's id.
-        assert p.enqueue("describe", {"version": 99}, debounce=Debounce("doc-7", 0.5)) == task_id
+        assert p.enqueue("describe", {"version": 99}, debounce=Debounce("doc-7", 2)) == task_id
         worker()
         record = p.wait(task_id, timeout=20)
         assert record.state == "done"
