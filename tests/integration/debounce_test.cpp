@@ -276,7 +276,7 @@ TEST_F(DebounceTest, ATrackedTaskKeepsItsRecordAndTheReturnedIdCanBeWaitedOn) {
   Runs runs;
   auto rc = run(runs, options());
   const TaskRecord record = p.wait(id, 20s);
-  EXPECT_EQ(record.state, "done");
+  EXPECT_EQ(record.state, TaskRecord::State::done);
   std::lock_guard lock(runs.m);
   ASSERT_EQ(runs.payloads.size(), 1u);
   EXPECT_EQ(runs.payloads[0], R"({"n":2})");
