@@ -73,6 +73,33 @@ struct STREAMQ_EXPORT WaitOptions {
   bool wait_for_enqueue = false;
 };
 
+/// What a debounced enqueue does when its key's task is still waiting (see Debounce).
+enum class DebounceMode {
+  /// The call is dropped: the waiting task runs as the first call of the burst wrote it.
+  keep_first,
+  /// The call's payload replaces the waiting task's, and the task's start moves to `window`
+  /// (plus the call's delay) from this call.
+  replace_latest,
+};
+
+/// EnqueueOptions::debounce: collapse a burst of enqueues under one key into one run. The first
+/// call under `key` starts a cycle: its task waits in `<stream>:delayed` until `window` (plus
+/// the call's EnqueueOptions::delay) from that call, and `<stream>:debounce:<key>` (a hash with
+/// the task's id and its delayed member, PEXPIRE'd to its due time) says it waits. A later call
+/// under the key while the task still waits there is dropped (DebounceMode::keep_first) or
+/// replaces the task's payload and moves its start back (DebounceMode::replace_latest); either
+/// way it returns the waiting task's id, writes no task of its own, and is not refused by a full
+/// queue. Once the task left the delayed set (due and moved to its stream, run now, cancelled) or
+/// the key expired, the next call starts a new cycle. Checked and written in the enqueue's own
+/// script. See docs/producer.md, "Debounced tasks".
+struct STREAMQ_EXPORT Debounce {
+  /// The burst's key (not empty). In a partitioned queue it picks the task's partition.
+  std::string key{};
+  /// How long a cycle waits for more calls (> 0).
+  std::chrono::milliseconds window{0};
+  DebounceMode mode = DebounceMode::keep_first;
+};
+
 /// Per-task options for Producer::enqueue and enqueue_batch.
 struct STREAMQ_EXPORT EnqueueOptions {
   /// Caller-given task id; empty = a new UUID v4. An id is not checked for uniqueness: a
@@ -140,8 +167,22 @@ struct STREAMQ_EXPORT EnqueueOptions {
   /// have work in turn (by weight), so one tenant's backlog does not hold the others back; its
   /// tenant's limits apply: concurrency, rate, pause, and its max_len (a full tenant refuses
   /// with QueueFullError, the others go on). See docs/tenants.md. In a partitioned queue the task
-  /// goes to its tenant's partition (then it may not also be unique or join a batch). Empty: none.
+  /// goes to its tenant's partition (then it may not also be unique, debounced or join a batch).
+  /// Empty: none.
   std::string tenant{};
+  /// Collapse a burst of enqueues under one key into one run (see Debounce): enqueue returns the
+  /// id of the task that will run, which is this call's (task_id, or a new UUID) only when the
+  /// call starts a cycle (enqueue_async's completion gets it too; its middleware, which runs
+  /// before the write, sees this call's own id). The task's start is `window` plus `delay` from
+  /// the call that started the cycle (keep_first) or from the last call (replace_latest). A
+  /// replacement takes only the call's payload (the task type must be the waiting task's, else
+  /// ConfigError); the task keeps its id and every other option of the call that started the
+  /// cycle. @throws ConfigError
+  /// (enqueue) for an empty key, a window <= 0, or together with run_at, unique_for,
+  /// partition_key, batch, or a tenant in a partitioned queue; and from enqueue_batch,
+  /// enqueue_flow and open_batch's callbacks, which cannot say which task a dropped call became.
+  /// Unset: none.
+  std::optional<Debounce> debounce{};
 };
 
 /// One enqueue as a producer middleware sees it: what is about to be written, changeable before
@@ -443,18 +484,19 @@ class STREAMQ_EXPORT Producer {
   Producer(const Producer&) = delete;
   Producer& operator=(const Producer&) = delete;
 
-  /// Enqueues one task and returns its task id. `payload_json` is JSON text, stored as given
-  /// (a string literal, std::string or std::string_view always lands here, never in the
+  /// Enqueues one task and returns its task id (with EnqueueOptions::debounce: the id of the
+  /// task that will run, which may be an earlier call's). `payload_json` is JSON text, stored as
+  /// given (a string literal, std::string or std::string_view always lands here, never in the
   /// overloads below). One round trip: EVALSHA of the enqueue script (Overflow::reject, or
-  /// a task with a delay, a priority or a unique key), else the seed's
+  /// a task with a delay, a priority, a unique key or a debounce key), else the seed's
   /// `XADD <stream> MAXLEN ~ <max_len> * ...` (Overflow::trim_oldest). With
   /// ProducerOptions::min_replicas_acked, a second one: `WAIT`.
   /// @throws PayloadError (too large, not JSON, too deep; nothing sent), QueueFullError,
-  ///   DuplicateTaskError (unique_for), ConfigError (bad task type, id, extra field, delay or
-  ///   unique key), ReplyError (e.g. WRONGTYPE, OOM, NOPERM), ConnectionError / TimeoutError
-  ///   (the outcome is unknown: retry with the same task id, and unique_for if a second copy
-  ///   must not be added), ReplicationError (written, but fewer replicas than
-  ///   min_replicas_acked have it).
+  ///   DuplicateTaskError (unique_for), ConfigError (bad task type, id, extra field, delay,
+  ///   unique key or debounce; a debounce key whose waiting task has another type), ReplyError (e.g.
+  ///   WRONGTYPE, OOM, NOPERM), ConnectionError / TimeoutError (the outcome is unknown: retry with the same
+  ///   task id, and unique_for if a second copy must not be added), ReplicationError (written, but fewer
+  ///   replicas than min_replicas_acked have it).
   std::string enqueue(std::string_view task_type, std::string_view payload_json,
                       const EnqueueOptions& options = {});
 

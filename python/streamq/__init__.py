@@ -12,13 +12,14 @@ from .errors import (BatchClosedError, ConfigError, ConnectionError, DuplicateTa
                      WaitTimeoutError)
 from .flows import FlowIds, FlowNode, TaskSpec, chain, chord, group
 from .inspector import Entry, Inspector, LevelStats, QueueStats
-from .producer import Producer, Retention
+from .producer import Debounce, Producer, Retention
 from .record import ChildResult, TaskRecord, group_results, parse_children
 
 __version__ = "0.2.0"
 
 __all__ = [
-    "BatchClosedError", "ChildResult", "ConfigError", "ConnectionError", "DuplicateTaskError", "EnqueueRefusedError",
+    "BatchClosedError", "ChildResult", "ConfigError", "ConnectionError", "Debounce", "DuplicateTaskError",
+    "EnqueueRefusedError",
     "Entry", "Error", "FlowIds", "FlowNode", "Inspector", "LevelStats", "PayloadError", "Producer", "QueueFullError",
     "QueueStats", "ReplyError", "Retention", "TaskFailedError", "TaskRecord", "TaskSpec", "TimeoutError",
     "WaitTimeoutError", "chain", "chord", "group", "group_results", "parse_children",

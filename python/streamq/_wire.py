@@ -134,6 +134,9 @@ class QueueKeys:
     def unique_lock(self, key: str) -> str:
         return self.stream + ":unique:" + key
 
+    def debounce(self, key: str) -> str:
+        return self.stream + ":debounce:" + key
+
     def batch(self, batch_id: str) -> str:
         return self.stream + ":batches:" + batch_id
 

@@ -45,6 +45,22 @@ class Retention:
 
 RetentionLike = Union[Retention, int, float, timedelta]
 
+DEBOUNCE_MODES = ("keep_first", "replace_latest")
+
+
+@dataclass(frozen=True)
+class Debounce:
+    """``enqueue(..., debounce=Debounce(key, window, mode))`` (EnqueueOptions::debounce, see
+    docs/producer.md, "Debounced tasks"): a burst of enqueues under ``key`` runs once. The first
+    call starts a cycle whose task waits ``window`` (seconds or a timedelta, > 0; plus the call's
+    ``delay``); a later call while it waits is dropped (``mode="keep_first"``) or replaces its
+    payload and moves its start to a window from that call (``"replace_latest"``), and returns
+    the waiting task's id."""
+
+    key: str
+    window: Duration
+    mode: str = "keep_first"
+
 
 def _retention(value: Optional[RetentionLike]) -> Optional[Retention]:
     if value is None or isinstance(value, Retention):
@@ -56,7 +72,7 @@ class _Prepared:
     """A checked task and how the enqueue script is to write it (src/producer/prepare.hpp)."""
 
     __slots__ = ("task_id", "fields", "dest", "at_ms", "delay_ms", "nonce", "lock_key", "lock_ms", "tracked",
-                 "tenant", "partition")
+                 "tenant", "partition", "debounce_key", "debounce_ms", "debounce_mode")
 
     def __init__(self) -> None:
         self.task_id = ""
@@ -70,6 +86,9 @@ class _Prepared:
         self.tracked = False
         self.tenant = ""
         self.partition = 0
+        self.debounce_key = ""
+        self.debounce_ms = 0
+        self.debounce_mode = ""
 
     def strings(self) -> list[str]:
         out: list[str] = []
@@ -80,7 +99,7 @@ class _Prepared:
 
     def needs_script(self) -> bool:
         return (self.dest != 1 or self.at_ms > 0 or self.delay_ms > 0 or bool(self.lock_key) or self.tracked
-                or bool(self.tenant))
+                or bool(self.tenant) or bool(self.debounce_key))
 
 
 class Producer:
@@ -152,8 +171,10 @@ class Producer:
                 unique_for: Optional[Duration] = None, unique_key: Optional[str] = None,
                 retention: Optional[RetentionLike] = None, deadline: Union[datetime, int, float, None] = None,
                 batch: Optional[str] = None, tenant: Optional[str] = None,
-                extra_fields: Optional[Mapping[str, str]] = None, partition_key: Optional[str] = None) -> str:
-        """Enqueues one task and returns its task id.
+                extra_fields: Optional[Mapping[str, str]] = None, partition_key: Optional[str] = None,
+                debounce: Optional[Debounce] = None) -> str:
+        """Enqueues one task and returns its task id (with ``debounce``: the id of the task that
+        will run, this call's or the waiting one it joined).
 
         ``payload``: a JSON-serialisable value (dict, list, ...) or JSON text (``str``); None is
         ``{}``. ``task_id``: the caller's id (default a new UUID v4). ``max_retries``: retries
@@ -166,14 +187,18 @@ class Producer:
         (``open_batch``). ``tenant``: the tenant whose backlog it waits in (docs/tenants.md).
         ``extra_fields``: more fields, carried through retries and dead letters. ``partition_key``
         (a partitioned queue): tasks of one key go to one partition (CRC16 of the key); unset, the
-        unique key's (with unique_for), else the next partition in turn.
+        unique key's (with unique_for), else the next partition in turn. ``debounce``: a
+        Debounce, collapsing a burst of calls under its key into one run (its key picks the
+        partition; not with run_at, unique_for, partition_key, batch, or a tenant in a
+        partitioned queue).
 
         Raises QueueFullError, DuplicateTaskError, BatchClosedError (nothing written),
         ConfigError, PayloadError, ConnectionError, ReplyError."""
         p = self._prepare(task_type, payload, dict(
             task_id=task_id, max_retries=max_retries, delay=delay, run_at=run_at, priority=priority,
             unique_for=unique_for, unique_key=unique_key, retention=retention, deadline=deadline, batch=batch,
-            tenant=tenant, extra_fields=extra_fields, partition_key=partition_key), _wire.format_timestamp())
+            tenant=tenant, extra_fields=extra_fields, partition_key=partition_key, debounce=debounce),
+            _wire.format_timestamp(), call="enqueue")
         with _redis.translated():
             if self.overflow == "trim_oldest" and not p.needs_script():
                 self._client.xadd(self._parts[p.partition].stream, dict(p.fields), maxlen=self.max_len,
@@ -181,9 +206,11 @@ class Producer:
                 return p.task_id
             keys, args = self._enqueue_call([p], "", 0)
             try:
-                _redis.run_script(self._client, "enqueue", keys, args)
+                reply = _redis.run_script(self._client, "enqueue", keys, args)
             except rx.ResponseError as e:
                 raise _refusal(_redis.server_message(e), 0, []) from e
+        if p.debounce_key:
+            return reply.decode("utf-8", "surrogateescape") if isinstance(reply, bytes) else str(reply)
         return p.task_id
 
     def enqueue_batch(self, tasks: Iterable[TaskLike]) -> list[str]:
@@ -193,7 +220,7 @@ class Producer:
         exception's ``batch_ids`` has the written tasks' ids and ``""`` for the others."""
         specs = [task_spec(t) for t in tasks]
         created_at = _wire.format_timestamp()
-        prepared = [self._prepare(s.task_type, s.payload, s.options, created_at) for s in specs]
+        prepared = [self._prepare(s.task_type, s.payload, s.options, created_at, call="enqueue_batch") for s in specs]
         if not prepared:
             return []
         ids = [p.task_id for p in prepared]
@@ -371,7 +398,7 @@ class Producer:
             flow = None
             if parent >= 0:
                 flow = (prepared[parent].task_id, _FAILURE_TEXT[node.on_failure])
-            p = self._prepare(node.task_type, node.payload, options, created_at, flow)
+            p = self._prepare(node.task_type, node.payload, options, created_at, flow, call="enqueue_flow")
             if p.task_id in seen:
                 raise ConfigError(f'flow: task id "{p.task_id}" is given twice')
             seen.add(p.task_id)
@@ -448,9 +475,11 @@ class Producer:
     # ---------------------------------------------------------------------------------- internals
 
     def _prepare(self, task_type: str, payload: Any, o: Mapping[str, Any], created_at: str,
-                 flow: Optional[tuple[str, str]] = None) -> _Prepared:
+                 flow: Optional[tuple[str, str]] = None, call: str = "enqueue") -> _Prepared:
+        """``call``: the public call preparing it ("enqueue", "enqueue_batch", "enqueue_flow"): only
+        enqueue takes a debounced task."""
         known = {"task_id", "max_retries", "delay", "run_at", "priority", "unique_for", "unique_key", "retention",
-                 "deadline", "batch", "tenant", "extra_fields", "partition_key"}
+                 "deadline", "batch", "tenant", "extra_fields", "partition_key", "debounce"}
         unknown = set(o) - known
         if unknown:
             raise ConfigError("unknown enqueue option(s): " + ", ".join(sorted(unknown)))
@@ -490,6 +519,13 @@ class Producer:
         partition_key = o.get("partition_key") or ""
         if not isinstance(partition_key, str):
             raise ConfigError("partition_key must be a string")
+        debounce = o.get("debounce")
+        debounce_ms = 0
+        if debounce is not None:
+            if call != "enqueue":
+                raise ConfigError(f"{call}: a task cannot have debounce here (a dropped or replaced "
+                                  "call has no task of its own to return; enqueue it with enqueue)")
+            debounce_ms = self._check_debounce(debounce, o, unique_for_ms, partition_key, batch, tenant)
         priority = o.get("priority") or "normal"
         if priority not in PRIORITIES:
             raise ConfigError("priority must be 'high', 'normal' or 'low'")
@@ -508,7 +544,15 @@ class Producer:
         fields = [("task_id", p.task_id), ("task_type", task_type), ("payload", text), ("created_at", created_at),
                   ("max_retries", str(max_retries)), ("retry_count", "0")]
         key = (unique_key or p.task_id) if unique_for_ms > 0 else ""
-        p.partition = self._partitioner.of(tenant, batch, partition_key, key)
+        # (A debounced task goes by its key: partition_key, batch and a partitioned tenant are refused with it.)
+        p.partition = self._partitioner.of(tenant, batch, debounce.key if debounce is not None else partition_key,
+                                           key)
+        if debounce is not None:
+            p.debounce_key = self._parts[p.partition].debounce(debounce.key)
+            p.debounce_ms = debounce_ms
+            p.debounce_mode = debounce.mode
+            if not p.nonce:
+                p.nonce = _wire.new_task_id()  # it waits in the delayed set
         if unique_for_ms > 0:
             fields.append(("unique_key", key))
             p.lock_key = self._parts[p.partition].unique_lock(key)
@@ -536,12 +580,45 @@ class Producer:
         p.fields = fields
         return p
 
+    def _check_debounce(self, debounce: Any, o: Mapping[str, Any], unique_for_ms: int, partition_key: str,
+                        batch: str, tenant: str) -> int:
+        """The window in ms of a Debounce, checked with the task's other options (as the C++
+        Producer::Impl::check_debounce)."""
+        if not isinstance(debounce, Debounce):
+            raise ConfigError("debounce must be a streamq.Debounce")
+        if not isinstance(debounce.key, str) or not debounce.key:
+            raise ConfigError("debounce.key must not be empty")
+        window_ms = _wire.duration_ms(debounce.window, "debounce.window")
+        if window_ms <= 0:
+            raise ConfigError("debounce.window must be > 0")
+        if debounce.mode not in DEBOUNCE_MODES:
+            raise ConfigError("debounce.mode must be 'keep_first' or 'replace_latest'")
+        if o.get("run_at") is not None:
+            raise ConfigError("debounce and run_at: a debounced task runs a window after its call (use delay)")
+        if unique_for_ms > 0:
+            raise ConfigError("debounce and unique_for: set one of them, not both")
+        if partition_key:
+            raise ConfigError("debounce and partition_key: a debounced task goes to its debounce key's partition")
+        if batch:
+            raise ConfigError("debounce and batch: a debounced task cannot join a batch")
+        if tenant and self.partitions > 1:
+            raise ConfigError("a tenant's task in a partitioned queue cannot be debounced (it goes to its tenant's "
+                              "partition, not its debounce key's, where the key's waiting task may be)")
+        return window_ms
+
     def _enqueue_call(self, tasks: Sequence[_Prepared], mark: str, position: int) -> tuple[list[str], list[Any]]:
         """The keys and arguments of one enqueue script call (its header in src/lua/enqueue.lua;
         built as enqueue_call in src/producer/prepare.cpp); the tasks are of one partition."""
         k = self._parts[tasks[0].partition]
         keys = [k.stream, k.high, k.low, k.delayed]
         keys.extend(t.lock_key for t in tasks if t.lock_key)
+        if len(tasks) == 1 and tasks[0].debounce_key:
+            # The 'debounce' layout: one task, its state's key KEYS[5].
+            t = tasks[0]
+            strings = t.strings()
+            keys.append(t.debounce_key)
+            return keys, ["reject" if self.overflow == "reject" else "trim", self.max_len, 0, 1, "debounce",
+                          t.dest, t.delay_ms, t.debounce_ms, t.debounce_mode, t.nonce, len(strings), *strings]
         if mark:
             keys.append(mark)
         plain = not any(t.needs_script() or t.dest < 0 for t in tasks)
@@ -569,6 +646,8 @@ def _refusal(message: str, first: int, batch_ids: list[str], order: Optional[Seq
         return QueueFullError(message, batch_ids)
     if message.startswith("BATCHCLOSED"):
         return BatchClosedError(message, batch_ids)
+    if message.startswith("DEBOUNCETYPE"):
+        return ConfigError(message)
     if message.startswith("DUPLICATE "):
         # DUPLICATE <index in the call> <length of the holder> <holder> holds <key>
         try:

@@ -57,6 +57,8 @@ std::vector<RoleCheck> role_checks(const std::string& q, const std::string& grou
         {"XADD", q, "*", "task_id", "x"},
         {"XLEN", q},
         {"ZADD", q + ":delayed", "0", "x"},
+        {"ZREM", q + ":delayed", "x"},  // a debounced task's replacement
+        {"HSET", detail::debounce_key(q, "x"), "member", "x"},
         {"HSET", detail::task_key(q, "x"), "state", "queued"},
         {"HSET", detail::flow_key(q, "x"), "body", "x"},
         {"SADD", detail::flow_key(q, "x") + ":pending", "x"},

@@ -2,8 +2,9 @@
 -- the backlog would exceed max_len.
 -- KEYS[1] = stream (normal priority), KEYS[2] = high stream, KEYS[3] = low stream,
 -- KEYS[4] = delayed set, then the unique locks the tasks name (unique_lock_key() in
--- keys.hpp), then, when ARGV[3] > 0, the batch's mark (batch_refused_key()), passed by
--- enqueue_batch when it sends more than one chunk of a partition.
+-- keys.hpp), or in the 'debounce' layout the task's debounce key (debounce_key()), then, when
+-- ARGV[3] > 0, the batch's mark (batch_refused_key()), passed by enqueue_batch when it sends
+-- more than one chunk of a partition.
 -- ARGV[1] = 'reject' (the backlog gate: Overflow::reject), 'each' (the gate, for each task on
 --           its own: single enqueues of plain tasks merged into one call by the producer, see
 --           src/producer/merged_enqueue.hpp; 'plain' layout, no mark), 'trim' (no gate; immediate
@@ -19,7 +20,13 @@
 --            unique lock, 0 = none), lock_ms (the lock's lifetime), nonce (for a delayed
 --            member), m (the number of field and value strings), then the m strings;
 --   'plain': every task immediate, normal priority and not unique, so per task only m and
---            the m strings (the common case: a third fewer arguments to send and parse).
+--            the m strings (the common case: a third fewer arguments to send and parse);
+--   'debounce': one task (n = 1, ARGV[3] = 0) debounced under KEYS[5] (lib/debounce.lua): dest,
+--            delay (ms), window (ms), mode ('keep_first' or 'replace_latest'), nonce, m, then
+--            the m strings. Returns the id of the task that will run (this one's, or the
+--            waiting task's it was absorbed into), or an error with nothing written (QUEUEFULL
+--            for a new task only, WRONGTYPE, "DEBOUNCETYPE ..." for a task type other than the
+--            waiting task's).
 -- Returns n ('each': one reply per task, 1 when it was written, else its QUEUEFULL error, as
 -- a call of its own would have had it), or an error with nothing written: "QUEUEFULL ...", "BATCHCLOSED ..." (a task of a
 -- batch that is not open, see Producer::open_batch and the batches in lib/record.lua) or
@@ -66,6 +73,7 @@
 -- @include lib/delayed.lua
 -- @include lib/events.lua
 -- @include lib/record.lua
+-- @include lib/debounce.lua
 local PLACED_KEEP = 86400000  -- ms a placement's guard stays (the producer shortens it once done)
 local gate = ARGV[1] == 'reject'
 local each = ARGV[1] == 'each'
@@ -130,6 +138,17 @@ if each then
     end
   end)
   return out
+end
+if ARGV[5] == 'debounce' then
+  if n ~= 1 or mark then return redis.error_reply("ERR enqueue: 'debounce' takes one task and no mark") end
+  local m = tonumber(ARGV[11])
+  return debounce_enqueue({KEYS[1], KEYS[2], KEYS[3]}, KEYS[4], KEYS[5], tonumber(ARGV[6]), tonumber(ARGV[7]),
+                          tonumber(ARGV[8]), ARGV[9], ARGV[10], ARGV, 12, 11 + m, function()
+    -- A new task is gated as any other; a call absorbed into the waiting one adds nothing.
+    local len = gate and backlog() or 0
+    if gate and len + 1 > max_len then return redis.error_reply(queue_full(len, 1)) end
+    return nil
+  end)
 end
 if gate then
   local len = backlog()

@@ -108,6 +108,7 @@ void Producer::Impl::build_batch(BatchWrite& b, const std::vector<TaskSpec>& tas
   b.created_at = detail::format_timestamp(std::chrono::system_clock::now());
   b.scripted = im.options.overflow == Overflow::reject;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
+    Impl::refuse_debounce(tasks[i].options, "enqueue_batch");
     b.prepared.push_back(
         im.prepare(tasks[i].task_type, tasks[i].payload.text(), tasks[i].options, b.ids[i], b.created_at));
     b.scripted = b.scripted || Impl::needs_script(b.prepared.back());

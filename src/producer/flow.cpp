@@ -226,6 +226,7 @@ std::unique_ptr<Producer::Impl::FlowWrite> Producer::Impl::build_flow(const Flow
   FlowContext context{options, link.config().endpoint.is_cluster()};
   flatten(root, -1, 0, partition_key, root_id, context, flat);
   for (const TaskSpec& t : flat.tasks) {
+    refuse_debounce(t.options, "enqueue_flow");
     if (options.partitions > 1 && (!t.options.batch.empty() || t.options.unique_for.count() > 0)) {
       // (A batch's task goes to the batch's partition: the flow would be split; a unique task's
       // lock would be in the flow's partition, not the unique key's.)

@@ -38,14 +38,51 @@ void Producer::Impl::check_tenant(const EnqueueOptions& eo) const {
         "a tenant's task in a partitioned queue cannot be unique or join a batch (it goes to its "
         "tenant's partition, where the lock or the batch may not be)");
   }
+  if (options.partitions > 1 && eo.debounce) {
+    throw ConfigError(
+        "a tenant's task in a partitioned queue cannot be debounced (it goes to its tenant's "
+        "partition, not its debounce key's, where the key's waiting task may be)");
+  }
+}
+
+void Producer::Impl::check_debounce(const EnqueueOptions& eo) {
+  if (!eo.debounce) return;
+  const Debounce& d = *eo.debounce;
+  if (d.key.empty()) throw ConfigError("debounce.key must not be empty");
+  if (d.window.count() <= 0) throw ConfigError("debounce.window must be > 0");
+  detail::check_duration(d.window, std::chrono::milliseconds(1), "debounce.window");
+  if (d.mode != DebounceMode::keep_first && d.mode != DebounceMode::replace_latest) {
+    throw ConfigError("debounce.mode must be DebounceMode::keep_first or DebounceMode::replace_latest");
+  }
+  // The task waits out the window from the call (plus its delay): an absolute time has no window.
+  if (eo.run_at)
+    throw ConfigError("debounce and run_at: a debounced task runs a window after its call (use delay)");
+  // A duplicate of a unique task is refused, a debounced call is absorbed: one call cannot be both.
+  if (eo.unique_for.count() > 0) throw ConfigError("debounce and unique_for: set one of them, not both");
+  // The key's state lives in the key's partition: another partition key would split a burst.
+  if (!eo.partition_key.empty()) {
+    throw ConfigError("debounce and partition_key: a debounced task goes to its debounce key's partition");
+  }
+  // A batch counts its members: a dropped call would be a member that never ends.
+  if (!eo.batch.empty()) throw ConfigError("debounce and batch: a debounced task cannot join a batch");
+}
+
+void Producer::Impl::refuse_debounce(const EnqueueOptions& eo, std::string_view call) {
+  if (eo.debounce) {
+    throw ConfigError(std::string(call) +
+                      ": a task cannot have debounce here (a dropped or replaced call has no task of its "
+                      "own to return; enqueue it with enqueue)");
+  }
 }
 
 int Producer::Impl::partition_of(const EnqueueOptions& eo, std::string_view unique_key) {
   if (options.partitions == 1) return 0;
   // A batch's task goes where its batch is (open_batch: the batch id's partition).
   // A tenant's task goes where its tenant's keys are, so that its limits hold across the queue.
+  // A debounced task goes where its key's state is, so one script call sees it.
   const std::string_view key = !eo.tenant.empty()          ? std::string_view(eo.tenant)
                                : !eo.batch.empty()         ? std::string_view(eo.batch)
+                               : eo.debounce               ? std::string_view(eo.debounce->key)
                                : !eo.partition_key.empty() ? std::string_view(eo.partition_key)
                                                            : unique_key;
   if (!key.empty()) return static_cast<int>(detail::crc16(key) % static_cast<unsigned>(options.partitions));
@@ -82,6 +119,7 @@ Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload
     }
   }
   check_tenant(eo);
+  check_debounce(eo);
   if (eo.priority != Priority::high && eo.priority != Priority::normal && eo.priority != Priority::low) {
     throw ConfigError("priority must be Priority::high, Priority::normal or Priority::low");
   }
@@ -136,6 +174,13 @@ Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload
         detail::unique_lock_key(keys[static_cast<std::size_t>(p.partition)].stream, p.task.unique_key);
     p.lock_ms = eo.unique_for.count();
   }
+  if (eo.debounce) {
+    p.debounce_key =
+        detail::debounce_key(keys[static_cast<std::size_t>(p.partition)].stream, eo.debounce->key);
+    p.debounce_ms = eo.debounce->window.count();
+    p.debounce_mode = eo.debounce->mode == DebounceMode::replace_latest ? "replace_latest" : "keep_first";
+    if (p.nonce.empty()) p.nonce = detail::new_uuid_v4();  // it waits in the delayed set
+  }
   return p;
 }
 
@@ -156,22 +201,34 @@ detail::Argv enqueue_call(At at, std::size_t n, const detail::QueueKeys& k, std:
                           std::int64_t position, bool plain) {
   std::size_t locks = 0;
   for (std::size_t i = 0; i < n; ++i) locks += at(i).lock_key.empty() ? 0 : 1;
-  const int numkeys = static_cast<int>(4 + locks + (refusal_mark.empty() ? 0 : 1));
+  // A debounced task is enqueued alone (prepare refuses it in the calls of many tasks).
+  const bool debounced = n == 1 && !at(0).debounce_key.empty();
+  const int numkeys = static_cast<int>(4 + locks + (debounced ? 1 : 0) + (refusal_mark.empty() ? 0 : 1));
   detail::Argv argv = detail::ScriptRunner::begin_shared(detail::ScriptId::enqueue, numkeys);
   argv.add(k.stream).add(k.high).add(k.low).add(k.delayed);
   for (std::size_t i = 0; i < n; ++i) {
     if (!at(i).lock_key.empty()) argv.add(at(i).lock_key);
   }
+  if (debounced) argv.add(at(0).debounce_key);
   if (!refusal_mark.empty()) argv.add(refusal_mark);
   argv.add(mode).add(max_len_text);
   argv.add(refusal_mark.empty() ? 0 : position).add(static_cast<std::int64_t>(n));
-  argv.add(plain ? "plain" : "full");
+  argv.add(debounced ? "debounce" : plain ? "plain" : "full");
   if (plain) {
     for (std::size_t i = 0; i < n; ++i) {
       const detail::NewTask written = at(i).written_task();  // plain: no retention; a deadline
       argv.add(static_cast<std::int64_t>(detail::new_task_string_count(written)));
       detail::append_new_task(argv, written);
     }
+    return argv;
+  }
+  if (debounced) {
+    // The 'debounce' layout: one task, its state's key KEYS[5] (see enqueue.lua).
+    const detail::Prepared& t = at(0);
+    argv.add(t.dest).add(t.delay_ms).add(t.debounce_ms).add(t.debounce_mode).add(t.nonce);
+    const detail::NewTask written = t.written_task();
+    argv.add(static_cast<std::int64_t>(detail::new_task_string_count(written)));
+    detail::append_new_task(argv, written);
     return argv;
   }
   std::int64_t lock_index = 4;
@@ -207,7 +264,7 @@ detail::Argv Producer::Impl::merged_argv(const std::vector<const Prepared*>& tas
 
 bool Producer::Impl::needs_script(const Prepared& t) {
   return t.dest != 1 || t.at_ms > 0 || t.delay_ms > 0 || !t.lock_key.empty() || !t.retention.empty() ||
-         !t.task.tenant.empty();
+         !t.task.tenant.empty() || !t.debounce_key.empty();
 }
 
 }  // namespace streamq

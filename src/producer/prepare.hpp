@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "wire/codec.hpp"
 
@@ -19,6 +20,11 @@ struct Prepared {
   std::string nonce;          // keeps equal delayed tasks apart in the delayed set
   std::string lock_key;       // its uniqueness lock, or empty
   std::int64_t lock_ms = 0;
+  // EnqueueOptions::debounce: its state's key (empty = not debounced), window and mode as the
+  // enqueue script's 'debounce' layout takes them.
+  std::string debounce_key;
+  std::int64_t debounce_ms = 0;
+  std::string_view debounce_mode;
   int partition = 0;  // ProducerOptions::partitions
   // A tracked task's retention field ("<done ms> <dead ms>"), or empty. Not viewed by `task`
   // (a Prepared moves, and a short string with it): written_task() points at it.

@@ -244,7 +244,11 @@ std::string Producer::Impl::finish_one(const OneWrite& w, const detail::Reply& r
   if (is_queue_full(reply)) throw QueueFullError(std::string(reply.view().error()));
   if (detail::is_batch_closed(reply)) throw BatchClosedError(std::string(reply.view().error()));
   if (auto d = parse_duplicate(reply)) throw DuplicateTaskError(duplicate_message(*d), d->holder);
-  reply.view().check();
+  if (detail::is_debounce_type(reply)) throw ConfigError(std::string(reply.view().error()));
+  const detail::ReplyView v = reply.view().check();
+  // A debounced call's reply is the id of the task that will run: this call's, or the one it
+  // was absorbed into.
+  if (!w.one[0].debounce_key.empty()) return std::string(v.str());
   return w.id;
 }
 

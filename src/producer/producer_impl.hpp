@@ -122,6 +122,11 @@ struct Producer::Impl {
   /// ConfigError for a tenant name too long or with a NUL, or one that cannot go with the task's
   /// other options.
   void check_tenant(const EnqueueOptions& eo) const;
+  /// ConfigError for a debounce option that is malformed or cannot go with the task's others.
+  static void check_debounce(const EnqueueOptions& eo);
+  /// ConfigError naming `call` (enqueue_batch, enqueue_flow, a batch's callback) for a debounced
+  /// task: only enqueue can answer with the id of the task a dropped call became.
+  static void refuse_debounce(const EnqueueOptions& eo, std::string_view call);
   /// Checks one task and its per-call options; throws before anything is sent.
   detail::Prepared prepare(std::string_view type, std::string_view payload, const EnqueueOptions& eo,
                            std::string& id_storage, std::string_view created_at);

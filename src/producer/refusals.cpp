@@ -16,6 +16,10 @@ bool is_batch_closed(const Reply& r) {
   return r.view().is_error() && r.view().error().starts_with("BATCHCLOSED");
 }
 
+bool is_debounce_type(const Reply& r) {
+  return r.view().is_error() && r.view().error().starts_with("DEBOUNCETYPE");
+}
+
 std::optional<Duplicate> parse_duplicate(const Reply& r) {
   if (!r.view().is_error()) return std::nullopt;
   std::string_view e = r.view().error();

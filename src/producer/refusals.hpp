@@ -17,6 +17,10 @@ bool is_queue_full(const Reply& r);
 /// Whether `r` is the enqueue script's BATCHCLOSED refusal (a task of a batch that is not open).
 bool is_batch_closed(const Reply& r);
 
+/// Whether `r` is the enqueue script's DEBOUNCETYPE refusal (a debounced call of another task
+/// type than the task its key's cycle holds).
+bool is_debounce_type(const Reply& r);
+
 /// A DUPLICATE refusal of the enqueue script: "DUPLICATE <index> <id length> <id> holds <key>".
 struct Duplicate {
   std::size_t index = 0;  // in the script call

@@ -66,6 +66,7 @@ std::unique_ptr<Producer::Impl::BatchCall> Producer::Impl::open_call(const Batch
     }
     const TaskSpec& t = **given[i];
     const EnqueueOptions& eo = t.options;
+    refuse_debounce(eo, "open_batch (a batch's callback)");
     if (eo.delay.count() > 0 || eo.run_at || eo.unique_for.count() > 0 || !eo.batch.empty()) {
       throw ConfigError("a batch's callback (task type \"" + t.task_type +
                         "\") is enqueued when the batch ends: no delay, run_at, unique_for or batch");

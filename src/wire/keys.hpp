@@ -55,6 +55,12 @@ inline std::string unique_lock_key(std::string_view stream, std::string_view key
   return std::string(stream) + ":unique:" + std::string(key);
 }
 
+/// The state of debounce key `key` (EnqueueOptions::debounce): a hash of the waiting task's
+/// `id` and its `member` of the delayed set, expiring at the task's due time.
+inline std::string debounce_key(std::string_view stream, std::string_view key) {
+  return std::string(stream) + ":debounce:" + std::string(key);
+}
+
 /// The liveness key of `consumer` in `group` (src/consumer/name_lock.hpp): which process runs
 /// that consumer name. The group's length keeps group "a:b" with consumer "c" apart from group
 /// "a" with consumer "b:c".

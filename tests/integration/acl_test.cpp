@@ -101,6 +101,12 @@ TEST_F(AclRoles, TheProducerEnqueuesAndCanDoNothingElse) {
   p.enqueue("t", R"({})");
   p.enqueue("t", R"({})", {.delay = 1h});
   p.enqueue("t", R"({})", {.unique_for = 1min, .unique_key = "k"});
+  // A debounced burst: a cycle started, then a replacement (ZSCORE, ZREM, ZADD, HSET, PEXPIRE).
+  const EnqueueOptions debounced{
+      .debounce = Debounce{.key = "d", .window = 1h, .mode = DebounceMode::replace_latest}};
+  const std::string waiting = p.enqueue("t", R"({"n":1})", debounced);
+  EXPECT_EQ(p.enqueue("t", R"({"n":2})", debounced), waiting);
+  EXPECT_EQ(admin.integer({"ZCARD", queue + ":delayed"}), 2);  // the delayed task and the debounced one
   std::vector<TaskSpec> batch(100,
                               TaskSpec{.task_type = "t", .payload = "{}"});  // > 64: the refusal mark too
   EXPECT_EQ(p.enqueue_batch(batch).size(), 100u);

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from conftest import BUILD, REPO, build_file
-from streamq import Inspector, Producer, Retention, TaskFailedError
+from streamq import Debounce, Inspector, Producer, Retention, TaskFailedError
 
 DOC = (REPO / "docs" / "wire-format.md").read_text(encoding="utf-8")
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -255,6 +255,8 @@ RUN_AT = datetime(2030, 1, 2, 3, 4, 5, 600000, tzinfo=timezone.utc)
      {"delay_ms": 3600000, "priority": "high", "deadline_ms": int(DEADLINE.timestamp() * 1000)}, "delayed"),
     ({"tenant": "acme", "max_retries": 2, "retention": 60},
      {"tenant": "acme", "max_retries": 2, "retention": {"done_ms": 60000}}, "backlog"),
+    ({"debounce": Debounce("k", 3600, "replace_latest"), "max_retries": 2},
+     {"debounce": {"key": "k", "window_ms": 3600000, "mode": "replace_latest"}, "max_retries": 2}, "delayed"),
 ])
 def test_every_option_writes_what_the_cxx_producer_writes(server: str, stream: str, r: Any, cxx_enqueue: Any,
                                                           python: dict[str, Any], cxx: dict[str, Any],

@@ -149,7 +149,9 @@ int produce(const std::string& stream, long rate, long seconds) {
 // Producer writes with what the Python one writes): "type", "payload" (JSON text), and any of
 // "task_id", "max_retries", "extra_fields" ([[name, value], ...]), "delay_ms", "run_at_ms" and
 // "deadline_ms" (Unix ms), "priority" ("high", "normal", "low"), "unique_for_ms",
-// "unique_key", "partition_key", "retention" ({"done_ms", "dead_ms"}), "batch", "tenant".
+// "unique_key", "partition_key", "retention" ({"done_ms", "dead_ms"}), "batch", "tenant",
+// "debounce" ({"key", "window_ms", "mode": "keep_first" or "replace_latest"}). Prints the id
+// enqueue returned (a debounced call's: the task that will run).
 int enqueue_described(const std::string& stream, const std::string& description) {
   using std::chrono::milliseconds;
   const auto d = nlohmann::json::parse(description);
@@ -177,6 +179,14 @@ int enqueue_described(const std::string& stream, const std::string& description)
   }
   eo.batch = d.value("batch", "");
   eo.tenant = d.value("tenant", "");
+  if (d.contains("debounce")) {
+    const auto& db = d["debounce"];
+    eo.debounce = streamq::Debounce{.key = db.value("key", ""),
+                                    .window = milliseconds(db.value("window_ms", 0)),
+                                    .mode = db.value("mode", "keep_first") == "replace_latest"
+                                                ? streamq::DebounceMode::replace_latest
+                                                : streamq::DebounceMode::keep_first};
+  }
   streamq::Producer producer({.connection = {.url = g_url}, .stream = stream});
   std::cout << producer.enqueue(d.at("type").get<std::string>(), d.at("payload").get<std::string>(), eo)
             << std::endl;
