@@ -65,6 +65,12 @@ class STREAMQ_EXPORT Schedule {
   /// @throws ConfigError when `interval` is below 1 ms.
   static Schedule every(std::chrono::milliseconds interval);
 
+  /// Parses what description() prints: a cron expression with, as its last word, an optional
+  /// time zone (an IANA name) or fixed offset (`UTC+01:00`, `UTC-05:30`), or `every <N>ms`.
+  /// The form schedules are stored in Redis and typed at `streamq schedules upsert`.
+  /// @throws ConfigError as cron() and every(), or naming what is not understood.
+  static Schedule parse(std::string_view description);
+
   /// The first tick strictly after `t`; TimePoint::max() when there is none.
   TimePoint next_after(TimePoint t) const;
   /// The last tick at or before `t`; TimePoint::min() when there is none.
@@ -87,15 +93,65 @@ enum class MissedTicks {
   enqueue_once,
   /// Record the most recent missed tick without enqueuing it.
   skip,
+  /// Enqueue every missed tick of the last CatchUp::window, oldest first (each with its own
+  /// id); older missed ticks are not enqueued. Per schedule only (ScheduledTaskOptions::catch_up).
+  all_within,
 };
 
-/// Per-schedule task options.
+/// A schedule's policy for missed ticks (see MissedTicks).
+///
+/// @code
+///   streamq::ScheduledTaskOptions o{.catch_up = streamq::CatchUp::all_within(std::chrono::hours(6))};
+/// @endcode
+struct STREAMQ_EXPORT CatchUp {
+  MissedTicks policy = MissedTicks::enqueue_once;
+  /// With MissedTicks::all_within: how far back missed ticks are enqueued (> 0, at most 1000
+  /// ticks). Ignored otherwise.
+  std::chrono::milliseconds window{0};
+
+  static CatchUp enqueue_once() { return {MissedTicks::enqueue_once, {}}; }
+  static CatchUp skip() { return {MissedTicks::skip, {}}; }
+  static CatchUp all_within(std::chrono::milliseconds window) { return {MissedTicks::all_within, window}; }
+  friend bool operator==(const CatchUp&, const CatchUp&) = default;
+};
+
+/// What a tick does while the task of the schedule's previous tick has not ended (neither done,
+/// dead nor cancelled). Anything but `allow` makes the schedule's tasks tracked (Retention).
+enum class Overlap {
+  /// Enqueue it anyway (default).
+  allow,
+  /// Record the tick as skipped, without enqueuing it.
+  skip,
+  /// Keep the newest such tick, and enqueue it once the previous task has ended; ticks that
+  /// find one kept already are skipped.
+  buffer_one,
+};
+
+/// Per-schedule task options and policies.
 struct STREAMQ_EXPORT ScheduledTaskOptions {
   /// Retries allowed after the first attempt; unset = SchedulerOptions::queue.default_max_retries.
   std::optional<int> max_retries{};
   /// Extra fields written after the standard ones (as EnqueueOptions::extra_fields). Names
   /// must not collide with wire fields.
   std::vector<std::pair<std::string, std::string>> extra_fields{};
+  /// The tasks' priority level.
+  Priority priority = Priority::normal;
+  /// Track the tasks (EnqueueOptions::retention). Unset: untracked, unless `overlap` is not
+  /// Overlap::allow (then kept an hour once done, and as long as their dead letter).
+  std::optional<Retention> retention{};
+  /// No tick before `start` / after `end` (inclusive bounds). Unset: no bound.
+  std::optional<std::chrono::system_clock::time_point> start{};
+  std::optional<std::chrono::system_clock::time_point> end{};
+  /// At most this many ticks are ever enqueued (counted in the schedule's record; > 0). Unset: no limit.
+  std::optional<std::int64_t> limit{};
+  /// Each tick's task is enqueued up to this long after the tick, by an offset derived from the
+  /// schedule's name and the tick's time (the same on every instance). 0 = at the tick. Keep it
+  /// below the schedule's shortest interval.
+  std::chrono::milliseconds jitter{0};
+  /// While the previous tick's task runs: see Overlap.
+  Overlap overlap = Overlap::allow;
+  /// Missed ticks; unset = SchedulerOptions::missed.
+  std::optional<CatchUp> catch_up{};
 };
 
 /// Scheduler configuration. Validated by the Scheduler constructor (ConfigError names the field).

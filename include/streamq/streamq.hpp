@@ -10,6 +10,7 @@
 #include "streamq/producer.hpp"
 #include "streamq/record.hpp"
 #include "streamq/scheduler.hpp"
+#include "streamq/schedules.hpp"
 #include "streamq/stats.hpp"
 #include "streamq/task.hpp"
 #include "streamq/version.hpp"

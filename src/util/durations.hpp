@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -27,6 +28,14 @@ inline void check_duration(std::chrono::milliseconds d, std::chrono::millisecond
     throw ConfigError(std::string(name) + " must be <= " + std::to_string(kMaxDuration.count()) +
                       " ms (about ten years)");
   }
+}
+
+/// A time as milliseconds since the Unix epoch (what the scripts and records hold), and back.
+inline std::int64_t unix_ms(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+inline std::chrono::system_clock::time_point from_unix_ms(std::int64_t ms) {
+  return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
 }
 
 }  // namespace streamq::detail

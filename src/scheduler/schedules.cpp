@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+// Schedules: the stored schedules of one queue, through store.hpp, and ScheduleInfo's JSON.
+#include "streamq/schedules.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "redis/connection.hpp"
+#include "redis/connection_config.hpp"
+#include "redis/scripts.hpp"
+#include "scheduler/cron.hpp"
+#include "scheduler/store.hpp"
+#include "streamq/errors.hpp"
+#include "util/durations.hpp"
+#include "wire/codec.hpp"
+
+namespace streamq {
+
+using std::chrono::milliseconds;
+using TimePoint = std::chrono::system_clock::time_point;
+
+namespace {
+
+constexpr std::int64_t kMaxBackfillTicks = 1000;
+
+QueueOptions validated(QueueOptions q) {
+  if (q.stream.empty()) throw ConfigError("stream must not be empty");
+  detail::check_partitions(q.partitions, q.stream);
+  return q;
+}
+
+std::string iso(TimePoint t) { return detail::format_tick(t); }
+
+}  // namespace
+
+std::string ScheduleInfo::to_json() const {
+  nlohmann::ordered_json j;
+  j["name"] = name;
+  j["schedule"] = schedule;
+  j["task_type"] = task_type;
+  j["payload"] = payload;
+  j["from_code"] = from_code;
+  j["paused"] = paused;
+  j["note"] = note;
+  j["version"] = version;
+  j["changed_at"] = changed_at == TimePoint{} ? nlohmann::ordered_json() : nlohmann::ordered_json(iso(changed_at));
+  nlohmann::ordered_json next = nlohmann::ordered_json::array();
+  for (const TimePoint t : next_ticks) next.push_back(iso(t));
+  j["next_ticks"] = next;
+  j["last_tick"] = last_tick ? nlohmann::ordered_json(iso(*last_tick)) : nlohmann::ordered_json();
+  j["last_outcome"] = last_outcome;
+  j["last_task_id"] = last_task_id;
+  j["enqueued"] = enqueued;
+  const ScheduledTaskOptions& o = options;
+  nlohmann::ordered_json opts;
+  opts["max_retries"] = o.max_retries ? nlohmann::ordered_json(*o.max_retries) : nlohmann::ordered_json();
+  opts["priority"] = o.priority == Priority::high ? "high" : o.priority == Priority::low ? "low" : "normal";
+  opts["start"] = o.start ? nlohmann::ordered_json(iso(*o.start)) : nlohmann::ordered_json();
+  opts["end"] = o.end ? nlohmann::ordered_json(iso(*o.end)) : nlohmann::ordered_json();
+  opts["limit"] = o.limit ? nlohmann::ordered_json(*o.limit) : nlohmann::ordered_json();
+  opts["jitter_ms"] = o.jitter.count();
+  opts["overlap"] = o.overlap == Overlap::skip         ? "skip"
+                    : o.overlap == Overlap::buffer_one ? "buffer_one"
+                                                       : "allow";
+  if (o.catch_up) {
+    opts["catch_up"] = o.catch_up->policy == MissedTicks::skip         ? "skip"
+                       : o.catch_up->policy == MissedTicks::all_within ? "all_within"
+                                                                       : "enqueue_once";
+    if (o.catch_up->policy == MissedTicks::all_within) opts["catch_up_window_ms"] = o.catch_up->window.count();
+  } else {
+    opts["catch_up"] = nullptr;
+  }
+  j["options"] = opts;
+  return j.dump();
+}
+
+struct Schedules::Impl {
+  Impl(QueueOptions q, std::function<TimePoint()> c)
+      : queue(validated(std::move(q))),
+        clock(std::move(c)),
+        conn(detail::make_connection_config(queue.connection, "schedules",
+                                            detail::partition_stream(queue.stream, queue.partitions, 0))),
+        scripts(conn),
+        keys(queue.stream, queue.partitions) {}
+
+  detail::Connection& connected() {
+    conn.connect_with_backoff();
+    return conn;
+  }
+  TimePoint now() {
+    if (clock) return clock();
+    const detail::Reply r = connected().command({"TIME"});
+    const detail::ReplyView v = r.view().check();
+    return TimePoint(std::chrono::seconds(v[0].as_int()) + std::chrono::microseconds(v[1].as_int()));
+  }
+  ScheduleInfo info(const detail::StoredSchedule& s, TimePoint at, std::size_t count) const;
+
+  QueueOptions queue;
+  std::function<TimePoint()> clock;
+  detail::Connection conn;
+  detail::ScriptRunner scripts;
+  detail::ScheduleKeys keys;
+};
+
+ScheduleInfo Schedules::Impl::info(const detail::StoredSchedule& s, TimePoint at, std::size_t count) const {
+  ScheduleInfo i;
+  i.name = s.name;
+  i.from_code = s.from_code;
+  i.paused = s.paused;
+  i.note = s.note;
+  i.version = s.version;
+  i.changed_at = s.changed_at;
+  i.last_tick = s.tick;
+  i.last_outcome = s.outcome;
+  i.last_task_id = s.task_id;
+  i.enqueued = s.enqueued;
+  if (!s.def) {
+    i.schedule = "(unreadable: " + s.unreadable + ")";
+    return i;
+  }
+  const detail::Definition& d = *s.def;
+  i.schedule = d.schedule.description();
+  i.task_type = d.task_type;
+  i.payload = d.payload;
+  i.options = d.options;
+  if (s.paused || (d.options.limit && s.enqueued >= *d.options.limit)) return i;
+  TimePoint t = std::max({at, s.since, s.floor});
+  if (d.options.start && *d.options.start > t) t = *d.options.start - milliseconds(1);
+  while (i.next_ticks.size() < count) {
+    t = d.schedule.next_after(t);
+    if (t == TimePoint::max() || (d.options.end && t > *d.options.end)) break;
+    if (d.options.limit && s.enqueued + static_cast<std::int64_t>(i.next_ticks.size()) >= *d.options.limit) break;
+    i.next_ticks.push_back(t);
+  }
+  return i;
+}
+
+Schedules::Schedules(QueueOptions queue, std::function<TimePoint()> clock)
+    : impl_(std::make_unique<Impl>(std::move(queue), std::move(clock))) {}
+Schedules::~Schedules() = default;
+Schedules::Schedules(Schedules&&) noexcept = default;
+Schedules& Schedules::operator=(Schedules&&) noexcept = default;
+
+UpsertOutcome Schedules::upsert(const std::string& name, const Schedule& schedule, const std::string& task_type,
+                                const Payload& payload, const ScheduledTaskOptions& options) {
+  Impl& im = *impl_;
+  const detail::Definition d{name, schedule, task_type, payload.text(), options};
+  detail::check_definition(d, im.queue);
+  const TimePoint now = im.now();
+  im.connected();
+  return detail::store_upsert(im.scripts, im.keys, d, false, now);
+}
+
+bool Schedules::remove(const std::string& name) {
+  Impl& im = *impl_;
+  const TimePoint now = im.now();
+  im.connected();
+  return detail::store_change(im.scripts, im.keys, "remove", name, "", now);
+}
+
+bool Schedules::pause(const std::string& name, const std::string& note) {
+  Impl& im = *impl_;
+  const TimePoint now = im.now();
+  im.connected();
+  return detail::store_change(im.scripts, im.keys, "pause", name, note, now);
+}
+
+bool Schedules::resume(const std::string& name) {
+  Impl& im = *impl_;
+  const TimePoint now = im.now();
+  im.connected();
+  return detail::store_change(im.scripts, im.keys, "resume", name, "", now);
+}
+
+std::vector<ScheduleInfo> Schedules::list(std::size_t next_ticks) {
+  Impl& im = *impl_;
+  const TimePoint now = im.now();
+  std::vector<ScheduleInfo> out;
+  for (const detail::StoredSchedule& s : detail::store_read_all(im.connected(), im.keys)) {
+    out.push_back(im.info(s, now, next_ticks));
+  }
+  return out;
+}
+
+std::optional<ScheduleInfo> Schedules::get(const std::string& name, std::size_t next_ticks) {
+  Impl& im = *impl_;
+  const TimePoint now = im.now();
+  const std::optional<detail::StoredSchedule> s = detail::store_read(im.connected(), im.keys, name);
+  if (!s) return std::nullopt;
+  return im.info(*s, now, next_ticks);
+}
+
+}  // namespace streamq
