@@ -18,18 +18,6 @@ namespace streamq {
 
 using detail::Prepared;
 
-namespace {
-
-/// The retention field of a tracked task: "<done ms> <dead ms>" (dead -1: as long as its dead
-/// letter). @throws ConfigError for a negative or overlong duration.
-std::string retention_field(const Retention& r) {
-  detail::check_duration(r.done, std::chrono::milliseconds(0), "retention.done");
-  if (r.dead) detail::check_duration(*r.dead, std::chrono::milliseconds(0), "retention.dead");
-  return std::to_string(r.done.count()) + " " + std::to_string(r.dead ? r.dead->count() : -1);
-}
-
-}  // namespace
-
 void Producer::Impl::check_tenant(const EnqueueOptions& eo) const {
   if (eo.tenant.empty()) return;
   detail::check_tenant_name(eo.tenant);
@@ -153,10 +141,10 @@ Prepared Producer::Impl::prepare(std::string_view type, std::string_view payload
         eo.unique_key.empty() ? std::string_view(id_storage) : std::string_view(eo.unique_key);
   }
   if (const std::optional<Retention>& r = eo.retention ? eo.retention : options.retention) {
-    p.retention = retention_field(*r);
+    p.retention = detail::retention_field(*r);
   } else if (!eo.batch.empty()) {
     p.retention =
-        retention_field(Retention{.done = std::chrono::hours(1)});  // a batch counts its tasks' ends
+        detail::retention_field(Retention{.done = std::chrono::hours(1)});  // a batch counts its tasks' ends
   }
   p.task.batch_id = eo.batch;
   p.task.tenant = eo.tenant;

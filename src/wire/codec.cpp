@@ -10,6 +10,7 @@
 #include "json_check.hpp"
 #include "streamq/errors.hpp"
 #include "task_factory.hpp"
+#include "util/durations.hpp"
 
 namespace streamq::detail {
 namespace {
@@ -150,6 +151,12 @@ std::optional<int> parse_count(std::string_view text) {
     return std::nullopt;
   }
   return value;
+}
+
+std::string retention_field(const Retention& r) {
+  check_duration(r.done, std::chrono::milliseconds(0), "retention.done");
+  if (r.dead) check_duration(*r.dead, std::chrono::milliseconds(0), "retention.dead");
+  return std::to_string(r.done.count()) + " " + std::to_string(r.dead ? r.dead->count() : -1);
 }
 
 std::size_t append_new_task(Argv& argv, const NewTask& task) {

@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "redis/connection.hpp"
+#include "streamq/common.hpp"
 #include "streamq/task.hpp"
 
 namespace streamq::detail {
@@ -57,6 +58,10 @@ struct NewTask {
 /// elsewhere) that names the other queue the child goes to (FlowNode::queue). A stub is written
 /// nowhere: this field is in no entry.
 inline constexpr std::string_view flow_queue_field = "flow_queue";
+
+/// The retention field of a tracked task: "<done ms> <dead ms>" (dead -1: as long as its dead
+/// letter). @throws ConfigError for a negative or overlong duration.
+std::string retention_field(const Retention& r);
 
 /// Appends the task's field/value strings to `argv` in the seed's order (task_id, task_type,
 /// payload, created_at, max_retries, retry_count, then unique_key, retention and deadline if any, then
