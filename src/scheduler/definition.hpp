@@ -10,7 +10,10 @@
 //   it, the current one's after it; 0 = no switch yet), `changed_at` (ms), `source` (`code` or
 //   `api`), `paused` (`1`) and `note`, `floor` (ms: resume's time; no tick at or before it),
 //   `enqueued` (ticks enqueued, what `limit` counts), and the tick's own `tick`, `outcome`,
-//   `task_id` (schedule_tick.lua).
+//   `task_id`, `running_id` (the task of the last tick enqueued, which Overlap checks) and
+//   `buffered` (ms: the tick Overlap::buffer_one keeps) (schedule_tick.lua);
+// - `<record>:ticks` (ticks_key), a sorted set: the ticks enqueued (member and score: the tick's
+//   ms; by the schedule or a backfill, the newest 10,000), so that a backfill adds none twice.
 #pragma once
 
 #include <chrono>
@@ -33,6 +36,13 @@ struct Definition {
   ScheduledTaskOptions options;
 };
 
+/// A stored definition as one instance runs it.
+struct RunningDefinition {
+  Definition def;
+  int max_retries = 3;       // resolved: the schedule's, else the queue's default
+  std::int64_t version = 0;  // the record's `version` this was read at
+};
+
 /// ConfigError / PayloadError unless `d` can be stored and run (the rules of Scheduler::add).
 void check_definition(const Definition& d, const QueueOptions& queue);
 
@@ -49,6 +59,9 @@ inline std::string schedules_key(std::string_view first_partition_stream) {
 inline std::string schedules_changed_key(std::string_view first_partition_stream) {
   return concat(first_partition_stream, ":schedules:changed");
 }
+
+/// The enqueued ticks of the schedule whose record is `record_key`.
+inline std::string ticks_key(std::string_view record_key) { return concat(record_key, ":ticks"); }
 
 /// The partition (0-based) schedule `name` lives in: CRC16 of its name mod partitions.
 int schedule_partition(std::string_view name, int partitions);

@@ -122,7 +122,10 @@ detail::ScheduleEntry Scheduler::Impl::entry_of(const detail::StoredSchedule& s,
       .paused = s.paused,
       .keys = detail::queue_keys(partition),
       .key = detail::schedule_key(partition, d.name),
-      .handled = std::nullopt};
+      .handled = std::nullopt,
+      .recorded = s.tick,
+      .buffered = s.buffered,
+      .exhausted = d.options.limit && s.enqueued >= *d.options.limit};
   if (old) {
     e.handled = old->handled;
     // A switch this instance saw happen: the old definition was running here, and the record

@@ -21,9 +21,9 @@ std::int64_t number_or(std::string_view s, std::int64_t otherwise) {
 }
 
 /// The fields HMGET reads of a record, in this order.
-constexpr std::string_view record_fields[] = {"def",  "version", "prev_version", "since",   "changed_at",
-                                              "source", "paused", "note",         "floor",   "tick",
-                                              "outcome", "task_id", "enqueued"};
+constexpr std::string_view record_fields[] = {"def",     "version", "prev_version", "since",    "changed_at",
+                                              "source",  "paused",  "note",         "floor",    "tick",
+                                              "outcome", "task_id", "enqueued",     "buffered", "running_id"};
 
 Argv read_record(const std::string& key) {
   Argv argv{"HMGET"};
@@ -57,6 +57,8 @@ std::optional<StoredSchedule> parse_record(const std::string& name, const Reply&
   s.outcome = std::string(text(10));
   s.task_id = std::string(text(11));
   s.enqueued = number_or(text(12), 0);
+  if (!v[13].is_nil()) s.buffered = TimePoint(milliseconds(number_or(text(13), 0)));
+  s.running_id = std::string(text(14));
   return s;
 }
 

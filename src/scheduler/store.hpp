@@ -48,6 +48,8 @@ struct StoredSchedule {
   std::string outcome;
   std::string task_id;
   std::int64_t enqueued = 0;
+  std::optional<std::chrono::system_clock::time_point> buffered;  // Overlap::buffer_one's kept tick
+  std::string running_id;                                         // the task of the last tick enqueued
   /// Why the stored definition could not be read (the record is then skipped by Schedulers).
   std::string unreadable;
 };

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // One schedule as a running Scheduler holds it, and the handling of its due ticks: each tick
-// is one call of the schedule_tick script, which decides in Redis whether this instance
-// enqueues it (docs/scheduling.md, "Guarantees").
+// is one call of the schedule_tick script (tick_script.hpp), which decides in Redis whether
+// this instance enqueues it (docs/scheduling.md, "Guarantees"). Which ticks are due (start,
+// end, jitter, catch-up) is decided here; what a tick finds (limit, overlap, the backlog) there.
 #pragma once
 
 #include <atomic>
@@ -12,19 +13,13 @@
 
 #include "redis/scripts.hpp"
 #include "scheduler/definition.hpp"
+#include "scheduler/tick_script.hpp"
 #include "streamq/scheduler.hpp"
 #include "wire/keys.hpp"
 
 namespace streamq::detail {
 
 using TimePoint = std::chrono::system_clock::time_point;
-
-/// A stored definition as one instance runs it.
-struct RunningDefinition {
-  Definition def;
-  int max_retries = 3;       // resolved: the schedule's, else the queue's default
-  std::int64_t version = 0;  // the record's `version` this was read at
-};
 
 /// One schedule of a running Scheduler.
 struct ScheduleEntry {
@@ -40,6 +35,12 @@ struct ScheduleEntry {
   QueueKeys keys;                    // of the partition its ticks go to
   std::string key;                   // <stream>:sched:<name>, in that partition
   std::optional<TimePoint> handled;  // newest tick this instance got an answer for
+  /// The record's tick when it was read (no tick at or before it can be enqueued any more).
+  std::optional<TimePoint> recorded;
+  /// A tick the record keeps for Overlap::buffer_one, as this instance last heard.
+  std::optional<TimePoint> buffered;
+  /// `limit` ticks were enqueued: no more wake-ups for it.
+  bool exhausted = false;
 };
 
 /// The Scheduler's counters (SchedulerMetrics).
@@ -59,11 +60,14 @@ enum class TickHandled {
 };
 
 /// Hands `e`'s due ticks at `now` to the schedule_tick script (those this instance did not get
-/// an answer for yet). Throws ConnectionError / ReplyError.
-TickHandled handle_ticks(ScheduleEntry& e, TimePoint now, ScriptRunner& scripts, const SchedulerOptions& options,
-                         TickCounters& counters);
+/// an answer for yet), oldest first, and the buffered tick once more. Throws ConnectionError /
+/// ReplyError.
+TickHandled handle_ticks(ScheduleEntry& e, TimePoint now, ScriptRunner& scripts,
+                         const SchedulerOptions& options, TickCounters& counters);
 
-/// When `e` next has something to do after `now` (its next tick); TimePoint::max() when never.
+/// When `e` next has something to do after `now` (its next tick plus its jitter offset);
+/// TimePoint::max() when never (paused, past its end, or its limit reached). A buffered tick is
+/// polled at every wake-up (at most max_wait apart).
 TimePoint next_wake(const ScheduleEntry& e, TimePoint now);
 
 }  // namespace streamq::detail
