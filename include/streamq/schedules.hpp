@@ -113,9 +113,16 @@ class STREAMQ_EXPORT Schedules {
   std::vector<ScheduleInfo> list(std::size_t next_ticks = 3);
   /// One schedule; nullopt when there is none.
   std::optional<ScheduleInfo> get(const std::string& name, std::size_t next_ticks = 3);
-  /// Enqueues the ticks of `name` in [from, to] (at most 1000) that were not enqueued before,
-  /// oldest first, each once (a second backfill of the same range enqueues nothing).
-  /// @throws ConfigError for no such schedule, from > to, or a range of more than 1000 ticks.
+  /// Enqueues the ticks of `name` in [from, to] (at most 1000; within its start and end) that
+  /// were not enqueued before, oldest first, each once (a second backfill of the same range
+  /// enqueues nothing), with the ids `<name>@<tick>`. What was enqueued is the record's ticks
+  /// set (`<record>:ticks`, the newest 10,000 ticks): one `EVALSHA` of the tick script per tick
+  /// checks it (`ZSCORE`), adds the task (`XADD`) and the tick (`ZADD`), atomically. Backfilled
+  /// tasks do not move the record's tick, do not count towards `limit` nor the overlap policy,
+  /// and are enqueued while the schedule is paused too; the queue's overflow gate applies.
+  /// @throws ConfigError for no such schedule, from > to, or a range of more than 1000 ticks;
+  ///   QueueFullError when the queue is full (batch_ids(): the ids enqueued before); Error when
+  ///   the definition changed meanwhile (the ticks enqueued stay: run it again); ConnectionError.
   BackfillResult backfill(const std::string& name, TimePoint from, TimePoint to);
 
 

@@ -9,6 +9,7 @@
 #include "redis/scripts.hpp"
 #include "scheduler/cron.hpp"
 #include "scheduler/store.hpp"
+#include "scheduler/tick_script.hpp"
 #include "streamq/errors.hpp"
 #include "util/durations.hpp"
 #include "wire/codec.hpp"
@@ -29,6 +30,24 @@ QueueOptions validated(QueueOptions q) {
 }
 
 std::string iso(TimePoint t) { return detail::format_tick(t); }
+
+/// The ticks of `d` in [from, to] and within its start and end, oldest first.
+/// @throws ConfigError for more than kMaxBackfillTicks.
+std::vector<TimePoint> backfill_ticks(const detail::Definition& d, TimePoint from, TimePoint to) {
+  const ScheduledTaskOptions& o = d.options;
+  if (o.start) from = std::max(from, *o.start);
+  if (o.end) to = std::min(to, *o.end);
+  std::vector<TimePoint> ticks;
+  for (TimePoint t = d.schedule.next_after(from - milliseconds(1)); t != TimePoint::max() && t <= to;
+       t = d.schedule.next_after(t)) {
+    if (static_cast<std::int64_t>(ticks.size()) == kMaxBackfillTicks) {
+      throw ConfigError("backfill of schedule \"" + d.name + "\": the range holds more than " +
+                        std::to_string(kMaxBackfillTicks) + " ticks");
+    }
+    ticks.push_back(t);
+  }
+  return ticks;
+}
 
 }  // namespace
 
@@ -187,6 +206,44 @@ std::optional<ScheduleInfo> Schedules::get(const std::string& name, std::size_t 
   const std::optional<detail::StoredSchedule> s = detail::store_read(im.connected(), im.keys, name);
   if (!s) return std::nullopt;
   return im.info(*s, now, next_ticks);
+}
+
+BackfillResult Schedules::backfill(const std::string& name, TimePoint from, TimePoint to) {
+  Impl& im = *impl_;
+  if (from > to) throw ConfigError("backfill of schedule \"" + name + "\": from is after to");
+  const std::optional<detail::StoredSchedule> s = detail::store_read(im.connected(), im.keys, name);
+  if (!s) throw ConfigError("backfill: there is no schedule \"" + name + "\"");
+  if (!s->def) throw ConfigError("backfill: " + s->unreadable);
+  const detail::Definition& d = *s->def;
+  const std::vector<TimePoint> ticks = backfill_ticks(d, from, to);
+  const std::string partition = im.keys.partition_of(name);
+  const detail::QueueKeys keys = detail::queue_keys(partition);
+  const std::string record = detail::schedule_key(partition, name);
+  const detail::RunningDefinition running{d, d.options.max_retries.value_or(im.queue.default_max_retries),
+                                          s->version};
+  const TimePoint now = im.now();
+  BackfillResult out;
+  for (const TimePoint t : ticks) {
+    const detail::TickReply r =
+        detail::call_tick_script(im.scripts, keys, record, running, im.queue,
+                                 {.mode = detail::TickMode::backfill, .tick = t, .now = now});
+    switch (r.code) {
+      case detail::tick_code::enqueued: out.enqueued.push_back(detail::tick_task_id(name, t)); break;
+      case detail::tick_code::taken: ++out.already; break;
+      case detail::tick_code::refused:
+        throw QueueFullError("backfill of schedule \"" + name + "\": queue full (" + r.detail +
+                                 " entries, max_len " + std::to_string(im.queue.max_len) + ") at tick " +
+                                 iso(t) + "; " + std::to_string(out.enqueued.size()) +
+                                 " ticks enqueued before it",
+                             out.enqueued);
+      case detail::tick_code::stale:
+        throw Error("backfill of schedule \"" + name +
+                    "\": its definition changed (or it was removed) at tick " + iso(t) + "; " +
+                    std::to_string(out.enqueued.size()) + " ticks enqueued before it");
+      default: throw Error("schedule_tick (backfill) returned " + std::to_string(r.code));
+    }
+  }
+  return out;
 }
 
 }  // namespace streamq
