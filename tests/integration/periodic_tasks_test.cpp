@@ -18,6 +18,7 @@
 
 #include <streamq/streamq.hpp>
 
+#include "fake_clock.hpp"
 #include "log_capture.hpp"
 #include "redis_server.hpp"
 #include "scheduler/cron.hpp"
@@ -29,20 +30,6 @@ namespace {
 
 using namespace std::chrono;
 using TimePoint = system_clock::time_point;
-
-/// A clock the test sets; shared by every Scheduler of a test.
-class FakeClock {
- public:
-  explicit FakeClock(TimePoint t) : now_(std::make_shared<std::atomic<std::int64_t>>(ticks(t))) {}
-  void set(TimePoint t) { now_->store(ticks(t)); }
-  std::function<TimePoint()> fn() const {
-    return [now = now_] { return TimePoint(system_clock::duration(now->load())); };
-  }
-
- private:
-  static std::int64_t ticks(TimePoint t) { return t.time_since_epoch().count(); }
-  std::shared_ptr<std::atomic<std::int64_t>> now_;
-};
 
 SchedulerMetrics sum(const std::vector<std::unique_ptr<Scheduler>>& schedulers) {
   SchedulerMetrics total;
