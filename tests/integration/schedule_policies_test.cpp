@@ -155,10 +155,11 @@ TEST_F(SchedulePoliciesTest, JitterDelaysEachTickByTheSameOffsetOnEveryInstance)
   // hash: the same on every run).
   const milliseconds jitter = seconds(30);
   std::string name;
-  for (int i = 0; name.empty(); ++i) {
+  for (int i = 0; name.empty() && i < 1000; ++i) {
     const std::string candidate = "jittered-" + std::to_string(i);
     if (detail::jitter_offset(candidate, minute(2), jitter) >= seconds(5)) name = candidate;
   }
+  ASSERT_FALSE(name.empty()) << "no name's offset is 5 s or more";
   const milliseconds offset = detail::jitter_offset(name, minute(2), jitter);
   ASSERT_LT(offset, jitter);
   start(2, name, {.start = minute(2), .jitter = jitter});
