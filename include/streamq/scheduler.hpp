@@ -191,8 +191,9 @@ struct STREAMQ_EXPORT SchedulerMetrics {
   std::uint64_t enqueued = 0;
   /// Ticks another instance (or an earlier run) had already handled.
   std::uint64_t taken = 0;
-  /// Ticks recorded without enqueuing: missed with MissedTicks::skip, or found late on a
-  /// schedule's first start.
+  /// Ticks recorded without enqueuing: missed with MissedTicks::skip, found late on a
+  /// schedule's first start, or skipped by an overlap policy (Overlap::skip, or buffer_one with
+  /// a tick buffered already).
   std::uint64_t skipped = 0;
   /// Ticks not enqueued because the queue was full (Overflow::reject).
   std::uint64_t refused = 0;
@@ -209,9 +210,12 @@ struct STREAMQ_EXPORT SchedulerMetrics {
 /// milliseconds when the tick has them).
 ///
 /// Each tick is one `EVALSHA` of a script that compares the tick with the schedule's record
-/// (`HGET <stream>:sched:<name> tick`) and, only when it is newer, checks the backlog
-/// (`XLEN` of each priority's stream, `ZCARD` of the delayed set), adds the task (`XADD`) and records the
-/// tick (`HSET`), atomically. With the default clock each wake-up also sends `TIME`.
+/// (`HMGET <stream>:sched:<name> ...`) and, only when it is newer, checks the schedule's limit
+/// and overlap policy (`HGET` of the previous task's record), the backlog (`XLEN` of each
+/// priority's stream, `ZCARD` of the delayed set), adds the task (`XADD`; a tracked task's
+/// record and event as the Producer writes them), records the tick (`HSET`, `HINCRBY`) and
+/// remembers it (`ZADD <record>:ticks`), atomically. The policies are in docs/scheduling.md
+/// ("Policies"). With the default clock each wake-up also sends `TIME`.
 ///
 /// @code
 ///   streamq::Scheduler scheduler({.queue = {.connection = {.url = "redis://127.0.0.1:6379"},
