@@ -6,8 +6,10 @@
 // names before it in each wake-up: names are handled in order) shows that the instances have
 // handled the time the clock was moved to.
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -299,6 +301,48 @@ TEST_F(SchedulePoliciesTest, BackfillEnqueuesTheTicksOfARangeOnce) {
   EXPECT_THROW(schedules.backfill("nightly", minute(9), minute(8)), ConfigError);
   EXPECT_THROW(schedules.backfill("nobody", minute(1), minute(2)), ConfigError);
   EXPECT_THROW(schedules.backfill("nightly", minute(0), minute(0) + hours(17)), ConfigError);  // 1021 ticks
+}
+
+/// The ACL grants docs/scheduling.md ("Keys") lists for a scheduler's user, `<stream>` replaced.
+std::vector<std::string> documented_scheduler_grants(const std::string& stream) {
+  std::ifstream in(std::string(STREAMQ_SOURCE_DIR) + "/docs/scheduling.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t from = doc.find("ACL user needs");
+  const std::string paragraph = doc.substr(from, doc.find("\n\n", from) - from);
+  std::vector<std::string> grants;
+  for (std::size_t open = paragraph.find('`'); open != std::string::npos;) {
+    const std::size_t close = paragraph.find('`', open + 1);
+    std::istringstream words(paragraph.substr(open + 1, close - open - 1));
+    for (std::string w; words >> w;) {
+      for (std::size_t at; (at = w.find("<stream>")) != std::string::npos;) w.replace(at, 8, stream);
+      grants.push_back(w);
+    }
+    open = paragraph.find('`', close + 1);
+  }
+  return grants;
+}
+
+TEST_F(SchedulePoliciesTest, TheDocumentedAclGrantsAreEnoughForThePolicies) {
+  if (!client.redis_at_least(7, 0)) GTEST_SKIP() << "%R~ key patterns need Redis 7";
+  std::vector<std::string> setuser{"ACL", "SETUSER", "sq-scheduler", "reset", "on", ">scheduler-secret"};
+  const std::vector<std::string> grants = documented_scheduler_grants(stream);
+  ASSERT_GT(grants.size(), 10u);
+  setuser.insert(setuser.end(), grants.begin(), grants.end());
+  const detail::Reply r = client.cmd(setuser);
+  ASSERT_FALSE(r.view().is_error()) << r.view().error();
+  SchedulerOptions o = options();
+  o.queue.connection.url = "redis://sq-scheduler:scheduler-secret@127.0.0.1:" + std::to_string(server.port());
+  Scheduler s(o);
+  s.add("guarded", Schedule::cron("* * * * *"), "report", "{}",
+        {.priority = Priority::high, .limit = 5, .jitter = milliseconds(1), .overlap = Overlap::buffer_one});
+  s.start();
+  ASSERT_TRUE(wait_until([&] { return s.metrics().enqueued == 1 || s.metrics().errors > 0; }));
+  clock.set(minute(2, 1));  // the 00:01 task has not run: buffered
+  ASSERT_TRUE(
+      wait_until([&] { return record("guarded", "buffered") == ms(minute(2)) || s.metrics().errors > 0; }));
+  s.stop();
+  EXPECT_EQ(s.metrics().errors, 0u);
+  EXPECT_EQ(task_state(id_at("guarded", minute(1))), "queued");
 }
 
 }  // namespace policies
