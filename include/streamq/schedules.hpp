@@ -118,7 +118,6 @@ class STREAMQ_EXPORT Schedules {
   /// @throws ConfigError for no such schedule, from > to, or a range of more than 1000 ticks.
   BackfillResult backfill(const std::string& name, TimePoint from, TimePoint to);
 
-
  private:
   struct STREAMQ_NO_EXPORT Impl;
   std::unique_ptr<Impl> impl_;

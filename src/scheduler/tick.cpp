@@ -37,7 +37,8 @@ std::int64_t handle_tick(ScheduleEntry& e, const RunningDefinition& d, TimePoint
   const std::string task_id = def.name + "@" + tick;
   const std::string created_at = format_timestamp(now);
   const std::string max_len = std::to_string(options.queue.max_len);
-  const NewTask task{task_id, def.task_type, def.payload, created_at, d.max_retries, &def.options.extra_fields};
+  const NewTask task{task_id,    def.task_type, def.payload,
+                     created_at, d.max_retries, &def.options.extra_fields};
 
   Argv argv = scripts.begin(ScriptId::schedule_tick, 5);
   argv.add(e.keys.stream).add(e.key).add(e.keys.high).add(e.keys.low).add(e.keys.delayed);
@@ -69,15 +70,16 @@ std::int64_t handle_tick(ScheduleEntry& e, const RunningDefinition& d, TimePoint
       break;
     case tick_skipped:
       count(counters.skipped);
-      log(LogLevel::info, what + " was missed (" + late_by + "); recorded without enqueuing (" +
-                              (missed == MissedTicks::skip ? "missed = MissedTicks::skip" : "first start of this schedule") +
-                              ")");
+      log(LogLevel::info,
+          what + " was missed (" + late_by + "); recorded without enqueuing (" +
+              (missed == MissedTicks::skip ? "missed = MissedTicks::skip" : "first start of this schedule") +
+              ")");
       break;
     case tick_refused:
       count(counters.refused);
-      log(LogLevel::error, what + ": queue full: " + e.keys.stream + " holds " + std::to_string(v[1].integer()) +
-                               " entries (max_len " + max_len + "); task " + task_id +
-                               " was not enqueued, and the tick is recorded as refused");
+      log(LogLevel::error, what + ": queue full: " + e.keys.stream + " holds " +
+                               std::to_string(v[1].integer()) + " entries (max_len " + max_len + "); task " +
+                               task_id + " was not enqueued, and the tick is recorded as refused");
       break;
     case tick_stale:
     case tick_paused:
@@ -93,17 +95,18 @@ std::int64_t handle_tick(ScheduleEntry& e, const RunningDefinition& d, TimePoint
 
 }  // namespace
 
-TickHandled handle_ticks(ScheduleEntry& e, TimePoint now, ScriptRunner& scripts, const SchedulerOptions& options,
-                         TickCounters& counters) {
+TickHandled handle_ticks(ScheduleEntry& e, TimePoint now, ScriptRunner& scripts,
+                         const SchedulerOptions& options, TickCounters& counters) {
   if (e.previous) {
-    // The switch this instance saw: the previous definition's last tick up to it, once.
+    // The switch this instance saw: the previous definition's last tick up to it, once; the
+    // definition is kept until the clock has passed the switch.
     const TimePoint due = e.previous->def.schedule.latest_at_or_before(std::min(now, e.since));
     if (due != TimePoint::min() && (!e.handled || due > *e.handled)) {
       const std::int64_t code = handle_tick(e, *e.previous, due, now, scripts, options, counters);
       if (code == tick_stale) return TickHandled::stale;
       e.handled = due;
     }
-    e.previous.reset();
+    if (now >= e.since) e.previous.reset();
   }
   if (e.paused) return TickHandled::done;
   const TimePoint due = e.current.def.schedule.latest_at_or_before(now);
@@ -117,8 +120,10 @@ TickHandled handle_ticks(ScheduleEntry& e, TimePoint now, ScriptRunner& scripts,
 }
 
 TimePoint next_wake(const ScheduleEntry& e, TimePoint now) {
-  if (e.paused) return TimePoint::max();
-  return e.current.def.schedule.next_after(std::max({now, e.since, e.floor}));
+  TimePoint next = TimePoint::max();
+  if (e.previous) next = std::min(next, e.previous->def.schedule.next_after(now));
+  if (!e.paused) next = std::min(next, e.current.def.schedule.next_after(std::max({now, e.since, e.floor})));
+  return next;
 }
 
 }  // namespace streamq::detail

@@ -50,6 +50,7 @@ struct TickCounters {
   std::atomic<std::uint64_t> refused{0};
   std::atomic<std::uint64_t> errors{0};
   std::atomic<std::uint64_t> reconnects{0};
+  std::atomic<std::uint64_t> reloads{0};
 };
 
 /// What handle_ticks found.
@@ -60,8 +61,8 @@ enum class TickHandled {
 
 /// Hands `e`'s due ticks at `now` to the schedule_tick script (those this instance did not get
 /// an answer for yet). Throws ConnectionError / ReplyError.
-TickHandled handle_ticks(ScheduleEntry& e, TimePoint now, ScriptRunner& scripts, const SchedulerOptions& options,
-                         TickCounters& counters);
+TickHandled handle_ticks(ScheduleEntry& e, TimePoint now, ScriptRunner& scripts,
+                         const SchedulerOptions& options, TickCounters& counters);
 
 /// When `e` next has something to do after `now` (its next tick); TimePoint::max() when never.
 TimePoint next_wake(const ScheduleEntry& e, TimePoint now);
