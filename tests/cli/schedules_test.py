@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""`streamq schedules` (a queue's stored schedules), driven as an operator would, with the
-scheduling worker example (a Scheduler and a Consumer) running the schedules. The test class starts its own redis-server on a free loopback port and stops only
+"""`streamq schedules` (a queue's stored schedules) and the exporter's schedule gauges, driven as
+an operator would, with the scheduling worker example (a Scheduler and a Consumer) running the
+schedules. The test class starts its own redis-server on a free loopback port and stops only
 that process.
 
 Run by ctest with STREAMQ_CLI (bin/streamq) and STREAMQ_SCHEDULING_WORKER (the example) set."""
@@ -9,8 +10,11 @@ import os
 import re
 import signal
 import subprocess
+import urllib.request
 
-from harness import RedisTestCase, wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness import CLI, RedisTestCase, free_port, wait_for
 
 SCHEDULING_WORKER = os.environ["STREAMQ_SCHEDULING_WORKER"]
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -142,6 +146,45 @@ class SchedulesTest(RedisTestCase):
         self.assertEqual(self.cli("schedules", "pause", self.q, "s4").returncode, 0)
         self.assertTrue(self.listed("--partitions", "3")["s4"]["paused"])
         self.assertEqual(self.listed("--partitions", "1"), {}, "a queue of one stream has none of them")
+
+    def scrape(self):
+        """Starts `streamq exporter` (stopped when the test ends) and gives its first scrape, parsed."""
+        port = free_port()
+        exporter = subprocess.Popen([CLI, "exporter", "--listen", "127.0.0.1:%d" % port],
+                                    env=dict(os.environ, STREAMQ_URL=self.url), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: (exporter.send_signal(signal.SIGTERM), exporter.wait(10)))
+        body = {}
+
+        def scraped():
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as resp:
+                    body["text"] = resp.read().decode()
+                    return True
+            except OSError:
+                return False
+        wait_for(scraped, what="the exporter")
+        return {f.name: f for f in text_string_to_metric_families(body["text"])}
+
+    def test_exporter_says_how_long_ago_each_schedule_ticked(self):
+        self.cli("enqueue", self.q, "t")  # a queue the exporter finds
+        for name in ("nightly", "fresh"):
+            self.cli("schedules", "upsert", self.q, name, "--schedule", "0 3 * * *", "--type", "ping")
+        self.cli("schedules", "pause", self.q, "fresh", "--note", "test")
+        # A Scheduler recorded nightly's last tick an hour ago (the record's tick field, ms).
+        now_ms = int(self.r.time()[0]) * 1000
+        self.r.hset(self.q + ":sched:nightly", mapping={"tick": now_ms - 3600 * 1000, "outcome": "enqueued"})
+        families = self.scrape()
+        since = {s.labels["schedule"]: s.value for s in families["streamq_schedule_seconds_since_last_tick"].samples
+                 if s.labels["stream"] == self.q}
+        self.assertEqual(set(since), {"nightly", "fresh"})
+        self.assertGreaterEqual(since["nightly"], 3600)
+        self.assertLess(since["nightly"], 3600 + 60)
+        self.assertGreaterEqual(since["fresh"], 0, "not ticked yet: since it was stored")
+        self.assertLess(since["fresh"], 60)
+        paused = {s.labels["schedule"]: s.value for s in families["streamq_schedule_paused"].samples
+                  if s.labels["stream"] == self.q}
+        self.assertEqual(paused, {"nightly": 0, "fresh": 1})
 
 
 if __name__ == "__main__":
