@@ -109,6 +109,10 @@ class SchedulesTest(RedisTestCase):
         self.cli("schedules", "resume", self.q, "tick")
         tick = self.listed()["tick"]
         self.assertEqual((tick["paused"], tick["note"], len(tick["next_ticks"])), (False, "", 3))
+        # The version counts changes of the definition, not pauses (ScheduleInfo::version).
+        self.assertEqual(tick["version"], 1)
+        self.cli("schedules", "upsert", self.q, "tick", "--schedule", "every 2000ms", "--type", "ping")
+        self.assertEqual(self.listed()["tick"]["version"], 2)
         wait_for(lambda: self.listed()["tick"]["enqueued"] > before, timeout=30, what="ticks again after resume")
 
     def test_remove_and_no_such_schedule(self):
