@@ -45,6 +45,11 @@ Schedules open(const Context& g, const QueueArgs& a) {
   return queue_schedules({.url = g.url}, a.queue, partitions);
 }
 
+/// ScheduleInfo::to_json() indented, its keys in their order (print_json sorts them).
+void print_ordered(const nlohmann::ordered_json& doc) {
+  std::cout << doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+}
+
 std::string time_text(TimePoint t) { return utc_text(unix_ms(t)); }
 
 std::string state_text(const ScheduleInfo& s) {
@@ -76,9 +81,9 @@ int list(const Context& g, const QueueArgs& a) {
   Schedules schedules = open(g, a);
   const std::vector<ScheduleInfo> all = schedules.list(3);
   if (g.json()) {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const ScheduleInfo& s : all) arr.push_back(nlohmann::json::parse(s.to_json()));
-    print_json(arr);
+    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+    for (const ScheduleInfo& s : all) arr.push_back(nlohmann::ordered_json::parse(s.to_json()));
+    print_ordered(arr);
     return ok;
   }
   Table table({"NAME", "SCHEDULE", "TYPE", "STATE", "SOURCE", "NEXT TICKS", "LAST TICK"});
@@ -100,7 +105,7 @@ int show(const Context& g, const QueueArgs& a, const std::string& name, std::siz
   const std::optional<ScheduleInfo> s = schedules.get(name, next);
   if (!s) return not_found_message(name, a.queue);
   if (g.json()) {
-    print_json(nlohmann::json::parse(s->to_json()));
+    print_ordered(nlohmann::ordered_json::parse(s->to_json()));
     return ok;
   }
   const ScheduledTaskOptions& o = s->options;
