@@ -201,6 +201,9 @@ struct STREAMQ_EXPORT SchedulerMetrics {
   std::uint64_t errors = 0;
   /// Connections established after a failure or a loss (the first connect is not counted).
   std::uint64_t reconnects = 0;
+  /// Times the stored schedules were read (at start, after a reconnect, and after every
+  /// change: an upsert, pause, resume or removal, or a tick refused as of an older definition).
+  std::uint64_t reloads = 0;
 };
 
 /// Enqueues tasks on schedules. Any number of instances (in one process or many) may run the
@@ -209,13 +212,19 @@ struct STREAMQ_EXPORT SchedulerMetrics {
 /// deterministic id `<name>@<tick, ISO 8601 UTC>` (`nightly@2026-03-01T02:00:00Z`; with
 /// milliseconds when the tick has them).
 ///
+/// A Scheduler runs every schedule stored for its queue (see Schedules: added, changed, paused
+/// and removed at runtime; it reads them again within max_wait of a change), and the schedules
+/// given to add(), which it stores at start (marked as from code; again after a reconnect).
+///
 /// Each tick is one `EVALSHA` of a script that compares the tick with the schedule's record
-/// (`HMGET <stream>:sched:<name> ...`) and, only when it is newer, checks the schedule's limit
-/// and overlap policy (`HGET` of the previous task's record), the backlog (`XLEN` of each
-/// priority's stream, `ZCARD` of the delayed set), adds the task (`XADD`; a tracked task's
-/// record and event as the Producer writes them), records the tick (`HSET`, `HINCRBY`) and
-/// remembers it (`ZADD <record>:ticks`), atomically. The policies are in docs/scheduling.md
-/// ("Policies"). With the default clock each wake-up also sends `TIME`.
+/// (`<stream>:sched:<name>`: its definition's version, paused, the newest tick) and, only when
+/// the tick is newer and of the definition in force at its time, checks the schedule's limit and
+/// overlap policy (`HGET` of the previous task's record), the backlog (`XLEN` of each priority's
+/// stream, `ZCARD` of the delayed set), adds the task (`XADD`; a tracked task's record and event
+/// as the Producer writes them), records the tick (`HSET`, `HINCRBY`) and remembers it (`ZADD
+/// <record>:ticks`), atomically. The policies are in docs/scheduling.md ("Policies"). With the
+/// default clock each wake-up also sends `TIME`; every wake-up reads the stored schedules'
+/// change counter (`GET`).
 ///
 /// @code
 ///   streamq::Scheduler scheduler({.queue = {.connection = {.url = "redis://127.0.0.1:6379"},
@@ -243,10 +252,12 @@ class STREAMQ_EXPORT Scheduler {
 
   /// Adds a schedule: at each tick of `schedule`, a task of `task_type` with `payload`.
   /// `name` identifies the schedule across instances and restarts (its record is
-  /// `<stream>:sched:<name>`): give every instance the same names and schedules.
+  /// `<stream>:sched:<name>`): give every instance the same names and schedules. It is stored
+  /// (Schedules::upsert, marked as from code) when the Scheduler starts: a stored schedule of
+  /// the same name gets this definition (a paused one stays paused).
   /// @throws ConfigError (empty or duplicate name, empty task type, negative max_retries, a
-  ///   reserved extra field name, or called after run()/start()); PayloadError for a payload
-  ///   that is not JSON or is too large or deep.
+  ///   reserved extra field name, an option out of range, or called after run()/start());
+  ///   PayloadError for a payload that is not JSON or is too large or deep.
   void add(std::string name, Schedule schedule, std::string task_type, const Payload& payload,
            ScheduledTaskOptions options = {});
 
@@ -254,8 +265,9 @@ class STREAMQ_EXPORT Scheduler {
   /// they fall due. Connection failures and error replies are logged, counted in
   /// SchedulerMetrics::errors and retried with the connection's backoff; they never end it.
   /// On (re)start, the most recent tick of each schedule is handled at once: enqueued when on
-  /// time or missed with MissedTicks::enqueue_once, otherwise recorded.
-  /// @throws ConfigError when no schedule was added, or when run() or start() was called before.
+  /// time or missed with MissedTicks::enqueue_once, otherwise recorded. With no schedule added
+  /// and none stored it waits for stored ones.
+  /// @throws ConfigError when run() or start() was called before.
   void run();
   /// As run(), on a thread of its own. Returns at once. @throws as run().
   void start();

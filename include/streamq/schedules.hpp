@@ -34,7 +34,8 @@ struct STREAMQ_EXPORT ScheduleInfo {
   bool paused = false;
   /// The note given to pause() (why, by whom); empty when running.
   std::string note;
-  /// Increases with every change of the definition or of its paused state.
+  /// Increases with every change of the definition (an upsert that changes it, a remove); not
+  /// with pause() or resume() (the tick script tells definitions apart by it).
   std::int64_t version = 0;
   /// When the definition last changed; its ticks are those after this instant.
   TimePoint changed_at{};
@@ -124,7 +125,6 @@ class STREAMQ_EXPORT Schedules {
   ///   QueueFullError when the queue is full (batch_ids(): the ids enqueued before); Error when
   ///   the definition changed meanwhile (the ticks enqueued stay: run it again); ConnectionError.
   BackfillResult backfill(const std::string& name, TimePoint from, TimePoint to);
-
 
  private:
   struct STREAMQ_NO_EXPORT Impl;

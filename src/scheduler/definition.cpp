@@ -80,7 +80,8 @@ void check_definition(const Definition& d, const QueueOptions& queue) {
   }
   for (const auto& [field, value] : o.extra_fields) {
     if (field.empty() || is_reserved_field(field)) {
-      throw ConfigError("extra field name \"" + field + "\" of schedule \"" + name + "\" is empty or reserved");
+      throw ConfigError("extra field name \"" + field + "\" of schedule \"" + name +
+                        "\" is empty or reserved");
     }
   }
   if (o.priority != Priority::high && o.priority != Priority::normal && o.priority != Priority::low) {

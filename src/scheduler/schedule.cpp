@@ -80,7 +80,8 @@ std::vector<std::string_view> words_of(std::string_view text) {
 
 /// `UTC+01:00` or `UTC-05:30` (what offset_text prints) as minutes east; nullopt otherwise.
 std::optional<std::chrono::minutes> parse_offset(std::string_view w) {
-  if (w.size() != 9 || !w.starts_with("UTC") || (w[3] != '+' && w[3] != '-') || w[6] != ':') return std::nullopt;
+  if (w.size() != 9 || !w.starts_with("UTC") || (w[3] != '+' && w[3] != '-') || w[6] != ':')
+    return std::nullopt;
   int hh = 0;
   int mm = 0;
   for (const std::size_t i : {4u, 5u, 7u, 8u}) {
@@ -118,9 +119,9 @@ Schedule Schedule::parse(std::string_view description) {
     throw ConfigError("schedule \"" + std::string(description) + "\": expected " +
                       (fields == 1 ? "a @name" : "5 cron fields") + " and at most a time zone after them");
   }
-  const std::string_view expression =
-      description.substr(static_cast<std::size_t>(words[0].data() - description.data()),
-                         static_cast<std::size_t>(words[fields - 1].data() + words[fields - 1].size() - words[0].data()));
+  const std::string_view expression = description.substr(
+      static_cast<std::size_t>(words[0].data() - description.data()),
+      static_cast<std::size_t>(words[fields - 1].data() + words[fields - 1].size() - words[0].data()));
   if (words.size() == fields) return cron(expression);
   if (const auto offset = parse_offset(words[fields])) return cron(expression, *offset);
   return cron(expression, words[fields]);

@@ -84,11 +84,11 @@ struct Scheduler::Impl {
   SchedulerOptions options;
   detail::ConnectionConfig connection;
   detail::ScheduleKeys keys;
-  std::vector<detail::Definition> code;           // add()ed
+  std::vector<detail::Definition> code;                  // add()ed
   std::map<std::string, detail::ScheduleEntry> entries;  // by name: what runs
-  std::set<std::string> unreadable_logged;        // "<name>@<version>" of definitions that could not be read
-  std::uint64_t stored_generation = 0;            // the connection generation code was stored on
-  std::optional<std::int64_t> seen_changed;       // the change counter at the last reload
+  std::set<std::string> unreadable_logged;   // "<name>@<version>" of definitions that could not be read
+  std::uint64_t stored_generation = 0;       // the connection generation code was stored on
+  std::optional<std::int64_t> seen_changed;  // the change counter at the last reload
   bool reload_needed = true;
   detail::Backoff error_backoff{connection.backoff_base, connection.backoff_max};
 
@@ -153,6 +153,7 @@ void Scheduler::Impl::reload(detail::Connection& conn) {
     next.emplace(s.name, entry_of(s, old == entries.end() ? nullptr : &old->second));
   }
   entries = std::move(next);
+  counters.reloads.fetch_add(1, std::memory_order_relaxed);
 }
 
 milliseconds Scheduler::Impl::wake(detail::Connection& conn, detail::ScriptRunner& scripts) {
@@ -252,7 +253,8 @@ void Scheduler::add(std::string name, Schedule schedule, std::string task_type, 
   for (const detail::Definition& d : im.code) {
     if (d.name == name) throw ConfigError("schedule name \"" + name + "\" is already taken");
   }
-  detail::Definition d{std::move(name), std::move(schedule), std::move(task_type), payload.text(), std::move(options)};
+  detail::Definition d{std::move(name), std::move(schedule), std::move(task_type), payload.text(),
+                       std::move(options)};
   detail::check_definition(d, im.options.queue);
   im.code.push_back(std::move(d));
 }
@@ -285,8 +287,8 @@ SchedulerMetrics Scheduler::metrics() const noexcept {
   const Impl& im = *impl_;
   constexpr auto r = std::memory_order_relaxed;
   const detail::TickCounters& c = im.counters;
-  return {c.enqueued.load(r), c.taken.load(r),  c.skipped.load(r),
-          c.refused.load(r),  c.errors.load(r), c.reconnects.load(r)};
+  return {c.enqueued.load(r), c.taken.load(r),      c.skipped.load(r), c.refused.load(r),
+          c.errors.load(r),   c.reconnects.load(r), c.reloads.load(r)};
 }
 
 const SchedulerOptions& Scheduler::options() const noexcept { return impl_->options; }

@@ -61,7 +61,8 @@ std::string ScheduleInfo::to_json() const {
   j["paused"] = paused;
   j["note"] = note;
   j["version"] = version;
-  j["changed_at"] = changed_at == TimePoint{} ? nlohmann::ordered_json() : nlohmann::ordered_json(iso(changed_at));
+  j["changed_at"] =
+      changed_at == TimePoint{} ? nlohmann::ordered_json() : nlohmann::ordered_json(iso(changed_at));
   nlohmann::ordered_json next = nlohmann::ordered_json::array();
   for (const TimePoint t : next_ticks) next.push_back(iso(t));
   j["next_ticks"] = next;
@@ -84,7 +85,8 @@ std::string ScheduleInfo::to_json() const {
     opts["catch_up"] = o.catch_up->policy == MissedTicks::skip         ? "skip"
                        : o.catch_up->policy == MissedTicks::all_within ? "all_within"
                                                                        : "enqueue_once";
-    if (o.catch_up->policy == MissedTicks::all_within) opts["catch_up_window_ms"] = o.catch_up->window.count();
+    if (o.catch_up->policy == MissedTicks::all_within)
+      opts["catch_up_window_ms"] = o.catch_up->window.count();
   } else {
     opts["catch_up"] = nullptr;
   }
@@ -147,7 +149,8 @@ ScheduleInfo Schedules::Impl::info(const detail::StoredSchedule& s, TimePoint at
   while (i.next_ticks.size() < count) {
     t = d.schedule.next_after(t);
     if (t == TimePoint::max() || (d.options.end && t > *d.options.end)) break;
-    if (d.options.limit && s.enqueued + static_cast<std::int64_t>(i.next_ticks.size()) >= *d.options.limit) break;
+    if (d.options.limit && s.enqueued + static_cast<std::int64_t>(i.next_ticks.size()) >= *d.options.limit)
+      break;
     i.next_ticks.push_back(t);
   }
   return i;
@@ -159,8 +162,9 @@ Schedules::~Schedules() = default;
 Schedules::Schedules(Schedules&&) noexcept = default;
 Schedules& Schedules::operator=(Schedules&&) noexcept = default;
 
-UpsertOutcome Schedules::upsert(const std::string& name, const Schedule& schedule, const std::string& task_type,
-                                const Payload& payload, const ScheduledTaskOptions& options) {
+UpsertOutcome Schedules::upsert(const std::string& name, const Schedule& schedule,
+                                const std::string& task_type, const Payload& payload,
+                                const ScheduledTaskOptions& options) {
   Impl& im = *impl_;
   const detail::Definition d{name, schedule, task_type, payload.text(), options};
   detail::check_definition(d, im.queue);

@@ -82,13 +82,19 @@ std::string ScheduleKeys::partition_of(std::string_view name) const {
   return partition_stream(stream, partitions, schedule_partition(name, partitions));
 }
 
-std::string ScheduleKeys::record_of(std::string_view name) const { return schedule_key(partition_of(name), name); }
+std::string ScheduleKeys::record_of(std::string_view name) const {
+  return schedule_key(partition_of(name), name);
+}
 
-UpsertOutcome store_upsert(ScriptRunner& scripts, const ScheduleKeys& keys, const Definition& d, bool from_code,
-                           TimePoint now) {
+UpsertOutcome store_upsert(ScriptRunner& scripts, const ScheduleKeys& keys, const Definition& d,
+                           bool from_code, TimePoint now) {
   const std::string json = definition_json(d);
   Argv argv = scripts.begin(ScriptId::schedule_store, 1);
-  argv.add_copy(keys.record_of(d.name)).add("upsert").add(json).add(from_code ? "code" : "api").add(unix_ms(now));
+  argv.add_copy(keys.record_of(d.name))
+      .add("upsert")
+      .add(json)
+      .add(from_code ? "code" : "api")
+      .add(unix_ms(now));
   const Reply reply = scripts.call(ScriptId::schedule_store, argv);
   const std::int64_t code = reply.view().check()[0].integer();
   // Also when unchanged: a registry lost with its data (a Redis restart without persistence)
@@ -97,8 +103,8 @@ UpsertOutcome store_upsert(ScriptRunner& scripts, const ScheduleKeys& keys, cons
   return code == 0 ? UpsertOutcome::unchanged : code == 1 ? UpsertOutcome::created : UpsertOutcome::changed;
 }
 
-bool store_change(ScriptRunner& scripts, const ScheduleKeys& keys, std::string_view op, const std::string& name,
-                  const std::string& note, TimePoint now) {
+bool store_change(ScriptRunner& scripts, const ScheduleKeys& keys, std::string_view op,
+                  const std::string& name, const std::string& note, TimePoint now) {
   Argv argv = scripts.begin(ScriptId::schedule_store, 1);
   argv.add_copy(keys.record_of(name)).add(op).add(note).add("").add(unix_ms(now));
   const Reply reply = scripts.call(ScriptId::schedule_store, argv);
@@ -130,7 +136,8 @@ std::vector<StoredSchedule> store_read_all(Connection& conn, const ScheduleKeys&
     for (const std::size_t i : indexes) record_keys.push_back(schedule_key(partition, names[i]));
     for (const std::string& k : record_keys) commands.push_back(read_record(k));
     const std::vector<Reply> replies = conn.pipeline(commands);
-    for (std::size_t j = 0; j < indexes.size(); ++j) read[indexes[j]] = parse_record(names[indexes[j]], replies[j]);
+    for (std::size_t j = 0; j < indexes.size(); ++j)
+      read[indexes[j]] = parse_record(names[indexes[j]], replies[j]);
   }
   std::vector<StoredSchedule> out;
   for (std::optional<StoredSchedule>& s : read) {
@@ -139,7 +146,8 @@ std::vector<StoredSchedule> store_read_all(Connection& conn, const ScheduleKeys&
   return out;
 }
 
-std::optional<StoredSchedule> store_read(Connection& conn, const ScheduleKeys& keys, const std::string& name) {
+std::optional<StoredSchedule> store_read(Connection& conn, const ScheduleKeys& keys,
+                                         const std::string& name) {
   const std::string key = keys.record_of(name);
   return parse_record(name, conn.command(read_record(key)));
 }

@@ -58,8 +58,9 @@ struct StoredSchedule {
 UpsertOutcome store_upsert(ScriptRunner& scripts, const ScheduleKeys& keys, const Definition& d,
                            bool from_code, std::chrono::system_clock::time_point now);
 /// `remove`, `pause` (with `note`) or `resume` (at `now`): false when no such schedule.
-bool store_change(ScriptRunner& scripts, const ScheduleKeys& keys, std::string_view op, const std::string& name,
-                  const std::string& note, std::chrono::system_clock::time_point now);
+bool store_change(ScriptRunner& scripts, const ScheduleKeys& keys, std::string_view op,
+                  const std::string& name, const std::string& note,
+                  std::chrono::system_clock::time_point now);
 /// The change counter (0 when never changed).
 std::int64_t store_changed(Connection& conn, const ScheduleKeys& keys);
 /// Every record the registry names, sorted by name (one SMEMBERS, then one pipeline per

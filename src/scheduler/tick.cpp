@@ -184,14 +184,15 @@ TickHandled release_buffered(ScheduleEntry& e, TimePoint now, ScriptRunner& scri
 TickHandled handle_ticks(ScheduleEntry& e, TimePoint now, ScriptRunner& scripts,
                          const SchedulerOptions& options, TickCounters& counters) {
   if (e.previous) {
-    // The switch this instance saw: the previous definition's last tick up to it, once.
+    // The switch this instance saw: the previous definition's last tick up to it, once; the
+    // definition is kept until the clock has passed the switch.
     const TimePoint due = e.previous->def.schedule.latest_at_or_before(std::min(now, e.since));
     if (due != TimePoint::min() && (!e.handled || due > *e.handled)) {
       const std::int64_t code = handle_tick(e, *e.previous, due, now, due, scripts, options, counters);
       if (code == tick_code::stale) return TickHandled::stale;
       e.handled = due;
     }
-    e.previous.reset();
+    if (now >= e.since) e.previous.reset();
   }
   if (e.paused) return TickHandled::done;
   if (e.buffered && release_buffered(e, now, scripts, options, counters) == TickHandled::stale) {
@@ -212,7 +213,11 @@ TickHandled handle_ticks(ScheduleEntry& e, TimePoint now, ScriptRunner& scripts,
   return TickHandled::done;
 }
 
-TimePoint next_wake(const ScheduleEntry& e, TimePoint now) {
+namespace {
+
+/// When the current definition next has a tick due (the tick plus its jitter offset);
+/// TimePoint::max() when never (paused, past its end, or its limit reached).
+TimePoint next_fire(const ScheduleEntry& e, TimePoint now) {
   if (e.paused || e.exhausted) return TimePoint::max();
   const Definition& def = e.current.def;
   const ScheduledTaskOptions& o = def.options;
@@ -228,6 +233,14 @@ TimePoint next_wake(const ScheduleEntry& e, TimePoint now) {
   const TimePoint next = def.schedule.next_after(from);
   if (next == TimePoint::max() || (o.end && next > *o.end)) return TimePoint::max();
   return fire_time(def, next);
+}
+
+}  // namespace
+
+TimePoint next_wake(const ScheduleEntry& e, TimePoint now) {
+  // A previous definition is kept until the clock has passed the switch.
+  const TimePoint previous = e.previous ? e.previous->def.schedule.next_after(now) : TimePoint::max();
+  return std::min(previous, next_fire(e, now));
 }
 
 }  // namespace streamq::detail

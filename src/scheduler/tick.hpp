@@ -51,6 +51,7 @@ struct TickCounters {
   std::atomic<std::uint64_t> refused{0};
   std::atomic<std::uint64_t> errors{0};
   std::atomic<std::uint64_t> reconnects{0};
+  std::atomic<std::uint64_t> reloads{0};
 };
 
 /// What handle_ticks found.

@@ -97,7 +97,8 @@ class CliTest(RedisTestCase):
         self.assertEqual(self.cli("cancel", q, queued, "--yes", check=False).returncode, 3)
         self.assertEqual(self.cli("--help").returncode, 0)
         for sub in ("queues", "stats", "tasks", "task", "dlq", "delayed", "enqueue", "pause", "resume",
-                    "tenants", "consumers", "doctor", "exporter", "cancel", "events", "flow", "batch"):
+                    "tenants", "schedules", "consumers", "doctor", "exporter", "cancel", "events", "flow",
+                    "batch"):
             self.assertIn("--help", self.cli(sub, "--help").stdout, sub)
 
     def test_destructive_commands_need_a_terminal_or_yes(self):

@@ -15,7 +15,7 @@ import urllib.request
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -254,6 +254,74 @@ class DashboardTest(RedisTestCase):
             self.assertEqual(status, 400, sent)
             self.assertIn(message, json.loads(text)["error"])
         self.assertEqual(self.r.hget(q + ":tenants:config:acme", "paused"), None)
+
+    def test_schedules_and_their_actions_under_the_rules_of_pause(self):
+        q = "web-schedules"
+        self.cli("enqueue", q, "ping")
+        self.cli("schedules", "upsert", q, "report", "--schedule", "0 9 * * mon-fri Europe/Berlin", "--type", "pdf")
+        self.cli("schedules", "upsert", q, "tick", "--schedule", "every 60000ms", "--type", "ping")
+        self.r.hset(q + ":sched:tick", mapping={"tick": "1796000000000", "outcome": "enqueued",
+                                                "task_id": "tick@2026-11-30T00:53:20Z"})
+        token = "t0ken-" + "v" * 20
+        with tempfile.NamedTemporaryFile("w", suffix=".token") as f:
+            f.write(token + "\n")
+            f.flush()
+            base = self.start_dashboard("127.0.0.1:%d" % free_port(), "--token-file", f.name)
+        bearer = {"Authorization": "Bearer " + token}
+
+        def schedules():
+            status, _, text = http(base + "/api/schedules?name=" + q, headers=bearer)
+            self.assertEqual(status, 200, text)
+            return {s["name"]: s for s in json.loads(text)["schedules"]}
+        self.assertEqual(http(base + "/api/schedules?name=" + q)[0], 401)
+        listed = schedules()
+        self.assertEqual(sorted(listed), ["report", "tick"])
+        self.assertEqual((listed["tick"]["last_tick"], listed["tick"]["last_outcome"], listed["tick"]["last_task_id"]),
+                         ("2026-11-30T00:53:20Z", "enqueued", "tick@2026-11-30T00:53:20Z"))
+        self.assertEqual(len(listed["report"]["next_ticks"]), 3)
+        self.assertEqual((listed["report"]["paused"], listed["report"]["from_code"]), (False, False))
+        status, _, text = http(base + "/api/schedules", headers=bearer)
+        self.assertEqual((status, json.loads(text)["error"]), (400, "missing parameter name"))
+
+        # Pause and resume answer every request that breaks a rule as /api/pause does.
+        page = http(base + "/queue?name=" + q, headers=bearer)[2]
+        csrf = page.split('name="csrf-token" content="')[1].split('"')[0]
+        body = json.dumps({"queue": q, "schedule": "report", "note": "holidays (ops)"})
+        good = dict(bearer, **{"Content-Type": "application/json", "X-CSRF-Token": csrf})
+        cases = [("POST", {"Content-Type": "application/json", "X-CSRF-Token": csrf}, 401),
+                 ("POST", dict(bearer, **{"Content-Type": "application/json"}), 403),
+                 ("POST", dict(good, **{"X-CSRF-Token": "0" * 64}), 403),
+                 ("POST", dict(good, Origin="http://evil.example"), 403),
+                 ("POST", dict(good, **{"Sec-Fetch-Site": "cross-site"}), 403),
+                 ("POST", dict(good, **{"Content-Type": "text/plain"}), 415),
+                 ("GET", bearer, 405)]
+        for method, headers, expected in cases:
+            for path in ("/api/pause", "/api/schedule/pause", "/api/schedule/resume"):
+                status, _, text = http(base + path, method, body if method == "POST" else None, headers)
+                self.assertEqual(status, expected, (path, method, headers))
+                self.assertIn("error", json.loads(text))
+        self.assertFalse(any(s["paused"] for s in schedules().values()))
+        self.assertEqual(self.r.hget(q + ":sched:report", "paused"), None)
+
+        # With the token and the page's CSRF token: paused with its note, then resumed.
+        status, _, text = http(base + "/api/schedule/pause", "POST", body, good)
+        self.assertEqual((status, json.loads(text)), (200, {"schedule": "report", "paused": True}))
+        report = schedules()["report"]
+        self.assertEqual((report["paused"], report["note"], report["next_ticks"]), (True, "holidays (ops)", []))
+        self.assertFalse(schedules()["tick"]["paused"])
+        status, _, text = http(base + "/api/schedule/resume", "POST", body, good)
+        self.assertEqual((status, json.loads(text)), (200, {"schedule": "report", "paused": False}))
+        self.assertEqual((schedules()["report"]["paused"], schedules()["report"]["note"]), (False, ""))
+        for sent, expected, message in (
+                ({"queue": q, "schedule": "nothing"}, 404, "no schedule nothing in " + q),
+                ({"queue": q}, 400, '"schedule" must be a non-empty string'),
+                ({"schedule": "report"}, 400, '"queue" must be a non-empty string'),
+                ({"queue": q, "schedule": "report", "note": 7}, 400, '"note" must be a string'),
+                ({"queue": q, "schedule": "report", "note": "x" * 1001}, 400, '"note" must be a string')):
+            status, _, text = http(base + "/api/schedule/pause", "POST", json.dumps(sent), good)
+            self.assertEqual(status, expected, sent)
+            self.assertIn(message, json.loads(text)["error"])
+        self.assertFalse(schedules()["report"]["paused"])
 
     def test_the_api_shows_a_task_and_a_batch(self):
         q = "web-api"
@@ -558,6 +626,41 @@ class DashboardTest(RedisTestCase):
         click_tenant("acme", "button.tenant-resume")
         wait.until(lambda d: tenant_rows()[0][3] == "" and tenant_rows()[0][8] == "Pause")
         self.assertIsNone(self.r.hget(q + ":tenants:config:acme", "paused"))
+
+        # The stored schedules; one paused with the note its prompt asks for, then resumed.
+        name = "<b>report</b>"
+        self.cli("schedules", "upsert", q, name, "--schedule", "0 9 * * mon-fri Europe/Berlin", "--type", "pdf")
+
+        def schedule_rows():
+            return driver.execute_script(
+                "return [...document.querySelectorAll('#schedules tr[data-schedule]')]"
+                ".map((r) => [...r.cells].map((c) => c.textContent))")
+
+        def click_schedule(selector):
+            def attempt(_):
+                try:
+                    driver.find_element(By.CSS_SELECTOR, "#schedules tr[data-schedule] " + selector).click()
+                    return True
+                except (StaleElementReferenceException, NoSuchElementException):
+                    return False
+            wait.until(attempt)
+
+        wait.until(lambda d: d.find_element(By.ID, "schedules").is_displayed())
+        [row] = schedule_rows()
+        self.assertEqual(row[:5] + row[6:], [name, "0 9 * * mon-fri Europe/Berlin", "pdf", "running", "api",
+                                             "–", "–", "–", "Pause"])
+        self.assertRegex(row[5], r"^(\d{4}-\d\d-\d\dT0[78]:00:00Z, ){2}\d{4}-\d\d-\d\dT0[78]:00:00Z$")
+        self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "#schedules b"), [])
+        click_schedule("button.schedule-pause")
+        wait.until(lambda d: d.switch_to.alert)
+        driver.switch_to.alert.send_keys("holidays (ops)")
+        driver.switch_to.alert.accept()
+        wait.until(lambda d: schedule_rows()[0][3] == "paused: holidays (ops)" and schedule_rows()[0][9] == "Resume")
+        self.assertEqual(self.r.hget(q + ":sched:" + name, "note"), b"holidays (ops)")
+        self.assertIn("schedule %s paused" % name, text("notice"))
+        click_schedule("button.schedule-resume")
+        wait.until(lambda d: schedule_rows()[0][3] == "running" and schedule_rows()[0][9] == "Pause")
+        self.assertIsNone(self.r.hget(q + ":sched:" + name, "paused"))
 
         # Delete one selected dead letter (after a confirmation).
         victim_id = ids("dead")[0]

@@ -18,10 +18,10 @@
 
 #include <streamq/streamq.hpp>
 
-#include "fake_clock.hpp"
 #include "log_capture.hpp"
 #include "redis_server.hpp"
 #include "scheduler/cron.hpp"
+#include "scheduler_fixture.hpp"
 #include "utc_time.hpp"
 #include "wire/codec.hpp"
 
@@ -29,56 +29,6 @@ namespace streamq::test {
 namespace {
 
 using namespace std::chrono;
-using TimePoint = system_clock::time_point;
-
-SchedulerMetrics sum(const std::vector<std::unique_ptr<Scheduler>>& schedulers) {
-  SchedulerMetrics total;
-  for (const auto& s : schedulers) {
-    const SchedulerMetrics m = s->metrics();
-    total.enqueued += m.enqueued;
-    total.taken += m.taken;
-    total.skipped += m.skipped;
-    total.refused += m.refused;
-    total.errors += m.errors;
-  }
-  return total;
-}
-
-class SchedulerTest : public ::testing::Test {
- protected:
-  RedisServer server{{.appendonly = true}};  // the Redis-down test restarts it on its AOF
-  Client client{server.url()};
-  std::string stream = unique_key();
-  FakeClock clock{at(2026, 1, 1, 0, 0, 30)};
-
-  SchedulerOptions options(MissedTicks missed = MissedTicks::enqueue_once) const {
-    return {.queue = {.connection = {.url = server.url(),
-                                     .backoff_base = milliseconds(10),
-                                     .backoff_max = milliseconds(50)},
-                      .stream = stream},
-            .missed = missed,
-            .misfire_grace = seconds(10),
-            .clock = clock.fn(),
-            .max_wait = milliseconds(5)};
-  }
-  std::unique_ptr<Scheduler> every_minute(MissedTicks missed = MissedTicks::enqueue_once) const {
-    auto s = std::make_unique<Scheduler>(options(missed));
-    s->add("tick", Schedule::cron("* * * * *"), "report", {{"kind", "minutely"}});
-    return s;
-  }
-  std::vector<std::string> task_ids() {
-    std::vector<std::string> ids;
-    for (const auto& [id, fields] : client.xrange(stream)) ids.push_back(Client::get(fields, "task_id"));
-    return ids;
-  }
-  std::string record(const std::string& name, const char* field) {
-    const detail::Reply r = client.cmd({"HGET", stream + ":sched:" + name, field});
-    return r.view().is_nil() ? "" : std::string(r.view().check().str());
-  }
-  static std::string ms(TimePoint t) {
-    return std::to_string(duration_cast<milliseconds>(t.time_since_epoch()).count());
-  }
-};
 
 TEST_F(SchedulerTest, ThreeInstancesEnqueueEachOfTenTicksOnce) {
   std::vector<std::unique_ptr<Scheduler>> schedulers;

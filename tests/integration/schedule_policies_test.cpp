@@ -17,11 +17,11 @@
 
 #include <streamq/streamq.hpp>
 
-#include "fake_clock.hpp"
 #include "gate.hpp"
 #include "redis_server.hpp"
 #include "running_consumer.hpp"
 #include "scheduler/jitter.hpp"
+#include "scheduler_fixture.hpp"
 #include "utc_time.hpp"
 #include "wire/codec.hpp"
 #include "wire/keys.hpp"

@@ -290,5 +290,37 @@ TEST(SchedulerOptionsTest, StopBeforeRunMakesRunReturnAndRunsOnlyOnce) {
             std::string::npos);
 }
 
+TEST(ScheduleParse, ReadsBackEveryDescriptionItPrintsWithTheSameTicks) {
+  const Schedule schedules[] = {Schedule::cron("*/5 * * * *"),
+                                Schedule::cron("@daily"),
+                                Schedule::cron("@hourly", "Asia/Tokyo"),
+                                Schedule::cron("0 9 * * mon-fri", hours(1)),
+                                Schedule::cron("0 9 * * mon-fri", -minutes(330)),
+                                Schedule::cron("30 2 * * *", "Europe/Berlin"),
+                                Schedule::cron("15 2 * * *", "Australia/Lord_Howe"),
+                                Schedule::every(milliseconds(30000)),
+                                Schedule::every(milliseconds(1))};
+  const TimePoint from = at(2026, 3, 28, 0, 0);
+  for (const Schedule& s : schedules) {
+    const Schedule back = Schedule::parse(s.description());
+    EXPECT_EQ(back.description(), s.description());
+    TimePoint a = from;
+    TimePoint b = from;
+    for (int i = 0; i < 50; ++i) {
+      a = s.next_after(a);
+      b = back.next_after(b);
+      ASSERT_EQ(a, b) << s.description() << ", tick " << i;
+    }
+  }
+}
+
+TEST(ScheduleParse, RefusesWhatItCannotRead) {
+  for (const char* text :
+       {"", "every", "every 30s", "every -5ms", "every 0ms", "* * * *", "* * * * * * *",
+        "@daily Europe/Berlin extra", "* * * * * Mars/Olympus_Mons", "* * * * * UTC+01:60"}) {
+    EXPECT_THROW(Schedule::parse(text), ConfigError) << '"' << text << '"';
+  }
+}
+
 }  // namespace
 }  // namespace streamq::test

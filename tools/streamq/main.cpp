@@ -21,7 +21,7 @@ int run(int argc, char** argv) {
   add_global_options(app, ctx);
   for (const auto add : {add_queues, add_stats, add_tasks, add_task, add_dlq, add_delayed, add_cancel,
                          add_enqueue, add_events, add_flow, add_batch, add_pause_resume, add_tenants,
-                         add_consumers, add_doctor, add_exporter, add_dashboard}) {
+                         add_schedules, add_consumers, add_doctor, add_exporter, add_dashboard}) {
     add(app, ctx);
   }
 

@@ -17,7 +17,7 @@ enum Exit : int {
   ok = 0,
   failed = 1,     ///< the server refused, or could not be reached
   usage = 2,      ///< bad arguments
-  not_found = 3,  ///< no such task
+  not_found = 3,  ///< no such task (or schedule)
   unsafe = 4,     ///< doctor: something would lose tasks
   aborted = 5,    ///< not confirmed, or interrupted (what was done is reported)
 };

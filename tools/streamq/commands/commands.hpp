@@ -23,6 +23,7 @@ void add_flow(CLI::App& app, Context& ctx);          // flow.cpp
 void add_batch(CLI::App& app, Context& ctx);         // batch.cpp
 void add_pause_resume(CLI::App& app, Context& ctx);  // pause.cpp: pause, resume
 void add_tenants(CLI::App& app, Context& ctx);       // tenants.cpp: tenants list, set, clear, ...
+void add_schedules(CLI::App& app, Context& ctx);     // schedules.cpp: schedules list, show, pause, ...
 void add_consumers(CLI::App& app, Context& ctx);     // consumers.cpp
 void add_doctor(CLI::App& app, Context& ctx);        // doctor.cpp
 void add_exporter(CLI::App& app, Context& ctx);      // exporter.cpp

@@ -9,10 +9,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands/commands.hpp"
 #include "output.hpp"
+#include "schedule_queue.hpp"
 #include "serve.hpp"
 #include "streamq/errors.hpp"
 
@@ -128,9 +130,73 @@ class TenantGauges {
   std::vector<Queue> queues_;
 };
 
+/// The stored schedules of every queue (streamq::Schedules): per schedule, the seconds since its
+/// last tick by the server's clock (TIME, read once per scrape), and whether it is paused; an
+/// alert on the first finds a schedule that stopped. A schedule that has not ticked yet counts
+/// from when it was stored.
+class ScheduleGauges {
+ public:
+  explicit ScheduleGauges(ConnectionOptions connection) : connection_(std::move(connection)) {}
+
+  /// Starts a scrape at the server's time `now_ms`.
+  void begin(std::int64_t now_ms) {
+    now_ = std::chrono::system_clock::time_point(std::chrono::milliseconds(now_ms));
+    rows_.clear();
+  }
+
+  void read(const QueueInfo& q) {
+    const int partitions = partitions_of(q);
+    auto it = open_.find({q.name, partitions});
+    if (it == open_.end()) {
+      // One connection per queue, kept across scrapes; its clock is the scrape's server time.
+      it = open_
+               .emplace(std::pair{q.name, partitions},
+                        queue_schedules(connection_, q.name, partitions, [this] { return now_; }))
+               .first;
+    }
+    for (const ScheduleInfo& s : it->second.list(0)) {
+      const auto since = s.last_tick ? *s.last_tick : s.changed_at;
+      if (since == std::chrono::system_clock::time_point{}) continue;
+      rows_.push_back({q.name, s.name, std::chrono::duration<double>(now_ - since).count(), s.paused});
+    }
+  }
+
+  std::string exposition() const {
+    std::string text =
+        "# HELP streamq_schedule_seconds_since_last_tick Seconds since a stored schedule's last tick (since "
+        "it was stored, before its first), by the server's clock.\n"
+        "# TYPE streamq_schedule_seconds_since_last_tick gauge\n";
+    for (const Row& r : rows_) {
+      char value[64];
+      std::snprintf(value, sizeof value, "%.3f", r.seconds);
+      text += "streamq_schedule_seconds_since_last_tick" + labels(r) + " " + value + "\n";
+    }
+    text +=
+        "# HELP streamq_schedule_paused Whether a stored schedule is paused (1) or running (0).\n"
+        "# TYPE streamq_schedule_paused gauge\n";
+    for (const Row& r : rows_) text += "streamq_schedule_paused" + labels(r) + (r.paused ? " 1\n" : " 0\n");
+    return text;
+  }
+
+ private:
+  struct Row {
+    std::string queue, schedule;
+    double seconds = 0;
+    bool paused = false;
+  };
+  static std::string labels(const Row& r) {
+    return "{stream=\"" + prometheus_label(r.queue) + "\",schedule=\"" + prometheus_label(r.schedule) + "\"}";
+  }
+
+  ConnectionOptions connection_;
+  std::chrono::system_clock::time_point now_{};
+  std::map<std::pair<std::string, int>, Schedules> open_;
+  std::vector<Row> rows_;
+};
+
 /// Serves GET /metrics until SIGINT/SIGTERM: every discovered queue's exposition (one family
-/// each), the `top_tenants` tenants of each with the largest backlogs, streamq_up (0 when Redis
-/// could not be read) and streamq_scrape_duration_seconds. Returns an exit status.
+/// each), the `top_tenants` tenants of each with the largest backlogs, its stored schedules, streamq_up (0
+/// when Redis could not be read) and streamq_scrape_duration_seconds. Returns an exit status.
 int serve_exporter(const InspectorOptions& inspector_options, const std::string& listen,
                    std::size_t top_tenants) {
   const auto [host, port] = split_listen(listen);
@@ -141,6 +207,7 @@ int serve_exporter(const InspectorOptions& inspector_options, const std::string&
   Inspector inspector(inspector_options);
   std::mutex mutex;  // one Inspector, one connection: scrapes take turns
   EventCounter events;
+  ScheduleGauges schedules(inspector_options.connection);
   httplib::Server server;
   if (is_loopback(host)) {
     // On a loopback address a browser on this machine can reach it: a web page whose name was
@@ -163,12 +230,14 @@ int serve_exporter(const InspectorOptions& inspector_options, const std::string&
     try {
       std::vector<QueueStats> all;
       TenantGauges tenants(top_tenants);
+      schedules.begin(inspector.server_time_ms());
       for (const QueueInfo& q : inspector.queues()) {
         all.push_back(inspector.stats(q.name));
         events.read(inspector, q.name);
         tenants.read(inspector, q.name);
+        schedules.read(q);
       }
-      text = to_prometheus(all) + events.exposition() + tenants.exposition();
+      text = to_prometheus(all) + events.exposition() + tenants.exposition() + schedules.exposition();
     } catch (const Error& e) {
       up = 0;
       text.clear();

@@ -13,6 +13,7 @@
 #include "dashboard/access.hpp"
 #include "dashboard/sampler.hpp"
 #include "output.hpp"
+#include "schedule_queue.hpp"
 #include "streamq/errors.hpp"
 #include "tenant_json.hpp"
 
@@ -22,6 +23,11 @@ namespace {
 using json = nlohmann::json;
 
 struct BadRequest : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// What an action names is not there (a schedule): 404.
+struct NotFound : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -73,6 +79,17 @@ std::vector<std::string> body_ids(const json& body) {
   return ids;
 }
 
+/// The optional string `name` of a body ("" when absent), at most `most` bytes.
+std::string body_optional_string(const json& body, const char* name, std::size_t most) {
+  const auto it = body.find(name);
+  if (it == body.end()) return {};
+  if (!it->is_string() || it->get_ref<const std::string&>().size() > most) {
+    throw BadRequest(std::string("\"") + name + "\" must be a string of at most " + std::to_string(most) +
+                     " bytes");
+  }
+  return it->get<std::string>();
+}
+
 bool body_flag(const json& body, const char* name) {
   const auto it = body.find(name);
   if (it == body.end()) return false;
@@ -95,6 +112,8 @@ void respond(httplib::Response& res, Body&& body) {
     res.set_content(body().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   } catch (const BadRequest& e) {
     Access::refuse(res, 400, e.what());
+  } catch (const NotFound& e) {
+    Access::refuse(res, 404, e.what());
   } catch (const ConfigError& e) {
     Access::refuse(res, 400, e.what());
   } catch (const Error& e) {
@@ -130,6 +149,11 @@ void action(httplib::Server& server, const Api& api, const char* path, Body body
     res.set_header("Allow", "POST");
     Access::refuse(res, 405, "actions are POST requests");
   });
+}
+
+/// The stored schedules of `queue` (its partitions found by `in`), for a read or an action.
+Schedules schedules_of(const Api& api, Inspector& in, const std::string& queue) {
+  return queue_schedules(api.inspector_options.connection, queue, find_partitions(in, queue));
 }
 
 /// A flow's task's neighbours, for its detail view: its parent and its first kMostChildren
@@ -232,6 +256,14 @@ void add_api(httplib::Server& server, const Api& api) {
     return json{{"tenants", tenants}};
   });
 
+  read(server, api, "/api/schedules", [api](Inspector& in, const httplib::Request& req) {
+    const std::string name = required_param(req, "name");
+    json list = json::array();
+    for (const ScheduleInfo& s : schedules_of(api, in, name).list(3))
+      list.push_back(json::parse(s.to_json()));
+    return json{{"schedules", list}};
+  });
+
   action(server, api, "/api/replay", [](Inspector& in, const httplib::Request& req) {
     const json body = parse_body(req);
     ReplayOptions o;
@@ -282,6 +314,22 @@ void add_api(httplib::Server& server, const Api& api) {
     const std::string tenant = body_string(body, "tenant");
     in.resume_tenant(body_string(body, "queue"), tenant);
     return json{{"tenant", tenant}, {"paused", false}};
+  });
+  action(server, api, "/api/schedule/pause", [api](Inspector& in, const httplib::Request& req) {
+    const json body = parse_body(req);
+    const std::string queue = body_string(body, "queue");
+    const std::string name = body_string(body, "schedule");
+    if (!schedules_of(api, in, queue).pause(name, body_optional_string(body, "note", 1000))) {
+      throw NotFound("no schedule " + name + " in " + queue);
+    }
+    return json{{"schedule", name}, {"paused", true}};
+  });
+  action(server, api, "/api/schedule/resume", [api](Inspector& in, const httplib::Request& req) {
+    const json body = parse_body(req);
+    const std::string queue = body_string(body, "queue");
+    const std::string name = body_string(body, "schedule");
+    if (!schedules_of(api, in, queue).resume(name)) throw NotFound("no schedule " + name + " in " + queue);
+    return json{{"schedule", name}, {"paused", false}};
   });
 }
 

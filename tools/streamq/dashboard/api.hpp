@@ -30,8 +30,9 @@ struct Api {
 };
 
 /// Registers GET /api/queues, /api/queue, /api/record, /api/task, /api/batch, /api/tasks,
-/// /api/tenants and the actions POST /api/replay, /api/delete, /api/run_now, /api/cancel,
-/// /api/pause, /api/resume, /api/tenant/pause, /api/tenant/resume (each with its parameters and
+/// /api/tenants, /api/schedules and the actions POST /api/replay, /api/delete, /api/run_now,
+/// /api/cancel, /api/pause, /api/resume, /api/tenant/pause, /api/tenant/resume,
+/// /api/schedule/pause, /api/schedule/resume (each with its parameters and
 /// answer in docs/cli-and-dashboard.md, "The dashboard's JSON API").
 void add_api(httplib::Server& server, const Api& api);
 

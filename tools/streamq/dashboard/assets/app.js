@@ -228,9 +228,58 @@ async function loadTenants() {
   }
 }
 
+// ---- the queue's stored schedules (streamq schedules, docs/cli-and-dashboard.md)
+
+let schedulesSeq = 0;
+
+/** An ISO 8601 time as the API gives it, without its milliseconds when they are 0. */
+function tickText(iso) {
+  return iso ? iso.replace('.000Z', 'Z') : '–';
+}
+
+/** Pausing asks for a note (why, by whom), shown beside the state; cancelling the prompt pauses nothing. */
+function pauseSchedule(name) {
+  const note = window.prompt(`Pause schedule ${name}: a note (why, by whom)?`, '');
+  if (note === null) return;
+  act('schedule/pause', {schedule: name, note});
+}
+
+function scheduleRow(s) {
+  const toggle = s.paused
+    ? button('Resume', () => act('schedule/resume', {schedule: s.name}), 'schedule-resume')
+    : button('Pause', () => pauseSchedule(s.name), 'schedule-pause');
+  const tr = el('tr', {},
+    el('td', {textContent: s.name}),
+    el('td', {textContent: s.schedule}),
+    el('td', {textContent: s.task_type}),
+    el('td', {textContent: s.paused ? `paused${s.note ? `: ${s.note}` : ''}` : 'running', className: 'schedule-state'}),
+    el('td', {textContent: s.from_code ? 'code' : 'api'}),
+    el('td', {textContent: s.next_ticks.length ? s.next_ticks.map(tickText).join(', ') : '–'}),
+    el('td', {textContent: tickText(s.last_tick)}),
+    el('td', {textContent: s.last_outcome || '–'}),
+    el('td', {textContent: s.last_task_id || '–'}),
+    el('td', {className: 'row-actions'}, toggle));
+  tr.dataset.schedule = s.name;
+  return tr;
+}
+
+/** The section stays hidden while the queue has no stored schedule. */
+async function loadSchedules() {
+  const seq = ++schedulesSeq;
+  try {
+    const {schedules} = await get(`/api/schedules?name=${encodeURIComponent(queue)}`);
+    if (seq !== schedulesSeq) return;
+    document.querySelector('#schedules tbody').replaceChildren(...schedules.map(scheduleRow));
+    document.getElementById('schedules').hidden = schedules.length === 0;
+  } catch (e) {
+    if (seq === schedulesSeq) status(e.message, true);
+  }
+}
+
 function refreshAll() {
   loadQueue();
   loadTenants();
+  loadSchedules();
   for (const t of tables) t.load();
 }
 
@@ -244,6 +293,8 @@ function describe(action, r) {
         : 'not found (finished, cancelled or moved meanwhile)';
     case 'tenant/pause': return `tenant ${r.tenant} paused`;
     case 'tenant/resume': return `tenant ${r.tenant} resumed`;
+    case 'schedule/pause': return `schedule ${r.schedule} paused`;
+    case 'schedule/resume': return `schedule ${r.schedule} resumed`;
     default: return r.paused ? 'paused' : 'resumed';
   }
 }
@@ -500,6 +551,7 @@ function startQueue() {
   setInterval(loadQueue, 2000);
   setInterval(() => {
     loadTenants();
+    loadSchedules();
     for (const t of tables) t.load();
   }, 5000);
 }
