@@ -79,7 +79,9 @@ struct STREAMQ_EXPORT BackfillResult {
 ///   schedules.upsert("weekday-report", streamq::Schedule::cron("0 9 * * mon-fri", "Europe/Berlin"),
 ///                    "generate_pdf", {{"report_type", "sales"}});
 ///   schedules.pause("weekday-report", "holidays until Jan 7 (ops)");
-///   for (const streamq::ScheduleInfo& s : schedules.list()) { /* s.next_ticks, s.last_outcome */ }
+///   for (const streamq::ScheduleInfo& s : schedules.list()) {
+///     if (!s.paused) { /* s.next_ticks, s.last_outcome */ }
+///   }
 /// @endcode
 ///
 /// Thread safety: one connection; use an instance from one thread at a time.

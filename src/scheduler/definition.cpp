@@ -15,6 +15,29 @@ using TimePoint = std::chrono::system_clock::time_point;
 
 namespace {
 
+Priority priority_of(const std::string& s) {
+  if (s == "high") return Priority::high;
+  if (s == "low") return Priority::low;
+  if (s == "normal") return Priority::normal;
+  throw Error("priority \"" + s + "\"");
+}
+
+Overlap overlap_of(const std::string& s) {
+  if (s == "allow") return Overlap::allow;
+  if (s == "skip") return Overlap::skip;
+  if (s == "buffer_one") return Overlap::buffer_one;
+  throw Error("overlap \"" + s + "\"");
+}
+
+MissedTicks missed_of(const std::string& s) {
+  if (s == "enqueue_once") return MissedTicks::enqueue_once;
+  if (s == "skip") return MissedTicks::skip;
+  if (s == "all_within") return MissedTicks::all_within;
+  throw Error("catch_up \"" + s + "\"");
+}
+
+}  // namespace
+
 const char* priority_text(Priority p) {
   switch (p) {
     case Priority::high: return "high";
@@ -22,12 +45,6 @@ const char* priority_text(Priority p) {
     case Priority::normal: break;
   }
   return "normal";
-}
-Priority priority_of(const std::string& s) {
-  if (s == "high") return Priority::high;
-  if (s == "low") return Priority::low;
-  if (s == "normal") return Priority::normal;
-  throw Error("priority \"" + s + "\"");
 }
 
 const char* overlap_text(Overlap o) {
@@ -38,12 +55,6 @@ const char* overlap_text(Overlap o) {
   }
   return "allow";
 }
-Overlap overlap_of(const std::string& s) {
-  if (s == "allow") return Overlap::allow;
-  if (s == "skip") return Overlap::skip;
-  if (s == "buffer_one") return Overlap::buffer_one;
-  throw Error("overlap \"" + s + "\"");
-}
 
 const char* missed_text(MissedTicks m) {
   switch (m) {
@@ -53,14 +64,6 @@ const char* missed_text(MissedTicks m) {
   }
   return "enqueue_once";
 }
-MissedTicks missed_of(const std::string& s) {
-  if (s == "enqueue_once") return MissedTicks::enqueue_once;
-  if (s == "skip") return MissedTicks::skip;
-  if (s == "all_within") return MissedTicks::all_within;
-  throw Error("catch_up \"" + s + "\"");
-}
-
-}  // namespace
 
 int schedule_partition(std::string_view name, int partitions) {
   return partitions <= 1 ? 0 : static_cast<int>(crc16(name) % static_cast<unsigned>(partitions));

@@ -52,6 +52,11 @@ std::string definition_json(const Definition& d);
 /// Reads what definition_json wrote. @throws Error naming the schedule when it cannot.
 Definition definition_from_json(std::string_view name, std::string_view json);
 
+/// The names the stored form (and ScheduleInfo::to_json) gives the policies' values.
+const char* priority_text(Priority p);
+const char* overlap_text(Overlap o);
+const char* missed_text(MissedTicks m);
+
 /// The registry of the queue's stored schedules and its change counter.
 inline std::string schedules_key(std::string_view first_partition_stream) {
   return concat(first_partition_stream, ":schedules");

@@ -8,6 +8,7 @@
 #include "redis/connection_config.hpp"
 #include "redis/scripts.hpp"
 #include "scheduler/cron.hpp"
+#include "scheduler/definition.hpp"
 #include "scheduler/store.hpp"
 #include "scheduler/tick_script.hpp"
 #include "streamq/errors.hpp"
@@ -73,22 +74,15 @@ std::string ScheduleInfo::to_json() const {
   const ScheduledTaskOptions& o = options;
   nlohmann::ordered_json opts;
   opts["max_retries"] = o.max_retries ? nlohmann::ordered_json(*o.max_retries) : nlohmann::ordered_json();
-  opts["priority"] = o.priority == Priority::high ? "high" : o.priority == Priority::low ? "low" : "normal";
+  opts["priority"] = detail::priority_text(o.priority);
   opts["start"] = o.start ? nlohmann::ordered_json(iso(*o.start)) : nlohmann::ordered_json();
   opts["end"] = o.end ? nlohmann::ordered_json(iso(*o.end)) : nlohmann::ordered_json();
   opts["limit"] = o.limit ? nlohmann::ordered_json(*o.limit) : nlohmann::ordered_json();
   opts["jitter_ms"] = o.jitter.count();
-  opts["overlap"] = o.overlap == Overlap::skip         ? "skip"
-                    : o.overlap == Overlap::buffer_one ? "buffer_one"
-                                                       : "allow";
-  if (o.catch_up) {
-    opts["catch_up"] = o.catch_up->policy == MissedTicks::skip         ? "skip"
-                       : o.catch_up->policy == MissedTicks::all_within ? "all_within"
-                                                                       : "enqueue_once";
-    if (o.catch_up->policy == MissedTicks::all_within)
-      opts["catch_up_window_ms"] = o.catch_up->window.count();
-  } else {
-    opts["catch_up"] = nullptr;
+  opts["overlap"] = detail::overlap_text(o.overlap);
+  opts["catch_up"] = o.catch_up ? nlohmann::ordered_json(detail::missed_text(o.catch_up->policy)) : nullptr;
+  if (o.catch_up && o.catch_up->policy == MissedTicks::all_within) {
+    opts["catch_up_window_ms"] = o.catch_up->window.count();
   }
   j["options"] = opts;
   return j.dump();

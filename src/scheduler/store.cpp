@@ -133,6 +133,8 @@ std::vector<StoredSchedule> store_read_all(Connection& conn, const ScheduleKeys&
   for (const auto& [partition, indexes] : by_partition) {
     std::vector<std::string> record_keys;
     std::vector<Argv> commands;
+    record_keys.reserve(indexes.size());
+    commands.reserve(indexes.size());
     for (const std::size_t i : indexes) record_keys.push_back(schedule_key(partition, names[i]));
     for (const std::string& k : record_keys) commands.push_back(read_record(k));
     const std::vector<Reply> replies = conn.pipeline(commands);
