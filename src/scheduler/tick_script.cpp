@@ -18,15 +18,6 @@ const char* mode_text(TickMode m) {
   return "tick";
 }
 
-const char* overlap_text(Overlap o) {
-  switch (o) {
-    case Overlap::skip: return "skip";
-    case Overlap::buffer_one: return "buffer_one";
-    case Overlap::allow: break;
-  }
-  return "allow";
-}
-
 /// The KEYS index of the stream of the priority level (the script's KEYS).
 const char* destination(Priority p) {
   switch (p) {
@@ -71,7 +62,8 @@ TickReply call_tick_script(ScriptRunner& scripts, const QueueKeys& keys, const s
   } else {
     argv.add("");
   }
-  argv.add(overlap_text(o.overlap)).add(unix_ms(std::max(call.tick, call.late_through)));
+  argv.add(overlap_text(o.overlap))  // (the stored form's names: the script's ARGV[11])
+      .add(unix_ms(std::max(call.tick, call.late_through)));
   append_new_task(argv, task);
   const Reply reply = scripts.call(ScriptId::schedule_tick, argv);
   const ReplyView v = reply.view().check();
