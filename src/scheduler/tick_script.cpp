@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "scheduler/cron.hpp"
 #include "util/durations.hpp"
 #include "wire/codec.hpp"
 
