@@ -199,6 +199,21 @@ TEST(TimeZone, TokyoHasNoDaylightSaving) {
   EXPECT_EQ(day(zoned, at(2026, 3, 1), at(2026, 3, 3)), day(fixed, at(2026, 3, 1), at(2026, 3, 3)));
 }
 
+TEST(TimeZone, IntervalsAreAbsoluteAcrossBerlinsChanges) {
+  // every(90min) is not read in any zone: across both of Berlin's nights of change its ticks stay
+  // 90 minutes of elapsed time apart, at the multiples of 90 minutes since the epoch.
+  const Schedule s = Schedule::every(minutes(90));
+  for (const TimePoint from : {at(2026, 3, 28, 22), at(2026, 10, 24, 22)}) {
+    TimePoint t = s.next_after(from);
+    EXPECT_EQ(duration_cast<minutes>(t.time_since_epoch()).count() % 90, 0);
+    for (int i = 0; i < 6; ++i) {
+      const TimePoint next = s.next_after(t);
+      EXPECT_EQ(next - t, minutes(90)) << text(t);
+      t = next;
+    }
+  }
+}
+
 std::string config_error(std::string_view expression, std::string_view zone) {
   try {
     Schedule::cron(expression, zone);
