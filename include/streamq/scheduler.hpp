@@ -145,8 +145,8 @@ struct STREAMQ_EXPORT ScheduledTaskOptions {
   /// At most this many ticks are ever enqueued (counted in the schedule's record; > 0). Unset: no limit.
   std::optional<std::int64_t> limit{};
   /// Each tick's task is enqueued up to this long after the tick, by an offset derived from the
-  /// schedule's name and the tick's time (the same on every instance). 0 = at the tick. Keep it
-  /// below the schedule's shortest interval.
+  /// schedule's name and the tick's time (the same on every instance). 0 = at the tick. Must be
+  /// below the time between two ticks (ConfigError, looked for over the first 64 ticks of 2026).
   std::chrono::milliseconds jitter{0};
   /// While the previous tick's task runs: see Overlap.
   Overlap overlap = Overlap::allow;

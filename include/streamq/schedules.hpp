@@ -37,7 +37,8 @@ struct STREAMQ_EXPORT ScheduleInfo {
   /// Increases with every change of the definition (an upsert that changes it, a remove); not
   /// with pause() or resume() (the tick script tells definitions apart by it).
   std::int64_t version = 0;
-  /// When the definition last changed; its ticks are those after this instant.
+  /// When the definition last changed; after a change (not a first upsert) its ticks are those
+  /// after this instant.
   TimePoint changed_at{};
   /// The next ticks after now (at most the count asked for; none while paused, after `end`,
   /// or once `limit` ticks were enqueued).

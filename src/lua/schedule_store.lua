@@ -6,7 +6,8 @@
 --           its source is written), {1, version} created, {2, version} changed: the previous
 --           version's ticks up to now stay its own (prev_version, since).
 --           A paused schedule stays paused.
--- ARGV[1] = 'remove': the definition goes (and with it paused, note, floor, the switch); the
+-- ARGV[1] = 'remove': the definition goes (and with it paused, note, floor, the switch, a
+--           buffered tick); the
 --           tick, outcome, task_id and enqueued stay, so that adding it again does not run a
 --           tick twice. Returns {1, version} or {0, ''} when there was none.
 -- ARGV[1] = 'pause': ARGV[2] = the note. {1, ''} or {0, ''} when none.
@@ -32,7 +33,8 @@ if op == 'upsert' then
 end
 if not r[1] then return {0, ''} end
 if op == 'remove' then
-  redis.call('HDEL', key, 'def', 'source', 'paused', 'note', 'floor', 'prev_version', 'since', 'changed_at')
+  redis.call('HDEL', key, 'def', 'source', 'paused', 'note', 'floor', 'prev_version', 'since', 'changed_at',
+             'buffered')
   return {1, redis.call('HINCRBY', key, 'version', 1)}
 elseif op == 'pause' then
   redis.call('HSET', key, 'paused', '1', 'note', ARGV[2])

@@ -111,12 +111,25 @@ end
 
 if r[6] == '1' then return {5, ''} end
 
+-- A tick a backfill enqueued already (it may have run ahead of a tick's jitter) is taken.
+if redis.call('ZSCORE', KEYS[6], ARGV[2]) then return {0, ARGV[2], r[10] or ''} end
+
+local floor = tonumber(r[7])
 if mode == 'release' then
   if r[10] ~= ARGV[2] then return {0, recorded_text or '', r[10] or ''} end
+  local outcome_here = recorded_text == ARGV[2]  -- no newer tick was recorded since it was buffered
+  -- Buffered before a pause: not caught up after the resume.
+  if floor and tick <= floor then
+    redis.call('HDEL', KEYS[2], 'buffered')
+    if outcome_here then redis.call('HSET', KEYS[2], 'outcome', 'skipped') end
+    return {0, r[7], ''}
+  end
   if r[9] and not ended(r[9]) then return {8, r[9]} end
   redis.call('HDEL', KEYS[2], 'buffered')
-  if limit and enqueued >= limit then return {6, 'limit'} end
-  local outcome_here = recorded_text == ARGV[2]  -- no newer tick was recorded since it was buffered
+  if limit and enqueued >= limit then
+    if outcome_here then redis.call('HSET', KEYS[2], 'outcome', 'skipped') end
+    return {6, 'limit'}
+  end
   local id, len = add()
   if not id then
     if outcome_here then redis.call('HSET', KEYS[2], 'outcome', 'refused') end
@@ -126,7 +139,6 @@ if mode == 'release' then
   return {1, id, ran()}
 end
 
-local floor = tonumber(r[7])
 if floor and tick <= floor then return {0, r[7], r[10] or ''} end
 local recorded = tonumber(recorded_text)
 if recorded and recorded >= tick then return {0, recorded_text, r[10] or ''} end

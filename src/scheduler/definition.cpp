@@ -101,6 +101,20 @@ void check_definition(const Definition& d, const QueueOptions& queue) {
   }
   if (o.limit && *o.limit <= 0) throw ConfigError("limit of schedule \"" + name + "\" must be > 0");
   check_duration(o.jitter, milliseconds(0), "jitter of schedule \"" + name + "\"");
+  if (o.jitter.count() > 0) {
+    // Below the shortest gap between two ticks (looked for over a year's first ticks), or a
+    // tick's task could come after the next one's, which would then have taken its place.
+    TimePoint t = d.schedule.next_after(from_unix_ms(1767225600000));  // 2026-01-01T00:00:00Z
+    for (int i = 0; i < 64 && t != TimePoint::max(); ++i) {
+      const TimePoint next = d.schedule.next_after(t);
+      if (next != TimePoint::max() && next - t <= o.jitter) {
+        throw ConfigError(
+            "jitter of schedule \"" + name + "\" must be below the time between two of its ticks (" +
+            std::to_string(std::chrono::duration_cast<milliseconds>(next - t).count()) + " ms)");
+      }
+      t = next;
+    }
+  }
   if (o.overlap != Overlap::allow && o.overlap != Overlap::skip && o.overlap != Overlap::buffer_one) {
     throw ConfigError("overlap of schedule \"" + name + "\" is not an Overlap");
   }

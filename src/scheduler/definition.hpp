@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 // A schedule's definition as it is stored in Redis (`def` of its record, JSON) and as the
 // Scheduler runs it, and the keys and fields of schedules as data:
-// - `<queue's first partition stream>:schedules`: a set, the names of the stored schedules;
-// - `<same>:schedules:changed`: a counter, increased by every upsert, remove, pause and
+// - `<queue's first partition stream>:schedules`: a hash, the names of the stored schedules
+//   (each to "1"; a hash rather than a set so that the operator's ACL user needs no command
+//   more than it has);
+// - `<same>:schedules:changed`: a hash whose field `n` counts the changes, increased by every
+//   upsert, remove, pause and
 //   resume; a running Scheduler reads it on every wake-up and re-reads the records when it moved;
 // - `<partition stream>:sched:<name>` (schedule_key), a hash, the schedule's record: `def`
 //   (this JSON; absent once removed), `version` (increased by every change of `def`),

@@ -53,6 +53,9 @@ SchedulerOptions validated(SchedulerOptions o) {
   return o;
 }
 
+/// Longest time between two reads of the stored schedules, whatever their change counter says.
+constexpr std::chrono::seconds kReloadEvery{60};
+
 /// The server's clock: TIME answers [seconds, microseconds].
 TimePoint server_time(detail::Connection& conn) {
   const detail::Reply r = conn.command({"TIME"});
@@ -74,8 +77,10 @@ struct Scheduler::Impl {
   /// One wake-up's work; returns how long to wait. Throws ConnectionError and what the
   /// session set-up, TIME or the store's reads throw.
   milliseconds wake(detail::Connection& conn, detail::ScriptRunner& scripts);
-  /// The schedules given in code, stored (source `code`): once per connection.
-  void store_code_schedules(detail::ScriptRunner& scripts, TimePoint now);
+  /// The schedules given in code, stored (source `code`): at start; after a reconnect only
+  /// those the server no longer has (restarted without its data), so that a blip does not undo
+  /// an operator's change.
+  void store_code_schedules(detail::ScriptRunner& scripts, TimePoint now, bool at_start);
   /// Reads every stored schedule again and rebuilds `entries`, keeping what this instance
   /// knows of each (the newest tick it handled; the definition before a switch it saw).
   void reload(detail::Connection& conn);
@@ -90,6 +95,7 @@ struct Scheduler::Impl {
   std::uint64_t stored_generation = 0;       // the connection generation code was stored on
   std::optional<std::int64_t> seen_changed;  // the change counter at the last reload
   bool reload_needed = true;
+  std::chrono::steady_clock::time_point last_reload{};
   detail::Backoff error_backoff{connection.backoff_base, connection.backoff_max};
 
   std::mutex mutex;
@@ -100,8 +106,9 @@ struct Scheduler::Impl {
   detail::TickCounters counters;
 };
 
-void Scheduler::Impl::store_code_schedules(detail::ScriptRunner& scripts, TimePoint now) {
+void Scheduler::Impl::store_code_schedules(detail::ScriptRunner& scripts, TimePoint now, bool at_start) {
   for (const detail::Definition& d : code) {
+    if (!at_start && detail::store_read(scripts.connection(), keys, d.name)) continue;
     const UpsertOutcome outcome = detail::store_upsert(scripts, keys, d, true, now);
     if (outcome == UpsertOutcome::changed) {
       detail::log(LogLevel::info, "schedule \"" + d.name + "\": stored its definition from code (" +
@@ -163,16 +170,19 @@ milliseconds Scheduler::Impl::wake(detail::Connection& conn, detail::ScriptRunne
   }
   const TimePoint now = options.clock ? options.clock() : server_time(conn);
   if (stored_generation != conn.generation()) {
-    // Again after every reconnect: a server restarted without its data gets them back.
-    store_code_schedules(scripts, now);
+    store_code_schedules(scripts, now, stored_generation == 0);
     stored_generation = conn.generation();
     reload_needed = true;
   }
+  // The counter tells of a change within a wake-up; a read every kReloadEvery besides makes a
+  // change whose counter write was lost (its client killed between the two) seen all the same.
   const std::int64_t changed = detail::store_changed(conn, keys);
-  if (reload_needed || seen_changed != changed) {
+  const auto steady_now = std::chrono::steady_clock::now();
+  if (reload_needed || seen_changed != changed || steady_now - last_reload >= kReloadEvery) {
     reload(conn);
     seen_changed = changed;
     reload_needed = false;
+    last_reload = steady_now;
   }
   milliseconds wait = options.max_wait;
   TimePoint next = TimePoint::max();

@@ -213,13 +213,17 @@ BackfillResult Schedules::backfill(const std::string& name, TimePoint from, Time
   if (!s) throw ConfigError("backfill: there is no schedule \"" + name + "\"");
   if (!s->def) throw ConfigError("backfill: " + s->unreadable);
   const detail::Definition& d = *s->def;
+  const TimePoint now = im.now();
+  if (to > now) {
+    throw ConfigError("backfill of schedule \"" + name + "\": to is in the future (" +
+                      detail::format_tick(to) + "); the Scheduler enqueues the ticks to come");
+  }
   const std::vector<TimePoint> ticks = backfill_ticks(d, from, to);
   const std::string partition = im.keys.partition_of(name);
   const detail::QueueKeys keys = detail::queue_keys(partition);
   const std::string record = detail::schedule_key(partition, name);
   const detail::RunningDefinition running{d, d.options.max_retries.value_or(im.queue.default_max_retries),
                                           s->version};
-  const TimePoint now = im.now();
   BackfillResult out;
   for (const TimePoint t : ticks) {
     const detail::TickReply r =

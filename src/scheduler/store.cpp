@@ -65,8 +65,12 @@ std::optional<StoredSchedule> parse_record(const std::string& name, const Reply&
 /// The registry and counter follow a change of the record: one pipeline in their slot.
 void note_change(Connection& conn, const ScheduleKeys& keys, const std::string& name, bool stored) {
   std::vector<Argv> commands;
-  commands.push_back(Argv{stored ? "SADD" : "SREM", keys.registry, name});
-  commands.push_back(Argv{"INCR", keys.changed});
+  if (stored) {
+    commands.push_back(Argv{"HSET", keys.registry, name, "1"});
+  } else {
+    commands.push_back(Argv{"HDEL", keys.registry, name});
+  }
+  commands.push_back(Argv{"HINCRBY", keys.changed, "n", "1"});
   for (const Reply& r : conn.pipeline(commands)) r.view().check();
 }
 
@@ -114,13 +118,13 @@ bool store_change(ScriptRunner& scripts, const ScheduleKeys& keys, std::string_v
 }
 
 std::int64_t store_changed(Connection& conn, const ScheduleKeys& keys) {
-  const Reply reply = conn.command(Argv{"GET", keys.changed});
+  const Reply reply = conn.command(Argv{"HGET", keys.changed, "n"});
   const ReplyView v = reply.view().check();
   return v.is_nil() ? 0 : number_or(v.str(), 0);
 }
 
 std::vector<StoredSchedule> store_read_all(Connection& conn, const ScheduleKeys& keys) {
-  const Reply members = conn.command(Argv{"SMEMBERS", keys.registry});
+  const Reply members = conn.command(Argv{"HKEYS", keys.registry});
   const ReplyView m = members.view().check();
   std::vector<std::string> names;
   names.reserve(m.size());

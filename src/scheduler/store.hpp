@@ -63,7 +63,7 @@ bool store_change(ScriptRunner& scripts, const ScheduleKeys& keys, std::string_v
                   std::chrono::system_clock::time_point now);
 /// The change counter (0 when never changed).
 std::int64_t store_changed(Connection& conn, const ScheduleKeys& keys);
-/// Every record the registry names, sorted by name (one SMEMBERS, then one pipeline per
+/// Every record the registry names, sorted by name (one HKEYS, then one pipeline per
 /// partition's records).
 std::vector<StoredSchedule> store_read_all(Connection& conn, const ScheduleKeys& keys);
 /// One record; unset when it holds no definition.

@@ -186,13 +186,17 @@ TickHandled handle_ticks(ScheduleEntry& e, TimePoint now, ScriptRunner& scripts,
   if (e.previous) {
     // The switch this instance saw: the previous definition's last tick up to it, once; the
     // definition is kept until the clock has passed the switch.
-    const TimePoint due = e.previous->def.schedule.latest_at_or_before(std::min(now, e.since));
-    if (due != TimePoint::min() && (!e.handled || due > *e.handled)) {
+    // Its bounds and jitter hold as for any of its ticks.
+    const Definition& old = e.previous->def;
+    const TimePoint due = old.schedule.latest_at_or_before(std::min(now, e.since));
+    const bool counts =
+        due != TimePoint::min() && within_bounds(old.options, due) && (!e.handled || due > *e.handled);
+    if (counts && fire_time(old, due) <= now) {
       const std::int64_t code = handle_tick(e, *e.previous, due, now, due, scripts, options, counters);
       if (code == tick_code::stale) return TickHandled::stale;
       e.handled = due;
     }
-    if (now >= e.since) e.previous.reset();
+    if (now >= e.since && (!counts || fire_time(old, due) <= now)) e.previous.reset();
   }
   if (e.paused) return TickHandled::done;
   if (e.buffered && release_buffered(e, now, scripts, options, counters) == TickHandled::stale) {
@@ -239,7 +243,13 @@ TimePoint next_fire(const ScheduleEntry& e, TimePoint now) {
 
 TimePoint next_wake(const ScheduleEntry& e, TimePoint now) {
   // A previous definition is kept until the clock has passed the switch.
-  const TimePoint previous = e.previous ? e.previous->def.schedule.next_after(now) : TimePoint::max();
+  TimePoint previous = TimePoint::max();
+  if (e.previous) {
+    const Definition& old = e.previous->def;
+    const TimePoint due = old.schedule.latest_at_or_before(std::min(now, e.since));
+    if (due != TimePoint::min() && fire_time(old, due) > now) previous = fire_time(old, due);
+    previous = std::min(previous, old.schedule.next_after(now));
+  }
   return std::min(previous, next_fire(e, now));
 }
 

@@ -300,7 +300,32 @@ TEST_F(SchedulePoliciesTest, BackfillEnqueuesTheTicksOfARangeOnce) {
 
   EXPECT_THROW(schedules.backfill("nightly", minute(9), minute(8)), ConfigError);
   EXPECT_THROW(schedules.backfill("nobody", minute(1), minute(2)), ConfigError);
+  EXPECT_THROW(schedules.backfill("nightly", minute(10), minute(12)), ConfigError);  // after now
+  clock.set(minute(0) + hours(18));
   EXPECT_THROW(schedules.backfill("nightly", minute(0), minute(0) + hours(17)), ConfigError);  // 1021 ticks
+}
+
+TEST_F(SchedulePoliciesTest, ATickBackfilledBeforeItsJitterPassedIsNotEnqueuedAgainByTheScheduler) {
+  // The 00:02 tick is due, but its offset has not passed: an operator backfills it meanwhile.
+  const milliseconds jitter = seconds(30);
+  std::string name;
+  for (int i = 0; name.empty() && i < 1000; ++i) {
+    const std::string candidate = "jittered-" + std::to_string(i);
+    if (detail::jitter_offset(candidate, minute(2), jitter) >= seconds(5)) name = candidate;
+  }
+  ASSERT_FALSE(name.empty()) << "no name's offset is 5 s or more";
+  const milliseconds offset = detail::jitter_offset(name, minute(2), jitter);
+  start(2, name, {.start = minute(2), .jitter = jitter});
+  ASSERT_TRUE(wait_until([&] { return answered() == std::vector<std::uint64_t>{1, 1}; }));  // pulse 00:01
+  clock.set(minute(2) + offset - milliseconds(1));
+  ASSERT_TRUE(wait_until([&] { return answered() == std::vector<std::uint64_t>{2, 2}; }));  // pulse 00:02
+  Schedules schedules({.connection = {.url = server.url()}, .stream = stream}, clock.fn());
+  EXPECT_EQ(schedules.backfill(name, minute(2), minute(2)).enqueued,
+            std::vector<std::string>{id_at(name, minute(2))});
+  clock.set(minute(2) + offset);  // the Schedulers' turn: they find it taken
+  ASSERT_TRUE(wait_until([&] { return answered() == std::vector<std::uint64_t>{3, 3}; }));
+  stop_all();
+  EXPECT_EQ(ids_of(name), std::vector<std::string>{id_at(name, minute(2))});
 }
 
 /// The ACL grants docs/scheduling.md ("Keys") lists for a scheduler's user, `<stream>` replaced.

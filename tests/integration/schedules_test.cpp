@@ -141,6 +141,17 @@ TEST_F(SchedulesTest, BadDefinitionsAreRefusedNamingWhatIsWrong) {
                                 {.catch_up = CatchUp::all_within(milliseconds(0))}),
                ConfigError);
   EXPECT_THROW(Scheduler({.queue = {.stream = "q"}, .missed = MissedTicks::all_within}), ConfigError);
+  try {
+    schedules.upsert("x", Schedule::every(seconds(30)), "t", "{}", {.jitter = seconds(30)});
+    FAIL() << "a jitter of a whole interval was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("30000 ms"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(schedules.upsert("x", Schedule::cron("0,1 9 * * *"), "t", "{}", {.jitter = minutes(1)}),
+               ConfigError);
+  EXPECT_EQ(schedules.upsert("x", Schedule::every(seconds(30)), "t", "{}", {.jitter = seconds(29)}),
+            UpsertOutcome::created);
+  EXPECT_TRUE(schedules.remove("x"));
   EXPECT_TRUE(schedules.list().empty());
 }
 
@@ -162,6 +173,33 @@ TEST_F(SchedulesTest, SchedulesGivenInCodeAreStoredAtStartAndSaySo) {
   EXPECT_EQ(tick->last_task_id, id("tick", at(2026, 1, 1, 0, 1)));
   EXPECT_EQ(tick->enqueued, 1);
   EXPECT_EQ(task_ids(), (std::vector<std::string>{id("tick", at(2026, 1, 1, 0, 1))}));
+}
+
+TEST_F(SchedulesTest, AReconnectDoesNotUndoAnOperatorsChangeToAScheduleFromCode) {
+  clock.set(at(2026, 1, 1, 0, 1, 1));
+  auto s = every_minute();  // "tick", "* * * * *", from code
+  s->start();
+  ASSERT_TRUE(wait_until([&] { return s->metrics().enqueued == 1; }));
+  const std::uint64_t before_change = s->metrics().reloads;
+  ASSERT_EQ(schedules.upsert("tick", Schedule::cron("*/5 * * * *"), "report", "{}"), UpsertOutcome::changed);
+  ASSERT_TRUE(wait_until([&] { return s->metrics().reloads > before_change; }));  // it runs the operator's
+  const std::uint64_t before_restart = s->metrics().reloads;
+  server.kill9();
+  server.restart();  // on its AOF: the operator's definition is there
+  // The reconnect's wake-up stores what code has and the server does not, then reads them all.
+  ASSERT_TRUE(wait_until([&] { return s->metrics().reloads > before_restart; }));
+  EXPECT_GE(s->metrics().reconnects, 1u);
+  s->stop();
+  Schedules after(QueueOptions{.connection = {.url = server.url()}, .stream = stream}, change_clock.fn());
+  const std::optional<ScheduleInfo> tick = after.get("tick");
+  ASSERT_TRUE(tick);
+  EXPECT_EQ(tick->schedule, "*/5 * * * *");
+  EXPECT_FALSE(tick->from_code);
+  // A new start of the program stores its own again: code is the schedule's source.
+  auto again = every_minute();
+  again->start();
+  ASSERT_TRUE(wait_until([&] { return after.get("tick")->schedule == "* * * * *"; }));
+  again->stop();
 }
 
 TEST_F(SchedulesTest, RunningSchedulersPickUpAnUpsertAPauseAndARemovalWithoutARestart) {
@@ -242,7 +280,7 @@ TEST_F(SchedulesTest, ASchedulerThatMissedTheChangeCounterIsToldByTheTickScriptA
   clock.set(at(2026, 1, 1, 0, 3, 0));
   change_clock.set(at(2026, 1, 1, 0, 3, 0));
   ASSERT_EQ(schedules.upsert("s", Schedule::cron("1-59/2 * * * *"), "report", "{}"), UpsertOutcome::changed);
-  client.cmd({"DECR", stream + ":schedules:changed"});
+  client.cmd({"HINCRBY", stream + ":schedules:changed", "n", "-1"});
   const std::vector<std::uint64_t> before = reloads(fleet);
   clock.set(at(2026, 1, 1, 0, 4, 1));  // the old definition's tick: refused, re-read
   ASSERT_TRUE(all_reloaded(fleet, before));
@@ -294,7 +332,7 @@ TEST_F(SchedulesTest, AScheduleRemovedAndAddedAgainDoesNotRunItsRecordedTickTwic
 TEST_F(SchedulesTest, AStoredDefinitionThatCannotBeReadIsLoggedAndSkippedWhileTheOthersRun) {
   LogCapture logs(LogLevel::info);
   ASSERT_EQ(schedules.upsert("good", Schedule::cron("* * * * *"), "report", "{}"), UpsertOutcome::created);
-  client.cmd({"SADD", stream + ":schedules", "bad"});
+  client.cmd({"HSET", stream + ":schedules", "bad", "1"});
   client.cmd({"HSET", stream + ":sched:bad", "def", "{\"schedule\": \"not cron\"}", "version", "1"});
   auto s = running();
   clock.set(at(2026, 1, 1, 0, 1, 1));
